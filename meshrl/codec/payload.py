@@ -1,0 +1,181 @@
+"""A request or response message together with its batch, as one message or as a row stream.
+
+Every meshrl message that carries a batch has a field `DataProto data`. In Python
+such a message travels as Payload(msg, data): `msg` with `data` left unset, and
+the batch as a DataProto, which the fast frame codec writes into the `data` field.
+
+Large batches are streamed as consecutive row ranges, each part a complete
+message of the same type (so any gRPC client can read or write them): the first
+part carries the message's other fields and the batch's meta, every part says
+which rows it holds. The Assembler checks order and completeness and copies the
+parts into one batch.
+"""
+
+import dataclasses
+from typing import Iterator
+
+import numpy as np
+import torch
+from google.protobuf.message import Message
+
+from meshrl.codec import protowire as w
+from meshrl.codec.frame import decode_dataproto, encode_dataproto
+from meshrl.codec.values import to_value
+from meshrl.dataproto import DataProto, merge_meta
+
+DATA_FIELD = "data"
+CHUNK_BYTES = 4 << 20  # 1-4 MB chunks measured fastest on loopback here
+
+
+@dataclasses.dataclass
+class Payload:
+    msg: Message
+    data: DataProto | None = None
+
+
+def data_field_number(cls: type[Message]) -> int | None:
+    """The number of cls's `DataProto data` field, or None if it has none."""
+    f = cls.DESCRIPTOR.fields_by_name.get(DATA_FIELD)
+    if f is None or f.message_type is None or f.message_type.full_name != "meshrl.v1.DataProto":
+        return None
+    return f.number
+
+
+def encode_message(msg: Message, data: DataProto | None = None, *, row_offset: int = 0,
+                   total_rows: int = 0) -> bytes:
+    """msg's bytes with `data` written into its DataProto field."""
+    prefix = msg.SerializeToString()
+    if data is None:
+        return prefix
+    number = data_field_number(type(msg))
+    if number is None:
+        raise ValueError(f"{msg.DESCRIPTOR.full_name} has no `DataProto data` field")
+    if msg.HasField(DATA_FIELD):
+        raise ValueError(f"{msg.DESCRIPTOR.full_name}: pass the batch as data=, not in msg.data")
+    tag = w.tag(number, w.LEN)
+    size = 1  # bytes of the length varint; the tensors' alignment depends on it
+    for _ in range(3):
+        parts = encode_dataproto(data, base_offset=len(prefix) + len(tag) + size,
+                                 row_offset=row_offset, total_rows=total_rows)
+        n = sum(len(p) for p in parts)
+        if w.varint_size(n) == size:
+            break
+        size = w.varint_size(n)
+    return b"".join([prefix, tag, w.varint(n), *parts])
+
+
+def decode_message(cls: type[Message], buf: bytes | memoryview) -> tuple[Payload, int, int]:
+    """(Payload, row_offset, total_rows) from one message's bytes; ValueError on bad input."""
+    number = data_field_number(cls)
+    mv = memoryview(buf)
+    if number is None:
+        return Payload(cls.FromString(bytes(mv))), 0, 0
+    small, span = [], None
+    for f in w.scan(mv):
+        if f.number == number and f.wire_type == w.LEN:
+            if span is not None:
+                raise ValueError(f"{cls.DESCRIPTOR.full_name}: field `data` appears twice")
+            span = (f.value_start, f.end)
+        else:
+            small.append(mv[f.start:f.end])
+    msg = cls.FromString(b"".join(small))
+    if span is None:
+        return Payload(msg), 0, 0
+    data, row_offset, total_rows = decode_dataproto(mv, *span)
+    return Payload(msg, data), row_offset, total_rows
+
+
+def split_rows(payload: Payload, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """The payload as one message, or as row-range messages of about chunk_bytes each."""
+    msg, data = payload.msg, payload.data
+    if data is None or len(data) <= 1:
+        yield encode_message(msg, data)
+        return
+    rows = max(1, chunk_bytes // max(1, _row_bytes(data)))
+    if rows >= len(data):
+        yield encode_message(msg, data)
+        return
+    empty = type(msg)()
+    for start in range(0, len(data), rows):
+        part = data.slice(start, start + rows)
+        if start:
+            part = DataProto(part.batch, part.non_tensor_batch)  # meta travels once, in the first part
+        yield encode_message(msg if start == 0 else empty, part, row_offset=start, total_rows=len(data))
+
+
+class Assembler:
+    """Collects the messages of a stream into one Payload; ValueError on lost, extra or reordered parts."""
+
+    def __init__(self, cls: type[Message]):
+        self.cls = cls
+        self.first: Payload | None = None
+        self.total = 0  # rows announced; 0: a single unstreamed message
+        self.received = 0
+        self.out: DataProto | None = None  # preallocated once a second part arrives
+
+    def add(self, buf: bytes | memoryview) -> None:
+        payload, offset, total = decode_message(self.cls, buf)
+        if self.first is None:
+            if total and offset:
+                raise ValueError(f"stream starts at row {offset}, expected 0 (chunks lost or reordered)")
+            self.first, self.total = payload, total
+            self.received = len(payload.data) if payload.data is not None else 0
+            return
+        name = self.cls.DESCRIPTOR.full_name
+        if not self.total or self.received >= self.total:
+            raise ValueError(f"{name}: message after the end of the stream")
+        if payload.data is None:
+            raise ValueError(f"{name}: a stream part without `data`")
+        if offset != self.received or total != self.total:
+            raise ValueError(f"{name}: part holds rows from {offset} of {total}, expected rows from "
+                             f"{self.received} of {self.total} (chunks lost or reordered)")
+        if payload.msg.ByteSize() and payload.msg != self.first.msg:
+            raise ValueError(f"{name}: fields other than `data` differ between stream parts")
+        if self.out is None:
+            self.out = _allocate(self.first.data, self.total)
+            self._copy(self.first.data, 0)
+        self._copy(payload.data, offset)
+        self.out.meta_info = merge_meta([self.out.meta_info, payload.data.meta_info])
+        self.received += len(payload.data)
+
+    def result(self) -> Payload:
+        if self.first is None:
+            raise ValueError(f"{self.cls.DESCRIPTOR.full_name}: empty stream")
+        if self.total and self.received != self.total:
+            raise ValueError(f"{self.cls.DESCRIPTOR.full_name}: stream ended after {self.received} "
+                             f"of {self.total} rows (truncated)")
+        if self.out is None:
+            return self.first
+        return Payload(self.first.msg, self.out)
+
+    def _copy(self, part: DataProto, offset: int) -> None:
+        out = self.out
+        if set(part.batch) != set(out.batch) or set(part.non_tensor_batch) != set(out.non_tensor_batch):
+            raise ValueError(f"stream part at row {offset} has fields {sorted(part.batch)} + "
+                             f"{sorted(part.non_tensor_batch)}, the first part has {sorted(out.batch)} + "
+                             f"{sorted(out.non_tensor_batch)}")
+        end = offset + len(part)
+        if end > self.total:
+            raise ValueError(f"stream part holds rows up to {end}, but the batch has {self.total}")
+        for k, t in part.batch.items():
+            dst = out.batch[k]
+            if t.dtype != dst.dtype or t.shape[1:] != dst.shape[1:]:
+                raise ValueError(f"tensor {k!r}: part at row {offset} is {t.dtype} {list(t.shape)}, "
+                                 f"the first part is {dst.dtype} {list(dst.shape)}")
+            dst[offset:end].copy_(t)
+        for k, v in part.non_tensor_batch.items():
+            out.non_tensor_batch[k][offset:end] = v
+
+
+def _allocate(first: DataProto, total: int) -> DataProto:
+    out = DataProto(meta_info=first.meta_info)
+    # Fill the dicts directly: rows are written in as the parts arrive.
+    out.batch = {k: torch.empty((total, *t.shape[1:]), dtype=t.dtype) for k, t in first.batch.items()}
+    out.non_tensor_batch = {k: np.empty(total, dtype=object) for k in first.non_tensor_batch}
+    return out
+
+
+def _row_bytes(data: DataProto) -> int:
+    """Bytes per row on the wire: exact for tensors, the first row's size for the rest."""
+    n = sum(t[0].numel() * t.element_size() for t in data.batch.values())
+    return n + sum(to_value(v[0], k).ByteSize() + 4 for k, v in data.non_tensor_batch.items())

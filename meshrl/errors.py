@@ -1,0 +1,42 @@
+"""The errors services raise on purpose, and the gRPC status each becomes.
+
+A service method raises one of these (or ValueError for bad input); the error
+interceptor in meshrl.rpc turns it into a status with the message as details.
+Anything else is a bug and becomes INTERNAL, with the traceback in the service log.
+"""
+
+import grpc
+
+
+class InvalidArgument(ValueError):
+    """The request is malformed: a missing field, a wrong shape, an unknown name."""
+
+
+class FailedPrecondition(RuntimeError):
+    """The request is well formed but the service is not in a state to serve it."""
+
+
+class ServiceError(RuntimeError):
+    """A call to a meshrl service failed; raised by meshrl.rpc.Client."""
+
+    def __init__(self, address: str, method: str, code: grpc.StatusCode, details: str):
+        super().__init__(f"{method} at {address} failed: {code.name}: {details}")
+        self.address, self.method, self.code, self.details = address, method, code, details
+
+
+# Checked in order: the first matching class wins.
+STATUS_FOR: list[tuple[type[BaseException], grpc.StatusCode]] = [
+    (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
+    (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    (FileNotFoundError, grpc.StatusCode.NOT_FOUND),
+    (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (NotImplementedError, grpc.StatusCode.UNIMPLEMENTED),
+]
+
+
+def status_for(error: BaseException) -> grpc.StatusCode:
+    for cls, code in STATUS_FOR:
+        if isinstance(error, cls):
+            return code
+    return grpc.StatusCode.INTERNAL

@@ -1,0 +1,91 @@
+"""Server interceptors: errors -> status codes (the one place), and the bearer-token check."""
+
+import hmac
+import logging
+
+import grpc
+
+from meshrl.errors import status_for
+
+log = logging.getLogger(__name__)
+
+HEALTH_PREFIX = "/grpc.health.v1.Health/"
+
+
+def _wrap(handler: grpc.RpcMethodHandler, wrap) -> grpc.RpcMethodHandler:
+    """The same kind of handler with its behavior passed through wrap(behavior, response_streaming)."""
+    if handler is None:
+        return None
+    kinds = [("unary_unary", grpc.unary_unary_rpc_method_handler),
+             ("unary_stream", grpc.unary_stream_rpc_method_handler),
+             ("stream_unary", grpc.stream_unary_rpc_method_handler),
+             ("stream_stream", grpc.stream_stream_rpc_method_handler)]
+    for attr, make in kinds:
+        behavior = getattr(handler, attr)
+        if behavior is not None:
+            return make(wrap(behavior, handler.response_streaming),
+                        request_deserializer=handler.request_deserializer,
+                        response_serializer=handler.response_serializer)
+    return handler
+
+
+def _abort(context: grpc.ServicerContext, error: Exception, method: str):
+    if context.code() not in (None, grpc.StatusCode.OK):
+        raise error  # the method already aborted with a status of its own
+    code = status_for(error)
+    if code == grpc.StatusCode.INTERNAL:
+        log.exception("%s failed", method)
+        details = f"{type(error).__name__}: {error}"
+    else:
+        log.info("%s: %s: %s", method, code.name, error)
+        details = str(error)
+    context.abort(code, details)
+
+
+class ErrorInterceptor(grpc.ServerInterceptor):
+    """Turns exceptions from any method into gRPC statuses; the server stays up."""
+
+    def intercept_service(self, continuation, handler_call_details):
+        method = handler_call_details.method
+
+        def wrap(behavior, streaming):
+            if streaming:
+                def guarded_stream(request, context):
+                    try:
+                        yield from behavior(request, context)
+                    except Exception as e:  # noqa: BLE001 - mapped to a status, never lost
+                        _abort(context, e, method)
+                return guarded_stream
+
+            def guarded(request, context):
+                try:
+                    return behavior(request, context)
+                except Exception as e:  # noqa: BLE001
+                    _abort(context, e, method)
+            return guarded
+
+        return _wrap(continuation(handler_call_details), wrap)
+
+
+class TokenInterceptor(grpc.ServerInterceptor):
+    """Requires `authorization: Bearer <token>` metadata on every call but health checks."""
+
+    def __init__(self, token: str):
+        self.expected = f"Bearer {token}".encode()
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        if handler_call_details.method.startswith(HEALTH_PREFIX):
+            return handler
+        metadata = dict(handler_call_details.invocation_metadata or ())
+        given = metadata.get("authorization", "")
+        if hmac.compare_digest(given.encode() if isinstance(given, str) else given, self.expected):
+            return handler
+
+        def wrap(behavior, streaming):
+            def deny(request, context):
+                context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                              "missing or wrong bearer token (metadata 'authorization: Bearer ...')")
+            return deny
+
+        return _wrap(handler, wrap)

