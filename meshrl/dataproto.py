@@ -83,12 +83,13 @@ class DataProto:
 
     def check_consistency(self) -> None:
         """Every tensor and column has the same number of rows; raises ValueError naming the field."""
-        n = len(self)
         for k, t in self.batch.items():
             if not isinstance(t, torch.Tensor):
                 raise ValueError(f"batch[{k!r}] is a {type(t).__name__}, not a torch.Tensor")
             if t.dim() == 0:
                 raise ValueError(f"batch[{k!r}] is a scalar; tensors need a first (row) dimension")
+        n = len(self)
+        for k, t in self.batch.items():
             if t.shape[0] != n:
                 raise ValueError(f"batch[{k!r}] has {t.shape[0]} rows but the batch has {n}")
         for k, v in self.non_tensor_batch.items():

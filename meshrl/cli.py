@@ -1,0 +1,89 @@
+"""The `meshrl` command: one subcommand per job, each in the module that owns it.
+
+The shared package must not import services or the orchestrator, so later
+subcommands (serve, ppo, grpo, ...) are found by module name when they run.
+"""
+
+import argparse
+import dataclasses
+import logging
+import sys
+
+
+def _add_dataclass_args(p: argparse.ArgumentParser, cls) -> None:
+    for f in dataclasses.fields(cls):
+        p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+
+
+def _from_args(cls, args: argparse.Namespace):
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+
+
+def cmd_make_model(args) -> int:
+    from meshrl.tiny.models import TinyModelConfig, make_model
+
+    out = make_model(args.out, _from_args(TinyModelConfig, args))
+    print(out)
+    return 0
+
+
+def cmd_make_data(args) -> int:
+    from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
+
+    for split, path in make_data(args.out, _from_args(ArithmeticConfig, args)).items():
+        print(f"{split}: {path}")
+    return 0
+
+
+def cmd_health(args) -> int:
+    """Exit 0 if the server at ADDRESS reports SERVING (for compose healthchecks)."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    metadata = (("authorization", f"Bearer {args.token}"),) if args.token else ()
+    with grpc.insecure_channel(args.address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout, metadata=metadata)
+        except grpc.RpcError as e:
+            print(f"{args.address}: {e.code().name}: {e.details()}", file=sys.stderr)
+            return 1
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    print(f"{args.address}: {status}")
+    return 0 if status == "SERVING" else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from meshrl.tiny.arithmetic import ArithmeticConfig
+    from meshrl.tiny.models import TinyModelConfig
+
+    parser = argparse.ArgumentParser(prog="meshrl", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("make-model", help="write a tiny HF model folder (no download)")
+    p.add_argument("out", help="output folder")
+    _add_dataclass_args(p, TinyModelConfig)
+    p.set_defaults(fn=cmd_make_model)
+
+    p = sub.add_parser("make-data", help="write the arithmetic task as parquet (verl schema)")
+    p.add_argument("out", help="output folder for train.parquet and test.parquet")
+    _add_dataclass_args(p, ArithmeticConfig)
+    p.set_defaults(fn=cmd_make_data)
+
+    p = sub.add_parser("health", help="check a service's grpc.health.v1 status")
+    p.add_argument("address", help="host:port")
+    p.add_argument("--service", default="", help="service name; empty: the whole server")
+    p.add_argument("--token", default=None, help="bearer token, if the server wants one")
+    p.add_argument("--timeout", type=float, default=5.0)
+    p.set_defaults(fn=cmd_health)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""The bundled arithmetic task, written as parquet in verl's schema, seeded.
+
+Each row: `prompt` = [{"role": "user", "content": "12+7="}], `data_source` =
+"arithmetic", `ability` = "math", `reward_model` = {"style": "rule",
+"ground_truth": "19"}, `extra_info` = {"split", "index", "question", "answer"}
+(question/answer also serve SFT, as in verl's GSM8K preprocessing). Test
+problems never appear in the train split.
+"""
+
+import dataclasses
+import itertools
+import pathlib
+import random
+
+import pandas as pd
+
+DATA_SOURCE = "arithmetic"
+OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+
+
+@dataclasses.dataclass
+class ArithmeticConfig:
+    num_train: int = 2000
+    num_test: int = 200
+    max_operand: int = 20  # operands are drawn from 0..max_operand
+    ops: str = "+-"  # any of + - *
+    seed: int = 0
+
+
+def problems(cfg: ArithmeticConfig) -> tuple[list[tuple], list[tuple]]:
+    """(train, test) lists of (a, op, b); test is distinct from train."""
+    bad = set(cfg.ops) - set(OPS)
+    if bad or not cfg.ops:
+        raise ValueError(f"ops must be a non-empty string of {''.join(OPS)}, got {cfg.ops!r}")
+    if cfg.max_operand < 0 or cfg.num_train < 0 or cfg.num_test < 0:
+        raise ValueError("max_operand, num_train and num_test must be >= 0")
+    space = list(itertools.product(range(cfg.max_operand + 1), sorted(set(cfg.ops)), range(cfg.max_operand + 1)))
+    if cfg.num_test >= len(space):
+        raise ValueError(f"num_test {cfg.num_test} leaves no training problems out of {len(space)}; "
+                         "raise max_operand or lower num_test")
+    rng = random.Random(cfg.seed)
+    rng.shuffle(space)
+    test, pool = space[:cfg.num_test], space[cfg.num_test:]
+    if cfg.num_train <= len(pool):
+        train = pool[:cfg.num_train]
+    else:  # a small problem space: draw with replacement
+        train = [rng.choice(pool) for _ in range(cfg.num_train)]
+    return [(a, op, b) for a, op, b in train], [(a, op, b) for a, op, b in test]
+
+
+def rows(items: list[tuple], split: str) -> list[dict]:
+    out = []
+    for i, (a, op, b) in enumerate(items):
+        question, answer = f"{a}{op}{b}=", str(OPS[op](a, b))
+        out.append({
+            "data_source": DATA_SOURCE,
+            "prompt": [{"role": "user", "content": question}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": answer},
+            "extra_info": {"split": split, "index": i, "question": question, "answer": answer},
+        })
+    return out
+
+
+def make_data(out_dir: str | pathlib.Path, cfg: ArithmeticConfig = ArithmeticConfig()) -> dict[str, pathlib.Path]:
+    """Write train.parquet and test.parquet into out_dir; returns their paths."""
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    train, test = problems(cfg)
+    paths = {}
+    for split, items in (("train", train), ("test", test)):
+        paths[split] = out / f"{split}.parquet"
+        pd.DataFrame(rows(items, split)).to_parquet(paths[split], index=False)
+    return paths

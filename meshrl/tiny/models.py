@@ -1,0 +1,60 @@
+"""Tiny HuggingFace model folders for tests and the default run, built locally and seeded.
+
+`causal`: a Llama-style causal LM (~3.2M parameters at the defaults, untied
+embeddings so every weight has its own name for weight sync). `reward`: the same
+body with a one-logit sequence-classification head, for reward-model tests.
+"""
+
+import dataclasses
+import pathlib
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
+
+from meshrl.tiny.tokenizer import save_tokenizer
+
+KINDS = ("causal", "reward")
+
+
+@dataclasses.dataclass
+class TinyModelConfig:
+    kind: str = "causal"  # "causal" or "reward"
+    hidden_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2  # grouped-query attention, as most current models use
+    intermediate_size: int = 688
+    max_position_embeddings: int = 512
+    vocab_multiple: int = 64  # round the vocabulary up, as real checkpoints do
+    seed: int = 0
+
+
+def make_model(out_dir: str | pathlib.Path, cfg: TinyModelConfig = TinyModelConfig()) -> pathlib.Path:
+    """Write a model folder (config, safetensors, tokenizer) that from_pretrained and vLLM can load."""
+    if cfg.kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {cfg.kind!r}")
+    if cfg.hidden_size % cfg.num_heads or cfg.num_heads % cfg.num_kv_heads:
+        raise ValueError(f"hidden_size {cfg.hidden_size} must divide into num_heads {cfg.num_heads}, "
+                         f"and num_heads into num_kv_heads {cfg.num_kv_heads}")
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = save_tokenizer(out)
+    vocab = -(-len(tok) // cfg.vocab_multiple) * cfg.vocab_multiple
+    config = LlamaConfig(
+        vocab_size=vocab, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads, max_position_embeddings=cfg.max_position_embeddings,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=False, num_labels=1, dtype="float32",
+    )
+    torch.manual_seed(cfg.seed)
+    cls = LlamaForCausalLM if cfg.kind == "causal" else LlamaForSequenceClassification
+    model = cls(config)
+    if model.can_generate():
+        model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(str(out))
+    return out
+
+
+def num_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
