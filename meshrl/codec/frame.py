@@ -166,7 +166,8 @@ def _decode_tensor(mv: memoryview, start: int, end: int, index: int) -> tuple[st
     t = torch.frombuffer(mv, dtype=dtype, count=numel, offset=a)
     if t.data_ptr() % itemsize:  # unaligned: copy rather than hand kernels a misaligned pointer
         t = t.clone()
-    if dtype == torch.bool and bool((t.view(torch.uint8) > 1).any()):
+    # numpy's max: one pass, no temporary, no OpenMP threads (see payload._copy_rows)
+    if dtype == torch.bool and t.view(torch.uint8).numpy().max() > 1:
         raise ValueError(f"tensor {name!r}: bool data holds bytes other than 0 and 1")
     return name, t.view(shape)
 

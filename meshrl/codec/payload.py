@@ -85,8 +85,9 @@ def decode_message(cls: type[Message], buf: bytes | memoryview) -> tuple[Payload
     return Payload(msg, data), row_offset, total_rows
 
 
-def split_rows(payload: Payload, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """The payload as one message, or as row-range messages of about chunk_bytes each."""
+def split_rows(payload: Payload, chunk_bytes: int | None = None) -> Iterator[bytes]:
+    """The payload as one message, or as row-range messages of about chunk_bytes (default CHUNK_BYTES) each."""
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
     msg, data = payload.msg, payload.data
     if data is None or len(data) <= 1:
         yield encode_message(msg, data)
@@ -162,9 +163,17 @@ class Assembler:
             if t.dtype != dst.dtype or t.shape[1:] != dst.shape[1:]:
                 raise ValueError(f"tensor {k!r}: part at row {offset} is {t.dtype} {list(t.shape)}, "
                                  f"the first part is {dst.dtype} {list(dst.shape)}")
-            dst[offset:end].copy_(t)
+            _copy_rows(dst[offset:end], t)
         for k, v in part.non_tensor_batch.items():
             out.non_tensor_batch[k][offset:end] = v
+
+
+def _copy_rows(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """A plain memcpy of contiguous rows. torch's copy_ splits even 4 MB over its OpenMP threads,
+    whose spin-waiting fights gRPC's threads for two cores (measured: ~40% slower assembly);
+    numpy copies in one thread with the GIL released."""
+    if src.numel():
+        np.copyto(dst.reshape(-1).view(torch.uint8).numpy(), src.reshape(-1).view(torch.uint8).numpy())
 
 
 def _allocate(first: DataProto, total: int) -> DataProto:
