@@ -53,6 +53,21 @@ def cmd_health(args) -> int:
     return 0 if status == "SERVING" else 1
 
 
+SERVICES = ("actor", "rollout", "reward")
+
+
+def cmd_serve(args) -> int:
+    """Run a service's own main (services.<role>.main), found by name: meshrl imports no service."""
+    import importlib
+
+    try:
+        module = importlib.import_module(f"services.{args.service}.main")
+    except ModuleNotFoundError as e:
+        print(f"the {args.service} service is not available: {e}", file=sys.stderr)
+        return 2
+    return module.main(args.args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from meshrl.tiny.arithmetic import ArithmeticConfig
     from meshrl.tiny.models import TinyModelConfig
@@ -69,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", help="output folder for train.parquet and test.parquet")
     _add_dataclass_args(p, ArithmeticConfig)
     p.set_defaults(fn=cmd_make_data)
+
+    p = sub.add_parser("serve", help="start a service: meshrl serve reward --help")
+    p.add_argument("service", choices=SERVICES)
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the service's own flags")
+    p.set_defaults(fn=cmd_serve)
 
     p = sub.add_parser("health", help="check a service's grpc.health.v1 status")
     p.add_argument("address", help="host:port")

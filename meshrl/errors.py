@@ -16,6 +16,10 @@ class FailedPrecondition(RuntimeError):
     """The request is well formed but the service is not in a state to serve it."""
 
 
+class Aborted(RuntimeError):
+    """The request was fine but could not be completed, e.g. a user's reward function failed on a sample."""
+
+
 class ServiceError(RuntimeError):
     """A call to a meshrl service failed; raised by meshrl.rpc.Client."""
 
@@ -29,6 +33,7 @@ STATUS_FOR: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    (Aborted, grpc.StatusCode.ABORTED),
     (FileNotFoundError, grpc.StatusCode.NOT_FOUND),
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
     (NotImplementedError, grpc.StatusCode.UNIMPLEMENTED),

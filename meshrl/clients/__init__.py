@@ -1,0 +1,9 @@
+"""Typed clients for the services, as the orchestrator uses them: they check what comes back.
+
+A remote service may be any server that speaks the proto (ours, or one in
+another language), so replies are validated here, with errors naming the sample.
+"""
+
+from meshrl.clients.reward import RewardClient, Scores
+
+__all__ = ["RewardClient", "Scores"]

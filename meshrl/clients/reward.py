@@ -1,0 +1,62 @@
+"""RewardClient: score a batch on any RewardService server and check the reply."""
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+
+from meshrl.codec import Payload
+from meshrl.dataproto import DataProto
+from meshrl.rpc import Client
+from meshrl.v1 import common_pb2, reward_pb2
+
+SERVICE = reward_pb2.DESCRIPTOR.services_by_name["RewardService"]
+
+
+@dataclasses.dataclass
+class Scores:
+    scores: torch.Tensor  # (N,) float32
+    token_level_scores: torch.Tensor | None  # (N, T) when the request had a response_mask
+    columns: dict[str, np.ndarray]  # per-sample extras: acc, format_ok, reward_status, ...
+    metrics: dict[str, float]
+
+
+class RewardClient:
+    def __init__(self, address: str, token: str | None = None, timeout: float = 600.0):
+        self.address = address
+        self.client = Client(address, SERVICE, token=token, timeout=timeout)
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        self.client.wait_ready(timeout)
+
+    def describe(self) -> common_pb2.ServiceInfo:
+        return self.client.call("Describe")
+
+    def score(self, batch: DataProto) -> Scores:
+        reply = self.client.call("Score", Payload(reward_pb2.ScoreRequest(), batch))
+        return check_reply(self.address, batch, reply.data, dict(reply.msg.metrics))
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def check_reply(address: str, batch: DataProto, data: DataProto | None, metrics: dict[str, Any]) -> Scores:
+    n = len(batch)
+    where = f"reward service at {address}"
+    if data is None or "scores" not in data.batch:
+        raise ValueError(f"{where} returned no 'scores' tensor")
+    scores = data.batch["scores"]
+    if scores.dim() != 1 or scores.shape[0] != n:
+        raise ValueError(f"{where} returned {list(scores.shape)} scores for {n} samples")
+    scores = scores.float()
+    bad = torch.nonzero(~torch.isfinite(scores)).flatten()
+    if len(bad):
+        raise ValueError(f"{where} returned {scores[bad[0]].item()} for sample {bad[0].item()} "
+                         f"({len(bad)} non-finite scores)")
+    token_level = data.batch.get("token_level_scores")
+    if token_level is not None and "response_mask" in batch.batch and \
+            token_level.shape != batch.batch["response_mask"].shape:
+        raise ValueError(f"{where} returned token_level_scores of shape {list(token_level.shape)}, "
+                         f"the responses are {list(batch.batch['response_mask'].shape)}")
+    return Scores(scores, token_level, dict(data.non_tensor_batch), metrics)

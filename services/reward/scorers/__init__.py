@@ -1,0 +1,30 @@
+"""Built-in rule scorers, each with verl's signature, picked per sample by data_source.
+
+    compute_score(data_source, solution_str, ground_truth, extra_info=None) -> float | dict
+
+`default_compute_score` is the dispatcher, as verl's is; BY_DATA_SOURCE is the
+explicit table (no registration at import time).
+"""
+
+from services.reward.scorers import arithmetic, boxed_math, format_reward, gsm8k
+
+BY_DATA_SOURCE = {
+    "arithmetic": arithmetic.compute_score,
+    "openai/gsm8k": gsm8k.compute_score,
+    "gsm8k": gsm8k.compute_score,
+    "lighteval/MATH": boxed_math.compute_score,
+    "DigitalLearningGmbH/MATH-lighteval": boxed_math.compute_score,
+    "HuggingFaceH4/MATH-500": boxed_math.compute_score,
+    "math": boxed_math.compute_score,
+    "format": format_reward.compute_score,
+}
+
+
+def default_compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    fn = BY_DATA_SOURCE.get(data_source)
+    if fn is None:
+        raise ValueError(f"no built-in scorer for data_source {data_source!r}; built-in: {sorted(BY_DATA_SOURCE)}; "
+                         "pass a user function (--function file.py:name) for others")
+    if ground_truth is None:
+        raise ValueError("reward_model.ground_truth is missing")
+    return fn(data_source, solution_str, ground_truth, extra_info)

@@ -1,0 +1,33 @@
+"""The RewardService: decode the request, score, encode the reply. Nothing else lives here."""
+
+from meshrl.codec import Payload
+from meshrl.errors import InvalidArgument
+from meshrl.v1 import common_pb2, reward_pb2
+from services.reward.config import RewardConfig
+from services.reward.samples import build_reply, read_samples
+from services.reward.scoring import make_scorer
+
+
+class RewardServicer:
+    SERVICE = reward_pb2.DESCRIPTOR.services_by_name["RewardService"]
+
+    def __init__(self, cfg: RewardConfig):
+        self.cfg = cfg
+        self.scorer = make_scorer(cfg)
+
+    def Describe(self, request, context) -> common_pb2.ServiceInfo:
+        cfg = self.cfg
+        return common_pb2.ServiceInfo(
+            service="reward", backend=cfg.backend, model=cfg.model or cfg.function or "builtin",
+            details={"workers": str(cfg.workers), "timeout": str(cfg.timeout), "on_error": cfg.on_error})
+
+    def Score(self, request: Payload, context) -> Payload:
+        if request.data is None:
+            raise InvalidArgument("ScoreRequest.data is missing")
+        samples = read_samples(request.data)
+        outcomes = self.scorer.score(samples)
+        data, metrics = build_reply(request.data, samples, outcomes, self.cfg.on_error, self.cfg.error_score)
+        return Payload(reward_pb2.ScoreResponse(metrics=metrics), data)
+
+    def close(self):
+        self.scorer.close()

@@ -1,0 +1,31 @@
+"""Reward functions for the reward-service tests: well-behaved, misbehaving, and batched.
+
+The response text selects the behaviour: "hang" sleeps past any timeout, "die"
+kills the worker process, "nan" / "str" return bad values, "raise" raises.
+"""
+
+import os
+import time
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    if solution_str == "hang":
+        time.sleep(600)
+    if solution_str == "die":
+        os._exit(3)
+    if solution_str == "nan":
+        return float("nan")
+    if solution_str == "str":
+        return "high"
+    if solution_str == "raise":
+        raise ZeroDivisionError("division by zero")
+    print("printing from a reward function must not break the worker")
+    return {"score": float(solution_str.strip() == str(ground_truth)), "length": len(solution_str)}
+
+
+def compute_score_batched(data_sources, solution_strs, ground_truths, extra_infos):
+    return [float(s == g) for s, g in zip(solution_strs, ground_truths)]
+
+
+def compute_score_batched_short(data_sources, solution_strs, ground_truths, extra_infos):
+    return [1.0] * (len(solution_strs) - 1)
