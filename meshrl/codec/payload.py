@@ -184,7 +184,9 @@ def _allocate(first: DataProto, total: int) -> DataProto:
     return out
 
 
-def _row_bytes(data: DataProto) -> int:
-    """Bytes per row on the wire: exact for tensors, the first row's size for the rest."""
+def _row_bytes(data: DataProto, samples: int = 32) -> int:
+    """Bytes per row on the wire: exact for tensors; for columns, the largest of up to
+    `samples` rows spread over the batch (rows of text vary, and a chunk must not balloon)."""
     n = sum(t[0].numel() * t.element_size() for t in data.batch.values())
-    return n + sum(to_value(v[0], k).ByteSize() + 4 for k, v in data.non_tensor_batch.items())
+    picks = range(0, len(data), max(1, len(data) // samples))
+    return n + sum(max(to_value(v[i], k).ByteSize() for i in picks) + 4 for k, v in data.non_tensor_batch.items())

@@ -113,3 +113,11 @@ def test_part_with_different_tensor_shape_is_refused():
 def test_empty_stream_is_refused():
     with pytest.raises(ValueError, match="empty stream"):
         assemble([])
+
+
+def test_chunks_stay_bounded_when_later_rows_are_larger():
+    texts = ["a"] * 500 + ["x" * 20000] * 500  # ~10 MB, all of it after the first rows
+    data = DataProto(non_tensor_batch={"text": texts})
+    parts = list(split_rows(Payload(MSG, data), chunk_bytes=1 << 20))
+    assert len(parts) >= 10 and max(map(len, parts)) < 2 << 20
+    assert list(assemble(parts).data.non_tensor_batch["text"]) == texts
