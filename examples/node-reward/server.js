@@ -39,6 +39,14 @@ function fromValue(v) {
   }
 }
 
+// A meshrl.v1.Column's values: one typed list (strings, ints, floats, bools) or Values.
+function fromColumn(col) {
+  for (const typed of ['strings', 'ints', 'floats', 'bools']) {
+    if (col[typed] && col[typed].length) return col[typed];
+  }
+  return (col.values || []).map(fromValue);
+}
+
 // The rows of a streamed batch, in order; throws on gaps (see docs/wire.md).
 function column(parts, name) {
   const out = [];
@@ -49,7 +57,7 @@ function column(parts, name) {
     }
     const col = (data.non_tensors || {})[name];
     if (!col) throw new Error(`column '${name}' is missing`);
-    out.push(...(col.values || []).map(fromValue));
+    out.push(...fromColumn(col));
   }
   const total = (parts[0] && parts[0].data && parts[0].data.total_rows) || out.length;
   if (out.length !== total) throw new Error(`stream ended after ${out.length} of ${total} rows`);
@@ -81,7 +89,7 @@ function score(call) {
       data: {
         num_rows: scores.length,
         tensors: [{ name: 'scores', dtype: 'FLOAT32', shape: [scores.length], data: Buffer.from(scores.buffer) }],
-        non_tensors: { acc: { values: Array.from(scores, (s) => ({ bool_value: s === 1.0 })) } },
+        non_tensors: { acc: { bools: Array.from(scores, (s) => s === 1.0) } },
       },
       metrics: { 'reward/score/mean': mean },
     });

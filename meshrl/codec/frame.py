@@ -21,7 +21,7 @@ import torch
 
 from meshrl.codec import protowire as w
 from meshrl.codec.dtypes import torch_dtype, wire_dtype
-from meshrl.codec.values import from_value, to_value
+from meshrl.codec.values import from_column, from_value, to_column, to_value
 from meshrl.dataproto import DataProto
 from meshrl.v1 import data_pb2 as pb
 
@@ -70,8 +70,7 @@ def decode_dataproto(buf: Buffer, start: int = 0, end: int | None = None) -> tup
             if name in tensors:
                 raise ValueError(f"tensor {name!r} appears twice")
             tensors[name] = t
-    non_tensors = {k: [from_value(v, f"non_tensor {k!r} row {i}") for i, v in enumerate(col.values)]
-                   for k, col in msg.non_tensors.items()}
+    non_tensors = {k: from_column(col, f"non_tensor {k!r}") for k, col in msg.non_tensors.items()}
     meta = {k: from_value(v, f"meta {k!r}") for k, v in msg.meta.items()}
     _check_rows(msg.num_rows, tensors, non_tensors)
     clash = set(tensors) & set(non_tensors)
@@ -94,9 +93,7 @@ def _small_fields(data: DataProto, row_offset: int, total_rows: int) -> pb.DataP
     for k, col in data.non_tensor_batch.items():
         if k in data.batch:
             raise ValueError(f"field {k!r} is both a tensor and a non-tensor")
-        values = msg.non_tensors[k].values
-        for i, x in enumerate(col):
-            values.append(to_value(x, f"non_tensor {k!r} row {i}"))
+        msg.non_tensors[k].CopyFrom(to_column(col.tolist(), f"non_tensor {k!r}"))
     for k, x in data.meta_info.items():
         msg.meta[k].CopyFrom(to_value(x, f"meta {k!r}"))
     return msg

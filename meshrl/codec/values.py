@@ -65,3 +65,29 @@ def from_value(v: pb.Value, where: str) -> Any:
     if kind == "map_value":
         return {k: from_value(item, f"{where}[{k!r}]") for k, item in v.map_value.fields.items()}
     return getattr(v, kind)
+
+
+_TYPED = (("strings", str), ("ints", int), ("floats", float), ("bools", bool))
+
+
+def to_column(values: list, where: str) -> pb.Column:
+    """A Column in a typed list when all values share one plain type, else one Value per row."""
+    col = pb.Column()
+    kinds = {type(v) for v in values}
+    for field, kind in _TYPED:
+        if kinds == {kind}:
+            if kind is int and any(not -(2**63) <= v < 2**63 for v in values):
+                break
+            getattr(col, field).extend(values)
+            return col
+    col.values.extend(to_value(v, f"{where} row {i}") for i, v in enumerate(values))
+    return col
+
+
+def from_column(col: pb.Column, where: str) -> list:
+    filled = [f for f in ("values", "strings", "ints", "floats", "bools") if len(getattr(col, f))]
+    if len(filled) > 1:
+        raise ValueError(f"{where}: column holds values in more than one list ({', '.join(filled)})")
+    if not filled or filled[0] == "values":
+        return [from_value(v, f"{where} row {i}") for i, v in enumerate(col.values)]
+    return list(getattr(col, filled[0]))

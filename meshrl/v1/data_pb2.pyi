@@ -84,10 +84,18 @@ class MapValue(_message.Message):
     def __init__(self, fields: _Optional[_Mapping[str, Value]] = ...) -> None: ...
 
 class Column(_message.Message):
-    __slots__ = ("values",)
+    __slots__ = ("values", "strings", "ints", "floats", "bools")
     VALUES_FIELD_NUMBER: _ClassVar[int]
+    STRINGS_FIELD_NUMBER: _ClassVar[int]
+    INTS_FIELD_NUMBER: _ClassVar[int]
+    FLOATS_FIELD_NUMBER: _ClassVar[int]
+    BOOLS_FIELD_NUMBER: _ClassVar[int]
     values: _containers.RepeatedCompositeFieldContainer[Value]
-    def __init__(self, values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ...) -> None: ...
+    strings: _containers.RepeatedScalarFieldContainer[str]
+    ints: _containers.RepeatedScalarFieldContainer[int]
+    floats: _containers.RepeatedScalarFieldContainer[float]
+    bools: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., strings: _Optional[_Iterable[str]] = ..., ints: _Optional[_Iterable[int]] = ..., floats: _Optional[_Iterable[float]] = ..., bools: _Optional[_Iterable[bool]] = ...) -> None: ...
 
 class DataProto(_message.Message):
     __slots__ = ("tensors", "non_tensors", "meta", "num_rows", "row_offset", "total_rows")

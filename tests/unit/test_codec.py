@@ -179,3 +179,19 @@ def test_message_with_data_field_twice_is_rejected():
     one = encode_message(reward_pb2.ScoreRequest(), DataProto({"x": torch.zeros(1)}))
     with pytest.raises(ValueError, match="field `data` appears twice"):
         decode_message(reward_pb2.ScoreRequest, one + one)
+
+
+def test_plain_columns_travel_as_typed_lists():
+    data = DataProto(non_tensor_batch={"s": ["a", "b"], "i": [1, 2], "f": [0.5, 1.5], "b": [True, False],
+                                       "mixed": [1, "a"], "none": [None, "x"]})
+    msg = to_proto(data)
+    assert list(msg.non_tensors["s"].strings) == ["a", "b"] and list(msg.non_tensors["i"].ints) == [1, 2]
+    assert list(msg.non_tensors["f"].floats) == [0.5, 1.5] and list(msg.non_tensors["b"].bools) == [True, False]
+    assert len(msg.non_tensors["mixed"].values) == 2 and len(msg.non_tensors["none"].values) == 2
+    assert_same(data, from_proto(msg))
+
+
+def test_a_column_in_two_lists_is_refused():
+    buf = raw([], 1, non_tensors={"s": pb.Column(strings=["a"], ints=[1])})
+    with pytest.raises(ValueError, match="non_tensor 's': column holds values in more than one list"):
+        decode_dataproto(buf)
