@@ -1,4 +1,10 @@
-"""Reward service: rule-based scorers, user functions, reward models, remote scorers.
+"""Reward service: rule-based scorers, user functions, reward models; `meshrl serve reward`.
 
-Not built yet: the reward issue builds it on top of meshrl.rpc and the RewardService proto.
+- config: RewardConfig, the service's settings.
+- servicer: the RewardService gRPC methods (thin).
+- samples: request rows -> Samples, Outcomes -> the reply batch.
+- scoring: FunctionScorer (built-in or user function, in the worker pool) and ModelScorer.
+- functions: load a function by spec, check what it returns.
+- pool / worker / frames: the isolated worker processes and how they talk.
+- scorers/: the built-in rule scorers, by data_source.
 """
