@@ -1,0 +1,66 @@
+"""KL between the policy and the reference: per-token estimators, the penalty in the reward,
+and the controllers that set its coefficient.
+
+Estimators (J. Schulman, "Approximating KL divergence", 2020), with
+log r = ref_logprobs - logprobs for tokens sampled from the policy:
+  k1 = -log r                 unbiased, high variance, can be negative
+  k2 = (log r)^2 / 2          biased, low variance ("mse" in verl)
+  k3 = (r - 1) - log r        unbiased, low variance, >= 0 ("low_var_kl"; clamped to [-10, 10] as verl does)
+"""
+
+import dataclasses
+
+import torch
+
+KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
+
+
+def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token KL estimate, (B, T) from two (B, T) log-prob tensors."""
+    log_ratio = logprobs - ref_logprobs  # k1
+    if estimator == "k1":
+        return log_ratio
+    if estimator == "abs":
+        return log_ratio.abs()
+    if estimator == "k2":
+        return 0.5 * log_ratio.square()
+    if estimator == "k3":
+        neg = -log_ratio  # log r
+        return (neg.exp() - neg - 1).clamp(-10.0, 10.0)
+    raise ValueError(f"kl estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
+
+
+def apply_kl_penalty(token_level_scores: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: torch.Tensor,
+                     response_mask: torch.Tensor, beta: float, estimator: str = "k1"):
+    """token_level_rewards = scores - beta * KL per token (InstructGPT); returns (rewards, mean KL per sequence).
+
+    The mean KL (over sequences of the per-sequence token mean) is what the adaptive controller tracks.
+    """
+    kld = kl_penalty(logprobs, ref_logprobs, estimator) * response_mask
+    rewards = token_level_scores - beta * kld
+    seq_kl = kld.sum(-1) / response_mask.sum(-1).clamp(min=1)
+    return rewards, seq_kl.mean()
+
+
+@dataclasses.dataclass
+class FixedKLController:
+    value: float
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        pass
+
+
+@dataclasses.dataclass
+class AdaptiveKLController:
+    """Ziegler et al. 2019 (arXiv:1909.08593), section 2.2: move beta towards a target KL.
+
+    error = clip(KL / target - 1, -0.2, 0.2); beta *= 1 + error * n_steps / horizon.
+    """
+
+    value: float
+    target: float
+    horizon: float
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        error = max(-0.2, min(0.2, current_kl / self.target - 1))
+        self.value *= 1 + error * n_steps / self.horizon

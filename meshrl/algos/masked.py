@@ -1,0 +1,54 @@
+"""Reductions over the valid tokens of padded (B, T) tensors, and loss aggregation."""
+
+import torch
+
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
+    return (x * mask).sum() if dim is None else (x * mask).sum(dim)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
+    """Mean of x where mask is 1; 0 where there is nothing to average."""
+    total = mask.sum() if dim is None else mask.sum(dim)
+    return masked_sum(x, mask, dim) / total.clamp(min=1)
+
+
+def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask)
+    n = mask.sum()
+    if unbiased and n > 1:
+        var = var * n / (n - 1)  # Bessel's correction
+    return var
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
+    """(x - mean) / std over the valid tokens of the whole batch."""
+    mean, var = masked_mean(x, mask), masked_var(x, mask)
+    out = (x - mean) * torch.rsqrt(var + eps)
+    return out if shift_mean else out + mean
+
+
+def agg_loss(loss: torch.Tensor, mask: torch.Tensor, mode: str, horizon: int | None = None) -> torch.Tensor:
+    """Reduce a (B, T) per-token loss to a scalar.
+
+    token-mean: every valid token weighs the same (DAPO).
+    seq-mean-token-sum: sum per sequence, mean over sequences.
+    seq-mean-token-mean: mean per sequence, mean over sequences (original GRPO).
+    seq-mean-token-sum-norm: sum per sequence / horizon (default T), mean over sequences (Dr.GRPO).
+    """
+    if mode == "token-mean":
+        return masked_mean(loss, mask)
+    has_tokens = (mask.sum(-1) > 0).float()
+    num_seqs = has_tokens.sum().clamp(min=1)
+    if mode == "seq-mean-token-sum":
+        per_seq = masked_sum(loss, mask, -1)
+    elif mode == "seq-mean-token-mean":
+        per_seq = masked_mean(loss, mask, -1)
+    elif mode == "seq-mean-token-sum-norm":
+        per_seq = masked_sum(loss, mask, -1) / (horizon or loss.shape[-1])
+    else:
+        raise ValueError(f"loss_agg_mode must be one of {LOSS_AGG_MODES}, got {mode!r}")
+    return (per_seq * has_tokens).sum() / num_seqs
