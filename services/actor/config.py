@@ -1,0 +1,51 @@
+"""The actor service's typed settings: how the engine holds the model, and how it optimizes."""
+
+import dataclasses
+
+ENGINE_NAMES = ("fsdp2", "fsdp1", "plain")
+LR_SCHEDULES = ("constant", "cosine")
+
+
+@dataclasses.dataclass
+class EngineConfig:
+    engine: str = "fsdp2"
+    """"fsdp2" (fully_shard, the default), "fsdp1" (the FullyShardedDataParallel wrapper) or "plain"
+    (one process, no sharding: for debugging)."""
+    hsdp_replicate: int = 1
+    """FSDP2 only: > 1 makes a 2-D mesh (replicate x shard), i.e. HSDP; must divide the world size."""
+    mixed_precision: bool = False
+    """bf16 parameters in forward/backward, fp32 gradient reduction and master weights."""
+    gradient_checkpointing: bool = False
+    micro_batch_size: int = 8
+    """Rows per forward/backward pass on each rank."""
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.engine not in ENGINE_NAMES:
+            raise ValueError(f"engine must be one of {ENGINE_NAMES}, got {self.engine!r}")
+        if self.hsdp_replicate < 1 or self.micro_batch_size < 1:
+            raise ValueError("hsdp_replicate and micro_batch_size must be >= 1")
+        if self.hsdp_replicate > 1 and self.engine != "fsdp2":
+            raise ValueError("hsdp_replicate > 1 (HSDP) is a configuration of the fsdp2 engine")
+
+
+@dataclasses.dataclass
+class OptimConfig:
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = 1.0
+    """Max global gradient norm; 0 disables clipping."""
+    warmup_steps: int = 0
+    total_steps: int = 0
+    """For the cosine schedule; 0 with cosine is an error."""
+    lr_schedule: str = "constant"
+    min_lr_ratio: float = 0.0
+
+    def __post_init__(self):
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        if self.lr_schedule == "cosine" and self.total_steps <= 0:
+            raise ValueError("the cosine schedule needs total_steps > 0")
+        if self.lr <= 0 or self.grad_clip < 0 or self.warmup_steps < 0:
+            raise ValueError("lr must be > 0; grad_clip and warmup_steps >= 0")

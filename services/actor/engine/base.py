@@ -1,0 +1,187 @@
+"""The training engine: owns the model, its optimizer and LR schedule on this rank.
+
+An engine knows forward, forward-backward with a loss it is given, optimizer
+step, state dicts, checkpoints and offload; it knows nothing of PPO or DPO (the
+roles bring the losses). Subclasses only decide how the model is wrapped
+(sharded or not) and the few operations that depend on it.
+"""
+
+import json
+import math
+import pathlib
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
+                                                     set_state_dict)
+
+from services.actor.config import EngineConfig, OptimConfig
+from services.actor.model import load_model
+
+
+def default_device() -> torch.device:
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def lr_lambda(cfg: OptimConfig) -> Callable[[int], float]:
+    def factor(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        if cfg.lr_schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.total_steps - cfg.warmup_steps))
+        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+    return factor
+
+
+class Engine:
+    name = "base"
+
+    def __init__(self, cfg: EngineConfig, model_path: str, kind: str = "causal", optim: OptimConfig | None = None):
+        if not dist.is_initialized():
+            raise RuntimeError("an engine needs torch.distributed initialized (world size 1 is fine)")
+        self.cfg, self.optim_cfg, self.model_path, self.kind = cfg, optim, model_path, kind
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.device = default_device()
+        torch.manual_seed(cfg.seed)  # a value head starts from the same weights on every rank
+        model = load_model(model_path, kind)
+        self.config = model.config
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        if optim is None:  # a frozen model (the reference policy)
+            model.requires_grad_(False)
+        self.module = self.wrap(model.to(self.device))
+        self.optimizer = self.scheduler = None
+        if optim is not None:
+            self.optimizer = torch.optim.AdamW(self.module.parameters(), lr=optim.lr, betas=optim.betas,
+                                               weight_decay=optim.weight_decay)
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(optim))
+        self.on_device = True
+
+    # ---- what subclasses decide --------------------------------------------------------
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        raise NotImplementedError
+
+    def autocast(self):
+        """Context for forward passes (the plain engine's mixed precision; FSDP casts by itself)."""
+        return torch.autocast(self.device.type, enabled=False)
+
+    def clip_grad_norm(self, max_norm: float) -> float:
+        norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), max_norm)
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+    def full_state_options(self) -> StateDictOptions:
+        return StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+    # ---- compute ----------------------------------------------------------------------
+
+    @torch.no_grad()
+    def forward(self, micro_batches: list[dict], fn: Callable[[torch.nn.Module, dict], Any]) -> list[Any]:
+        """fn(model, micro_batch) for each micro-batch, without gradients."""
+        self.module.eval()
+        with self.autocast():
+            return [fn(self.module, self._to_device(mb)) for mb in micro_batches]
+
+    def forward_backward(self, micro_batches: list[dict], loss_fn: Callable, weights: list[float]) -> list[dict]:
+        """Accumulate gradients of sum_i weights[i] * loss_fn(model, micro_i)[0]; returns each micro's metrics.
+
+        The caller picks weights so that the sum is the mini-batch loss it wants, across ranks too:
+        FSDP averages gradients over ranks, so a weight includes the world size where needed.
+        """
+        assert self.optimizer is not None, "forward_backward on a frozen engine"
+        self.module.train()
+        metrics = []
+        for mb, w in zip(micro_batches, weights):
+            with self.autocast():
+                loss, m = loss_fn(self.module, self._to_device(mb))
+            (loss * w).backward()
+            metrics.append(m)
+        return metrics
+
+    def step(self) -> dict[str, float]:
+        """Clip, step the optimizer and the schedule; a non-finite gradient norm skips the update."""
+        cfg = self.optim_cfg
+        grad_norm = self.clip_grad_norm(cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+        lr = self.scheduler.get_last_lr()[0]
+        if not math.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            return {"grad_norm": grad_norm, "lr": lr, "skipped": 1.0}
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"grad_norm": grad_norm, "lr": lr, "skipped": 0.0}
+
+    def _to_device(self, mb: dict) -> dict:
+        return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in mb.items()}
+
+    # ---- state ------------------------------------------------------------------------
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Every parameter, unsharded, on the CPU of rank 0 (other ranks: {}). Collective."""
+        sd = get_model_state_dict(self.module, options=self.full_state_options())
+        return sd if self.rank == 0 else {}
+
+    def save(self, path: str | pathlib.Path) -> None:
+        """Sharded checkpoint (DCP) of model and optimizer, plus the schedule. Collective."""
+        path = pathlib.Path(path)
+        dcp.save(self._dcp_state(), checkpoint_id=str(path / "dcp"))
+        if self.rank == 0 and self.scheduler is not None:
+            (path / "scheduler.json").write_text(json.dumps(self.scheduler.state_dict()))
+        dist.barrier()
+
+    def load(self, path: str | pathlib.Path) -> None:
+        path = pathlib.Path(path)
+        if not (path / "dcp").is_dir():
+            raise FileNotFoundError(f"no checkpoint at {path} (expected {path / 'dcp'})")
+        state = self._dcp_state()
+        dcp.load(state, checkpoint_id=str(path / "dcp"))
+        if self.optimizer is not None:
+            set_state_dict(self.module, self.optimizer, model_state_dict=state["model"],
+                           optim_state_dict=state["optim"])
+            self.scheduler.load_state_dict(json.loads((path / "scheduler.json").read_text()))
+        else:
+            set_state_dict(self.module, [], model_state_dict=state["model"], optim_state_dict={})
+
+    def _dcp_state(self) -> dict:
+        optimizers = [self.optimizer] if self.optimizer is not None else []
+        model_sd, optim_sd = get_state_dict(self.module, optimizers)
+        return {"model": model_sd, "optim": optim_sd} if optimizers else {"model": model_sd}
+
+    def export_hf(self, path: str | pathlib.Path) -> None:
+        """A HuggingFace folder (config, safetensors, tokenizer) that from_pretrained loads. Collective."""
+        sd = self.full_state_dict()
+        if self.rank == 0:
+            from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
+
+            cls = AutoModelForCausalLM if self.kind == "causal" else AutoModelForTokenClassification
+            with torch.device("meta"):
+                shell = cls.from_config(self.config)
+            shell.save_pretrained(str(path), state_dict=sd)
+            AutoTokenizer.from_pretrained(self.model_path).save_pretrained(str(path))
+        dist.barrier()
+
+    # ---- memory -----------------------------------------------------------------------
+
+    def offload(self) -> str:
+        """Parameters, gradients and optimizer state to CPU memory (for a shared accelerator)."""
+        self._move(torch.device("cpu"))
+        self.on_device = False
+        return "cpu"
+
+    def reload(self) -> str:
+        self._move(self.device)
+        self.on_device = True
+        return str(self.device)
+
+    def _move(self, device: torch.device) -> None:
+        self.module.to(device)
+        if self.optimizer is not None:
+            for state in self.optimizer.state.values():
+                for k, v in state.items():
+                    if isinstance(v, torch.Tensor):
+                        state[k] = v.to(device)

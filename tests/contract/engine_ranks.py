@@ -1,0 +1,91 @@
+"""One rank of an engine check, run as a subprocess per rank (torchrun-style env: RANK, WORLD_SIZE,
+MASTER_PORT). Forward, one forward-backward + step on a fixed batch, then rank 0 writes the loss,
+grad norm, log-probs and updated weights to OUT for the test to compare across engines.
+
+    python tests/contract/engine_ranks.py ENGINE MODEL OUT [--mixed-precision] [--hsdp N]
+        [--save CKPT_DIR] [--export HF_DIR] [--load CKPT_DIR]
+
+--load skips the update: it loads a checkpoint and writes the log-probs it gives.
+"""
+
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import save_file
+
+from services.actor.config import EngineConfig, OptimConfig
+from services.actor.engine import build_engine
+from services.actor.model import forward_response, token_logprobs
+
+B, P, T = 4, 5, 6  # rows, prompt length, response length
+
+
+def batch():
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, 100, (B, P + T), generator=g)
+    mask = torch.ones(B, P + T, dtype=torch.long)
+    mask[0, :2] = 0  # left padding on one prompt
+    response_mask = torch.ones(B, T)
+    response_mask[1, 4:] = 0  # a short response
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "responses": ids[:, P:],
+            "response_mask": response_mask}
+
+
+def main():
+    engine_name, model, out = sys.argv[1:4]
+    flags = sys.argv[4:]
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    cfg = EngineConfig(engine=engine_name, mixed_precision="--mixed-precision" in flags,
+                       hsdp_replicate=int(flags[flags.index("--hsdp") + 1]) if "--hsdp" in flags else 1)
+    engine = build_engine(cfg, model, "causal", OptimConfig(lr=1e-3, grad_clip=0.0))
+    full = batch()
+    rows = slice(rank * B // world, (rank + 1) * B // world)
+    mine = {k: v[rows] for k, v in full.items()}
+    micro = [{k: v[i:i + 1] for k, v in mine.items()} for i in range(len(mine["input_ids"]))]
+    total_tokens = full["response_mask"].sum().item()
+
+    def logprobs(model, mb):
+        return token_logprobs(forward_response(model, mb, T), mb["responses"])
+
+    def nll(model, mb):
+        lp = logprobs(model, mb)
+        return -(lp * mb["response_mask"]).sum() / total_tokens, {}
+
+    if "--load" in flags:
+        engine.load(flags[flags.index("--load") + 1])
+        write_logprobs(engine, micro, logprobs, out)
+        return dist.destroy_process_group()
+    before = torch.cat(engine.forward(micro, logprobs))
+    weights = [float(world)] * len(micro)  # FSDP averages gradients over ranks; undo it
+    engine.forward_backward(micro, nll, weights)
+    loss = (-(before * mine["response_mask"]).sum() / total_tokens).reshape(1)
+    dist.all_reduce(loss)
+    stats = engine.step()
+    write_logprobs(engine, micro, logprobs, out)
+    sd = engine.full_state_dict()
+    if "--save" in flags:
+        engine.save(flags[flags.index("--save") + 1])
+    if "--export" in flags:
+        engine.export_hf(flags[flags.index("--export") + 1])
+    if rank == 0:
+        save_file({k: v.contiguous() for k, v in sd.items()}, os.path.join(out, "weights.safetensors"))
+        with open(os.path.join(out, "stats.json"), "w") as f:
+            json.dump({"loss": loss.item(), **stats}, f)
+    dist.destroy_process_group()
+
+
+def write_logprobs(engine, micro, logprobs, out):
+    mine = torch.cat(engine.forward(micro, logprobs))
+    gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, mine)
+    if dist.get_rank() == 0:
+        save_file({"logprobs": torch.cat(gathered)}, os.path.join(out, "logprobs.safetensors"))
+
+
+if __name__ == "__main__":
+    main()
