@@ -8,15 +8,41 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class InitRequest(_message.Message):
+    __slots__ = ("model", "engine", "optim")
+    class EngineEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _data_pb2.Value
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_data_pb2.Value, _Mapping]] = ...) -> None: ...
+    class OptimEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _data_pb2.Value
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_data_pb2.Value, _Mapping]] = ...) -> None: ...
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_FIELD_NUMBER: _ClassVar[int]
+    OPTIM_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    engine: _containers.MessageMap[str, _data_pb2.Value]
+    optim: _containers.MessageMap[str, _data_pb2.Value]
+    def __init__(self, model: _Optional[str] = ..., engine: _Optional[_Mapping[str, _data_pb2.Value]] = ..., optim: _Optional[_Mapping[str, _data_pb2.Value]] = ...) -> None: ...
+
 class BatchRequest(_message.Message):
-    __slots__ = ("data", "step", "with_entropy")
+    __slots__ = ("data", "step", "with_entropy", "temperature")
     DATA_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     WITH_ENTROPY_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     data: _data_pb2.DataProto
     step: int
     with_entropy: bool
-    def __init__(self, data: _Optional[_Union[_data_pb2.DataProto, _Mapping]] = ..., step: _Optional[int] = ..., with_entropy: _Optional[bool] = ...) -> None: ...
+    temperature: float
+    def __init__(self, data: _Optional[_Union[_data_pb2.DataProto, _Mapping]] = ..., step: _Optional[int] = ..., with_entropy: _Optional[bool] = ..., temperature: _Optional[float] = ...) -> None: ...
 
 class BatchResponse(_message.Message):
     __slots__ = ("data",)
@@ -67,12 +93,12 @@ class UpdateResponse(_message.Message):
     def __init__(self, metrics: _Optional[_Mapping[str, float]] = ..., step: _Optional[int] = ..., already_applied: _Optional[bool] = ...) -> None: ...
 
 class CheckpointRequest(_message.Message):
-    __slots__ = ("path", "step")
+    __slots__ = ("path", "export_hf")
     PATH_FIELD_NUMBER: _ClassVar[int]
-    STEP_FIELD_NUMBER: _ClassVar[int]
+    EXPORT_HF_FIELD_NUMBER: _ClassVar[int]
     path: str
-    step: int
-    def __init__(self, path: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
+    export_hf: bool
+    def __init__(self, path: _Optional[str] = ..., export_hf: _Optional[bool] = ...) -> None: ...
 
 class CheckpointResponse(_message.Message):
     __slots__ = ("path", "step")

@@ -40,6 +40,11 @@ class ActorServiceStub:
                 request_serializer=meshrl_dot_v1_dot_common__pb2.DescribeRequest.SerializeToString,
                 response_deserializer=meshrl_dot_v1_dot_common__pb2.ServiceInfo.FromString,
                 _registered_method=True)
+        self.Init = channel.unary_unary(
+                '/meshrl.v1.ActorService/Init',
+                request_serializer=meshrl_dot_v1_dot_actor__pb2.InitRequest.SerializeToString,
+                response_deserializer=meshrl_dot_v1_dot_common__pb2.ServiceInfo.FromString,
+                _registered_method=True)
         self.ComputeLogProbs = channel.stream_stream(
                 '/meshrl.v1.ActorService/ComputeLogProbs',
                 request_serializer=meshrl_dot_v1_dot_actor__pb2.BatchRequest.SerializeToString,
@@ -87,6 +92,14 @@ class ActorServiceServicer:
 
     def Describe(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Init(self, request, context):
+        """Build the engine (model, optimizer, schedule) on every rank. Calls before it
+        fail with FAILED_PRECONDITION; a repeated Init with the same settings is a no-op.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -152,6 +165,11 @@ def add_ActorServiceServicer_to_server(servicer, server):
             'Describe': grpc.unary_unary_rpc_method_handler(
                     servicer.Describe,
                     request_deserializer=meshrl_dot_v1_dot_common__pb2.DescribeRequest.FromString,
+                    response_serializer=meshrl_dot_v1_dot_common__pb2.ServiceInfo.SerializeToString,
+            ),
+            'Init': grpc.unary_unary_rpc_method_handler(
+                    servicer.Init,
+                    request_deserializer=meshrl_dot_v1_dot_actor__pb2.InitRequest.FromString,
                     response_serializer=meshrl_dot_v1_dot_common__pb2.ServiceInfo.SerializeToString,
             ),
             'ComputeLogProbs': grpc.stream_stream_rpc_method_handler(
@@ -221,6 +239,33 @@ class ActorService:
             target,
             '/meshrl.v1.ActorService/Describe',
             meshrl_dot_v1_dot_common__pb2.DescribeRequest.SerializeToString,
+            meshrl_dot_v1_dot_common__pb2.ServiceInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Init(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/meshrl.v1.ActorService/Init',
+            meshrl_dot_v1_dot_actor__pb2.InitRequest.SerializeToString,
             meshrl_dot_v1_dot_common__pb2.ServiceInfo.FromString,
             options,
             channel_credentials,

@@ -1,0 +1,74 @@
+"""Checking an incoming batch, splitting it over the ranks, and into mini- and micro-batches.
+
+Checks run on rank 0 before any rank starts, so a bad request never leaves the
+group half-way through a collective. Rows added to make the batch divide over
+the ranks get a zero response_mask: they take part in the forward passes (every
+rank must run the same number) but add nothing to a loss.
+"""
+
+import math
+
+import torch
+
+from meshrl.dataproto import DataProto, pad_to_divisor
+from meshrl.errors import InvalidArgument
+
+SEQUENCE = ("input_ids", "attention_mask", "position_ids")
+BASE = (*SEQUENCE, "responses")
+
+
+def validate(data: DataProto, required: tuple[str, ...], world_size: int, pairs: bool = False) -> None:
+    missing = [k for k in required if k not in data.batch]
+    if missing:
+        raise InvalidArgument(f"missing tensor(s) {missing}; the batch has {sorted(data.batch)}")
+    n = len(data)
+    if n < world_size:
+        raise InvalidArgument(f"a batch of {n} rows cannot be split over {world_size} ranks")
+    if pairs and n % 2:
+        raise InvalidArgument(f"a DPO batch holds (chosen, rejected) row pairs; {n} rows is odd")
+    ids = data.batch["input_ids"]
+    if ids.dim() != 2 or ids.dtype not in (torch.int64, torch.int32):
+        raise InvalidArgument(f"tensor 'input_ids' must be (B, L) integers, got {ids.dtype} {list(ids.shape)}")
+    L = ids.shape[1]
+    for k in SEQUENCE[1:]:
+        if tuple(data.batch[k].shape) != (n, L):
+            raise InvalidArgument(f"tensor {k!r} must be {[n, L]} like input_ids, got {list(data.batch[k].shape)}")
+    responses = data.batch["responses"]
+    if responses.dim() != 2 or not 0 < responses.shape[1] < L:
+        raise InvalidArgument(f"tensor 'responses' must be (B, T) with 0 < T < {L}, got {list(responses.shape)}")
+    T = responses.shape[1]
+    for k in required:
+        if k in BASE:
+            continue
+        t = data.batch[k]
+        if tuple(t.shape) != (n, T):
+            raise InvalidArgument(f"tensor {k!r} must be {[n, T]} like responses, got {list(t.shape)}")
+        if t.is_floating_point() and not torch.isfinite(t).all():
+            row = int(torch.nonzero(~torch.isfinite(t))[0, 0])
+            raise InvalidArgument(f"tensor {k!r} has NaN or inf (first at row {row})")
+
+
+def shard(data: DataProto, world_size: int, unit: int = 1) -> tuple[list[DataProto], int]:
+    """One equal part per rank, after padding; returns (parts, number of padding rows)."""
+    padded, pad = pad_to_divisor(data, world_size * unit)
+    if pad and "response_mask" in padded.batch:
+        mask = padded.batch["response_mask"].clone()
+        mask[len(data):] = 0
+        padded.batch["response_mask"] = mask
+    return padded.chunk(world_size), pad
+
+
+def minibatches(data: DataProto, count: int, unit: int = 1) -> list[DataProto]:
+    """`count` consecutive parts, sizes a multiple of `unit` (a DPO pair) and within one unit of each other."""
+    units = len(data) // unit
+    count = max(1, min(count, units))
+    bounds = [round(i * units / count) * unit for i in range(count + 1)]
+    return [data.slice(a, b) for a, b in zip(bounds, bounds[1:])]
+
+
+def num_minibatches(rows: int, mini_batch_size: int) -> int:
+    return 1 if mini_batch_size <= 0 else math.ceil(rows / mini_batch_size)
+
+
+def micro_batches(data: DataProto, size: int, keys: tuple[str, ...]) -> list[dict[str, torch.Tensor]]:
+    return [{k: part.batch[k] for k in keys} for part in data.split(size)]

@@ -1,0 +1,98 @@
+"""What each update loss takes: a small typed parameter set per loss name, and which role may use it.
+
+An UpdateRequest names the loss ("ppo", "dpo", "sft", "value") and its
+parameters; meshrl.algos holds the math. The service checks names and types
+before any rank starts.
+"""
+
+import dataclasses
+
+from meshrl.algos.kl import KL_ESTIMATORS
+from meshrl.algos.losses import DPO_LOSSES
+from meshrl.algos.masked import LOSS_AGG_MODES
+from meshrl.typed import build
+
+
+@dataclasses.dataclass
+class Schedule:
+    """How an update walks over the batch: epochs of mini-batches, one optimizer step each."""
+
+    epochs: int = 1
+    mini_batch_size: int = 0  # rows per optimizer step over all ranks; 0: the whole batch
+    shuffle: bool = False
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.epochs < 1 or self.mini_batch_size < 0:
+            raise ValueError("epochs must be >= 1 and mini_batch_size >= 0")
+
+
+@dataclasses.dataclass
+class PPOParams(Schedule):
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    clip_ratio_c: float | None = 3.0  # dual clip; None turns it off
+    entropy_coeff: float = 0.0
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "k3"
+    loss_agg_mode: str = "token-mean"
+    temperature: float = 1.0
+    old_logprobs_key: str = "actor_logprobs"  # or "rollout_logprobs"
+
+    def __post_init__(self):
+        super().__post_init__()
+        _one_of("loss_agg_mode", self.loss_agg_mode, LOSS_AGG_MODES)
+        _one_of("kl_loss_type", self.kl_loss_type, KL_ESTIMATORS)
+        if self.temperature <= 0:
+            raise ValueError("temperature must be > 0")
+
+
+@dataclasses.dataclass
+class DPOParams(Schedule):
+    beta: float = 0.1
+    loss_type: str = "sigmoid"
+    label_smoothing: float = 0.0
+    temperature: float = 1.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        _one_of("loss_type", self.loss_type, DPO_LOSSES)
+
+
+@dataclasses.dataclass
+class SFTParams(Schedule):
+    loss_agg_mode: str = "token-mean"
+
+    def __post_init__(self):
+        super().__post_init__()
+        _one_of("loss_agg_mode", self.loss_agg_mode, LOSS_AGG_MODES)
+
+
+@dataclasses.dataclass
+class ValueParams(Schedule):
+    clip_range_value: float = 0.5
+    loss_agg_mode: str = "token-mean"
+
+    def __post_init__(self):
+        super().__post_init__()
+        _one_of("loss_agg_mode", self.loss_agg_mode, LOSS_AGG_MODES)
+
+
+PARAMS = {"ppo": PPOParams, "dpo": DPOParams, "sft": SFTParams, "value": ValueParams}
+LOSSES_BY_ROLE = {"actor": ("ppo", "dpo", "sft"), "critic": ("value",), "ref": ()}
+
+
+def parse_loss(role: str, name: str, params: dict):
+    allowed = LOSSES_BY_ROLE[role]
+    if name not in PARAMS:
+        raise ValueError(f"unknown loss {name!r}; known: {sorted(PARAMS)}")
+    if name not in allowed:
+        raise ValueError(f"the {role} role does not train with loss {name!r}"
+                         + (f"; it takes {list(allowed)}" if allowed else "; it is frozen"))
+    return build(PARAMS[name], params, f"loss {name}")
+
+
+def _one_of(key: str, value: str, options) -> None:
+    if value not in options:
+        raise ValueError(f"{key} must be one of {list(options)}, got {value!r}")

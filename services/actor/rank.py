@@ -1,0 +1,20 @@
+"""A non-zero rank of the actor service: join the group, follow rank 0 until it says stop."""
+
+import sys
+
+import torch.distributed as dist
+
+from services.actor.comm import follow
+from services.actor.handler import RankHandler
+from services.actor.launch import join_group
+
+
+def main(role: str) -> int:
+    join_group()
+    follow(RankHandler(role))
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,188 @@
+"""The roles on top of an engine: actor (log-probs; PPO, DPO, SFT updates), ref (frozen log-probs)
+and critic (values; clipped value loss). Each runs on every rank with that rank's part of the batch.
+
+Loss weights make the accumulated gradient equal to that of the mini-batch loss
+over all ranks: a micro-batch's loss (a mean over its own tokens or sequences)
+is weighted by its share of the mini-batch's tokens or sequences, times the
+world size, since FSDP averages gradients over ranks.
+"""
+
+import torch
+import torch.distributed as dist
+
+from meshrl.algos.losses import dpo_loss, entropy_from_logits, kl_loss, ppo_policy_loss, sft_loss, value_loss
+from meshrl.algos.masked import agg_loss
+from meshrl.dataproto import DataProto
+from services.actor.batches import BASE, micro_batches, minibatches, num_minibatches
+from services.actor.engine import Engine
+from services.actor.losses import Schedule
+from services.actor.model import forward_response, token_logprobs
+
+
+def all_reduce_sum(values: list[float]) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def loss_units(mask: torch.Tensor, mode: str) -> float:
+    """What a loss averages over: valid tokens (token-mean) or sequences with any token."""
+    return float(mask.sum() if mode == "token-mean" else (mask.sum(-1) > 0).sum())
+
+
+class MetricSum:
+    """Weighted sums of metrics over micro-batches and ranks, averaged over optimizer steps."""
+
+    def __init__(self):
+        self.sums: dict[str, float] = {}
+        self.steps = 0
+
+    def add_step(self, weighted: list[tuple[float, dict]], step_stats: dict, prefix: str) -> None:
+        keys = sorted({k for _, m in weighted for k in m})
+        totals = all_reduce_sum([sum(w * m.get(k, 0.0) for w, m in weighted) for k in keys]) if keys else []
+        for k, v in zip(keys, totals):
+            self.sums[k] = self.sums.get(k, 0.0) + v
+        for k in ("grad_norm", "lr"):
+            self.sums[f"{prefix}/{k}"] = self.sums.get(f"{prefix}/{k}", 0.0) + step_stats[k]
+        self.sums[f"{prefix}/skipped_steps"] = self.sums.get(f"{prefix}/skipped_steps", 0.0) + step_stats["skipped"]
+        self.steps += 1
+
+    def result(self, prefix: str) -> dict[str, float]:
+        out = {k: v / self.steps for k, v in self.sums.items() if not k.endswith("skipped_steps")}
+        out[f"{prefix}/skipped_steps"] = self.sums.get(f"{prefix}/skipped_steps", 0.0)
+        out[f"{prefix}/num_optimizer_steps"] = float(self.steps)
+        return out
+
+
+def train(engine: Engine, part: DataProto, p: Schedule, total_rows: int, step: int, prefix: str,
+          keys: tuple[str, ...], loss_fn, units_fn, unit: int = 1) -> dict[str, float]:
+    """Epochs of mini-batches over this rank's part; one optimizer step per mini-batch."""
+    world = dist.get_world_size()
+    metrics = MetricSum()
+    for epoch in range(p.epochs):
+        data = part
+        if p.shuffle:  # whole units (DPO pairs) stay together
+            g = torch.Generator().manual_seed(p.seed + 1000 * step + epoch)
+            order = torch.randperm(len(part) // unit, generator=g)
+            data = part.select_idxs((order[:, None] * unit + torch.arange(unit)).flatten())
+        for mini in minibatches(data, num_minibatches(total_rows, p.mini_batch_size), unit):
+            micros = micro_batches(mini, max(unit, engine.cfg.micro_batch_size // unit * unit), keys)
+            local = [units_fn(mb) for mb in micros]
+            total = all_reduce_sum([sum(local)])[0]
+            shares = [u / total if total else 0.0 for u in local]
+            micro_metrics = engine.forward_backward(micros, loss_fn, [s * world for s in shares])
+            metrics.add_step(list(zip(shares, micro_metrics)), engine.step(), prefix)
+    return metrics.result(prefix)
+
+
+class PolicyRole:
+    """Log-probs of the responses under the policy; ref uses it as is."""
+
+    output_key = "ref_logprobs"
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def logprobs(self, part: DataProto, temperature: float, with_entropy: bool) -> DataProto:
+        T = part.batch["responses"].shape[1]
+
+        def fn(model, mb):
+            logits = forward_response(model, mb, T)
+            lp = token_logprobs(logits, mb["responses"], temperature)
+            return lp, entropy_from_logits(logits.float() / temperature) if with_entropy else None
+
+        outs = self.engine.forward(micro_batches(part, self.engine.cfg.micro_batch_size, BASE), fn)
+        tensors = {self.output_key: torch.cat([lp for lp, _ in outs]).cpu()}
+        if with_entropy:
+            tensors["entropy"] = torch.cat([e for _, e in outs]).cpu()
+        return DataProto(tensors)
+
+
+class ActorRole(PolicyRole):
+    output_key = "actor_logprobs"
+
+    def update(self, part: DataProto, loss: str, p, total_rows: int, step: int) -> dict[str, float]:
+        T = part.batch["responses"].shape[1]
+        if loss == "ppo":
+            keys = (*BASE, "response_mask", "advantages", p.old_logprobs_key) + (("ref_logprobs",) if p.use_kl_loss else ())
+
+            def ppo(model, mb):
+                logits = forward_response(model, mb, T)
+                lp = token_logprobs(logits, mb["responses"], p.temperature)
+                mask = mb["response_mask"]
+                total, m = ppo_policy_loss(lp, mb[p.old_logprobs_key], mb["advantages"], mask, p.clip_ratio_low,
+                                           p.clip_ratio_high, p.clip_ratio_c, p.loss_agg_mode)
+                if p.entropy_coeff:
+                    entropy = agg_loss(entropy_from_logits(logits.float() / p.temperature), mask, p.loss_agg_mode)
+                    total = total - p.entropy_coeff * entropy
+                    m["actor/entropy"] = entropy.item()
+                if p.use_kl_loss:
+                    kl, km = kl_loss(lp, mb["ref_logprobs"], mask, p.kl_loss_type, p.loss_agg_mode)
+                    total = total + p.kl_loss_coef * kl
+                    m.update(km)
+                return total, m
+
+            return train(self.engine, part, p, total_rows, step, "actor", keys, ppo,
+                         lambda mb: loss_units(mb["response_mask"], p.loss_agg_mode))
+        if loss == "sft":
+            def sft(model, mb):
+                lp = token_logprobs(forward_response(model, mb, T), mb["responses"])
+                return sft_loss(lp, mb["response_mask"], p.loss_agg_mode)
+
+            return train(self.engine, part, p, total_rows, step, "actor", (*BASE, "response_mask"), sft,
+                         lambda mb: loss_units(mb["response_mask"], p.loss_agg_mode))
+        if loss == "dpo":
+            return train(self.engine, part, p, total_rows, step, "actor", (*BASE, "response_mask", "ref_logprobs"),
+                         lambda model, mb: self._dpo(model, mb, p, T), _valid_pairs, unit=2)
+        raise ValueError(f"the actor role has no loss {loss!r}")
+
+    @staticmethod
+    def _dpo(model, mb, p, T):
+        """Rows alternate chosen, rejected; pairs where either response is empty (padding) are left out."""
+        mask = mb["response_mask"]
+        seq = (token_logprobs(forward_response(model, mb, T), mb["responses"], p.temperature) * mask).sum(-1)
+        ref = (mb["ref_logprobs"] * mask).sum(-1)
+        valid = _pair_mask(mask)
+        if not valid.any():
+            return seq.sum() * 0.0, {}  # keeps every rank's backward in step
+        return dpo_loss(seq[0::2][valid], seq[1::2][valid], ref[0::2][valid], ref[1::2][valid],
+                        p.beta, p.loss_type, p.label_smoothing)
+
+
+def _pair_mask(mask: torch.Tensor) -> torch.Tensor:
+    has = mask.sum(-1) > 0
+    return has[0::2] & has[1::2]
+
+
+def _valid_pairs(mb: dict) -> float:
+    return float(_pair_mask(mb["response_mask"]).sum())
+
+
+class CriticRole:
+    output_key = "values"
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def values(self, part: DataProto) -> DataProto:
+        T = part.batch["responses"].shape[1]
+        outs = self.engine.forward(micro_batches(part, self.engine.cfg.micro_batch_size, BASE),
+                                   lambda model, mb: forward_response(model, mb, T)[..., 0].float())
+        return DataProto({"values": torch.cat(outs).cpu()})
+
+    def update(self, part: DataProto, loss: str, p, total_rows: int, step: int) -> dict[str, float]:
+        T = part.batch["responses"].shape[1]
+
+        def vf(model, mb):
+            vpred = forward_response(model, mb, T)[..., 0].float()
+            total, m = value_loss(vpred, mb["values"], mb["returns"], mb["response_mask"], p.clip_range_value,
+                                  p.loss_agg_mode)
+            m["critic/vpred_mean"] = (vpred * mb["response_mask"]).sum().item() / max(1.0, mb["response_mask"].sum().item())
+            return total, m
+
+        return train(self.engine, part, p, total_rows, step, "critic", (*BASE, "response_mask", "values", "returns"),
+                     vf, lambda mb: loss_units(mb["response_mask"], p.loss_agg_mode))
+
+
+ROLES = {"actor": ActorRole, "ref": PolicyRole, "critic": CriticRole}
+KIND = {"actor": "causal", "ref": "causal", "critic": "value"}

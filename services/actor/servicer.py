@@ -1,0 +1,191 @@
+"""The ActorService on rank 0: check each request, split its batch over the ranks, gather the answer.
+
+The caller never sees the world size. Update requests carry a step id: a step
+at or below the last applied one returns that step's answer (or, if older,
+FAILED_PRECONDITION) and changes nothing.
+"""
+
+import json
+import pathlib
+
+from meshrl.codec import Payload
+from meshrl.codec.values import from_value
+from meshrl.dataproto import DataProto, unpad
+from meshrl.errors import FailedPrecondition, InvalidArgument
+from meshrl.typed import build
+from meshrl.v1 import actor_pb2, common_pb2
+from services.actor import batches
+from services.actor.comm import Driver, RankError
+from services.actor.config import EngineConfig, OptimConfig
+from services.actor.losses import parse_loss
+
+STATE_FILE = "actor_service.json"
+
+
+class ActorServicer:
+    SERVICE = actor_pb2.DESCRIPTOR.services_by_name["ActorService"]
+
+    def __init__(self, role: str, driver: Driver):
+        self.role, self.driver = role, driver
+        self.world_size = driver.group.world_size
+        self.init_args: dict | None = None
+        self.last_step = 0
+        self.last_reply: actor_pb2.UpdateResponse | None = None
+        self.weight_version = 0
+
+    # ---- lifecycle ------------------------------------------------------------------
+
+    def Describe(self, request, context) -> common_pb2.ServiceInfo:
+        args = self.init_args or {}
+        return common_pb2.ServiceInfo(
+            service="actor", role=self.role, model=args.get("model", ""), world_size=self.world_size,
+            backend=args.get("engine", {}).get("engine", EngineConfig.engine), weight_version=self.weight_version,
+            details={"initialized": str(self.init_args is not None).lower(), "last_step": str(self.last_step)})
+
+    def Init(self, request: actor_pb2.InitRequest, context) -> common_pb2.ServiceInfo:
+        args = self.init_args_from(request.model, _values(request.engine, "engine"), _values(request.optim, "optim"))
+        return self.init(args)
+
+    def init_args_from(self, model: str, engine: dict, optim: dict) -> dict:
+        if not model:
+            raise InvalidArgument("InitRequest.model is empty")
+        if not pathlib.Path(model, "config.json").is_file():
+            raise InvalidArgument(f"model {model!r} is not a HuggingFace folder (no config.json)")
+        build(EngineConfig, engine, "engine")  # refuse bad settings before any rank starts
+        build(OptimConfig, optim, "optim")
+        return {"model": model, "engine": engine, "optim": optim}
+
+    def init(self, args: dict) -> common_pb2.ServiceInfo:
+        if self.init_args is not None:
+            if args != self.init_args:
+                raise FailedPrecondition("already initialized with other settings; start a new service to change them")
+            return self.Describe(None, None)
+        self._call("init", args)
+        self.init_args = args
+        return self.Describe(None, None)
+
+    # ---- compute --------------------------------------------------------------------
+
+    def ComputeLogProbs(self, request: Payload, context) -> Payload:
+        if self.role == "critic":
+            raise InvalidArgument("the critic role computes values: call ComputeValues")
+        msg = request.msg
+        out = self._compute(request, "logprobs", {"temperature": msg.temperature or 1.0,
+                                                  "with_entropy": msg.with_entropy})
+        return Payload(actor_pb2.BatchResponse(), out)
+
+    def ComputeValues(self, request: Payload, context) -> Payload:
+        if self.role != "critic":
+            raise InvalidArgument(f"the {self.role} role computes log-probs: call ComputeLogProbs")
+        return Payload(actor_pb2.BatchResponse(), self._compute(request, "values", {}))
+
+    def _compute(self, request: Payload, method: str, args: dict) -> DataProto:
+        self._require_init()
+        data = _data(request)
+        batches.validate(data, batches.BASE, self.world_size)
+        parts, pad = batches.shard(data.select(list(batches.BASE)), self.world_size)
+        results = self._call(method, args, parts)
+        return unpad(DataProto.concat([DataProto(r.batch) for r in results]), pad)
+
+    # ---- training -------------------------------------------------------------------
+
+    def Update(self, request: Payload, context) -> actor_pb2.UpdateResponse:
+        self._require_init()
+        msg = request.msg
+        if msg.step == 0:
+            raise InvalidArgument("UpdateRequest.step must be > 0 (it makes retries safe)")
+        if msg.step <= self.last_step:
+            if msg.step == self.last_step and self.last_reply is not None:
+                reply = actor_pb2.UpdateResponse()
+                reply.CopyFrom(self.last_reply)
+                reply.already_applied = True
+                return reply
+            raise FailedPrecondition(f"step {msg.step} is older than the last applied step {self.last_step}")
+        name = msg.loss.name
+        params_dict = _values(msg.loss.params, "loss.params")
+        params = parse_loss(self.role, name, params_dict)
+        data = _data(request)
+        batches.validate(data, required_tensors(name, params), self.world_size, pairs=name == "dpo")
+        keys = list(required_tensors(name, params))
+        parts, _ = batches.shard(data.select(keys), self.world_size, unit=2 if name == "dpo" else 1)
+        results = self._call("update", {"loss": name, "params": params_dict, "total_rows": len(data),
+                                        "step": msg.step}, parts)
+        reply = actor_pb2.UpdateResponse(metrics=results[0].meta_info, step=msg.step)
+        self.last_step, self.last_reply = msg.step, reply
+        self.weight_version += 1
+        return reply
+
+    # ---- state ----------------------------------------------------------------------
+
+    def SaveCheckpoint(self, request: actor_pb2.CheckpointRequest, context) -> actor_pb2.CheckpointResponse:
+        self._require_init()
+        path = pathlib.Path(_path(request))
+        path.mkdir(parents=True, exist_ok=True)
+        self._call("save", {"path": str(path), "export_hf": request.export_hf})
+        (path / STATE_FILE).write_text(json.dumps({"last_step": self.last_step, "weight_version": self.weight_version,
+                                                   "role": self.role}))
+        return actor_pb2.CheckpointResponse(path=str(path), step=self.last_step)
+
+    def LoadCheckpoint(self, request: actor_pb2.CheckpointRequest, context) -> actor_pb2.CheckpointResponse:
+        self._require_init()
+        path = pathlib.Path(_path(request))
+        if not (path / STATE_FILE).is_file():
+            raise InvalidArgument(f"no actor checkpoint at {path} (missing {STATE_FILE})")
+        state = json.loads((path / STATE_FILE).read_text())
+        if state["role"] != self.role:
+            raise InvalidArgument(f"checkpoint at {path} is of the {state['role']} role, this service is {self.role}")
+        self._call("load", {"path": str(path)})
+        self.last_step, self.weight_version, self.last_reply = state["last_step"], state["weight_version"], None
+        return actor_pb2.CheckpointResponse(path=str(path), step=self.last_step)
+
+    def PushWeights(self, request, context):
+        raise NotImplementedError("PushWeights needs the rollout service's weight protocol (the rollout issue); "
+                                  "the engine's full_state_dict() is the seam it will use")
+
+    def Offload(self, request, context) -> actor_pb2.OffloadResponse:
+        self._require_init()
+        return actor_pb2.OffloadResponse(device=self._call("offload")[0].meta_info["device"])
+
+    def Reload(self, request, context) -> actor_pb2.OffloadResponse:
+        self._require_init()
+        return actor_pb2.OffloadResponse(device=self._call("reload")[0].meta_info["device"])
+
+    # ---- helpers --------------------------------------------------------------------
+
+    def _require_init(self) -> None:
+        if self.init_args is None:
+            raise FailedPrecondition("the actor service is not initialized: call Init first")
+
+    def _call(self, method: str, args: dict | None = None, parts=None) -> list[DataProto]:
+        try:
+            return self.driver.call(method, args, parts)
+        except RankError as e:
+            cls = InvalidArgument if e.error_type in ("ValueError", "InvalidArgument") else RuntimeError
+            raise cls(str(e)) from None
+
+
+def required_tensors(loss: str, params) -> tuple[str, ...]:
+    base = (*batches.BASE, "response_mask")
+    if loss == "ppo":
+        return (*base, "advantages", params.old_logprobs_key) + (("ref_logprobs",) if params.use_kl_loss else ())
+    if loss == "dpo":
+        return (*base, "ref_logprobs")
+    if loss == "value":
+        return (*base, "values", "returns")
+    return base
+
+
+def _data(request: Payload) -> DataProto:
+    if request.data is None:
+        raise InvalidArgument("the request has no data")
+    return request.data
+
+
+def _values(mapping, where: str) -> dict:
+    return {k: from_value(v, f"{where}.{k}") for k, v in mapping.items()}
+
+
+def _path(request) -> str:
+    if not request.path:
+        raise InvalidArgument("CheckpointRequest.path is empty")
+    return request.path
