@@ -1,0 +1,228 @@
+"""The actor service over real gRPC, each service a real process group (`meshrl serve actor`)."""
+
+import subprocess
+import sys
+
+import grpc
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from meshrl.codec import Payload
+from meshrl.codec.values import to_value
+from meshrl.dataproto import DataProto
+from meshrl.errors import ServiceError
+from meshrl.rpc import Client
+from meshrl.v1 import actor_pb2
+
+SERVICE = actor_pb2.DESCRIPTOR.services_by_name["ActorService"]
+P, T = 5, 6
+
+
+class Service:
+    def __init__(self, *args: str):
+        self.proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", "actor", *args],
+                                     stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        assert "listening on" in line, line
+        self.client = Client(line.split()[-1], SERVICE, timeout=300)
+
+    def call(self, method, msg=None, data=None):
+        return self.client.call(method, Payload(msg, data) if data is not None else msg)
+
+    def logprobs(self, data, key="actor_logprobs"):
+        return self.call("ComputeLogProbs", actor_pb2.BatchRequest(), data).data.batch[key]
+
+    def update(self, step, loss, data, **params):
+        spec = actor_pb2.LossSpec(name=loss, params={k: to_value(v, k) for k, v in params.items()})
+        return self.call("Update", actor_pb2.UpdateRequest(step=step, loss=spec), data)
+
+    def stop(self):
+        self.proc.terminate()
+        assert self.proc.wait(60) == 0
+
+
+def batch(rows=4, seed=0) -> DataProto:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, 100, (rows, P + T), generator=g)
+    mask = torch.ones(rows, P + T, dtype=torch.long)
+    mask[0, :2] = 0
+    response_mask = torch.ones(rows, T)
+    response_mask[-1, 3:] = 0
+    return DataProto({"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
+                      "responses": ids[:, P:], "response_mask": response_mask})
+
+
+def hf_logprobs(model_dir, data: DataProto) -> torch.Tensor:
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    b = data.batch
+    with torch.no_grad():
+        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                       position_ids=b["position_ids"]).logits[:, -T - 1:-1]
+    return torch.log_softmax(logits, -1).gather(-1, b["responses"].unsqueeze(-1)).squeeze(-1)
+
+
+def next_step(service) -> int:
+    return int(service.call("Describe").details["last_step"]) + 1
+
+
+def seq_logprob(lp, data):
+    return (lp * data.batch["response_mask"]).sum(-1)
+
+
+@pytest.fixture(scope="module")
+def actor(tiny_lm):
+    s = Service("--role", "actor", "--model", str(tiny_lm), "--world-size", "2", "--lr", "1e-3",
+                "--micro-batch-size", "2")
+    yield s
+    s.stop()
+
+
+def expect(code, fn, match):
+    with pytest.raises(ServiceError) as e:
+        fn()
+    assert e.value.code == code, e.value
+    assert match in e.value.details, e.value.details
+
+
+def test_describe_hides_nothing_but_the_ranks(actor, tiny_lm):
+    info = actor.call("Describe")
+    assert (info.role, info.world_size, info.backend, info.model) == ("actor", 2, "fsdp2", str(tiny_lm))
+
+
+@pytest.mark.parametrize("rows", [4, 5])  # 5 rows are padded to 6 across the 2 ranks, then unpadded
+def test_logprobs_match_huggingface(actor, tiny_lm, rows):
+    data = batch(rows, seed=rows)
+    lp = actor.logprobs(data)
+    assert lp.shape == (rows, T)
+    if actor.call("Describe").weight_version == 0:
+        assert torch.allclose(lp, hf_logprobs(tiny_lm, data), atol=1e-5)
+
+
+def test_bad_requests_are_refused_and_change_nothing(actor):
+    data = batch()
+    before = actor.logprobs(data)
+    ppo = batch()
+    ppo.batch["actor_logprobs"] = before
+    ppo.batch["advantages"] = torch.ones(4, T)
+    nan = DataProto(dict(ppo.batch))
+    nan.batch["advantages"] = ppo.batch["advantages"].clone()
+    nan.batch["advantages"][2, 1] = float("nan")
+    short = DataProto(dict(ppo.batch))
+    short.batch["advantages"] = torch.ones(4, T - 1)
+    bad = grpc.StatusCode.INVALID_ARGUMENT
+    expect(bad, lambda: actor.update(100, "ppo", data), "missing tensor(s) ['advantages', 'actor_logprobs']")
+    expect(bad, lambda: actor.update(100, "ppo", nan), "tensor 'advantages' has NaN or inf (first at row 2)")
+    expect(bad, lambda: actor.update(100, "ppo", short), "tensor 'advantages' must be [4, 6]")
+    expect(bad, lambda: actor.update(100, "ppo", ppo[:1]), "a batch of 1 rows cannot be split over 2 ranks")
+    expect(bad, lambda: actor.update(100, "ppx", ppo), "unknown loss 'ppx'")
+    expect(bad, lambda: actor.update(100, "value", ppo), "the actor role does not train with loss 'value'")
+    expect(bad, lambda: actor.update(100, "ppo", ppo, clip_ratio=0.2), "unknown key(s) ['clip_ratio']")
+    expect(bad, lambda: actor.update(100, "ppo", ppo, epochs="two"), "loss ppo.epochs: expected int")
+    expect(bad, lambda: actor.update(0, "ppo", ppo), "step must be > 0")
+    expect(bad, lambda: actor.call("ComputeValues", actor_pb2.BatchRequest(), data), "call ComputeLogProbs")
+    wrong = batch()
+    wrong.batch["attention_mask"] = wrong.batch["attention_mask"][:, 1:]
+    expect(bad, lambda: actor.logprobs(wrong), "tensor 'attention_mask' must be [4, 11]")
+    assert actor.client.health() == "SERVING"
+    assert torch.equal(actor.logprobs(data), before)  # weights unchanged
+
+
+def test_ppo_raises_the_logprob_of_a_positive_advantage(actor):
+    data = batch(seed=7)
+    before = actor.logprobs(data)
+    data.batch["actor_logprobs"] = before
+    adv = torch.zeros(4, T)
+    adv[1] = 1.0
+    data.batch["advantages"] = adv
+    step = next_step(actor) + 1  # skip one: the skipped step is then older than the last applied
+    reply = actor.update(step, "ppo", data, epochs=2, mini_batch_size=2, clip_ratio_high=0.28, entropy_coeff=0.01)
+    assert reply.metrics["actor/num_optimizer_steps"] == 4 and reply.metrics["actor/grad_norm"] > 0
+    assert "actor/pg_clipfrac" in reply.metrics and "actor/entropy" in reply.metrics
+    after = actor.logprobs(batch(seed=7))
+    assert seq_logprob(after, data)[1] > seq_logprob(before, data)[1]
+    # a retried step is not applied twice; an older one is refused
+    again = actor.update(step, "ppo", data)
+    assert again.already_applied and again.metrics == reply.metrics
+    expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: actor.update(step - 1, "ppo", data), "is older than")
+    assert torch.equal(actor.logprobs(batch(seed=7)), after)
+
+
+def test_dpo_raises_the_chosen_vs_rejected_margin(actor):
+    data = batch(rows=4, seed=11)  # rows 0/2 chosen, 1/3 rejected
+    data.batch["response_mask"] = torch.ones(4, T)
+    ref = actor.logprobs(data)
+    data.batch["ref_logprobs"] = ref
+    margin = lambda lp: (seq_logprob(lp, data)[0::2] - seq_logprob(lp, data)[1::2]).mean()  # noqa: E731
+    before = margin(ref)
+    step = next_step(actor)
+    reply = actor.update(step, "dpo", data, beta=0.5)
+    assert reply.metrics["actor/dpo_loss"] == pytest.approx(0.6931, abs=1e-3)  # log 2 at the start
+    assert margin(actor.logprobs(batch(rows=4, seed=11))) > before
+
+
+def test_sft_lowers_the_nll(actor):
+    data = batch(seed=13)
+    before = seq_logprob(actor.logprobs(data), data).sum()
+    step = next_step(actor)
+    reply = actor.update(step, "sft", data, epochs=3)
+    assert reply.metrics["actor/sft_loss"] > 0
+    assert seq_logprob(actor.logprobs(batch(seed=13)), data).sum() > before
+
+
+def test_checkpoint_round_trip_into_a_fresh_service(actor, tiny_lm, tmp_path):
+    data = batch(seed=3)
+    expected = actor.logprobs(data)
+    saved = actor.call("SaveCheckpoint", actor_pb2.CheckpointRequest(path=str(tmp_path / "ckpt"), export_hf=True))
+    fresh = Service("--role", "actor", "--model", str(tiny_lm), "--world-size", "2", "--lr", "1e-3")
+    try:
+        assert not torch.equal(fresh.logprobs(data), expected)
+        loaded = fresh.call("LoadCheckpoint", actor_pb2.CheckpointRequest(path=str(tmp_path / "ckpt")))
+        assert loaded.step == saved.step
+        assert torch.equal(fresh.logprobs(data), expected)
+        assert fresh.call("Describe").weight_version == actor.call("Describe").weight_version
+    finally:
+        fresh.stop()
+    assert torch.allclose(hf_logprobs(tmp_path / "ckpt" / "hf", data), expected, atol=1e-5)
+
+
+def test_offload_and_reload(actor):
+    assert actor.call("Offload", actor_pb2.OffloadRequest()).device == "cpu"
+    assert actor.call("Reload", actor_pb2.OffloadRequest()).device in ("cpu", "cuda:0")
+
+
+def test_push_weights_waits_for_the_rollout_protocol(actor):
+    expect(grpc.StatusCode.UNIMPLEMENTED, lambda: actor.call("PushWeights", actor_pb2.PushWeightsRequest()),
+           "rollout")
+
+
+def test_init_over_rpc_ref_and_critic(tiny_lm):
+    ref = Service("--role", "ref", "--world-size", "1")
+    critic = Service("--role", "critic", "--model", str(tiny_lm), "--world-size", "1", "--engine", "plain",
+                     "--lr", "1e-3")
+    try:
+        data = batch()
+        expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: ref.logprobs(data, "ref_logprobs"), "call Init first")
+        expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: ref.call("Init", actor_pb2.InitRequest(
+            model=str(tiny_lm), engine={"engin": to_value("plain", "e")})), "unknown key(s) ['engin']")
+        init = actor_pb2.InitRequest(model=str(tiny_lm), engine={"engine": to_value("plain", "e")})
+        assert ref.call("Init", init).details["initialized"] == "true"
+        assert ref.call("Init", init).role == "ref"  # the same settings again: fine
+        other = actor_pb2.InitRequest(model=str(tiny_lm), engine={"engine": to_value("fsdp2", "e")})
+        expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: ref.call("Init", other), "already initialized")
+        assert torch.allclose(ref.logprobs(data, "ref_logprobs"), hf_logprobs(tiny_lm, data), atol=1e-5)
+        expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: ref.update(1, "ppo", data), "it is frozen")
+
+        values = critic.call("ComputeValues", actor_pb2.BatchRequest(), data).data.batch["values"]
+        assert values.shape == (4, T)
+        data.batch["values"] = values
+        data.batch["returns"] = torch.ones(4, T)
+        mask = data.batch["response_mask"]
+        err = lambda v: ((v - 1).abs() * mask).sum()  # noqa: E731
+        reply = critic.update(1, "value", data, epochs=4, clip_range_value=10.0)
+        assert reply.metrics["critic/num_optimizer_steps"] == 4 and "critic/vf_loss" in reply.metrics
+        after = critic.call("ComputeValues", actor_pb2.BatchRequest(), batch()).data.batch["values"]
+        assert err(after) < err(values)
+    finally:
+        ref.stop()
+        critic.stop()
