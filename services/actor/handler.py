@@ -5,6 +5,7 @@ as DataProtos, metrics in meta_info.
 """
 
 import pathlib
+import time
 
 from meshrl.dataproto import DataProto
 from meshrl.typed import build
@@ -33,7 +34,9 @@ class RankHandler:
 
     def update(self, args: dict, part: DataProto) -> DataProto:
         params = parse_loss(self.role_name, args["loss"], args["params"])
+        start = time.perf_counter()
         metrics = self.role.update(part, args["loss"], params, args["total_rows"], args["step"])
+        metrics[f"{self.role_name}/update_seconds"] = time.perf_counter() - start  # this rank's; rank 0 reports
         return DataProto(meta_info=metrics)
 
     def save(self, args: dict, part=None) -> None:
