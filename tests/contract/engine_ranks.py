@@ -2,7 +2,7 @@
 MASTER_PORT). Forward, one forward-backward + step on a fixed batch, then rank 0 writes the loss,
 grad norm, log-probs and updated weights to OUT for the test to compare across engines.
 
-    python tests/contract/engine_ranks.py ENGINE MODEL OUT [--mixed-precision] [--hsdp N]
+    python tests/contract/engine_ranks.py ENGINE MODEL OUT [--mixed-precision] [--grad-ckpt] [--hsdp N]
         [--save CKPT_DIR] [--export HF_DIR] [--load CKPT_DIR]
 
 --load skips the update: it loads a checkpoint and writes the log-probs it gives.
@@ -41,6 +41,7 @@ def main():
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     cfg = EngineConfig(engine=engine_name, mixed_precision="--mixed-precision" in flags,
+                       gradient_checkpointing="--grad-ckpt" in flags,
                        hsdp_replicate=int(flags[flags.index("--hsdp") + 1]) if "--hsdp" in flags else 1)
     engine = build_engine(cfg, model, "causal", OptimConfig(lr=1e-3, grad_clip=0.0))
     full = batch()

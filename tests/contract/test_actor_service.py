@@ -171,6 +171,7 @@ def test_sft_lowers_the_nll(actor):
 
 
 def test_checkpoint_round_trip_into_a_fresh_service(actor, tiny_lm, tmp_path):
+    actor.update(next_step(actor), "sft", batch(seed=5))  # the weights differ from the model folder's
     data = batch(seed=3)
     expected = actor.logprobs(data)
     saved = actor.call("SaveCheckpoint", actor_pb2.CheckpointRequest(path=str(tmp_path / "ckpt"), export_hf=True))
@@ -181,6 +182,11 @@ def test_checkpoint_round_trip_into_a_fresh_service(actor, tiny_lm, tmp_path):
         assert loaded.step == saved.step
         assert torch.equal(fresh.logprobs(data), expected)
         assert fresh.call("Describe").weight_version == actor.call("Describe").weight_version
+        # optimizer and schedule came back too: the same next update lands on the same weights
+        sft, step = batch(seed=21), next_step(actor)
+        actor.update(step, "sft", sft)
+        fresh.update(step, "sft", sft)
+        assert torch.allclose(fresh.logprobs(data), actor.logprobs(data), atol=1e-6)
     finally:
         fresh.stop()
     assert torch.allclose(hf_logprobs(tmp_path / "ckpt" / "hf", data), expected, atol=1e-5)

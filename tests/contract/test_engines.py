@@ -68,8 +68,9 @@ def test_plain_engine_learns(reference):
     assert after > before  # one NLL step raised the log-probs of the data
 
 
-@pytest.mark.parametrize("engine,flags", [("fsdp2", []), ("fsdp1", []), ("fsdp2", ["--hsdp", "2"])],
-                         ids=["fsdp2", "fsdp1", "hsdp"])
+@pytest.mark.parametrize("engine,flags", [("fsdp2", []), ("fsdp1", []), ("fsdp2", ["--hsdp", "2"]),
+                                          ("fsdp2", ["--grad-ckpt"])],
+                         ids=["fsdp2", "fsdp1", "hsdp", "fsdp2-gradient-checkpointing"])
 def test_two_ranks_match_one_process(reference, tiny_lm, tmp_path, engine, flags):
     assert_same_step(reference, run(2, engine, tiny_lm, tmp_path, *flags))
 
