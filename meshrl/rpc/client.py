@@ -9,15 +9,16 @@ return the plain message. Large batches are streamed both ways automatically.
 """
 
 import time
+from typing import Iterable
 
 import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from meshrl.codec.payload import Payload
+from meshrl.codec.payload import Payload, data_field_number
 from meshrl.errors import ServiceError
-from meshrl.rpc.methods import client_call, message_class
+from meshrl.rpc.methods import client_call, message_class, method_path
 from meshrl.rpc.server import MAX_MESSAGE_BYTES, channel_options
 
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
@@ -52,6 +53,18 @@ class Client:
                     raise ServiceError(self.address, f"{self.service.name}.{method}", e.code(), e.details()) from None
                 time.sleep(pause)
         raise AssertionError("unreachable")
+
+    def call_stream(self, method: str, messages: Iterable[Message], *, timeout: float | None = None) -> Message:
+        """Send a stream of plain messages (no batch); no retries, since a stream cannot be replayed."""
+        m = self.service.methods_by_name.get(method)
+        if m is None or not m.client_streaming or data_field_number(message_class(m.input_type)) is not None:
+            raise ValueError(f"{self.service.full_name}.{method} is not a stream of plain messages")
+        stub = self.channel.stream_unary(method_path(m), request_serializer=lambda msg: msg.SerializeToString(),
+                                         response_deserializer=message_class(m.output_type).FromString)
+        try:
+            return stub(iter(messages), timeout=timeout or self.timeout, metadata=self.metadata)
+        except grpc.RpcError as e:
+            raise ServiceError(self.address, f"{self.service.name}.{method}", e.code(), e.details()) from None
 
     def health(self, service: str = "", timeout: float = 5.0) -> str:
         """SERVING, NOT_SERVING, UNKNOWN or SERVICE_UNKNOWN; raises ServiceError if unreachable."""

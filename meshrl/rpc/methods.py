@@ -26,7 +26,11 @@ def method_path(method: MethodDescriptor) -> str:
     return f"/{method.containing_service.full_name}/{method.name}"
 
 
-def read_request(cls: type[Message], request: bytes | Iterable[bytes], streaming: bool) -> Payload | Message:
+def read_request(cls: type[Message], request: bytes | Iterable[bytes], streaming: bool):
+    """A Payload (batch-carrying types), a message, or, for a stream of messages without a batch,
+    an iterator of messages (e.g. weight buckets, which the servicer consumes as they come)."""
+    if streaming and data_field_number(cls) is None:
+        return (cls.FromString(part) for part in request)
     if streaming:
         asm = Assembler(cls)
         for part in request:

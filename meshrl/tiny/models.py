@@ -25,7 +25,9 @@ class TinyModelConfig:
     num_kv_heads: int = 2  # grouped-query attention, as most current models use
     intermediate_size: int = 688
     max_position_embeddings: int = 512
-    vocab_multiple: int = 64  # round the vocabulary up, as real checkpoints do
+    vocab_multiple: int = 1
+    """Round the vocabulary up to a multiple (real checkpoints do, e.g. 64). 1 keeps it exact: an untrained
+    tiny model would otherwise sample ids the tokenizer has no text for a fifth of the time."""
     seed: int = 0
 
 

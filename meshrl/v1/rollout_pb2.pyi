@@ -70,17 +70,39 @@ class TensorRef(_message.Message):
     offset: int
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[_Union[_data_pb2.DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., offset: _Optional[int] = ...) -> None: ...
 
-class WeightBucket(_message.Message):
-    __slots__ = ("version", "tensors", "refs", "handle")
-    VERSION_FIELD_NUMBER: _ClassVar[int]
-    TENSORS_FIELD_NUMBER: _ClassVar[int]
-    REFS_FIELD_NUMBER: _ClassVar[int]
+class CudaIpcHandle(_message.Message):
+    __slots__ = ("device", "handle", "storage_size_bytes", "storage_offset_bytes", "ref_counter_handle", "ref_counter_offset", "event_handle", "event_sync_required")
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
     HANDLE_FIELD_NUMBER: _ClassVar[int]
-    version: int
-    tensors: _containers.RepeatedCompositeFieldContainer[_data_pb2.Tensor]
-    refs: _containers.RepeatedCompositeFieldContainer[TensorRef]
+    STORAGE_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_OFFSET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    REF_COUNTER_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    REF_COUNTER_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EVENT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    EVENT_SYNC_REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    device: int
     handle: bytes
-    def __init__(self, version: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[_data_pb2.Tensor, _Mapping]]] = ..., refs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., handle: _Optional[bytes] = ...) -> None: ...
+    storage_size_bytes: int
+    storage_offset_bytes: int
+    ref_counter_handle: bytes
+    ref_counter_offset: int
+    event_handle: bytes
+    event_sync_required: bool
+    def __init__(self, device: _Optional[int] = ..., handle: _Optional[bytes] = ..., storage_size_bytes: _Optional[int] = ..., storage_offset_bytes: _Optional[int] = ..., ref_counter_handle: _Optional[bytes] = ..., ref_counter_offset: _Optional[int] = ..., event_handle: _Optional[bytes] = ..., event_sync_required: _Optional[bool] = ...) -> None: ...
+
+class WeightBucket(_message.Message):
+    __slots__ = ("version", "refs", "data_offset", "data", "cuda_ipc")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    REFS_FIELD_NUMBER: _ClassVar[int]
+    DATA_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    CUDA_IPC_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    refs: _containers.RepeatedCompositeFieldContainer[TensorRef]
+    data_offset: int
+    data: bytes
+    cuda_ipc: CudaIpcHandle
+    def __init__(self, version: _Optional[int] = ..., refs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., data_offset: _Optional[int] = ..., data: _Optional[bytes] = ..., cuda_ipc: _Optional[_Union[CudaIpcHandle, _Mapping]] = ...) -> None: ...
 
 class FinishWeightUpdateRequest(_message.Message):
     __slots__ = ("version",)
@@ -89,14 +111,18 @@ class FinishWeightUpdateRequest(_message.Message):
     def __init__(self, version: _Optional[int] = ...) -> None: ...
 
 class WeightUpdateStatus(_message.Message):
-    __slots__ = ("version", "num_tensors", "num_bytes")
+    __slots__ = ("version", "num_tensors", "num_bytes", "shm_segment", "in_progress")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     NUM_TENSORS_FIELD_NUMBER: _ClassVar[int]
     NUM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SHM_SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    IN_PROGRESS_FIELD_NUMBER: _ClassVar[int]
     version: int
     num_tensors: int
     num_bytes: int
-    def __init__(self, version: _Optional[int] = ..., num_tensors: _Optional[int] = ..., num_bytes: _Optional[int] = ...) -> None: ...
+    shm_segment: str
+    in_progress: bool
+    def __init__(self, version: _Optional[int] = ..., num_tensors: _Optional[int] = ..., num_bytes: _Optional[int] = ..., shm_segment: _Optional[str] = ..., in_progress: _Optional[bool] = ...) -> None: ...
 
 class SleepRequest(_message.Message):
     __slots__ = ("level",)

@@ -1,0 +1,63 @@
+"""Shared-memory segments for weights: a file in /dev/shm, mapped, reused across updates.
+
+Reusing one segment is ~10x faster than a fresh one per update (fresh pages must
+be faulted in; shared NOTES), so a writer keeps its segment and only grows it.
+Tensors are views into the mapping; no pickle, no copy on the reading side.
+"""
+
+import mmap
+import os
+import pathlib
+import uuid
+
+import torch
+
+SHM_DIR = pathlib.Path("/dev/shm")
+
+
+class Segment:
+    def __init__(self, name: str, size: int | None = None):
+        """Open segment `name`; with `size`, create it (or grow it) to at least that many bytes."""
+        if "/" in name or not name:
+            raise ValueError(f"bad shared-memory segment name {name!r}")
+        self.name, self.path = name, SHM_DIR / name
+        flags = os.O_RDWR | (os.O_CREAT if size is not None else 0)
+        try:
+            fd = os.open(self.path, flags, 0o600)
+        except FileNotFoundError:
+            raise ValueError(f"no shared-memory segment {name!r}") from None
+        try:
+            if size is not None and os.fstat(fd).st_size < size:
+                os.ftruncate(fd, size)
+            self.size = os.fstat(fd).st_size
+            self.map = mmap.mmap(fd, self.size) if self.size else None
+        finally:
+            os.close(fd)
+
+    @classmethod
+    def create(cls, size: int, prefix: str = "meshrl") -> "Segment":
+        return cls(f"{prefix}-{uuid.uuid4().hex[:12]}", size)
+
+    def tensor(self, dtype: torch.dtype, shape: list[int], offset: int) -> torch.Tensor:
+        """A view of the bytes at offset as a tensor (no copy)."""
+        numel = 1
+        for d in shape:
+            numel *= d
+        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        if offset < 0 or offset + nbytes > self.size:
+            raise ValueError(f"tensor of {nbytes} bytes at offset {offset} does not fit a segment of {self.size}")
+        if numel == 0:
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(self.map, dtype=dtype, count=numel, offset=offset).view(shape)
+
+    def close(self) -> None:
+        if self.map is not None:
+            try:
+                self.map.close()
+            except BufferError:  # a view is still alive; the mapping goes when it does
+                pass
+            self.map = None
+
+    def unlink(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)

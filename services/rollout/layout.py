@@ -1,0 +1,67 @@
+"""Prompts in, verl's rollout layout out.
+
+In: input_ids + attention_mask (left padded), or a `prompt` column of chat
+messages rendered with the tokenizer's chat template. Out, n rows per prompt
+(adjacent): prompts (left padded), responses (right padded), input_ids,
+attention_mask, position_ids, response_mask, rollout_logprobs; the input's
+columns repeated; response_text and finish_reason columns.
+"""
+
+import torch
+
+from meshrl.dataproto import DataProto
+from meshrl.errors import InvalidArgument
+from services.rollout.sampling import Completion
+
+
+def read_prompts(data: DataProto, tokenizer, max_model_len: int, max_new_tokens: int) -> list[list[int]]:
+    if "input_ids" in data.batch:
+        ids = data.batch["input_ids"]
+        mask = data.batch.get("attention_mask")
+        if ids.dim() != 2:
+            raise InvalidArgument(f"tensor 'input_ids' must be (B, L), got {list(ids.shape)}")
+        if mask is None or mask.shape != ids.shape:
+            raise InvalidArgument("tensor 'attention_mask' must come with input_ids, of the same shape")
+        prompts = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
+    elif "prompt" in data.non_tensor_batch:
+        prompts = []
+        for i, messages in enumerate(data.non_tensor_batch["prompt"]):
+            if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+                raise InvalidArgument(f"row {i}: prompt must be a list of chat messages ({{role, content}})")
+            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            prompts.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+    else:
+        raise InvalidArgument("Generate needs input_ids + attention_mask tensors or a 'prompt' column of chat messages")
+    if not prompts:
+        raise InvalidArgument("the batch has no prompts")
+    for i, p in enumerate(prompts):
+        if not p:
+            raise InvalidArgument(f"row {i}: empty prompt")
+        if len(p) + max_new_tokens > max_model_len:
+            raise InvalidArgument(f"row {i}: prompt of {len(p)} tokens + max_new_tokens {max_new_tokens} exceeds "
+                                  f"the model's limit of {max_model_len}")
+    return prompts
+
+
+def build(data: DataProto, prompts: list[list[int]], completions: list[list[Completion]], pad: int,
+          with_logprobs: bool) -> DataProto:
+    n = len(completions[0])
+    rows = [(p, c) for p, cs in zip(prompts, completions) for c in cs]
+    P = max(len(p) for p, _ in rows)
+    T = max(1, max(len(c.token_ids) for _, c in rows))
+    prompt_ids = torch.tensor([[pad] * (P - len(p)) + p for p, _ in rows], dtype=torch.int64)
+    prompt_mask = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p, _ in rows], dtype=torch.int64)
+    responses = torch.tensor([c.token_ids + [pad] * (T - len(c.token_ids)) for _, c in rows], dtype=torch.int64)
+    response_mask = torch.tensor([[1] * len(c.token_ids) + [0] * (T - len(c.token_ids)) for _, c in rows],
+                                 dtype=torch.int64)
+    attention_mask = torch.cat([prompt_mask, response_mask], 1)
+    tensors = {"prompts": prompt_ids, "responses": responses, "input_ids": torch.cat([prompt_ids, responses], 1),
+               "attention_mask": attention_mask, "position_ids": (attention_mask.cumsum(1) - 1).clamp(min=0),
+               "response_mask": response_mask.float()}
+    if with_logprobs:
+        tensors["rollout_logprobs"] = torch.tensor(
+            [c.logprobs + [0.0] * (T - len(c.token_ids)) for _, c in rows], dtype=torch.float32)
+    columns = {k: [v for v in col for _ in range(n)] for k, col in data.non_tensor_batch.items()}
+    columns["response_text"] = [c.text for _, c in rows]
+    columns["finish_reason"] = [c.finish_reason for _, c in rows]
+    return DataProto(tensors, columns, dict(data.meta_info))

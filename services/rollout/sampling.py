@@ -1,0 +1,48 @@
+"""Sampling settings from the request, checked, and what a backend returns per sample."""
+
+import dataclasses
+
+from meshrl.errors import InvalidArgument
+from meshrl.v1 import rollout_pb2
+
+
+@dataclasses.dataclass
+class Sampling:
+    n: int
+    temperature: float  # 0: greedy
+    top_p: float
+    top_k: int  # -1: off
+    max_new_tokens: int
+    stop: list[str]
+    stop_token_ids: list[int]
+    seed: int | None
+    logprobs: bool
+
+
+@dataclasses.dataclass
+class Completion:
+    token_ids: list[int]
+    logprobs: list[float] | None  # of each sampled token, after temperature
+    text: str
+    finish_reason: str  # "stop" or "length"
+
+
+def from_proto(p: rollout_pb2.SamplingParams) -> Sampling:
+    """Unset fields: temperature 0 (greedy), top_p 1, top_k off. Bad values name the field."""
+    if p.n < 1:
+        raise InvalidArgument(f"sampling.n must be >= 1, got {p.n}")
+    if p.max_new_tokens < 1:
+        raise InvalidArgument(f"sampling.max_new_tokens must be >= 1, got {p.max_new_tokens}")
+    if p.temperature < 0:
+        raise InvalidArgument(f"sampling.temperature must be >= 0, got {p.temperature}")
+    if not 0 <= p.top_p <= 1:
+        raise InvalidArgument(f"sampling.top_p must be in (0, 1], got {p.top_p}")
+    if p.top_k < -1:
+        raise InvalidArgument(f"sampling.top_k must be -1 (off) or >= 1, got {p.top_k}")
+    if any(not s for s in p.stop):
+        raise InvalidArgument("sampling.stop holds an empty string")
+    greedy = p.greedy or p.temperature == 0
+    return Sampling(n=p.n, temperature=0.0 if greedy else p.temperature, top_p=p.top_p or 1.0,
+                    top_k=p.top_k if p.top_k > 0 else -1, max_new_tokens=p.max_new_tokens, stop=list(p.stop),
+                    stop_token_ids=list(p.stop_token_ids), seed=p.seed if p.HasField("seed") else None,
+                    logprobs=p.logprobs)

@@ -1,0 +1,108 @@
+"""The RolloutService: Generate, the weight-update protocol, Sleep and WakeUp.
+
+One thing happens at a time (generation, loading weights, sleeping); a Generate
+that arrives while an update is open, or while asleep, is FAILED_PRECONDITION.
+Every reply carries the weight version in use.
+"""
+
+import threading
+
+from transformers import AutoConfig, AutoTokenizer
+
+from meshrl.codec import Payload
+from meshrl.errors import FailedPrecondition, InvalidArgument
+from meshrl.v1 import common_pb2, rollout_pb2
+from services.rollout import layout
+from services.rollout.config import RolloutConfig
+from services.rollout.sampling import from_proto
+from services.rollout.weights import WeightReceiver, checkpoint_shapes
+
+
+def make_backend(cfg: RolloutConfig):
+    if cfg.backend == "vllm":
+        from services.rollout.backend_vllm import VLLMBackend
+        return VLLMBackend(cfg)
+    from services.rollout.backend_hf import HFBackend
+    return HFBackend(cfg)
+
+
+class RolloutServicer:
+    SERVICE = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
+
+    def __init__(self, cfg: RolloutConfig, backend=None):
+        self.cfg = cfg
+        self.tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+        self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        tied = bool(getattr(AutoConfig.from_pretrained(cfg.model), "tie_word_embeddings", False))
+        self.receiver = WeightReceiver(checkpoint_shapes(cfg.model), tied)
+        self.backend = backend or make_backend(cfg)
+        self.version = 0
+        self.sleeping = False
+        self.lock = threading.Lock()
+
+    def Describe(self, request, context) -> common_pb2.ServiceInfo:
+        return common_pb2.ServiceInfo(
+            service="rollout", model=self.cfg.model, backend=self.backend.name, weight_version=self.version,
+            world_size=self.cfg.tensor_parallel_size,
+            details={"sleeping": str(self.sleeping).lower(), "max_model_len": str(self.cfg.max_model_len),
+                     "update_in_progress": str(self.receiver.in_progress).lower()})
+
+    def Generate(self, request: Payload, context) -> Payload:
+        if request.data is None:
+            raise InvalidArgument("GenerateRequest.data is missing")
+        if not request.msg.HasField("sampling"):
+            raise InvalidArgument("GenerateRequest.sampling is missing")
+        sampling = from_proto(request.msg.sampling)
+        prompts = layout.read_prompts(request.data, self.tokenizer, self.cfg.max_model_len, sampling.max_new_tokens)
+        with self.lock:
+            if self.receiver.in_progress:
+                raise FailedPrecondition(f"weight update {self.receiver.version} is in progress: finish it first")
+            if self.sleeping:
+                raise FailedPrecondition("the rollout engine is asleep: call WakeUp first")
+            completions = self.backend.generate(prompts, sampling)
+            version = self.version
+        out = layout.build(request.data, prompts, completions, self.pad, sampling.logprobs)
+        out.meta_info["weight_version"] = version
+        return Payload(rollout_pb2.GenerateResponse(weight_version=version), out)
+
+    def BeginWeightUpdate(self, request, context) -> rollout_pb2.WeightUpdateStatus:
+        with self.lock:
+            name = self.receiver.begin(request.version, request.transport, request.total_bytes, self.version)
+            return self._status(shm_segment=name if request.transport == "shm" else "")
+
+    def SendWeights(self, buckets, context) -> rollout_pb2.WeightUpdateStatus:
+        with self.lock:
+            self.receiver.receive(buckets)
+            return self._status()
+
+    def FinishWeightUpdate(self, request, context) -> rollout_pb2.WeightUpdateStatus:
+        with self.lock:
+            refs = self.receiver.finish(request.version)
+            if self.sleeping:
+                raise FailedPrecondition("the rollout engine is asleep: call WakeUp before loading weights")
+            self.backend.load_weights(self.receiver.segment.name, refs)
+            self.version = request.version
+            return self._status(num_tensors=len(refs))
+
+    def Sleep(self, request, context) -> rollout_pb2.SleepResponse:
+        with self.lock:
+            if not self.sleeping:
+                self.backend.sleep(request.level or 1)
+                self.sleeping = True
+            return rollout_pb2.SleepResponse(sleeping=True)
+
+    def WakeUp(self, request, context) -> rollout_pb2.SleepResponse:
+        with self.lock:
+            if self.sleeping:
+                self.backend.wake_up()
+                self.sleeping = False
+            return rollout_pb2.SleepResponse(sleeping=False)
+
+    def _status(self, **kw) -> rollout_pb2.WeightUpdateStatus:
+        r = self.receiver
+        kw.setdefault("num_tensors", len(r.refs))
+        return rollout_pb2.WeightUpdateStatus(version=r.version or self.version, num_bytes=r.data_bytes,
+                                              in_progress=r.in_progress, **kw)
+
+    def close(self) -> None:
+        self.receiver.close()

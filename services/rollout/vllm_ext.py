@@ -1,0 +1,24 @@
+"""Runs inside vLLM's worker processes (LLM(worker_extension_cls=...)): load weights from shared memory.
+
+The rollout service stages a full set of HF-named parameters in a /dev/shm
+segment and calls meshrl_load_weights through llm.collective_rpc with plain
+arguments (no pickled callables); each worker maps the segment and reloads its
+model in place through vLLM's own loading path.
+"""
+
+import torch
+
+from meshrl.shm import Segment
+
+
+class WeightLoader:
+    def meshrl_load_weights(self, segment: str, refs: list[list]) -> int:
+        """refs: [name, dtype name, shape, byte offset] per parameter. Returns how many were loaded."""
+        seg = Segment(segment)
+        try:
+            weights = [(name, seg.tensor(getattr(torch, dtype), shape, offset)) for name, dtype, shape, offset in refs]
+            self.model_runner.reload_weights(weights_iterator=iter(weights))
+            del weights
+        finally:
+            seg.close()
+        return len(refs)

@@ -1,0 +1,132 @@
+"""The receiving side of a weight update: Begin, buckets, Finish; checked, then loaded all at once.
+
+Every tensor must name a parameter of the model with its shape, each exactly
+once; Finish loads only a complete, checked set, so a bad update leaves the
+previous weights in use. The staging segment in /dev/shm is kept and reused
+across updates (growing when needed).
+"""
+
+import logging
+
+from safetensors import safe_open
+
+from meshrl.errors import FailedPrecondition, InvalidArgument
+from meshrl.shm import Segment
+from meshrl.weights import TRANSPORTS, ref_dtype, ref_nbytes
+
+log = logging.getLogger(__name__)
+
+
+def checkpoint_shapes(model_dir: str) -> dict[str, list[int]]:
+    """Parameter names and shapes as the model folder's safetensors hold them."""
+    import pathlib
+
+    files = sorted(pathlib.Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"no .safetensors files in {model_dir}")
+    shapes = {}
+    for f in files:
+        with safe_open(str(f), framework="pt") as st:
+            for k in st.keys():
+                shapes[k] = list(st.get_slice(k).get_shape())
+    return shapes
+
+
+class WeightReceiver:
+    def __init__(self, expected: dict[str, list[int]], tied_embeddings: bool):
+        self.expected = expected
+        # a tied lm_head is the embedding: senders may include it, the engine does not want it
+        self.skip = {"lm_head.weight"} if tied_embeddings and "lm_head.weight" not in expected else set()
+        self.segment: Segment | None = None
+        self.version = 0  # the update in progress; 0 when none
+        self._reset()
+
+    def _reset(self) -> None:
+        self.version, self.transport, self.total = 0, "", 0
+        self.refs: dict = {}
+        self.data_bytes = 0
+
+    @property
+    def in_progress(self) -> bool:
+        return self.version != 0
+
+    def begin(self, version: int, transport: str, total_bytes: int, current: int) -> str:
+        if version <= current:
+            raise FailedPrecondition(f"weight version {version} is not newer than the version in use ({current})")
+        if transport not in TRANSPORTS:
+            raise InvalidArgument(f"transport must be one of {list(TRANSPORTS)}, got {transport!r}")
+        if transport == "cuda_ipc":
+            raise InvalidArgument("this rollout backend loads weights from host memory; use shm or stream")
+        if total_bytes <= 0:
+            raise InvalidArgument("total_bytes must be > 0")
+        if self.in_progress:
+            log.warning("weight update %d abandoned for %d", self.version, version)
+        self._reset()
+        if self.segment is None or self.segment.size < total_bytes:  # reuse unless it must grow
+            if self.segment is not None:
+                self.segment.unlink()
+            self.segment = Segment.create(total_bytes, prefix="meshrl-rollout")
+        self.version, self.transport, self.total = version, transport, total_bytes
+        return self.segment.name
+
+    def receive(self, buckets) -> int:
+        """Take a stream of WeightBuckets; any bad one abandons the whole update."""
+        try:
+            for b in buckets:
+                self._bucket(b)
+        except Exception:
+            self._reset()
+            raise
+        return len(self.refs)
+
+    def _bucket(self, b) -> None:
+        if not self.in_progress:
+            raise FailedPrecondition("no weight update in progress: call BeginWeightUpdate first")
+        if b.version != self.version:
+            raise InvalidArgument(f"bucket for version {b.version}, but version {self.version} is being received")
+        for ref in b.refs:
+            if ref.name in self.skip:
+                continue
+            if ref.name not in self.expected:
+                raise InvalidArgument(f"tensor {ref.name!r} is not a parameter of this model")
+            if list(ref.shape) != self.expected[ref.name]:
+                raise InvalidArgument(f"tensor {ref.name!r} has shape {list(ref.shape)}, "
+                                      f"the model's is {self.expected[ref.name]}")
+            if not ref_dtype(ref).is_floating_point:
+                raise InvalidArgument(f"tensor {ref.name!r}: weights must be floating point")
+            if ref.offset + ref_nbytes(ref) > self.total:
+                raise InvalidArgument(f"tensor {ref.name!r} runs past the {self.total} announced bytes")
+            if ref.name in self.refs:
+                raise InvalidArgument(f"tensor {ref.name!r} sent twice")
+            self.refs[ref.name] = ref
+        if b.data:
+            if self.transport != "stream":
+                raise InvalidArgument(f"bucket data are for the stream transport, not {self.transport}")
+            end = b.data_offset + len(b.data)
+            if end > self.total:
+                raise InvalidArgument(f"data at offset {b.data_offset} runs past the {self.total} announced bytes")
+            self.segment.map[b.data_offset:end] = b.data
+            self.data_bytes += len(b.data)
+
+    def finish(self, version: int) -> list[list]:
+        """The checked refs to load ([name, dtype, shape, offset]); the update is over either way."""
+        try:
+            if not self.in_progress:
+                raise FailedPrecondition("no weight update in progress")
+            if version != self.version:
+                raise InvalidArgument(f"finishing version {version}, but version {self.version} is being received")
+            missing = sorted(set(self.expected) - set(self.refs))
+            if missing:
+                raise InvalidArgument(f"update incomplete: {len(missing)} parameter(s) missing, e.g. {missing[:3]}")
+            need = sum(ref_nbytes(r) for r in self.refs.values())
+            if self.transport == "stream" and self.data_bytes != need:
+                raise InvalidArgument(f"update incomplete: {self.data_bytes} of {need} bytes received")
+            return [[r.name, str(ref_dtype(r)).removeprefix("torch."), list(r.shape), r.offset]
+                    for r in self.refs.values()]
+        finally:
+            self._reset()
+
+    def close(self) -> None:
+        if self.segment is not None:
+            self.segment.unlink()
+            self.segment = None
