@@ -41,6 +41,8 @@ STATUS_FOR: list[tuple[type[BaseException], grpc.StatusCode]] = [
 
 
 def status_for(error: BaseException) -> grpc.StatusCode:
+    if isinstance(error, ServiceError):  # a service we called refused: pass its status on
+        return error.code
     for cls, code in STATUS_FOR:
         if isinstance(error, cls):
             return code

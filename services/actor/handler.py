@@ -19,6 +19,7 @@ class RankHandler:
     def __init__(self, role: str):
         self.role_name = role
         self.role = None
+        self.full_state: dict = {}
 
     def init(self, args: dict, part=None) -> None:
         engine_cfg = build(EngineConfig, args["engine"], "engine")
@@ -46,6 +47,10 @@ class RankHandler:
 
     def load(self, args: dict, part=None) -> None:
         self.role.engine.load(args["path"])
+
+    def gather_weights(self, args: dict, part=None) -> None:
+        """Collect the full state dict on rank 0 (kept here for the push; too big to send back as a result)."""
+        self.full_state = self.role.engine.full_state_dict()
 
     def offload(self, args: dict, part=None) -> DataProto:
         return DataProto(meta_info={"device": self.role.engine.offload()})

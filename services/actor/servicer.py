@@ -12,14 +12,17 @@ from meshrl.codec import Payload
 from meshrl.codec.values import from_value
 from meshrl.dataproto import DataProto, unpad
 from meshrl.errors import FailedPrecondition, InvalidArgument
+from meshrl import weights
+from meshrl.rpc import Client
 from meshrl.typed import build
-from meshrl.v1 import actor_pb2, common_pb2
+from meshrl.v1 import actor_pb2, common_pb2, rollout_pb2
 from services.actor import batches
 from services.actor.comm import Driver, RankError
 from services.actor.config import EngineConfig, OptimConfig
 from services.actor.losses import parse_loss
 
 STATE_FILE = "actor_service.json"
+ROLLOUT_SERVICE = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
 
 
 class ActorServicer:
@@ -138,9 +141,23 @@ class ActorServicer:
         self.last_step, self.weight_version, self.last_reply = state["last_step"], state["weight_version"], None
         return actor_pb2.CheckpointResponse(path=str(path), step=self.last_step)
 
-    def PushWeights(self, request, context):
-        raise NotImplementedError("PushWeights needs the rollout service's weight protocol (the rollout issue); "
-                                  "the engine's full_state_dict() is the seam it will use")
+    def PushWeights(self, request: actor_pb2.PushWeightsRequest, context) -> actor_pb2.PushWeightsResponse:
+        """Gather the full weights on rank 0 and send them to a rollout service (meshrl.weights.push)."""
+        self._require_init()
+        if self.role == "critic":
+            raise InvalidArgument("a critic's weights are not a policy: push from the actor")
+        if not request.rollout_address:
+            raise InvalidArgument("PushWeightsRequest.rollout_address is empty")
+        version = request.version or self.weight_version
+        if version == 0:
+            raise InvalidArgument("nothing to push at version 0: the rollout already has the initial weights "
+                                  "(or give PushWeightsRequest.version)")
+        self._call("gather_weights")
+        named, self.driver.handler.full_state = self.driver.handler.full_state, {}
+        with Client(request.rollout_address, ROLLOUT_SERVICE, timeout=600) as rollout:
+            stats = weights.push(rollout, named, version, request.transport or "shm")
+        return actor_pb2.PushWeightsResponse(version=version, num_bytes=int(stats["num_bytes"]),
+                                             seconds=stats["seconds"])
 
     def Offload(self, request, context) -> actor_pb2.OffloadResponse:
         self._require_init()

@@ -197,9 +197,9 @@ def test_offload_and_reload(actor):
     assert actor.call("Reload", actor_pb2.OffloadRequest()).device in ("cpu", "cuda:0")
 
 
-def test_push_weights_waits_for_the_rollout_protocol(actor):
-    expect(grpc.StatusCode.UNIMPLEMENTED, lambda: actor.call("PushWeights", actor_pb2.PushWeightsRequest()),
-           "rollout")
+def test_push_weights_checks_its_request(actor):
+    expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: actor.call("PushWeights", actor_pb2.PushWeightsRequest()),
+           "rollout_address is empty")
 
 
 def test_init_over_rpc_ref_and_critic(tiny_lm):

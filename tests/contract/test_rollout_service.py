@@ -1,0 +1,150 @@
+"""The rollout service over a real gRPC server, with the HF backend (vLLM's own tests are in e2e)."""
+
+import grpc
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from meshrl import weights
+from meshrl.codec import Payload
+from meshrl.dataproto import DataProto
+from meshrl.errors import ServiceError
+from meshrl.rpc import Client, Server
+from meshrl.v1 import rollout_pb2
+from services.rollout.config import RolloutConfig
+from services.rollout.servicer import RolloutServicer
+
+SERVICE = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
+
+
+@pytest.fixture(scope="module")
+def rollout(tiny_lm):
+    servicer = RolloutServicer(RolloutConfig(model=str(tiny_lm), backend="hf", max_model_len=64))
+    server = Server([servicer]).start()
+    client = Client(server.address, SERVICE, timeout=120)
+    yield client
+    server.stop(0)
+    servicer.close()
+
+
+def chats(*questions):
+    return DataProto(non_tensor_batch={"prompt": [[{"role": "user", "content": q}] for q in questions],
+                                       "uid": [f"u{i}" for i in range(len(questions))]})
+
+
+def generate(client, data, **sampling):
+    sampling = {"n": 1, "temperature": 1.0, "max_new_tokens": 8, "logprobs": True, **sampling}
+    return client.call("Generate", Payload(rollout_pb2.GenerateRequest(
+        sampling=rollout_pb2.SamplingParams(**sampling)), data))
+
+
+def expect(code, fn, match):
+    with pytest.raises(ServiceError) as e:
+        fn()
+    assert e.value.code == code and match in e.value.details, e.value
+
+
+def test_generate_gives_verls_layout(rollout):
+    reply = generate(rollout, chats("3+4=", "12+7="), n=3, seed=1)
+    d = reply.data
+    assert len(d) == 6 and reply.msg.weight_version == d.meta_info["weight_version"]
+    B, P = d.batch["prompts"].shape
+    T = d.batch["responses"].shape[1]
+    assert d.batch["input_ids"].shape == (6, P + T) and T <= 8
+    assert torch.equal(d.batch["input_ids"][:, P:], d.batch["responses"])
+    assert torch.equal(d.batch["attention_mask"][:, P:].float(), d.batch["response_mask"])
+    assert torch.equal(d.batch["position_ids"], (d.batch["attention_mask"].cumsum(1) - 1).clamp(min=0))
+    assert list(d.non_tensor_batch["uid"]) == ["u0"] * 3 + ["u1"] * 3  # each prompt's samples adjacent
+    lp = d.batch["rollout_logprobs"]
+    assert (lp <= 0).all() and (lp * (1 - d.batch["response_mask"]) == 0).all()
+    assert set(d.non_tensor_batch["finish_reason"]) <= {"stop", "length"}
+    assert all(isinstance(t, str) for t in d.non_tensor_batch["response_text"])
+
+
+def test_same_seed_same_tokens_and_token_prompts(rollout):
+    a = generate(rollout, chats("1+1="), seed=7).data.batch["responses"]
+    b = generate(rollout, chats("1+1="), seed=7).data.batch["responses"]
+    assert torch.equal(a, b)
+    ids = torch.tensor([[0, 0, 101, 5, 76, 5, 84, 99, 102]])
+    tokens = DataProto({"input_ids": ids, "attention_mask": (ids != 0).long()})
+    g1 = generate(rollout, tokens, temperature=0.0).data
+    g2 = generate(rollout, tokens, greedy=True).data
+    assert torch.equal(g1.batch["responses"], g2.batch["responses"])
+    assert g1.batch["prompts"].tolist() == [[101, 5, 76, 5, 84, 99, 102]]
+
+
+@pytest.mark.parametrize("data,sampling,match", [
+    (chats("1+1="), {"n": 0}, "sampling.n must be >= 1"),
+    (chats("1+1="), {"max_new_tokens": 0}, "max_new_tokens must be >= 1"),
+    (chats("1+1="), {"top_p": 1.5}, "top_p must be in"),
+    (chats("1+1="), {"temperature": -1.0}, "temperature must be >= 0"),
+    (chats("1+1=" * 30), {}, "row 0: prompt of"),
+    (DataProto({"input_ids": torch.zeros(2, 3, dtype=torch.long), "attention_mask": torch.tensor([[1, 1, 1], [0, 0, 0]])}),
+     {}, "row 1: empty prompt"),
+    (DataProto(non_tensor_batch={"text": ["hi"]}), {}, "needs input_ids + attention_mask"),
+    (DataProto(non_tensor_batch={"prompt": ["hi"]}), {}, "row 0: prompt must be a list of chat messages"),
+])
+def test_bad_generate_requests(rollout, data, sampling, match):
+    expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: generate(rollout, data, **sampling), match)
+
+
+def current_weights(tiny_lm, scale=1.0):
+    return {k: v * scale for k, v in load_file(tiny_lm / "model.safetensors").items()}
+
+
+@pytest.mark.parametrize("transport", ["shm", "stream"])
+def test_push_new_weights(rollout, tiny_lm, transport):
+    probe = chats("5+5=")
+    before = generate(rollout, probe, temperature=0.0)
+    version = before.msg.weight_version + 1
+    weights.push(rollout, current_weights(tiny_lm, 1.0 + 0.05 * version), version, transport)
+    after = generate(rollout, probe, temperature=0.0)
+    assert after.msg.weight_version == version == rollout.call("Describe").weight_version
+    assert not torch.equal(after.data.batch["rollout_logprobs"], before.data.batch["rollout_logprobs"])
+
+
+def test_bad_weight_updates_keep_the_old_weights(rollout, tiny_lm):
+    probe = chats("2+2=")
+    before = generate(rollout, probe, temperature=0.0)
+    v = before.msg.weight_version
+    good = current_weights(tiny_lm, 3.0)
+    refs, total = weights.layout(good)
+    bad = grpc.StatusCode.INVALID_ARGUMENT
+    old = grpc.StatusCode.FAILED_PRECONDITION
+
+    def begin(version, transport="shm"):
+        return rollout.call("BeginWeightUpdate", rollout_pb2.BeginWeightUpdateRequest(
+            version=version, transport=transport, total_bytes=total))
+
+    def send(*buckets):
+        return rollout.call_stream("SendWeights", buckets)
+
+    def finish(version):
+        return rollout.call("FinishWeightUpdate", rollout_pb2.FinishWeightUpdateRequest(version=version))
+
+    expect(old, lambda: begin(v), "is not newer than the version in use")
+    expect(old, lambda: send(rollout_pb2.WeightBucket(version=v + 1, refs=refs)), "no weight update in progress")
+    begin(v + 1)
+    renamed = [rollout_pb2.TensorRef(name="model.nope", dtype=refs[0].dtype, shape=refs[0].shape, offset=0)]
+    expect(bad, lambda: send(rollout_pb2.WeightBucket(version=v + 1, refs=renamed)), "'model.nope' is not a parameter")
+    begin(v + 1)
+    reshaped = [rollout_pb2.TensorRef(name=refs[0].name, dtype=refs[0].dtype, shape=[3, 3], offset=0)]
+    expect(bad, lambda: send(rollout_pb2.WeightBucket(version=v + 1, refs=reshaped)), "has shape [3, 3]")
+    begin(v + 1)
+    send(rollout_pb2.WeightBucket(version=v + 1, refs=refs[:-1]))
+    expect(old, lambda: generate(rollout, probe), "weight update")  # no generation while an update is open
+    expect(bad, lambda: finish(v + 1), "update incomplete: 1 parameter(s) missing")
+    begin(v + 1, "stream")
+    send(rollout_pb2.WeightBucket(version=v + 1, refs=refs))
+    expect(bad, lambda: finish(v + 1), "update incomplete: 0 of")
+    expect(bad, lambda: begin(v + 1, "carrier-pigeon"), "transport must be one of")
+    after = generate(rollout, probe, temperature=0.0)
+    assert after.msg.weight_version == v
+    assert torch.equal(after.data.batch["rollout_logprobs"], before.data.batch["rollout_logprobs"])
+
+
+def test_sleep_and_wake(rollout):
+    assert rollout.call("Sleep", rollout_pb2.SleepRequest(level=1)).sleeping
+    expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: generate(rollout, chats("1+2=")), "asleep")
+    assert not rollout.call("WakeUp", rollout_pb2.SleepRequest()).sleeping
+    assert len(generate(rollout, chats("1+2=")).data) == 1
