@@ -8,6 +8,7 @@ that completes them.
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from meshrl import cuda_ipc
 from meshrl.shm import Segment
 from services.rollout.config import RolloutConfig
 from services.rollout.sampling import Completion, Sampling
@@ -71,12 +72,18 @@ class HFBackend:
     def load_weights(self, segment: str, refs: list[list]) -> None:
         seg = Segment(segment)
         try:
-            params = dict(self.model.named_parameters())
-            with torch.no_grad():
-                for name, dtype, shape, offset in refs:
-                    params[name].copy_(seg.tensor(getattr(torch, dtype), shape, offset))
+            self._copy_in((name, seg.tensor(getattr(torch, dtype), shape, offset)) for name, dtype, shape, offset in refs)
         finally:
             seg.close()
+
+    def load_weights_cuda_ipc(self, handle: list, refs: list[list]) -> None:
+        self._copy_in(cuda_ipc.views(cuda_ipc.open_handle(handle), refs))
+
+    @torch.no_grad()
+    def _copy_in(self, named) -> None:
+        params = dict(self.model.named_parameters())
+        for name, t in named:
+            params[name].copy_(t)
 
     def sleep(self, level: int) -> None:
         self.model.to("cpu")

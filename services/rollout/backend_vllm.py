@@ -41,6 +41,9 @@ class VLLMBackend:
     def load_weights(self, segment: str, refs: list[list]) -> None:
         self.llm.collective_rpc("meshrl_load_weights", args=(segment, refs))
 
+    def load_weights_cuda_ipc(self, handle: list, refs: list[list]) -> None:
+        self.llm.collective_rpc("meshrl_load_weights_cuda_ipc", args=(handle, refs))
+
     def sleep(self, level: int) -> None:
         self.llm.sleep(level=level)
 

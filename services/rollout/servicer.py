@@ -77,10 +77,13 @@ class RolloutServicer:
 
     def FinishWeightUpdate(self, request, context) -> rollout_pb2.WeightUpdateStatus:
         with self.lock:
-            refs = self.receiver.finish(request.version)
+            refs, transport, ipc = self.receiver.finish(request.version)
             if self.sleeping:
                 raise FailedPrecondition("the rollout engine is asleep: call WakeUp before loading weights")
-            self.backend.load_weights(self.receiver.segment.name, refs)
+            if transport == "cuda_ipc":
+                self.backend.load_weights_cuda_ipc(ipc, refs)
+            else:
+                self.backend.load_weights(self.receiver.segment.name, refs)
             self.version = request.version
             return self._status(num_tensors=len(refs))
 

@@ -8,8 +8,10 @@ across updates (growing when needed).
 
 import logging
 
+import torch
 from safetensors import safe_open
 
+from meshrl.cuda_ipc import handle_fields
 from meshrl.errors import FailedPrecondition, InvalidArgument
 from meshrl.shm import Segment
 from meshrl.weights import TRANSPORTS, ref_dtype, ref_nbytes
@@ -45,6 +47,7 @@ class WeightReceiver:
         self.version, self.transport, self.total = 0, "", 0
         self.refs: dict = {}
         self.data_bytes = 0
+        self.cuda_ipc: list | None = None  # the sender's bucket handle, for cuda_ipc
 
     @property
     def in_progress(self) -> bool:
@@ -55,19 +58,19 @@ class WeightReceiver:
             raise FailedPrecondition(f"weight version {version} is not newer than the version in use ({current})")
         if transport not in TRANSPORTS:
             raise InvalidArgument(f"transport must be one of {list(TRANSPORTS)}, got {transport!r}")
-        if transport == "cuda_ipc":
-            raise InvalidArgument("this rollout backend loads weights from host memory; use shm or stream")
+        if transport == "cuda_ipc" and not torch.cuda.is_available():
+            raise InvalidArgument("cuda_ipc needs a GPU shared with the sender; use shm or stream")
         if total_bytes <= 0:
             raise InvalidArgument("total_bytes must be > 0")
         if self.in_progress:
             log.warning("weight update %d abandoned for %d", self.version, version)
         self._reset()
-        if self.segment is None or self.segment.size < total_bytes:  # reuse unless it must grow
+        if transport != "cuda_ipc" and (self.segment is None or self.segment.size < total_bytes):  # reuse
             if self.segment is not None:
                 self.segment.unlink()
             self.segment = Segment.create(total_bytes, prefix="meshrl-rollout")
         self.version, self.transport, self.total = version, transport, total_bytes
-        return self.segment.name
+        return self.segment.name if transport != "cuda_ipc" else ""
 
     def receive(self, buckets) -> int:
         """Take a stream of WeightBuckets; any bad one abandons the whole update."""
@@ -99,6 +102,10 @@ class WeightReceiver:
             if ref.name in self.refs:
                 raise InvalidArgument(f"tensor {ref.name!r} sent twice")
             self.refs[ref.name] = ref
+        if b.HasField("cuda_ipc"):
+            if self.transport != "cuda_ipc":
+                raise InvalidArgument(f"a CUDA IPC handle came for the {self.transport} transport")
+            self.cuda_ipc = handle_fields(b.cuda_ipc)
         if b.data:
             if self.transport != "stream":
                 raise InvalidArgument(f"bucket data are for the stream transport, not {self.transport}")
@@ -108,8 +115,9 @@ class WeightReceiver:
             self.segment.map[b.data_offset:end] = b.data
             self.data_bytes += len(b.data)
 
-    def finish(self, version: int) -> list[list]:
-        """The checked refs to load ([name, dtype, shape, offset]); the update is over either way."""
+    def finish(self, version: int) -> tuple[list[list], str, list | None]:
+        """(checked refs [name, dtype, shape, offset], transport, CUDA IPC handle fields or None);
+        the update is over either way."""
         try:
             if not self.in_progress:
                 raise FailedPrecondition("no weight update in progress")
@@ -121,8 +129,11 @@ class WeightReceiver:
             need = sum(ref_nbytes(r) for r in self.refs.values())
             if self.transport == "stream" and self.data_bytes != need:
                 raise InvalidArgument(f"update incomplete: {self.data_bytes} of {need} bytes received")
-            return [[r.name, str(ref_dtype(r)).removeprefix("torch."), list(r.shape), r.offset]
+            if self.transport == "cuda_ipc" and self.cuda_ipc is None:
+                raise InvalidArgument("update incomplete: no CUDA IPC handle received")
+            refs = [[r.name, str(ref_dtype(r)).removeprefix("torch."), list(r.shape), r.offset]
                     for r in self.refs.values()]
+            return refs, self.transport, self.cuda_ipc
         finally:
             self._reset()
 

@@ -148,3 +148,20 @@ def test_sleep_and_wake(rollout):
     expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: generate(rollout, chats("1+2=")), "asleep")
     assert not rollout.call("WakeUp", rollout_pb2.SleepRequest()).sleeping
     assert len(generate(rollout, chats("1+2=")).data) == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA IPC needs a GPU")
+def test_push_over_cuda_ipc(rollout, tiny_lm):
+    probe = chats("4+4=")
+    version = rollout.call("Describe").weight_version + 1
+    named = {k: v.cuda() for k, v in current_weights(tiny_lm, 0.9).items()}
+    weights.push(rollout, named, version, "cuda_ipc")
+    assert generate(rollout, probe).msg.weight_version == version
+
+
+def test_cuda_ipc_is_refused_without_a_gpu(rollout):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    v = rollout.call("Describe").weight_version + 1
+    expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: rollout.call("BeginWeightUpdate", rollout_pb2.BeginWeightUpdateRequest(
+        version=v, transport="cuda_ipc", total_bytes=64)), "cuda_ipc needs a GPU")
