@@ -30,7 +30,9 @@ class Segment:
             if size is not None and os.fstat(fd).st_size < size:
                 os.ftruncate(fd, size)
             self.size = os.fstat(fd).st_size
-            self.map = mmap.mmap(fd, self.size) if self.size else None
+            # MAP_POPULATE maps every page now, in one call, instead of one fault per 4 KiB page later
+            self.map = mmap.mmap(fd, self.size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)) \
+                if self.size else None
         finally:
             os.close(fd)
 
@@ -61,3 +63,17 @@ class Segment:
     def unlink(self) -> None:
         self.close()
         self.path.unlink(missing_ok=True)
+
+
+_open: dict[str, Segment] = {}
+
+
+def attach(name: str) -> Segment:
+    """The segment `name`, mapped once per process and kept: weight updates come again and again,
+    and mapping anew costs page-table work every time."""
+    seg = _open.get(name)
+    if seg is None or seg.map is None or seg.size != os.stat(SHM_DIR / name).st_size:
+        if seg is not None:
+            seg.close()
+        seg = _open[name] = Segment(name)
+    return seg

@@ -18,7 +18,8 @@ from typing import Iterator
 import torch
 
 from meshrl.codec.dtypes import TO_TORCH, wire_dtype
-from meshrl.shm import Segment
+from meshrl.codec.rawbytes import encode_bytes_field
+from meshrl.shm import attach
 from meshrl.v1 import rollout_pb2
 
 ALIGN = 64
@@ -58,8 +59,10 @@ def _raw(t: torch.Tensor) -> memoryview:
     return memoryview(t.view(-1).view(torch.uint8).numpy()) if t.numel() else memoryview(b"")
 
 
-def stream_chunks(named: dict[str, torch.Tensor], refs, total: int, chunk: int = CHUNK_BYTES) -> Iterator[tuple[int, bytes]]:
-    """(offset, bytes) pieces of the flat buffer, about `chunk` bytes each; padding is not sent."""
+def stream_chunks(named: dict[str, torch.Tensor], refs, total: int,
+                  chunk: int = CHUNK_BYTES) -> Iterator[tuple[int, list[memoryview]]]:
+    """(offset, pieces) of the flat buffer, about `chunk` bytes each (views of the tensors, not copies);
+    padding between tensors is not sent."""
     pieces, size, start = [], 0, 0
     for (name, t), ref in zip(named.items(), refs):
         raw = _raw(t)
@@ -72,10 +75,10 @@ def stream_chunks(named: dict[str, torch.Tensor], refs, total: int, chunk: int =
             size += take
             pos += take
             if size >= chunk or pos < len(raw):
-                yield start, b"".join(pieces)
+                yield start, pieces
                 pieces, size = [], 0
         if pieces:  # the next tensor starts after alignment padding: close this piece
-            yield start, b"".join(pieces)
+            yield start, pieces
             pieces, size = [], 0
 
 
@@ -92,19 +95,19 @@ def push(client, named: dict[str, torch.Tensor], version: int, transport: str) -
     begun = client.call("BeginWeightUpdate", rollout_pb2.BeginWeightUpdateRequest(
         version=version, transport=transport, total_bytes=total))
     if transport == "shm":
-        seg = Segment(begun.shm_segment)
-        try:
-            for (name, t), ref in zip(named.items(), refs):
-                seg.tensor(t.dtype, list(t.shape), ref.offset).copy_(t.detach())
-        finally:
-            seg.close()
+        seg = attach(begun.shm_segment)
+        for (name, t), ref in zip(named.items(), refs):
+            seg.tensor(t.dtype, list(t.shape), ref.offset).copy_(t.detach())
         buckets = iter([rollout_pb2.WeightBucket(version=version, refs=refs)])
     else:
         def gen():
             yield rollout_pb2.WeightBucket(version=version, refs=refs)
-            for offset, data in stream_chunks(named, refs, total):
-                yield rollout_pb2.WeightBucket(version=version, data_offset=offset, data=data)
+            for offset, pieces in stream_chunks(named, refs, total):
+                yield encode_bytes_field(rollout_pb2.WeightBucket(version=version, data_offset=offset), "data", pieces)
         buckets = gen()
     client.call_stream("SendWeights", buckets)
+    sent = time.perf_counter()
     client.call("FinishWeightUpdate", rollout_pb2.FinishWeightUpdateRequest(version=version))
-    return {"num_bytes": float(sum(nbytes(t) for t in named.values())), "seconds": time.perf_counter() - start}
+    done = time.perf_counter()
+    return {"num_bytes": float(sum(nbytes(t) for t in named.values())), "seconds": done - start,
+            "transfer_seconds": sent - start, "load_seconds": done - sent}

@@ -54,12 +54,13 @@ class Client:
                 time.sleep(pause)
         raise AssertionError("unreachable")
 
-    def call_stream(self, method: str, messages: Iterable[Message], *, timeout: float | None = None) -> Message:
-        """Send a stream of plain messages (no batch); no retries, since a stream cannot be replayed."""
+    def call_stream(self, method: str, messages: Iterable[Message | bytes], *, timeout: float | None = None) -> Message:
+        """Send a stream of plain messages (no batch), or of their bytes already encoded (see
+        meshrl.codec.rawbytes); no retries, since a stream cannot be replayed."""
         m = self.service.methods_by_name.get(method)
         if m is None or not m.client_streaming or data_field_number(message_class(m.input_type)) is not None:
             raise ValueError(f"{self.service.full_name}.{method} is not a stream of plain messages")
-        stub = self.channel.stream_unary(method_path(m), request_serializer=lambda msg: msg.SerializeToString(),
+        stub = self.channel.stream_unary(method_path(m), request_serializer=_serialize,
                                          response_deserializer=message_class(m.output_type).FromString)
         try:
             return stub(iter(messages), timeout=timeout or self.timeout, metadata=self.metadata)
@@ -99,3 +100,7 @@ class Client:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _serialize(msg: Message | bytes) -> bytes:
+    return msg if isinstance(msg, bytes) else msg.SerializeToString()

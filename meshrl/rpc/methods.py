@@ -26,6 +26,13 @@ def method_path(method: MethodDescriptor) -> str:
     return f"/{method.containing_service.full_name}/{method.name}"
 
 
+def raw_request(fn: Callable) -> Callable:
+    """Mark a servicer method that decodes its own request stream (it gets the raw bytes of each
+    message), e.g. to read a large bytes field without protobuf's copies (meshrl.codec.rawbytes)."""
+    fn.raw_request = True
+    return fn
+
+
 def read_request(cls: type[Message], request: bytes | Iterable[bytes], streaming: bool):
     """A Payload (batch-carrying types), a message, or, for a stream of messages without a batch,
     an iterator of messages (e.g. weight buckets, which the servicer consumes as they come)."""
@@ -68,8 +75,10 @@ def _method_handler(fn: Callable, method: MethodDescriptor) -> grpc.RpcMethodHan
     req_cls, resp_cls = message_class(method.input_type), message_class(method.output_type)
     cs, ss = method.client_streaming, method.server_streaming
 
+    raw = getattr(fn, "raw_request", False)
+
     def behavior(request, context):
-        return write_reply(resp_cls, fn(read_request(req_cls, request, cs), context), ss)
+        return write_reply(resp_cls, fn(request if raw else read_request(req_cls, request, cs), context), ss)
 
     if ss:
         def streaming_behavior(request, context):

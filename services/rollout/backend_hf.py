@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from meshrl import cuda_ipc
-from meshrl.shm import Segment
+from meshrl.shm import attach
 from services.rollout.config import RolloutConfig
 from services.rollout.sampling import Completion, Sampling
 
@@ -70,11 +70,8 @@ class HFBackend:
             c.logprobs = row[:len(c.token_ids)].tolist()
 
     def load_weights(self, segment: str, refs: list[list]) -> None:
-        seg = Segment(segment)
-        try:
-            self._copy_in((name, seg.tensor(getattr(torch, dtype), shape, offset)) for name, dtype, shape, offset in refs)
-        finally:
-            seg.close()
+        seg = attach(segment)
+        self._copy_in((name, seg.tensor(getattr(torch, dtype), shape, offset)) for name, dtype, shape, offset in refs)
 
     def load_weights_cuda_ipc(self, handle: list, refs: list[list]) -> None:
         self._copy_in(cuda_ipc.views(cuda_ipc.open_handle(handle), refs))

@@ -10,7 +10,9 @@ import threading
 from transformers import AutoConfig, AutoTokenizer
 
 from meshrl.codec import Payload
+from meshrl.codec.rawbytes import decode_bytes_field
 from meshrl.errors import FailedPrecondition, InvalidArgument
+from meshrl.rpc.methods import raw_request
 from meshrl.v1 import common_pb2, rollout_pb2
 from services.rollout import layout
 from services.rollout.config import RolloutConfig
@@ -70,7 +72,10 @@ class RolloutServicer:
             name = self.receiver.begin(request.version, request.transport, request.total_bytes, self.version)
             return self._status(shm_segment=name if request.transport == "shm" else "")
 
-    def SendWeights(self, buckets, context) -> rollout_pb2.WeightUpdateStatus:
+    @raw_request
+    def SendWeights(self, parts, context) -> rollout_pb2.WeightUpdateStatus:
+        # Raw bytes in: each bucket's data is read as a view and copied once, into the staging segment.
+        buckets = (decode_bytes_field(rollout_pb2.WeightBucket, part, "data") for part in parts)
         with self.lock:
             self.receiver.receive(buckets)
             return self._status()

@@ -10,19 +10,15 @@ model in place through vLLM's own loading path.
 import torch
 
 from meshrl import cuda_ipc
-from meshrl.shm import Segment
+from meshrl.shm import attach
 
 
 class WeightLoader:
     def meshrl_load_weights(self, segment: str, refs: list[list]) -> int:
         """refs: [name, dtype name, shape, byte offset] per parameter. Returns how many were loaded."""
-        seg = Segment(segment)
-        try:
-            weights = [(name, seg.tensor(getattr(torch, dtype), shape, offset)) for name, dtype, shape, offset in refs]
-            self.model_runner.reload_weights(weights_iterator=iter(weights))
-            del weights
-        finally:
-            seg.close()
+        seg = attach(segment)
+        weights = [(name, seg.tensor(getattr(torch, dtype), shape, offset)) for name, dtype, shape, offset in refs]
+        self.model_runner.reload_weights(weights_iterator=iter(weights))
         return len(refs)
 
     def meshrl_load_weights_cuda_ipc(self, handle: list, refs: list[list]) -> int:

@@ -73,16 +73,16 @@ class WeightReceiver:
         return self.segment.name if transport != "cuda_ipc" else ""
 
     def receive(self, buckets) -> int:
-        """Take a stream of WeightBuckets; any bad one abandons the whole update."""
+        """Take a stream of (WeightBucket without data, data view); any bad one abandons the whole update."""
         try:
-            for b in buckets:
-                self._bucket(b)
+            for b, data in buckets:
+                self._bucket(b, data)
         except Exception:
             self._reset()
             raise
         return len(self.refs)
 
-    def _bucket(self, b) -> None:
+    def _bucket(self, b, data: memoryview) -> None:
         if not self.in_progress:
             raise FailedPrecondition("no weight update in progress: call BeginWeightUpdate first")
         if b.version != self.version:
@@ -106,14 +106,14 @@ class WeightReceiver:
             if self.transport != "cuda_ipc":
                 raise InvalidArgument(f"a CUDA IPC handle came for the {self.transport} transport")
             self.cuda_ipc = handle_fields(b.cuda_ipc)
-        if b.data:
+        if len(data):
             if self.transport != "stream":
                 raise InvalidArgument(f"bucket data are for the stream transport, not {self.transport}")
-            end = b.data_offset + len(b.data)
+            end = b.data_offset + len(data)
             if end > self.total:
                 raise InvalidArgument(f"data at offset {b.data_offset} runs past the {self.total} announced bytes")
-            self.segment.map[b.data_offset:end] = b.data
-            self.data_bytes += len(b.data)
+            self.segment.map[b.data_offset:end] = data
+            self.data_bytes += len(data)
 
     def finish(self, version: int) -> tuple[list[list], str, list | None]:
         """(checked refs [name, dtype, shape, offset], transport, CUDA IPC handle fields or None);

@@ -1,0 +1,166 @@
+"""Rollout benchmark: generation through the service vs the same vLLM engine in process, vLLM vs HF,
+and weight handoff (shm, stream) into a running vLLM engine vs np.copy of the same bytes.
+
+    .venv/bin/python bench/rollout_bench.py [--prompts 64] [--n 4] [--max-new-tokens 64]
+
+Every engine runs alone (one at a time) on this machine; the services run in their own processes.
+"""
+
+import argparse
+import gc
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+
+from meshrl import weights
+from meshrl.codec import Payload
+from meshrl.dataproto import DataProto
+from meshrl.rpc import Client
+from meshrl.tiny.models import TinyModelConfig, make_model
+from meshrl.v1 import rollout_pb2
+
+SERVICE = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
+GEN_MODELS = {"tiny": TinyModelConfig(),
+              "50m": TinyModelConfig(hidden_size=640, num_layers=8, num_heads=10, num_kv_heads=5, intermediate_size=2560)}
+SYNC_MODELS = {"~125 MB": TinyModelConfig(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4,
+                                          intermediate_size=2048),
+               "~500 MB": TinyModelConfig(hidden_size=1024, num_layers=8, num_heads=16, num_kv_heads=8,
+                                          intermediate_size=4096)}
+MAX_LEN = 256
+
+
+def prompt_ids(count: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(0)
+    return [torch.randint(4, 100, (int(torch.randint(8, 24, (1,), generator=g)),), generator=g).tolist()
+            for _ in range(count)]
+
+
+def start_service(model: str, backend: str):
+    proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", "rollout", "--model", model, "--backend",
+                             backend, "--max-model-len", str(MAX_LEN)], stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    while line and "listening on" not in line:
+        line = proc.stdout.readline()
+    return proc, Client(line.split()[-1], SERVICE, timeout=1200)
+
+
+def service_rate(client: Client, prompts, args, repeats: int) -> float:
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    data = DataProto({"input_ids": ids, "attention_mask": (torch.arange(width) >= width - torch.tensor(
+        [len(p) for p in prompts])[:, None]).long()})
+    sampling = rollout_pb2.SamplingParams(n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens,
+                                          logprobs=True, seed=0)
+    rates = []
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        out = client.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=sampling), data)).data
+        if i:
+            rates.append(out.batch["response_mask"].sum().item() / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def in_process_rate(model: str, prompts, args, repeats: int) -> float:
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = LLM(model=model, dtype="float32", max_model_len=MAX_LEN, seed=0, enforce_eager=True,
+              gpu_memory_utilization=0.3, logprobs_mode="processed_logprobs")
+    params = [SamplingParams(n=args.n, temperature=1.0, max_tokens=args.max_new_tokens, seed=i, logprobs=0)
+              for i in range(len(prompts))]
+    rates = []
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        if i:
+            rates.append(sum(len(c.token_ids) for o in outs for c in o.outputs) / (time.perf_counter() - t0))
+    llm.llm_engine.engine_core.shutdown()
+    del llm
+    gc.collect()
+    return statistics.median(rates)
+
+
+def generation(tmp: pathlib.Path, args) -> None:
+    prompts = prompt_ids(args.prompts)
+    print(f"\n(a) generation: {args.prompts} prompts x n={args.n}, up to {args.max_new_tokens} new tokens, "
+          f"temperature 1; generated tokens/s, median of {args.repeats}\n")
+    print("| model | vLLM in process | vLLM service | service / in process | HF service | vLLM / HF |\n"
+          "|---|---|---|---|---|---|")
+    for name, cfg in GEN_MODELS.items():
+        model = str(make_model(tmp / name, cfg))
+        local = in_process_rate(model, prompts, args, args.repeats)
+        rates = {}
+        for backend in ("vllm", "hf"):
+            proc, client = start_service(model, backend)
+            try:
+                rates[backend] = service_rate(client, prompts, args, args.repeats)
+            finally:
+                proc.terminate()
+                proc.wait()
+        print(f"| {name} | {local:,.0f} | {rates['vllm']:,.0f} | {rates['vllm'] / local:.2f} | "
+              f"{rates['hf']:,.0f} | {rates['vllm'] / rates['hf']:.2f} |", flush=True)
+
+
+def handoff(tmp: pathlib.Path, args) -> None:
+    print(f"\n(b) weight handoff into a running vLLM engine (end to end: Begin, copy or send, Finish with the "
+          f"engine's reload), median of {args.repeats}; GB/s of parameter bytes\n")
+    print("| model | bytes | np.copy | shm | shm / np.copy | stream | stream / np.copy | shm transfer only "
+          "| stream transfer only | engine reload |\n|---|---|---|---|---|---|---|---|---|---|")
+    for name, cfg in SYNC_MODELS.items():
+        model = make_model(tmp / name.strip("~ "), cfg)
+        named = load_file(model / "model.safetensors")
+        size = sum(weights.nbytes(t) for t in named.values())
+        flat = np.concatenate([t.view(torch.uint8).numpy().ravel() for t in named.values()])
+        copies = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            np.copy(flat)
+            copies.append(time.perf_counter() - t0)
+        proc, client = start_service(str(model), "vllm")
+        version, speeds = 0, {}
+        try:
+            for transport in ("shm", "stream"):
+                runs = []
+                for i in range(args.repeats + 1):  # the first grows the staging segment
+                    version += 1
+                    stats = weights.push(client, named, version, transport)
+                    if i:
+                        runs.append(stats)
+                speeds[transport] = size / statistics.median(r["seconds"] for r in runs) / 1e9
+                speeds[transport + "_transfer"] = size / statistics.median(r["transfer_seconds"] for r in runs) / 1e9
+                speeds["reload_ms"] = statistics.median(r["load_seconds"] for r in runs) * 1e3
+        finally:
+            proc.terminate()
+            proc.wait()
+        base = size / statistics.median(copies) / 1e9
+        print(f"| {name} | {size / 2**20:,.0f} MiB | {base:.2f} | {speeds['shm']:.2f} | {speeds['shm'] / base:.2f} | "
+              f"{speeds['stream']:.2f} | {speeds['stream'] / base:.2f} | {speeds['shm_transfer']:.2f} | "
+              f"{speeds['stream_transfer']:.2f} | {speeds['reload_ms']:,.0f} ms |", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--n", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--parts", default="generation,handoff")
+    args = ap.parse_args()
+    tmp = pathlib.Path(tempfile.mkdtemp())
+    if "generation" in args.parts:
+        generation(tmp, args)
+    if "handoff" in args.parts:
+        handoff(tmp, args)
+
+
+if __name__ == "__main__":
+    main()
