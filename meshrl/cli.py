@@ -5,24 +5,16 @@ subcommands (serve, ppo, grpo, ...) are found by module name when they run.
 """
 
 import argparse
-import dataclasses
 import logging
 import sys
 
-
-def _add_dataclass_args(p: argparse.ArgumentParser, cls) -> None:
-    for f in dataclasses.fields(cls):
-        p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
-
-
-def _from_args(cls, args: argparse.Namespace):
-    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+from meshrl.flags import add_dataclass_flags, dataclass_from_args
 
 
 def cmd_make_model(args) -> int:
     from meshrl.tiny.models import TinyModelConfig, make_model
 
-    out = make_model(args.out, _from_args(TinyModelConfig, args))
+    out = make_model(args.out, dataclass_from_args(TinyModelConfig, args))
     print(out)
     return 0
 
@@ -30,7 +22,7 @@ def cmd_make_model(args) -> int:
 def cmd_make_data(args) -> int:
     from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
 
-    for split, path in make_data(args.out, _from_args(ArithmeticConfig, args)).items():
+    for split, path in make_data(args.out, dataclass_from_args(ArithmeticConfig, args)).items():
         print(f"{split}: {path}")
     return 0
 
@@ -77,12 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("make-model", help="write a tiny HF model folder (no download)")
     p.add_argument("out", help="output folder")
-    _add_dataclass_args(p, TinyModelConfig)
+    add_dataclass_flags(p, TinyModelConfig)
     p.set_defaults(fn=cmd_make_model)
 
     p = sub.add_parser("make-data", help="write the arithmetic task as parquet (verl schema)")
     p.add_argument("out", help="output folder for train.parquet and test.parquet")
-    _add_dataclass_args(p, ArithmeticConfig)
+    add_dataclass_flags(p, ArithmeticConfig)
     p.set_defaults(fn=cmd_make_data)
 
     p = sub.add_parser("serve", help="start a service: meshrl serve reward --help")

@@ -86,3 +86,19 @@ class Server:
 def serve(*servicers, **kwargs) -> Server:
     """Build and start a Server for the given servicers (see Server for the options)."""
     return Server(list(servicers), **kwargs).start()
+
+
+def run_service(servicer, args, label: str) -> int:
+    """Serve one servicer with the --host/--port/--token flags until SIGTERM, then close it.
+
+    Prints "<label> listening on HOST:PORT" once serving: launchers and tests read that line.
+    """
+    server = Server([servicer], host=args.host, port=args.port, token=args.token).start()
+    print(f"{label} listening on {server.address}", flush=True)
+    try:
+        server.run_until_signal()
+    finally:
+        close = getattr(servicer, "close", None)
+        if close is not None:
+            close()
+    return 0

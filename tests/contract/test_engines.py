@@ -54,8 +54,14 @@ def assert_same_step(a: dict, b: dict):
     assert a["stats"]["loss"] == pytest.approx(b["stats"]["loss"], rel=1e-6)
     assert a["stats"]["grad_norm"] == pytest.approx(b["stats"]["grad_norm"], rel=1e-5)  # catches a wrong scale
     assert set(a["weights"]) == set(b["weights"])
+    # AdamW's first step moves each weight by ~lr * sign(grad): where a gradient is ~0, float noise in the
+    # reduction order can flip its sign. So: nearly every weight within 1e-5, none off by more than 2 steps.
+    total = off = 0
     for k in a["weights"]:
-        assert torch.allclose(a["weights"][k], b["weights"][k], atol=1e-5, rtol=0), k
+        diff = (a["weights"][k] - b["weights"][k]).abs()
+        assert diff.max() <= 2.5e-3, k
+        total, off = total + diff.numel(), off + int((diff > 1e-5).sum())
+    assert off / total < 1e-3, f"{off} of {total} weights differ by more than 1e-5"
     assert torch.allclose(a["logprobs"], b["logprobs"], atol=1e-5)
 
 
