@@ -1,5 +1,6 @@
 """Orchestrator: the stateless algorithm loops (PPO, GRPO, RLOO, REINFORCE++, DPO, SFT).
 
-Not built yet: the orchestrator issue builds it; it talks to services only through
-their gRPC clients.
+Built so far: data (verl parquet to batches; a seeded, resumable sampler). The
+loops, config and CLI come with the orchestrator issue; they talk to services
+only through their gRPC clients (meshrl.clients, meshrl.rpc).
 """

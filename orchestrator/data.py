@@ -1,0 +1,114 @@
+"""Prompts for the algorithm loops: verl-schema parquet in, left-padded DataProto batches out.
+
+Each row's `prompt` (chat messages) is rendered with the tokenizer's chat
+template; rows whose prompt exceeds max_prompt_length tokens are dropped and
+counted. The sampler walks the rows in a seeded order, epoch after epoch, and
+its position is part of a checkpoint, so a resumed run sees the same batches.
+"""
+
+import dataclasses
+import logging
+import pathlib
+
+import numpy as np
+import pandas as pd
+import torch
+
+from meshrl.dataproto import DataProto
+
+log = logging.getLogger(__name__)
+
+COLUMNS = ("data_source", "reward_model", "extra_info", "ability")
+
+
+def _plain(value):
+    """parquet gives numpy arrays and structs; the wire and the scorers want lists and dicts."""
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()]
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+class PromptDataset:
+    def __init__(self, files: str | list[str], tokenizer, max_prompt_length: int, prompt_key: str = "prompt"):
+        paths = [files] if isinstance(files, (str, pathlib.Path)) else list(files)
+        missing = [str(p) for p in paths if not pathlib.Path(p).is_file()]
+        if missing:
+            raise ValueError(f"data file(s) not found: {missing}")
+        frame = pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
+        if prompt_key not in frame.columns:
+            raise ValueError(f"column {prompt_key!r} is missing from {paths}; columns: {list(frame.columns)}")
+        self.rows, self.prompt_ids = [], []
+        self.num_filtered = 0
+        for record in frame.to_dict("records"):
+            messages = _plain(record[prompt_key])
+            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            if len(ids) > max_prompt_length:
+                self.num_filtered += 1
+                continue
+            self.rows.append({"prompt": messages, **{k: _plain(record[k]) for k in COLUMNS if k in record}})
+            self.prompt_ids.append(ids)
+        if self.num_filtered:
+            log.info("dropped %d of %d prompts longer than %d tokens", self.num_filtered, len(frame), max_prompt_length)
+        if not self.rows:
+            raise ValueError(f"no prompt in {paths} fits max_prompt_length {max_prompt_length}")
+        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def batch(self, indices: list[int], uids: list[str]) -> DataProto:
+        """input_ids (left padded), attention_mask, position_ids, and the rows' columns plus a uid each."""
+        ids = [self.prompt_ids[i] for i in indices]
+        width = max(map(len, ids))
+        input_ids = torch.tensor([[self.pad] * (width - len(p)) + p for p in ids])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids])
+        columns = {k: [self.rows[i].get(k) for i in indices] for k in ("prompt", *COLUMNS)
+                   if any(k in self.rows[i] for i in indices)}
+        columns["uid"] = list(uids)
+        return DataProto({"input_ids": input_ids, "attention_mask": mask,
+                          "position_ids": (mask.cumsum(1) - 1).clamp(min=0)}, columns)
+
+
+@dataclasses.dataclass
+class SamplerState:
+    epoch: int = 0
+    position: int = 0  # rows of this epoch's order already served
+
+
+class Sampler:
+    """Batches of row indices in a seeded order per epoch; drops the ragged tail of an epoch."""
+
+    def __init__(self, num_rows: int, batch_size: int, seed: int, shuffle: bool = True):
+        if batch_size < 1 or batch_size > num_rows:
+            raise ValueError(f"batch_size must be in 1..{num_rows} (the dataset's size), got {batch_size}")
+        self.num_rows, self.batch_size, self.seed, self.shuffle = num_rows, batch_size, seed, shuffle
+        self.state = SamplerState()
+
+    def order(self, epoch: int) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.num_rows))
+        g = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        return torch.randperm(self.num_rows, generator=g).tolist()
+
+    def next(self) -> tuple[list[int], list[str]]:
+        """(row indices, uids) of the next batch; uids are unique across the whole run."""
+        if self.state.position + self.batch_size > self.num_rows:
+            self.state = SamplerState(self.state.epoch + 1, 0)
+        start = self.state.position
+        rows = self.order(self.state.epoch)[start:start + self.batch_size]
+        uids = [f"{self.state.epoch}-{start + i}" for i in range(len(rows))]
+        self.state.position += self.batch_size
+        return rows, uids
+
+    def state_dict(self) -> dict:
+        return dataclasses.asdict(self.state)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.state = SamplerState(**state)
