@@ -60,6 +60,13 @@ def cmd_serve(args) -> int:
     return module.main(args.args)
 
 
+def cmd_algorithm(args) -> int:
+    """An algorithm loop, found by name in the orchestrator (meshrl imports no orchestrator code)."""
+    import importlib
+
+    return importlib.import_module("orchestrator.main").main([args.command, *args.args])
+
+
 def build_parser() -> argparse.ArgumentParser:
     from meshrl.tiny.arithmetic import ArithmeticConfig
     from meshrl.tiny.models import TinyModelConfig
@@ -81,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("service", choices=SERVICES)
     p.add_argument("args", nargs=argparse.REMAINDER, help="the service's own flags")
     p.set_defaults(fn=cmd_serve)
+
+    p = sub.add_parser("grpo", help="train with GRPO: meshrl grpo --config FILE section.key=value ...")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    p.set_defaults(fn=cmd_algorithm)
 
     p = sub.add_parser("health", help="check a service's grpc.health.v1 status")
     p.add_argument("address", help="host:port")

@@ -1,7 +1,9 @@
 """Orchestrator: the stateless algorithm loops (PPO, GRPO, RLOO, REINFORCE++, DPO, SFT).
 
-Built so far: config (typed YAML sections, dotted overrides) and data (verl parquet to
-batches; a seeded, resumable sampler). The
-loops, config and CLI come with the orchestrator issue; they talk to services
-only through their gRPC clients (meshrl.clients, meshrl.rpc).
+- config: the run's typed YAML config with dotted overrides.
+- data: verl parquet to prompt batches; a seeded, resumable sampler.
+- services: start the services a run needs (or use running ones), check their health.
+- grpo: the GRPO loop (first of the loops; the others come with the orchestrator issue).
+
+The orchestrator talks to services only through gRPC clients (meshrl.clients, meshrl.rpc).
 """

@@ -1,0 +1,63 @@
+"""The services a run uses: started here as local processes on 127.0.0.1, or already running elsewhere.
+
+Given an address in the config, the service there is used (after a health
+check that names it if it is missing); otherwise `meshrl serve ...` starts it
+and it is stopped when the run ends.
+"""
+
+import logging
+import subprocess
+import sys
+
+from meshrl.rpc import Client
+from meshrl.v1 import actor_pb2, reward_pb2, rollout_pb2
+
+log = logging.getLogger(__name__)
+
+DESCRIPTORS = {
+    "actor": actor_pb2.DESCRIPTOR.services_by_name["ActorService"],
+    "ref": actor_pb2.DESCRIPTOR.services_by_name["ActorService"],
+    "critic": actor_pb2.DESCRIPTOR.services_by_name["ActorService"],
+    "rollout": rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"],
+    "reward": reward_pb2.DESCRIPTOR.services_by_name["RewardService"],
+}
+
+
+class Services:
+    def __init__(self):
+        self.procs: list[subprocess.Popen] = []
+        self.clients: dict[str, Client] = {}
+
+    def start(self, name: str, address: str, serve_args: list[str], timeout: float = 600) -> Client:
+        """Use the service at `address`, or start `meshrl serve <serve_args>` and use that."""
+        if not address:
+            proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", *serve_args],
+                                    stdout=subprocess.PIPE, text=True)
+            self.procs.append(proc)
+            line = proc.stdout.readline()
+            while line and "listening on" not in line:
+                line = proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"the {name} service did not start (exit code {proc.wait()}); "
+                                   f"command: meshrl serve {' '.join(serve_args)}")
+            address = line.split()[-1]
+            log.info("started %s service at %s", name, address)
+        client = Client(address, DESCRIPTORS[name], timeout=timeout)
+        try:
+            client.wait_ready(60)
+        except TimeoutError as e:
+            raise RuntimeError(f"the {name} service is not reachable: {e}") from None
+        self.clients[name] = client
+        return client
+
+    def stop(self) -> None:
+        for c in self.clients.values():
+            c.close()
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.procs.clear()
