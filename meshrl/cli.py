@@ -89,9 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("args", nargs=argparse.REMAINDER, help="the service's own flags")
     p.set_defaults(fn=cmd_serve)
 
-    p = sub.add_parser("grpo", help="train with GRPO: meshrl grpo --config FILE section.key=value ...")
-    p.add_argument("args", nargs=argparse.REMAINDER)
-    p.set_defaults(fn=cmd_algorithm)
+    for algorithm in ("grpo", "sft"):
+        p = sub.add_parser(algorithm, help=f"train with {algorithm.upper()}: meshrl {algorithm} --config FILE "
+                                           "section.key=value ...")
+        p.add_argument("args", nargs=argparse.REMAINDER)
+        p.set_defaults(fn=cmd_algorithm)
 
     p = sub.add_parser("health", help="check a service's grpc.health.v1 status")
     p.add_argument("address", help="host:port")

@@ -1,10 +1,10 @@
-"""`meshrl grpo [--config FILE] [section.key=value ...]`: run an algorithm loop."""
+"""`meshrl grpo|sft [--config FILE] [section.key=value ...]`: run an algorithm loop."""
 
 import argparse
 
 from orchestrator.config import load_config
 
-LOOPS = {"grpo": "orchestrator.grpo"}
+LOOPS = {"grpo": "orchestrator.grpo", "sft": "orchestrator.sft"}
 
 
 def main(argv: list[str]) -> int:
