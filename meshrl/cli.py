@@ -60,13 +60,6 @@ def cmd_serve(args) -> int:
     return module.main(args.args)
 
 
-def cmd_algorithm(args) -> int:
-    """An algorithm loop, found by name in the orchestrator (meshrl imports no orchestrator code)."""
-    import importlib
-
-    return importlib.import_module("orchestrator.main").main([args.command, *args.args])
-
-
 def build_parser() -> argparse.ArgumentParser:
     from meshrl.tiny.arithmetic import ArithmeticConfig
     from meshrl.tiny.models import TinyModelConfig
@@ -89,11 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("args", nargs=argparse.REMAINDER, help="the service's own flags")
     p.set_defaults(fn=cmd_serve)
 
-    for algorithm in ("grpo", "sft"):
-        p = sub.add_parser(algorithm, help=f"train with {algorithm.upper()}: meshrl {algorithm} --config FILE "
-                                           "section.key=value ...")
-        p.add_argument("args", nargs=argparse.REMAINDER)
-        p.set_defaults(fn=cmd_algorithm)
+    for algorithm in ALGORITHMS:  # listed for --help; main() hands them to the orchestrator before parsing
+        sub.add_parser(algorithm, help=f"train with {algorithm.upper()}: meshrl {algorithm} --config FILE "
+                                       "section.key=value ...")
 
     p = sub.add_parser("health", help="check a service's grpc.health.v1 status")
     p.add_argument("address", help="host:port")
@@ -104,8 +95,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+ALGORITHMS = ("grpo", "sft")
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ALGORITHMS:  # the loop parses its own flags (argparse would take --config here)
+        import importlib
+
+        return importlib.import_module("orchestrator.main").main(argv)
     args = build_parser().parse_args(argv)
     return args.fn(args)
 

@@ -106,6 +106,18 @@ def step(cfg: Config, number: int, batch, actor, rollout, reward, ref) -> dict[s
     return metrics
 
 
+def validate(cfg: Config, data: PromptDataset, rollout, reward) -> dict[str, float]:
+    """Greedy answers to every validation prompt, scored: val/score/mean and val/acc/mean."""
+    batch = data.batch(list(range(len(data))), [f"val-{i}" for i in range(len(data))])
+    sampling = rollout_pb2.SamplingParams(n=1, greedy=True, max_new_tokens=cfg.rollout.max_new_tokens)
+    gen = rollout.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=sampling), batch)).data
+    scored = reward.score(gen)
+    out = {"val/score/mean": scored.scores.mean().item()}
+    if "acc" in scored.columns:
+        out["val/acc/mean"] = float(sum(bool(x) for x in scored.columns["acc"]) / len(scored.scores))
+    return out
+
+
 def run(cfg: Config) -> pathlib.Path:
     """Train; returns the run folder (config.yaml, metrics.jsonl, checkpoints)."""
     if not cfg.actor.model or not cfg.data.train_files:
@@ -116,15 +128,21 @@ def run(cfg: Config) -> pathlib.Path:
     tokenizer = AutoTokenizer.from_pretrained(cfg.actor.model)
     data = PromptDataset(cfg.data.train_files, tokenizer, cfg.data.max_prompt_length)
     sampler = Sampler(len(data), cfg.data.train_batch_size, cfg.trainer.seed, cfg.data.shuffle)
+    val = PromptDataset(cfg.data.val_files, tokenizer, cfg.data.max_prompt_length) if cfg.data.val_files else None
     torch.manual_seed(cfg.trainer.seed)
     services = Services()
     try:
         actor, rollout, reward, ref = start_services(cfg, services)
         with open(run_dir / "metrics.jsonl", "a") as out, tqdm(range(1, cfg.trainer.total_steps + 1),
                                                               desc="grpo", unit="step") as bar:
+            if val is not None:
+                out.write(json.dumps({"step": 0, **validate(cfg, val, rollout, reward)}) + "\n")
             for number in bar:
                 indices, uids = sampler.next()
                 metrics = step(cfg, number, data.batch(indices, uids), actor, rollout, reward, ref)
+                last = number == cfg.trainer.total_steps
+                if val is not None and (number % cfg.trainer.val_every == 0 or last):
+                    metrics.update(validate(cfg, val, rollout, reward))
                 out.write(json.dumps({"step": number, **metrics}) + "\n")
                 out.flush()
                 bar.set_postfix(score=f"{metrics['critic/score/mean']:.3f}",

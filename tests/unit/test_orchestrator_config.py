@@ -35,3 +35,19 @@ def test_saved_config_reloads_the_same(tmp_path):
     cfg = load_config(None, ["actor.lr=3e-6", "rollout.temperature=0.7"])
     save_config(cfg, tmp_path / "config.yaml")
     assert load_config(str(tmp_path / "config.yaml")) == cfg
+
+
+def test_command_line_takes_a_config_and_overrides_in_any_order(tmp_path):
+    from orchestrator.main import parse
+
+    f = tmp_path / "run.yaml"
+    f.write_text("rollout:\n  n: 2\n")
+    algorithm, cfg = parse(["grpo", "actor.lr=2e-5", "--config", str(f), "rollout.n=3"])
+    assert algorithm == "grpo" and cfg.actor.lr == 2e-5 and cfg.rollout.n == 3
+
+
+def test_bundled_configs_load():
+    import pathlib
+
+    for f in sorted(pathlib.Path(__file__).resolve().parents[2].joinpath("configs").glob("*.yaml")):
+        load_config(str(f))
