@@ -107,7 +107,8 @@ class TrainerSection:
     save_every: int = 10
     val_every: int = 10
     run_dir: str = "runs/default"
-    seed: int = 0
+    seed: int = 0  # data order and sampling seeds (step s samples with seed * 1_000_003 + s)
+    resume: bool = False  # continue from run_dir/checkpoints/latest
 
 
 @dataclasses.dataclass

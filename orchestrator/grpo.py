@@ -61,7 +61,8 @@ def step(cfg: Config, number: int, batch, actor, rollout, reward, ref) -> dict[s
     t = time.perf_counter()
     r = cfg.rollout
     sampling = rollout_pb2.SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-                                          max_new_tokens=r.max_new_tokens, logprobs=True)
+                                          max_new_tokens=r.max_new_tokens, logprobs=True,
+                                          seed=cfg.trainer.seed * 1_000_003 + number)  # a resumed run samples alike
     gen = rollout.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=sampling), batch)).data
     timing["timing_s/gen"] = time.perf_counter() - t
 
@@ -118,6 +119,31 @@ def validate(cfg: Config, data: PromptDataset, rollout, reward) -> dict[str, flo
     return out
 
 
+def save(run_dir: pathlib.Path, number: int, actor, sampler: Sampler, export_hf: bool) -> None:
+    """Everything a resumed run needs: the actor's checkpoint, the data position, the step."""
+    path = run_dir / "checkpoints" / f"step_{number}"
+    actor.call("SaveCheckpoint", actor_pb2.CheckpointRequest(path=str(path), export_hf=export_hf))
+    (path / "orchestrator.json").write_text(json.dumps({"step": number, "sampler": sampler.state_dict()}))
+    (run_dir / "checkpoints" / "latest").write_text(path.name)  # written last: a half-saved step is not "latest"
+
+
+def resume(cfg: Config, run_dir: pathlib.Path, actor, rollout, sampler: Sampler) -> int:
+    """Restore the latest checkpoint into the services and the sampler; returns its step (0 if none)."""
+    latest = run_dir / "checkpoints" / "latest"
+    if not latest.is_file():
+        log.info("no checkpoint in %s: starting from step 1", run_dir)
+        return 0
+    path = run_dir / "checkpoints" / latest.read_text().strip()
+    state = json.loads((path / "orchestrator.json").read_text())
+    actor.call("LoadCheckpoint", actor_pb2.CheckpointRequest(path=str(path)))
+    sampler.load_state_dict(state["sampler"])
+    actor.call("PushWeights", actor_pb2.PushWeightsRequest(rollout_address=rollout.address,
+                                                           transport=cfg.rollout.weight_transport,
+                                                           version=state["step"]))
+    log.info("resumed from %s (step %d)", path, state["step"])
+    return state["step"]
+
+
 def run(cfg: Config) -> pathlib.Path:
     """Train; returns the run folder (config.yaml, metrics.jsonl, checkpoints)."""
     if not cfg.actor.model or not cfg.data.train_files:
@@ -133,9 +159,10 @@ def run(cfg: Config) -> pathlib.Path:
     services = Services()
     try:
         actor, rollout, reward, ref = start_services(cfg, services)
-        with open(run_dir / "metrics.jsonl", "a") as out, tqdm(range(1, cfg.trainer.total_steps + 1),
+        first = resume(cfg, run_dir, actor, rollout, sampler) + 1 if cfg.trainer.resume else 1
+        with open(run_dir / "metrics.jsonl", "a") as out, tqdm(range(first, cfg.trainer.total_steps + 1),
                                                               desc="grpo", unit="step") as bar:
-            if val is not None:
+            if val is not None and first == 1:
                 out.write(json.dumps({"step": 0, **validate(cfg, val, rollout, reward)}) + "\n")
             for number in bar:
                 indices, uids = sampler.next()
@@ -145,6 +172,8 @@ def run(cfg: Config) -> pathlib.Path:
                     metrics.update(validate(cfg, val, rollout, reward))
                 out.write(json.dumps({"step": number, **metrics}) + "\n")
                 out.flush()
+                if number % cfg.trainer.save_every == 0 or last:
+                    save(run_dir, number, actor, sampler, export_hf=last)
                 bar.set_postfix(score=f"{metrics['critic/score/mean']:.3f}",
                                 acc=f"{metrics.get('critic/acc/mean', float('nan')):.3f}")
     finally:

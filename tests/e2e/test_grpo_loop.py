@@ -2,6 +2,7 @@
 
 import json
 
+import torch
 import yaml
 
 from orchestrator.config import load_config
@@ -19,3 +20,25 @@ def test_grpo_runs_steps_and_logs_them(tiny_lm, arithmetic_data, tmp_path):
         assert {"critic/score/mean", "actor/pg_loss", "response_length/mean", "timing_s/gen"} <= set(m)
         assert m["rollout/kl_to_actor"] < 1e-4  # the rollout runs the weights the actor just pushed
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["rollout"]["n"] == 2
+
+
+def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tiny_lm, arithmetic_data, tmp_path):
+    from safetensors.torch import load_file
+
+    varied = tmp_path / "varied_reward.py"  # an untrained model scores 0 on the task: no advantages, no change
+    varied.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    return float(len(solution_str) % 3)\n")
+    base = [f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}", "data.train_batch_size=4",
+            "rollout.n=2", "rollout.backend=hf", "actor.engine=plain", "reward.workers=1", "trainer.save_every=2",
+            "actor.lr=1e-3", f"reward.function={varied}:compute_score"]
+    whole = run(load_config(None, [*base, f"trainer.run_dir={tmp_path / 'whole'}", "trainer.total_steps=4"]))
+    run(load_config(None, [*base, f"trainer.run_dir={tmp_path / 'cut'}", "trainer.total_steps=2"]))
+    resumed = run(load_config(None, [*base, f"trainer.run_dir={tmp_path / 'cut'}", "trainer.total_steps=4",
+                                     "trainer.resume=true"]))
+    steps = [json.loads(line)["step"] for line in (resumed / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]
+    a = load_file(whole / "checkpoints" / "step_4" / "hf" / "model.safetensors")
+    b = load_file(resumed / "checkpoints" / "step_4" / "hf" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["model.layers.0.mlp.down_proj.weight"],
+                           load_file(tiny_lm / "model.safetensors")["model.layers.0.mlp.down_proj.weight"])
