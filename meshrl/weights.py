@@ -18,6 +18,7 @@ from typing import Iterator
 import torch
 
 from meshrl.codec.dtypes import TO_TORCH, wire_dtype
+from meshrl.codec.frame import tensor_bytes
 from meshrl.codec.rawbytes import encode_bytes_field
 from meshrl.shm import attach
 from meshrl.v1 import rollout_pb2
@@ -54,18 +55,13 @@ def ref_nbytes(ref: rollout_pb2.TensorRef) -> int:
     return n * torch.empty((), dtype=ref_dtype(ref)).element_size()
 
 
-def _raw(t: torch.Tensor) -> memoryview:
-    t = t.detach().to("cpu").contiguous()
-    return memoryview(t.view(-1).view(torch.uint8).numpy()) if t.numel() else memoryview(b"")
-
-
 def stream_chunks(named: dict[str, torch.Tensor], refs, total: int,
                   chunk: int = CHUNK_BYTES) -> Iterator[tuple[int, list[memoryview]]]:
     """(offset, pieces) of the flat buffer, about `chunk` bytes each (views of the tensors, not copies);
     padding between tensors is not sent."""
     pieces, size, start = [], 0, 0
     for (name, t), ref in zip(named.items(), refs):
-        raw = _raw(t)
+        raw = tensor_bytes(t, name)
         pos = 0
         while pos < len(raw):
             if not pieces:

@@ -112,3 +112,20 @@ class Sampler:
 
     def load_state_dict(self, state: dict) -> None:
         self.state = SamplerState(**state)
+
+
+def prepare_run(cfg) -> tuple[pathlib.Path, object, PromptDataset, Sampler]:
+    """What every loop starts with: the run folder (with the resolved config saved in it), the
+    tokenizer, the training prompts and their sampler."""
+    from transformers import AutoTokenizer
+
+    from orchestrator.config import save_config
+
+    if not cfg.actor.model or not cfg.data.train_files:
+        raise ValueError("set actor.model and data.train_files")
+    run_dir = pathlib.Path(cfg.trainer.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / "config.yaml")
+    tokenizer = AutoTokenizer.from_pretrained(cfg.actor.model)
+    data = PromptDataset(cfg.data.train_files, tokenizer, cfg.data.max_prompt_length)
+    return run_dir, tokenizer, data, Sampler(len(data), cfg.data.train_batch_size, cfg.trainer.seed, cfg.data.shuffle)

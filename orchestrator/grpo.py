@@ -11,17 +11,15 @@ import time
 
 import torch
 from tqdm import tqdm
-from transformers import AutoTokenizer
-
 from meshrl.algos.advantages import compute_grpo
 from meshrl.algos.masked import masked_mean
 from meshrl.clients import RewardClient
 from meshrl.codec import Payload
 from meshrl.codec.values import to_value
 from meshrl.v1 import actor_pb2, rollout_pb2
-from orchestrator.config import Config, save_config
-from orchestrator.data import PromptDataset, Sampler
-from orchestrator.services import Services
+from orchestrator.config import Config
+from orchestrator.data import PromptDataset, Sampler, prepare_run
+from orchestrator.services import Services, start_actor
 
 log = logging.getLogger(__name__)
 POLICY_TENSORS = ["input_ids", "attention_mask", "position_ids", "responses", "response_mask"]
@@ -29,10 +27,7 @@ POLICY_TENSORS = ["input_ids", "attention_mask", "position_ids", "responses", "r
 
 def start_services(cfg: Config, services: Services):
     a, r = cfg.actor, cfg.rollout
-    actor = services.start("actor", a.address, [
-        "actor", "--role", "actor", "--model", a.model, "--world-size", str(a.world_size), "--engine", a.engine,
-        "--lr", str(a.lr), "--grad-clip", str(a.grad_clip), "--warmup-steps", str(a.warmup_steps),
-        "--micro-batch-size", str(a.micro_batch_size), "--seed", str(cfg.trainer.seed)])
+    actor = start_actor(cfg, services)
     rollout = services.start("rollout", r.address, [
         "rollout", "--model", a.model, "--backend", r.backend, "--max-model-len", str(r.max_model_len),
         "--seed", str(cfg.trainer.seed)])
@@ -146,14 +141,7 @@ def resume(cfg: Config, run_dir: pathlib.Path, actor, rollout, sampler: Sampler)
 
 def run(cfg: Config) -> pathlib.Path:
     """Train; returns the run folder (config.yaml, metrics.jsonl, checkpoints)."""
-    if not cfg.actor.model or not cfg.data.train_files:
-        raise ValueError("set actor.model and data.train_files")
-    run_dir = pathlib.Path(cfg.trainer.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml")
-    tokenizer = AutoTokenizer.from_pretrained(cfg.actor.model)
-    data = PromptDataset(cfg.data.train_files, tokenizer, cfg.data.max_prompt_length)
-    sampler = Sampler(len(data), cfg.data.train_batch_size, cfg.trainer.seed, cfg.data.shuffle)
+    run_dir, tokenizer, data, sampler = prepare_run(cfg)
     val = PromptDataset(cfg.data.val_files, tokenizer, cfg.data.max_prompt_length) if cfg.data.val_files else None
     torch.manual_seed(cfg.trainer.seed)
     services = Services()

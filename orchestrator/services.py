@@ -61,3 +61,12 @@ class Services:
             except subprocess.TimeoutExpired:
                 p.kill()
         self.procs.clear()
+
+
+def start_actor(cfg, services: Services) -> Client:
+    """The actor service the loops train, from the config's actor section."""
+    a = cfg.actor
+    return services.start("actor", a.address, [
+        "actor", "--role", "actor", "--model", a.model, "--world-size", str(a.world_size), "--engine", a.engine,
+        "--lr", str(a.lr), "--grad-clip", str(a.grad_clip), "--warmup-steps", str(a.warmup_steps),
+        "--micro-batch-size", str(a.micro_batch_size), "--seed", str(cfg.trainer.seed)])

@@ -10,14 +10,12 @@ import pathlib
 
 import torch
 from tqdm import tqdm
-from transformers import AutoTokenizer
-
 from meshrl.codec import Payload
 from meshrl.dataproto import DataProto
 from meshrl.v1 import actor_pb2
-from orchestrator.config import Config, save_config
-from orchestrator.data import PromptDataset, Sampler
-from orchestrator.services import Services
+from orchestrator.config import Config
+from orchestrator.data import PromptDataset, prepare_run
+from orchestrator.services import Services, start_actor
 
 log = logging.getLogger(__name__)
 
@@ -39,21 +37,10 @@ def sft_batch(data: PromptDataset, indices: list[int], tokenizer) -> DataProto:
 
 def run(cfg: Config) -> pathlib.Path:
     """Train with SFT; returns the run folder (config.yaml, metrics.jsonl, hf/ with the trained model)."""
-    if not cfg.actor.model or not cfg.data.train_files:
-        raise ValueError("set actor.model and data.train_files")
-    run_dir = pathlib.Path(cfg.trainer.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml")
-    tokenizer = AutoTokenizer.from_pretrained(cfg.actor.model)
-    data = PromptDataset(cfg.data.train_files, tokenizer, cfg.data.max_prompt_length)
-    sampler = Sampler(len(data), cfg.data.train_batch_size, cfg.trainer.seed, cfg.data.shuffle)
+    run_dir, tokenizer, data, sampler = prepare_run(cfg)
     services = Services()
-    a = cfg.actor
     try:
-        actor = services.start("actor", a.address, [
-            "actor", "--role", "actor", "--model", a.model, "--world-size", str(a.world_size), "--engine", a.engine,
-            "--lr", str(a.lr), "--grad-clip", str(a.grad_clip), "--warmup-steps", str(a.warmup_steps),
-            "--micro-batch-size", str(a.micro_batch_size), "--seed", str(cfg.trainer.seed)])
+        actor = start_actor(cfg, services)
         with open(run_dir / "metrics.jsonl", "a") as out, tqdm(range(1, cfg.trainer.total_steps + 1),
                                                               desc="sft", unit="step") as bar:
             for number in bar:

@@ -42,7 +42,7 @@ def encode_dataproto(data: DataProto, *, base_offset: int = 0, row_offset: int =
     parts: list[Buffer] = [_small_fields(data, row_offset, total_rows).SerializeToString()]
     pos = base_offset + len(parts[0])
     for name, t in data.batch.items():
-        header, raw = _tensor_header(name, t), _raw_bytes(name, t)
+        header, raw = _tensor_header(name, t), tensor_bytes(t, name)
         pad = _pad_for(pos, header, len(raw))
         body = header + pad + w.len_prefix(_DATA, len(raw))
         prefix = w.len_prefix(_TENSORS, len(body) + len(raw))
@@ -107,7 +107,7 @@ def _tensor_header(name: str, t: Any) -> bytes:
     return pb.Tensor(name=name, dtype=wire_dtype(t.dtype, name), shape=list(t.shape)).SerializeToString()
 
 
-def _raw_bytes(name: str, t: torch.Tensor) -> memoryview:
+def tensor_bytes(t: torch.Tensor, name: str = "tensor") -> memoryview:
     """The tensor's bytes without copying when it is already contiguous on the CPU."""
     if t.is_sparse or t.is_quantized:
         raise ValueError(f"tensor {name!r}: only dense tensors can travel")

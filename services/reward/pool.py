@@ -89,10 +89,7 @@ class WorkerPool:
                 return self._score(samples)
             finally:  # after an error, no worker may keep a half-done chunk into the next call
                 for w in [w for w in self.workers if w.job is not None]:
-                    self.sel.unregister(w.res_r)
-                    self.workers.remove(w)
-                    w.kill()
-                    self._spawn()
+                    self._respawn(w)
 
     def close(self) -> None:
         for w in self.workers:
@@ -108,11 +105,17 @@ class WorkerPool:
         self.sel.register(w.res_r, selectors.EVENT_READ, w)
         return w
 
-    def _replace(self, w: Worker, outcomes: list, error: str, timed_out: bool) -> None:
-        """w failed on its current sample (the whole chunk when batched); re-queue the rest."""
+    def _respawn(self, w: Worker) -> int | None:
+        """Kill w, start a worker in its place; returns w's exit code."""
         self.sel.unregister(w.res_r)
         self.workers.remove(w)
         code = w.kill()
+        self._spawn()
+        return code
+
+    def _replace(self, w: Worker, outcomes: list, error: str, timed_out: bool) -> None:
+        """w failed on its current sample (the whole chunk when batched); re-queue the rest."""
+        code = self._respawn(w)
         failed = w.job[w.done:] if self.batched else w.job[w.done:w.done + 1]
         if not timed_out:
             error = f"{error} (exit code {code})"
@@ -121,8 +124,7 @@ class WorkerPool:
         rest = w.job[w.done + len(failed):]
         if rest:
             self._queue.appendleft(rest)
-        log.warning("reward worker %s: %s; starting a new one", w.proc.pid, error)
-        self._spawn()
+        log.warning("reward worker %s: %s; started a new one", w.proc.pid, error)
 
     def _score(self, samples: list[Args]) -> list[Outcome]:
         outcomes: list[Outcome | None] = [None] * len(samples)
@@ -162,10 +164,7 @@ class WorkerPool:
                 code = w.proc.wait()
                 raise RuntimeError(f"reward worker for {self.spec!r} exited during start (exit code {code})")
             if w.job is None:
-                self.sel.unregister(w.res_r)
-                self.workers.remove(w)
-                w.kill()
-                self._spawn()
+                self._respawn(w)
             else:
                 self._replace(w, outcomes, "worker process died while scoring", timed_out=False)
             return
