@@ -60,7 +60,7 @@ def main():
     if "--load" in flags:
         engine.load(flags[flags.index("--load") + 1])
         write_logprobs(engine, micro, logprobs, out)
-        return dist.destroy_process_group()
+        return finish()
     before = torch.cat(engine.forward(micro, logprobs))
     weights = [float(world)] * len(micro)  # FSDP averages gradients over ranks; undo it
     engine.forward_backward(micro, nll, weights)
@@ -77,7 +77,17 @@ def main():
         save_file({k: v.contiguous() for k, v in sd.items()}, os.path.join(out, "weights.safetensors"))
         with open(os.path.join(out, "stats.json"), "w") as f:
             json.dump({"loss": loss.item(), **stats}, f)
+    finish()
+
+
+def finish():
+    # Leave together, then skip interpreter teardown: gloo's worker threads can still hold work objects
+    # there and abort the process ("terminate called without an active exception"), seen once in CI
+    # after a DCP load. The results are already on disk.
+    dist.barrier()
     dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def write_logprobs(engine, micro, logprobs, out):
