@@ -82,9 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("args", nargs=argparse.REMAINDER, help="the service's own flags")
     p.set_defaults(fn=cmd_serve)
 
-    for algorithm in ALGORITHMS:  # listed for --help; main() hands them to the orchestrator before parsing
-        sub.add_parser(algorithm, help=f"train with {algorithm.upper()}: meshrl {algorithm} --config FILE "
-                                       "section.key=value ...")
+    for algorithm, what in ALGORITHMS.items():  # listed for --help; main() hands them on before parsing
+        sub.add_parser(algorithm, help=f"train with {what}: meshrl {algorithm} --config FILE section.key=value ...")
 
     p = sub.add_parser("health", help="check a service's grpc.health.v1 status")
     p.add_argument("address", help="host:port")
@@ -95,7 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-ALGORITHMS = ("grpo", "sft")
+# The orchestrator's loops (orchestrator.main.LOOPS; a test keeps the two in step), named here so
+# that `meshrl --help` lists them without importing torch.
+ALGORITHMS = {"ppo": "PPO with a critic and GAE", "grpo": "GRPO (group-normalised rewards)",
+              "rloo": "RLOO (leave-one-out baseline)", "reinforce": "REINFORCE++",
+              "dpo": "online DPO (best vs worst of n samples)", "sft": "supervised fine-tuning"}
 
 
 def main(argv: list[str] | None = None) -> int:

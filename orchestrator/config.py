@@ -88,24 +88,27 @@ class RewardSection:
 
 @dataclasses.dataclass
 class AlgorithmSection:
+    adv_estimator: str = ""  # empty: the command's own (ppo: gae, grpo, rloo, reinforce: reinforce_plus_plus)
     gamma: float = 1.0
     lam: float = 1.0
     norm_adv_by_std: bool = True  # False: Dr.GRPO
-    use_kl_in_reward: bool = False
+    use_kl_in_reward: bool = False  # reward = score - kl_coef * KL(actor || ref) per token
     kl_penalty: str = "k1"
     kl_ctrl: str = "fixed"  # fixed or adaptive
     kl_coef: float = 0.001
     kl_target: float = 0.1
     kl_horizon: int = 10000
     dpo_beta: float = 0.1
-    dpo_loss: str = "sigmoid"
+    dpo_loss: str = "sigmoid"  # sigmoid or ipo
 
 
 @dataclasses.dataclass
 class TrainerSection:
     total_steps: int = 50
     save_every: int = 10
-    val_every: int = 10
+    val_every: int = 10  # greedy accuracy on data.val_files every N steps (and before the first)
+    val_k: int = 1  # > 1: also sample k answers per held-out prompt (val/acc/mean@k, best@k)
+    tensorboard: bool = True  # events in run_dir/tensorboard next to metrics.jsonl
     run_dir: str = "runs/default"
     seed: int = 0  # data order and sampling seeds (step s samples with seed * 1_000_003 + s)
     resume: bool = False  # continue from run_dir/checkpoints/latest

@@ -59,6 +59,7 @@ class PromptDataset:
         if not self.rows:
             raise ValueError(f"no prompt in {paths} fits max_prompt_length {max_prompt_length}")
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.tokenizer = tokenizer
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -123,6 +124,8 @@ def prepare_run(cfg) -> tuple[pathlib.Path, object, PromptDataset, Sampler]:
 
     if not cfg.actor.model or not cfg.data.train_files:
         raise ValueError("set actor.model and data.train_files")
+    if not (pathlib.Path(cfg.actor.model) / "config.json").is_file():
+        raise ValueError(f"actor.model={cfg.actor.model} is not a HuggingFace model folder (no config.json there)")
     run_dir = pathlib.Path(cfg.trainer.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")

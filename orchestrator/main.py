@@ -1,24 +1,48 @@
-"""`meshrl grpo|sft [--config FILE] [section.key=value ...]`: run an algorithm loop."""
+"""`meshrl ppo|grpo|rloo|reinforce|dpo|sft [--config FILE] [section.key=value ...]`: run an algorithm loop."""
 
 import argparse
-import importlib
+import logging
+import sys
 
+from meshrl.errors import ServiceError
+from orchestrator import dpo, policy_gradient, sft, trainer
 from orchestrator.config import Config, load_config
 
-LOOPS = {"grpo": "orchestrator.grpo", "sft": "orchestrator.sft"}
+# One entry per CLI command: a fresh algorithm object for the run.
+LOOPS = {
+    "ppo": policy_gradient.ppo,
+    "grpo": policy_gradient.grpo,
+    "rloo": policy_gradient.rloo,
+    "reinforce": policy_gradient.reinforce,
+    "dpo": dpo.OnlineDPO,
+    "sft": sft.SFT,
+}
 
 
 def parse(argv: list[str]) -> tuple[str, Config]:
     p = argparse.ArgumentParser(prog="meshrl <algorithm>")
-    p.add_argument("algorithm", choices=sorted(LOOPS))
+    p.add_argument("algorithm", choices=list(LOOPS))
     p.add_argument("--config", default=None, help="YAML file; overrides follow as section.key=value")
     p.add_argument("overrides", nargs="*")
     args = p.parse_intermixed_args(argv)  # overrides may come before or after --config
-    return args.algorithm, load_config(args.config, args.overrides)
+    try:
+        return args.algorithm, load_config(args.config, args.overrides)
+    except ValueError as e:
+        p.error(str(e))
+
+
+def run(algorithm: str, cfg: Config):
+    return trainer.run(cfg, LOOPS[algorithm]())
 
 
 def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     algorithm, cfg = parse(argv)
-    run_dir = importlib.import_module(LOOPS[algorithm]).run(cfg)
+    try:
+        run_dir = run(algorithm, cfg)
+    except (ValueError, FileNotFoundError, RuntimeError, ServiceError) as e:
+        # what went wrong, in one line; the services' own logs hold their details
+        print(f"meshrl {algorithm}: error: {e}", file=sys.stderr)
+        return 1
     print(f"run finished: {run_dir}")
     return 0

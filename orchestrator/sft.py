@@ -2,26 +2,25 @@
 as assistant turns after the chat-rendered prompt, with masked cross-entropy on the answer tokens.
 
 Used as the warm-up before RL: a randomly initialised model scores zero, and zero rewards teach nothing.
+The final model is run_dir/hf (a link into the last checkpoint).
 """
 
-import json
-import logging
-import pathlib
+import dataclasses
 
 import torch
-from tqdm import tqdm
-from meshrl.codec import Payload
+
 from meshrl.dataproto import DataProto
-from meshrl.v1 import actor_pb2
 from orchestrator.config import Config
-from orchestrator.data import PromptDataset, prepare_run
-from orchestrator.services import Services, start_actor
-
-log = logging.getLogger(__name__)
+from orchestrator.data import PromptDataset
+from orchestrator.mesh import Mesh
 
 
-def sft_batch(data: PromptDataset, indices: list[int], tokenizer) -> DataProto:
+def sft_batch(data: PromptDataset, indices: list[int]) -> DataProto:
     """Prompt (left padded) + answer and </s> (right padded) in verl's layout, response_mask on the answer."""
+    tokenizer = data.tokenizer
+    missing = [i for i in indices if "answer" not in (data.rows[i].get("extra_info") or {})]
+    if missing:
+        raise ValueError(f"SFT needs extra_info.answer in every row; row {missing[0]} has none")
     prompts = [data.prompt_ids[i] for i in indices]
     answers = [tokenizer(str(data.rows[i]["extra_info"]["answer"]), add_special_tokens=False)["input_ids"]
                + [tokenizer.eos_token_id] for i in indices]
@@ -35,23 +34,20 @@ def sft_batch(data: PromptDataset, indices: list[int], tokenizer) -> DataProto:
                       "responses": ids[:, P:], "response_mask": response_mask})
 
 
-def run(cfg: Config) -> pathlib.Path:
-    """Train with SFT; returns the run folder (config.yaml, metrics.jsonl, hf/ with the trained model)."""
-    run_dir, tokenizer, data, sampler = prepare_run(cfg)
-    services = Services()
-    try:
-        actor = start_actor(cfg, services)
-        with open(run_dir / "metrics.jsonl", "a") as out, tqdm(range(1, cfg.trainer.total_steps + 1),
-                                                              desc="sft", unit="step") as bar:
-            for number in bar:
-                indices, _ = sampler.next()
-                reply = actor.call("Update", Payload(actor_pb2.UpdateRequest(
-                    step=number, loss=actor_pb2.LossSpec(name="sft")), sft_batch(data, indices, tokenizer)))
-                metrics = dict(reply.metrics)
-                out.write(json.dumps({"step": number, **metrics}) + "\n")
-                out.flush()
-                bar.set_postfix(loss=f"{metrics['actor/sft_loss']:.3f}")
-        actor.call("SaveCheckpoint", actor_pb2.CheckpointRequest(path=str(run_dir / "checkpoint"), export_hf=True))
-    finally:
-        services.stop()
-    return run_dir
+@dataclasses.dataclass
+class SFT:
+    name: str = "sft"
+    trained: tuple[str, ...] = ("actor",)
+
+    def roles(self, cfg: Config) -> set[str]:
+        return {"actor"}
+
+    def step(self, mesh: Mesh, number: int, data, indices, uids) -> dict[str, float]:
+        return mesh.update("actor", number, "sft", {"loss_agg_mode": mesh.cfg.actor.loss_agg_mode},
+                           sft_batch(data, indices))
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass

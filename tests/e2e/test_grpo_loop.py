@@ -6,14 +6,14 @@ import torch
 import yaml
 
 from orchestrator.config import load_config
-from orchestrator.grpo import run
+from orchestrator.main import run
 
 
 def test_grpo_runs_steps_and_logs_them(tiny_lm, arithmetic_data, tmp_path):
     cfg = load_config(None, [f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}",
                              f"trainer.run_dir={tmp_path}", "trainer.total_steps=2", "data.train_batch_size=4",
                              "rollout.n=2", "rollout.backend=hf", "actor.world_size=2", "reward.workers=1"])
-    run_dir = run(cfg)
+    run_dir = run("grpo", cfg)
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2]
     for m in lines:
@@ -31,14 +31,14 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tiny_lm, arithmetic_
     base = [f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}", "data.train_batch_size=4",
             "rollout.n=2", "rollout.backend=hf", "actor.engine=plain", "reward.workers=1", "trainer.save_every=2",
             "actor.lr=1e-3", f"reward.function={varied}:compute_score"]
-    whole = run(load_config(None, [*base, f"trainer.run_dir={tmp_path / 'whole'}", "trainer.total_steps=4"]))
-    run(load_config(None, [*base, f"trainer.run_dir={tmp_path / 'cut'}", "trainer.total_steps=2"]))
-    resumed = run(load_config(None, [*base, f"trainer.run_dir={tmp_path / 'cut'}", "trainer.total_steps=4",
+    whole = run("grpo", load_config(None, [*base, f"trainer.run_dir={tmp_path / 'whole'}", "trainer.total_steps=4"]))
+    run("grpo", load_config(None, [*base, f"trainer.run_dir={tmp_path / 'cut'}", "trainer.total_steps=2"]))
+    resumed = run("grpo", load_config(None, [*base, f"trainer.run_dir={tmp_path / 'cut'}", "trainer.total_steps=4",
                                      "trainer.resume=true"]))
     steps = [json.loads(line)["step"] for line in (resumed / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]
-    a = load_file(whole / "checkpoints" / "step_4" / "hf" / "model.safetensors")
-    b = load_file(resumed / "checkpoints" / "step_4" / "hf" / "model.safetensors")
+    a = load_file(whole / "checkpoints" / "step_4" / "actor" / "hf" / "model.safetensors")
+    b = load_file(resumed / "checkpoints" / "step_4" / "actor" / "hf" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert not torch.equal(a["model.layers.0.mlp.down_proj.weight"],
                            load_file(tiny_lm / "model.safetensors")["model.layers.0.mlp.down_proj.weight"])

@@ -1,0 +1,65 @@
+"""Online DPO (Guo et al. 2024, arXiv:2402.04792; verl's DPO extension guide): per prompt, sample n
+responses, score them, pair the best against the worst (ties skipped), and take a DPO step
+(Rafailov et al. 2023) against the frozen reference policy.
+
+    generate n per prompt -> score -> best/worst pairs -> ref log-probs -> DPO update -> push weights
+"""
+
+import dataclasses
+
+import torch
+
+from meshrl.algos.pairs import best_worst_pairs
+from orchestrator.config import Config
+from orchestrator.mesh import Mesh
+from orchestrator.policy_gradient import POLICY_TENSORS, Timer
+from orchestrator.trainer import accuracy, sampling_seed
+
+
+def dpo_params(cfg: Config) -> dict:
+    a, al = cfg.actor, cfg.algorithm
+    return {"epochs": a.ppo_epochs, "mini_batch_size": a.mini_batch_size, "beta": al.dpo_beta,
+            "loss_type": al.dpo_loss, "temperature": cfg.rollout.temperature}
+
+
+@dataclasses.dataclass
+class OnlineDPO:
+    name: str = "dpo"
+    trained: tuple[str, ...] = ("actor",)
+
+    def roles(self, cfg: Config) -> set[str]:
+        if cfg.rollout.n < 2:
+            raise ValueError(f"online DPO pairs responses to the same prompt: rollout.n must be >= 2, got {cfg.rollout.n}")
+        return {"actor", "ref", "rollout", "reward"}
+
+    def step(self, mesh: Mesh, number: int, data, indices, uids) -> dict[str, float]:
+        cfg, t = mesh.cfg, Timer()
+        with t("gen"):
+            gen = mesh.generate(data.batch(indices, uids), seed=sampling_seed(cfg, number))
+        with t("reward"):
+            scored = mesh.score(gen)
+        chosen, rejected = best_worst_pairs(scored.scores, list(gen.non_tensor_batch["uid"]))
+        lengths = gen.batch["response_mask"].sum(-1).float()
+        metrics = {"critic/score/mean": scored.scores.mean().item(), "response_length/mean": lengths.mean().item(),
+                   "actor/num_pairs": float(len(chosen))}
+        acc = accuracy(scored)
+        if acc is not None:
+            metrics["critic/acc/mean"] = acc
+        if not chosen:  # every prompt's responses scored alike: nothing to prefer
+            return {**metrics, **t}
+        order = [row for pair in zip(chosen, rejected) for row in pair]  # chosen, rejected, chosen, ...
+        pairs = gen.select(POLICY_TENSORS).select_idxs(torch.tensor(order))
+        metrics["actor/score_margin"] = (scored.scores[chosen] - scored.scores[rejected]).mean().item()
+        with t("ref"):
+            pairs.batch["ref_logprobs"] = mesh.logprobs("ref", pairs)
+        with t("update_actor"):
+            metrics.update(mesh.update("actor", number, "dpo", dpo_params(cfg), pairs))
+        with t("update_weights"):
+            mesh.push_weights(version=number)
+        return {**metrics, **t}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass

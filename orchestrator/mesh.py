@@ -1,0 +1,122 @@
+"""The services one run talks to, and the calls the loops make on them, each a gRPC call.
+
+    mesh = start_mesh(cfg, services, roles={"actor", "rollout", "reward", "ref"})
+    gen = mesh.generate(prompts, seed=...)          # rollout
+    scored = mesh.score(gen)                        # reward
+    gen.batch["ref_logprobs"] = mesh.logprobs("ref", gen)
+    metrics = mesh.update("actor", step, "ppo", params, batch)
+    mesh.push_weights(version=step)                 # actor -> rollout
+
+A role without an address in the config is started here as a local process;
+one with an address is used as it is (after a health check naming it).
+"""
+
+import dataclasses
+
+import torch
+
+from meshrl.clients import RewardClient
+from meshrl.codec import Payload
+from meshrl.codec.values import to_value
+from meshrl.dataproto import DataProto
+from meshrl.rpc import Client
+from meshrl.v1 import actor_pb2, rollout_pb2
+from orchestrator.config import Config
+from orchestrator.services import Services
+
+POLICY_INPUTS = ["input_ids", "attention_mask", "position_ids", "responses"]
+
+
+def actor_args(cfg: Config, role: str) -> list[str]:
+    """`meshrl serve actor ...` arguments for the actor, ref or critic role."""
+    a = cfg.actor
+    if role == "critic":
+        c = cfg.critic
+        model, world, lr = c.model or a.model, c.world_size, c.lr
+    else:
+        model, world, lr = a.model, cfg.ref.world_size if role == "ref" else a.world_size, a.lr
+    args = ["actor", "--role", role, "--model", model, "--world-size", str(world), "--engine", a.engine,
+            "--micro-batch-size", str(a.micro_batch_size), "--seed", str(cfg.trainer.seed)]
+    if role != "ref":
+        args += ["--lr", str(lr), "--grad-clip", str(a.grad_clip), "--warmup-steps", str(a.warmup_steps)]
+    return args
+
+
+@dataclasses.dataclass
+class Mesh:
+    cfg: Config
+    clients: dict[str, Client]
+    reward: RewardClient | None = None
+
+    def has(self, role: str) -> bool:
+        return role in self.clients
+
+    def __getitem__(self, role: str) -> Client:
+        return self.clients[role]
+
+    # ---- rollout ---------------------------------------------------------------------
+
+    def generate(self, prompts: DataProto, seed: int | None = None, n: int | None = None,
+                 greedy: bool = False) -> DataProto:
+        r = self.cfg.rollout
+        sampling = rollout_pb2.SamplingParams(
+            n=n or (1 if greedy else r.n), greedy=greedy, temperature=r.temperature, top_p=r.top_p,
+            top_k=r.top_k, max_new_tokens=r.max_new_tokens, logprobs=not greedy, seed=seed or 0)
+        return self["rollout"].call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=sampling), prompts)).data
+
+    def push_weights(self, version: int) -> float:
+        """Actor weights to the rollout (the config's transport); returns the seconds it took."""
+        reply = self["actor"].call("PushWeights", actor_pb2.PushWeightsRequest(
+            rollout_address=self["rollout"].address, transport=self.cfg.rollout.weight_transport, version=version))
+        return reply.seconds
+
+    # ---- reward ----------------------------------------------------------------------
+
+    def score(self, gen: DataProto):
+        return self.reward.score(gen)
+
+    # ---- actor, ref, critic -----------------------------------------------------------
+
+    def logprobs(self, role: str, batch: DataProto) -> torch.Tensor:
+        """Per-token log-probs of the responses under the actor or the ref, (B, T)."""
+        key = "ref_logprobs" if role == "ref" else "actor_logprobs"
+        request = actor_pb2.BatchRequest(temperature=self.cfg.rollout.temperature)
+        return self[role].call("ComputeLogProbs", Payload(request, batch.select(POLICY_INPUTS))).data.batch[key]
+
+    def values(self, batch: DataProto) -> torch.Tensor:
+        """The critic's value of each response position, (B, T)."""
+        return self["critic"].call("ComputeValues", Payload(actor_pb2.BatchRequest(),
+                                                           batch.select(POLICY_INPUTS))).data.batch["values"]
+
+    def update(self, role: str, step: int, loss: str, params: dict, batch: DataProto) -> dict[str, float]:
+        spec = actor_pb2.LossSpec(name=loss, params={k: to_value(v, k) for k, v in params.items()})
+        reply = self[role].call("Update", Payload(actor_pb2.UpdateRequest(step=step, loss=spec), batch))
+        return dict(reply.metrics)
+
+    def save(self, role: str, path, export_hf: bool = False) -> None:
+        self[role].call("SaveCheckpoint", actor_pb2.CheckpointRequest(path=str(path), export_hf=export_hf))
+
+    def load(self, role: str, path) -> None:
+        self[role].call("LoadCheckpoint", actor_pb2.CheckpointRequest(path=str(path)))
+
+
+def start_mesh(cfg: Config, services: Services, roles: set[str]) -> Mesh:
+    """Start (or reach) the services in `roles`: actor, ref, critic, rollout, reward."""
+    clients = {}
+    for role in ("actor", "ref", "critic"):
+        if role in roles:
+            clients[role] = services.start(role, getattr(cfg, role).address, actor_args(cfg, role))
+    if "rollout" in roles:
+        r = cfg.rollout
+        clients["rollout"] = services.start("rollout", r.address, [
+            "rollout", "--model", cfg.actor.model, "--backend", r.backend, "--max-model-len", str(r.max_model_len),
+            "--seed", str(cfg.trainer.seed)])
+    reward = None
+    if "reward" in roles:
+        rw = cfg.reward
+        args = ["reward", "--workers", str(rw.workers), "--timeout", str(rw.timeout), "--on-error", rw.on_error]
+        if rw.function:
+            args += ["--function", rw.function]
+        clients["reward"] = services.start("reward", rw.address, args)
+        reward = RewardClient(clients["reward"].address)
+    return Mesh(cfg, clients, reward)

@@ -1,0 +1,169 @@
+"""PPO, GRPO, RLOO and REINFORCE++: one step, differing in the advantage estimator and the critic.
+
+    generate n responses per prompt -> score -> old (and ref) log-probs -> [critic values]
+    -> token rewards (score, minus the KL penalty if use_kl_in_reward) -> advantages
+    -> [critic update] -> actor update (clipped PPO objective) -> push weights
+
+- PPO (Schulman et al. 2017, arXiv:1707.06347): GAE over the critic's values (Ouyang et al. 2022 for RLHF).
+- GRPO (Shao et al. 2024, arXiv:2402.03300): group-normalised scores; Dr.GRPO with norm_adv_by_std=false.
+- RLOO (Ahmadian et al. 2024, arXiv:2402.14740): leave-one-out baseline within the group.
+- REINFORCE++ (Hu 2025, arXiv:2501.03262): batch-whitened returns; `reinforce_plus_plus_baseline` too.
+"""
+
+import contextlib
+import dataclasses
+import inspect
+import time
+
+import torch
+
+from meshrl.algos.advantages import ADVANTAGE_ESTIMATORS
+from meshrl.algos.kl import AdaptiveKLController, FixedKLController, apply_kl_penalty
+from meshrl.algos.masked import masked_mean
+from orchestrator.config import Config
+from orchestrator.mesh import POLICY_INPUTS, Mesh
+from orchestrator.trainer import accuracy, sampling_seed
+
+POLICY_TENSORS = [*POLICY_INPUTS, "response_mask"]
+
+
+class Timer(dict):
+    """timing_s/<phase> seconds, as verl names them."""
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        start = time.perf_counter()
+        yield
+        self[f"timing_s/{phase}"] = self.get(f"timing_s/{phase}", 0.0) + time.perf_counter() - start
+
+
+def ppo_params(cfg: Config) -> dict:
+    a = cfg.actor
+    return {"epochs": a.ppo_epochs, "mini_batch_size": a.mini_batch_size, "clip_ratio_low": a.clip_ratio_low,
+            "clip_ratio_high": a.clip_ratio_high, "clip_ratio_c": a.clip_ratio_c, "entropy_coeff": a.entropy_coeff,
+            "use_kl_loss": a.use_kl_loss, "kl_loss_coef": a.kl_loss_coef, "kl_loss_type": a.kl_loss_type,
+            "loss_agg_mode": a.loss_agg_mode, "temperature": cfg.rollout.temperature}
+
+
+def value_params(cfg: Config) -> dict:
+    a = cfg.actor
+    return {"epochs": a.ppo_epochs, "mini_batch_size": a.mini_batch_size,
+            "clip_range_value": cfg.critic.clip_range_value, "loss_agg_mode": a.loss_agg_mode}
+
+
+def compute_advantages(name: str, inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Call the named estimator with the inputs its signature asks for (see ADVANTAGE_ESTIMATORS)."""
+    fn = ADVANTAGE_ESTIMATORS[name]
+    wanted = inspect.signature(fn).parameters
+    return fn(**{k: v for k, v in inputs.items() if k in wanted})
+
+
+def kl_controller(cfg: Config):
+    al = cfg.algorithm
+    if al.kl_ctrl == "fixed":
+        return FixedKLController(al.kl_coef)
+    if al.kl_ctrl == "adaptive":
+        return AdaptiveKLController(al.kl_coef, al.kl_target, al.kl_horizon)
+    raise ValueError(f"algorithm.kl_ctrl must be fixed or adaptive, got {al.kl_ctrl!r}")
+
+
+def rollout_metrics(gen, scored, batch, advantages) -> dict[str, float]:
+    mask = batch.batch["response_mask"]
+    lengths = mask.sum(-1).float()
+    out = {"critic/score/mean": scored.scores.mean().item(), "critic/score/max": scored.scores.max().item(),
+           "critic/score/min": scored.scores.min().item(),
+           "critic/advantages/mean": masked_mean(advantages, mask).item(),
+           "response_length/mean": lengths.mean().item(), "response_length/max": lengths.max().item(),
+           "response_length/clip_ratio": (lengths >= gen.batch["responses"].shape[1]).float().mean().item(),
+           # how far the rollout's sampling distribution is from the actor's: ~0 when the push worked
+           "rollout/kl_to_actor": masked_mean((gen.batch["rollout_logprobs"] - batch.batch["actor_logprobs"]).abs(),
+                                              mask).item()}
+    acc = accuracy(scored)
+    if acc is not None:
+        out["critic/acc/mean"] = acc
+    return out
+
+
+@dataclasses.dataclass
+class PolicyGradient:
+    name: str
+    estimator: str  # default; algorithm.adv_estimator overrides
+    critic: bool = False
+    kl_ctrl: object = None
+
+    @property
+    def trained(self) -> tuple[str, ...]:
+        return ("actor", "critic") if self.critic else ("actor",)
+
+    def roles(self, cfg: Config) -> set[str]:
+        needs_ref = cfg.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
+        self.kl_ctrl = kl_controller(cfg)
+        estimator = cfg.algorithm.adv_estimator or self.estimator
+        if estimator not in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"algorithm.adv_estimator must be one of {sorted(ADVANTAGE_ESTIMATORS)}, got {estimator!r}")
+        if estimator == "gae" and not self.critic:
+            raise ValueError("algorithm.adv_estimator=gae needs a critic: run `meshrl ppo`")
+        return {"actor", "rollout", "reward"} | ({"ref"} if needs_ref else set()) | ({"critic"} if self.critic else set())
+
+    def step(self, mesh: Mesh, number: int, data, indices, uids) -> dict[str, float]:
+        cfg, t = mesh.cfg, Timer()
+        with t("gen"):
+            gen = mesh.generate(data.batch(indices, uids), seed=sampling_seed(cfg, number))
+        with t("reward"):
+            scored = mesh.score(gen)
+        batch = gen.select(POLICY_TENSORS)
+        mask = batch.batch["response_mask"]
+        with t("old_log_prob"):
+            batch.batch["actor_logprobs"] = mesh.logprobs("actor", batch)
+        if mesh.has("ref"):
+            with t("ref"):
+                batch.batch["ref_logprobs"] = mesh.logprobs("ref", batch)
+        if self.critic:
+            with t("values"):
+                batch.batch["values"] = mesh.values(batch)
+
+        metrics, rewards = {}, scored.token_level_scores
+        if cfg.algorithm.use_kl_in_reward:
+            rewards, kl = apply_kl_penalty(rewards, batch.batch["actor_logprobs"], batch.batch["ref_logprobs"],
+                                           mask, self.kl_ctrl.value, cfg.algorithm.kl_penalty)
+            metrics.update({"actor/reward_kl_penalty": kl.item(), "actor/reward_kl_penalty_coeff": self.kl_ctrl.value})
+            self.kl_ctrl.update(kl.item(), n_steps=len(batch))
+        with t("adv"):
+            advantages, returns = compute_advantages(cfg.algorithm.adv_estimator or self.estimator, {
+                "token_level_rewards": rewards, "response_mask": mask, "values": batch.batch.get("values"),
+                "index": list(gen.non_tensor_batch["uid"]), "gamma": cfg.algorithm.gamma, "lam": cfg.algorithm.lam,
+                "norm_by_std": cfg.algorithm.norm_adv_by_std})
+        batch.batch["advantages"], batch.batch["returns"] = advantages, returns
+
+        if self.critic:
+            with t("update_critic"):
+                metrics.update(mesh.update("critic", number, "value", value_params(cfg), batch))
+        with t("update_actor"):
+            metrics.update(mesh.update("actor", number, "ppo", ppo_params(cfg), batch))
+        with t("update_weights"):
+            mesh.push_weights(version=number)
+        metrics.update(rollout_metrics(gen, scored, batch, advantages))
+        metrics["perf/tokens_per_s"] = mask.sum().item() / max(1e-9, sum(t.values()))
+        return {**metrics, **t}
+
+    def state_dict(self) -> dict:
+        return {"kl_coef": self.kl_ctrl.value}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.kl_ctrl.value = state["kl_coef"]
+
+
+def ppo() -> PolicyGradient:
+    return PolicyGradient("ppo", "gae", critic=True)
+
+
+def grpo() -> PolicyGradient:
+    return PolicyGradient("grpo", "grpo")
+
+
+def rloo() -> PolicyGradient:
+    return PolicyGradient("rloo", "rloo")
+
+
+def reinforce() -> PolicyGradient:
+    return PolicyGradient("reinforce", "reinforce_plus_plus")

@@ -1,0 +1,131 @@
+"""What a run leaves to look at: metrics.jsonl and TensorBoard events as it goes, and at the end
+curves.png (the main curves) and summary.md (first and last values, best validation).
+
+    with MetricsLog(run_dir) as log:
+        log.write(step, metrics)
+    finish_report(run_dir)   # reads metrics.jsonl, so it also works on a resumed run's whole history
+"""
+
+import json
+import logging
+import math
+import pathlib
+
+log = logging.getLogger(__name__)
+
+# Panels of curves.png, first present name wins per panel.
+CURVES = [
+    ("reward", ["critic/score/mean"]),
+    ("held-out accuracy", ["val/acc/mean", "val/score/mean"]),
+    ("policy loss", ["actor/pg_loss", "actor/dpo_loss", "actor/sft_loss"]),
+    ("KL / clip", ["actor/ppo_kl", "actor/pg_clipfrac", "actor/kl_loss"]),
+    ("value loss", ["critic/vf_loss"]),
+    ("response length", ["response_length/mean"]),
+]
+SUMMARY_KEYS = ["critic/score/mean", "critic/acc/mean", "val/acc/mean", "val/acc/mean@k", "val/score/mean",
+                "actor/pg_loss", "actor/dpo_loss", "actor/sft_loss", "critic/vf_loss", "response_length/mean",
+                "perf/tokens_per_s", "timing_s/step"]
+
+
+class MetricsLog:
+    """One JSON line per step (appended: a resumed run continues the file) and TensorBoard scalars."""
+
+    def __init__(self, run_dir: pathlib.Path, tensorboard: bool = True):
+        self.file = open(run_dir / "metrics.jsonl", "a")
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def write(self, step: int, metrics: dict[str, float]) -> None:
+        self.file.write(json.dumps({"step": step, **metrics}) + "\n")
+        self.file.flush()
+        if self.writer is not None:
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)) and math.isfinite(v):
+                    self.writer.add_scalar(k, v, step)
+            self.writer.flush()
+
+    def close(self) -> None:
+        self.file.close()
+        if self.writer is not None:
+            self.writer.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def read_metrics(run_dir: pathlib.Path) -> list[dict]:
+    """metrics.jsonl; where a resumed run wrote a step again, the last line for it wins."""
+    by_step = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            by_step[row["step"]] = {**by_step.get(row["step"], {}), **row}
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def series(rows: list[dict], key: str) -> list[tuple[int, float]]:
+    return [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+
+
+def plot_curves(rows: list[dict], path: pathlib.Path) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on servers
+    import matplotlib.pyplot as plt
+
+    panels = []
+    for title, keys in CURVES:
+        key = next((k for k in keys if series(rows, k)), None)
+        if key:
+            panels.append((title, key))
+    if not panels:
+        return False
+    cols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)
+    for ax, (title, key) in zip(axes.flat, panels):
+        xs, ys = zip(*series(rows, key))
+        ax.plot(xs, ys, marker="o" if len(xs) < 20 else None, markersize=3)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.set_ylabel(key, fontsize=8)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def summary_table(rows: list[dict]) -> str:
+    """Markdown: each key metric's first and last value (and the best held-out accuracy)."""
+    lines = ["| metric | first (step) | last (step) |", "|---|---|---|"]
+    for key in SUMMARY_KEYS:
+        s = series(rows, key)
+        if s:
+            (s0, v0), (s1, v1) = s[0], s[-1]
+            lines.append(f"| {key} | {v0:.4g} ({s0}) | {v1:.4g} ({s1}) |")
+    val = series(rows, "val/acc/mean")
+    if val:
+        step, best = max(val, key=lambda x: x[1])
+        lines.append(f"| best val/acc/mean | {best:.4g} ({step}) | |")
+    return "\n".join(lines)
+
+
+def finish_report(run_dir: pathlib.Path) -> str:
+    """Write curves.png and summary.md into the run folder; returns the summary table."""
+    rows = read_metrics(run_dir)
+    if not rows:
+        return ""
+    table = summary_table(rows)
+    (run_dir / "summary.md").write_text(f"# {run_dir.name}: {len(rows)} logged steps\n\n{table}\n")
+    if plot_curves(rows, run_dir / "curves.png"):
+        log.info("curves: %s", run_dir / "curves.png")
+    return table

@@ -1,0 +1,171 @@
+"""The loop every algorithm shares: start the mesh, resume, step, validate, checkpoint, report.
+
+    run(cfg, algorithm)
+
+An algorithm (policy_gradient, dpo, sft) says which services it needs and which
+of them it trains, and does one step given the step's prompts. Everything else
+lives here, so a run of any algorithm can be killed and resumed the same way:
+checkpoints/step_N/ holds each trained service's checkpoint (actor/, critic/)
+and orchestrator.json (step, data position, RNG state, the algorithm's own
+state such as the KL controller); checkpoints/latest names the newest complete
+one. The weight version the rollout runs is the step number.
+"""
+
+import json
+import logging
+import pathlib
+import time
+from typing import Protocol
+
+import torch
+from tqdm import tqdm
+
+from meshrl.errors import ServiceError
+from orchestrator.config import Config
+from orchestrator.data import PromptDataset, prepare_run
+from orchestrator.mesh import Mesh, start_mesh
+from orchestrator.report import MetricsLog, finish_report
+from orchestrator.services import Services
+
+log = logging.getLogger(__name__)
+BAR_KEYS = {"critic/score/mean": "score", "critic/acc/mean": "acc", "actor/sft_loss": "loss",
+            "actor/dpo_loss": "dpo_loss"}
+
+
+class Algorithm(Protocol):
+    name: str
+    trained: tuple[str, ...]  # roles whose checkpoints make up a run's state
+
+    def roles(self, cfg: Config) -> set[str]: ...
+    def step(self, mesh: Mesh, number: int, data: PromptDataset, indices: list[int],
+             uids: list[str]) -> dict[str, float]: ...
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+class StepFailed(RuntimeError):
+    """A step could not finish; says which and where the run can resume from."""
+
+
+def sampling_seed(cfg: Config, number: int) -> int:
+    """Step `number` samples with its own seed, so a resumed run samples what an uninterrupted one would."""
+    return cfg.trainer.seed * 1_000_003 + number
+
+
+def accuracy(scored) -> float | None:
+    acc = scored.columns.get("acc")
+    return None if acc is None else float(sum(bool(x) for x in acc) / len(scored.scores))
+
+
+def validate(cfg: Config, mesh: Mesh, data: PromptDataset) -> dict[str, float]:
+    """Greedy answers to every held-out prompt (val/acc/mean, val/score/mean); with trainer.val_k > 1
+    also k sampled answers each: val/acc/mean@k (mean over samples) and val/acc/best@k (any right)."""
+    rows = list(range(len(data)))
+    size = max(1, cfg.data.val_batch_size)
+    out, greedy, sampled = {}, [], []
+    for start in range(0, len(rows), size):
+        part = rows[start:start + size]
+        prompts = data.batch(part, [f"val-{i}" for i in part])
+        greedy.append(mesh.score(mesh.generate(prompts, greedy=True)))
+        if cfg.trainer.val_k > 1:
+            sampled.append(mesh.score(mesh.generate(prompts, seed=cfg.trainer.seed + 7, n=cfg.trainer.val_k)))
+    out["val/score/mean"] = torch.cat([s.scores for s in greedy]).mean().item()
+    if greedy[0].columns.get("acc") is not None:
+        out["val/acc/mean"] = sum(accuracy(s) * len(s.scores) for s in greedy) / len(rows)
+    if sampled:
+        k = cfg.trainer.val_k
+        scores = torch.cat([s.scores for s in sampled]).view(-1, k)  # rows come back prompt by prompt
+        out[f"val/score/mean@{k}"] = scores.mean().item()
+        if sampled[0].columns.get("acc") is not None:
+            acc = torch.tensor([bool(x) for s in sampled for x in s.columns["acc"]], dtype=torch.float).view(-1, k)
+            out[f"val/acc/mean@{k}"] = acc.mean().item()
+            out[f"val/acc/best@{k}"] = acc.max(-1).values.mean().item()
+    return out
+
+
+def save(run_dir: pathlib.Path, number: int, mesh: Mesh, algorithm: Algorithm, sampler, last: bool) -> pathlib.Path:
+    path = run_dir / "checkpoints" / f"step_{number}"
+    for role in algorithm.trained:
+        mesh.save(role, path / role, export_hf=last and role == "actor")
+    state = {"step": number, "sampler": sampler.state_dict(), "algorithm": algorithm.state_dict(),
+             "torch_rng": torch.get_rng_state().tolist()}
+    (path / "orchestrator.json").write_text(json.dumps(state))
+    (run_dir / "checkpoints" / "latest").write_text(path.name)  # written last: a half-saved step is not "latest"
+    return path
+
+
+def resume(run_dir: pathlib.Path, mesh: Mesh, algorithm: Algorithm, sampler) -> int:
+    """Restore the latest checkpoint into the services, the sampler and the algorithm; its step (0: none)."""
+    latest = run_dir / "checkpoints" / "latest"
+    if not latest.is_file():
+        log.info("no checkpoint in %s: starting from step 1", run_dir)
+        return 0
+    path = run_dir / "checkpoints" / latest.read_text().strip()
+    state = json.loads((path / "orchestrator.json").read_text())
+    for role in algorithm.trained:
+        mesh.load(role, path / role)
+    sampler.load_state_dict(state["sampler"])
+    algorithm.load_state_dict(state["algorithm"])
+    torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
+    if mesh.has("rollout"):
+        mesh.push_weights(version=state["step"])
+    log.info("resumed from %s (step %d)", path, state["step"])
+    return state["step"]
+
+
+def link_final_model(run_dir: pathlib.Path, checkpoint: pathlib.Path) -> None:
+    """run_dir/hf -> the last checkpoint's HF export, the folder to hand to the next stage."""
+    link = run_dir / "hf"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to((checkpoint / "actor" / "hf").relative_to(run_dir))
+
+
+def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
+    """Train; returns the run folder (config.yaml, metrics.jsonl, tensorboard/, checkpoints/, hf,
+    curves.png, summary.md)."""
+    run_dir, tokenizer, data, sampler = prepare_run(cfg)
+    val = None
+    roles = algorithm.roles(cfg)
+    if cfg.data.val_files and "rollout" in roles:
+        val = PromptDataset(cfg.data.val_files, tokenizer, cfg.data.max_prompt_length)
+    torch.manual_seed(cfg.trainer.seed)
+    services = Services()
+    done = 0
+    try:
+        mesh = start_mesh(cfg, services, roles)
+        first = resume(run_dir, mesh, algorithm, sampler) + 1 if cfg.trainer.resume else 1
+        done = first - 1
+        total = cfg.trainer.total_steps
+        with MetricsLog(run_dir, cfg.trainer.tensorboard) as metrics_log, \
+                tqdm(range(first, total + 1), desc=algorithm.name, unit="step") as bar:
+            if val is not None and first == 1:
+                metrics_log.write(0, validate(cfg, mesh, val))
+            for number in bar:
+                start = time.perf_counter()
+                indices, uids = sampler.next()
+                try:
+                    metrics = algorithm.step(mesh, number, data, indices, uids)
+                except (ServiceError, ValueError) as e:  # a service failed or answered something unusable
+                    raise StepFailed(f"step {number} failed: {e}") from None
+                metrics["timing_s/step"] = time.perf_counter() - start
+                last = number == total
+                if val is not None and (number % cfg.trainer.val_every == 0 or last):
+                    metrics.update(validate(cfg, mesh, val))
+                metrics_log.write(number, metrics)
+                if number % cfg.trainer.save_every == 0 or last:
+                    checkpoint = save(run_dir, number, mesh, algorithm, sampler, last)
+                    done = number
+                    if last:
+                        link_final_model(run_dir, checkpoint)
+                bar.set_postfix({short: f"{metrics[k]:.3f}" for k, short in BAR_KEYS.items() if k in metrics})
+        table = finish_report(run_dir)
+        if table:
+            print(f"\n{algorithm.name} run {run_dir}:\n{table}")
+    except StepFailed as e:
+        raise StepFailed(f"{e}; the last checkpoint is step {done} in {run_dir / 'checkpoints'}"
+                         f"{'' if done else ' (none yet)'}: rerun with trainer.resume=true to continue") from None
+    finally:
+        services.stop()
+    return run_dir
+
