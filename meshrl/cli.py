@@ -60,6 +60,17 @@ def cmd_serve(args) -> int:
     return module.main(args.args)
 
 
+def cmd_trace(args) -> int:
+    """Print one training step's spans as a timeline (meshrl.trace_view)."""
+    from meshrl.trace_view import main
+
+    try:
+        return main(args.run_dir, args.step)
+    except ValueError as e:
+        print(f"meshrl trace: {e}", file=sys.stderr)
+        return 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     from meshrl.tiny.arithmetic import ArithmeticConfig
     from meshrl.tiny.models import TinyModelConfig
@@ -91,6 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token", default=None, help="bearer token, if the server wants one")
     p.add_argument("--timeout", type=float, default=5.0)
     p.set_defaults(fn=cmd_health)
+
+    p = sub.add_parser("trace", help="show one training step's spans (every service) as a timeline")
+    p.add_argument("run_dir", help="a run folder (trainer.run_dir) with traces/")
+    p.add_argument("--step", type=int, default=None, help="which step; default: the last traced")
+    p.set_defaults(fn=cmd_trace)
     return parser
 
 

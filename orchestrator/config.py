@@ -109,6 +109,9 @@ class TrainerSection:
     val_every: int = 10  # greedy accuracy on data.val_files every N steps (and before the first)
     val_k: int = 1  # > 1: also sample k answers per held-out prompt (val/acc/mean@k, best@k)
     tensorboard: bool = True  # events in run_dir/tensorboard next to metrics.jsonl
+    trace: str = "jsonl"  # OpenTelemetry span exporters for every process: jsonl (run_dir/traces, read by
+    #   `meshrl trace RUN_DIR`), console, both ("jsonl,console") or "" (off); OTLP too when
+    #   OTEL_EXPORTER_OTLP_ENDPOINT is set
     run_dir: str = "runs/default"
     seed: int = 0  # data order and sampling seeds (step s samples with seed * 1_000_003 + s)
     resume: bool = False  # continue from run_dir/checkpoints/latest

@@ -12,8 +12,8 @@ import torch
 from meshrl.algos.pairs import best_worst_pairs
 from orchestrator.config import Config
 from orchestrator.mesh import Mesh
-from orchestrator.policy_gradient import POLICY_TENSORS, Timer
-from orchestrator.trainer import accuracy, sampling_seed
+from orchestrator.policy_gradient import POLICY_TENSORS
+from orchestrator.trainer import Timer, accuracy, sampling_seed
 
 
 def dpo_params(cfg: Config) -> dict:

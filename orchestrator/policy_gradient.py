@@ -10,10 +10,8 @@
 - REINFORCE++ (Hu 2025, arXiv:2501.03262): batch-whitened returns; `reinforce_plus_plus_baseline` too.
 """
 
-import contextlib
 import dataclasses
 import inspect
-import time
 
 import torch
 
@@ -22,19 +20,9 @@ from meshrl.algos.kl import AdaptiveKLController, FixedKLController, apply_kl_pe
 from meshrl.algos.masked import masked_mean
 from orchestrator.config import Config
 from orchestrator.mesh import POLICY_INPUTS, Mesh
-from orchestrator.trainer import accuracy, sampling_seed
+from orchestrator.trainer import Timer, accuracy, sampling_seed
 
 POLICY_TENSORS = [*POLICY_INPUTS, "response_mask"]
-
-
-class Timer(dict):
-    """timing_s/<phase> seconds, as verl names them."""
-
-    @contextlib.contextmanager
-    def __call__(self, phase: str):
-        start = time.perf_counter()
-        yield
-        self[f"timing_s/{phase}"] = self.get(f"timing_s/{phase}", 0.0) + time.perf_counter() - start
 
 
 def ppo_params(cfg: Config) -> dict:

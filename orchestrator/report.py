@@ -22,7 +22,7 @@ CURVES = [
     ("value loss", ["critic/vf_loss"]),
     ("response length", ["response_length/mean"]),
 ]
-SUMMARY_KEYS = ["critic/score/mean", "critic/acc/mean", "val/acc/mean", "val/acc/mean@k", "val/score/mean",
+SUMMARY_KEYS = ["critic/score/mean", "critic/acc/mean", "val/acc/mean", "val/score/mean",
                 "actor/pg_loss", "actor/dpo_loss", "actor/sft_loss", "critic/vf_loss", "response_length/mean",
                 "perf/tokens_per_s", "timing_s/step"]
 
@@ -107,7 +107,9 @@ def plot_curves(rows: list[dict], path: pathlib.Path) -> bool:
 def summary_table(rows: list[dict]) -> str:
     """Markdown: each key metric's first and last value (and the best held-out accuracy)."""
     lines = ["| metric | first (step) | last (step) |", "|---|---|---|"]
-    for key in SUMMARY_KEYS:
+    present = {k for r in rows for k in r}
+    extra_val = sorted(k for k in present if k.startswith("val/") and k not in SUMMARY_KEYS)  # mean@k, best@k
+    for key in SUMMARY_KEYS + extra_val:
         s = series(rows, key)
         if s:
             (s0, v0), (s1, v1) = s[0], s[-1]

@@ -11,8 +11,10 @@ state such as the KL controller); checkpoints/latest names the newest complete
 one. The weight version the rollout runs is the step number.
 """
 
+import contextlib
 import json
 import logging
+import os
 import pathlib
 import time
 from typing import Protocol
@@ -20,6 +22,7 @@ from typing import Protocol
 import torch
 from tqdm import tqdm
 
+from meshrl import telemetry
 from meshrl.errors import ServiceError
 from orchestrator.config import Config
 from orchestrator.data import PromptDataset, prepare_run
@@ -41,6 +44,17 @@ class Algorithm(Protocol):
              uids: list[str]) -> dict[str, float]: ...
     def state_dict(self) -> dict: ...
     def load_state_dict(self, state: dict) -> None: ...
+
+
+class Timer(dict):
+    """timing_s/<phase> seconds, as verl names them; each phase is also a span of the step's trace."""
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        start = time.perf_counter()
+        with telemetry.span(phase):
+            yield
+        self[f"timing_s/{phase}"] = self.get(f"timing_s/{phase}", 0.0) + time.perf_counter() - start
 
 
 class StepFailed(RuntimeError):
@@ -130,6 +144,11 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     if cfg.data.val_files and "rollout" in roles:
         val = PromptDataset(cfg.data.val_files, tokenizer, cfg.data.max_prompt_length)
     torch.manual_seed(cfg.trainer.seed)
+    if cfg.trainer.trace:  # the services started below inherit the environment
+        os.environ.update(MESHRL_TRACE=cfg.trainer.trace, MESHRL_TRACE_DIR=str((run_dir / "traces").resolve()))
+    else:
+        os.environ.pop("MESHRL_TRACE", None)
+    telemetry.setup("meshrl-orchestrator")
     services = Services()
     done = 0
     try:
@@ -145,10 +164,15 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
                 start = time.perf_counter()
                 indices, uids = sampler.next()
                 try:
-                    metrics = algorithm.step(mesh, number, data, indices, uids)
+                    with telemetry.span("step", step=number, algorithm=algorithm.name, prompts=len(indices)) as s:
+                        metrics = algorithm.step(mesh, number, data, indices, uids)
+                        s.set_attribute("meshrl.weight_version", number)
+                        s.set_attribute("meshrl.response_tokens", metrics.get("response_length/mean", 0.0)
+                                        * len(indices) * max(1, cfg.rollout.n))
                 except (ServiceError, ValueError) as e:  # a service failed or answered something unusable
                     raise StepFailed(f"step {number} failed: {e}") from None
                 metrics["timing_s/step"] = time.perf_counter() - start
+                telemetry.record_step(metrics)
                 last = number == total
                 if val is not None and (number % cfg.trainer.val_every == 0 or last):
                     metrics.update(validate(cfg, mesh, val))
@@ -167,5 +191,6 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
                          f"{'' if done else ' (none yet)'}: rerun with trainer.resume=true to continue") from None
     finally:
         services.stop()
+        telemetry.shutdown()
     return run_dir
 

@@ -13,7 +13,7 @@ meshrl=.venv/bin/meshrl
 rm -rf "$run/sft" "$run/grpo"
 $meshrl sft --config configs/arithmetic_sft.yaml actor.model="$run/model" \
     data.train_files="$run/data/train.parquet" trainer.run_dir="$run/sft"
-$meshrl grpo --config configs/arithmetic_grpo.yaml actor.model="$run/sft/checkpoint/hf" \
+$meshrl grpo --config configs/arithmetic_grpo.yaml actor.model="$run/sft/hf" \
     data.train_files="$run/data/train.parquet" data.val_files="$run/data/test.parquet" \
     trainer.run_dir="$run/grpo" "$@"
 .venv/bin/python - "$run/grpo/metrics.jsonl" <<'PY'

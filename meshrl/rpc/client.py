@@ -16,6 +16,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from meshrl import telemetry
 from meshrl.codec.payload import Payload, data_field_number
 from meshrl.errors import ServiceError
 from meshrl.rpc.methods import client_call, message_class, method_path
@@ -43,9 +44,16 @@ class Client:
         if request is None:
             request = message_class(self.service.methods_by_name[method].input_type)()
         deadline = time.monotonic() + (timeout or self.timeout)
+        rows = len(request.data) if isinstance(request, Payload) and request.data is not None else None
+        with telemetry.span(f"{self.service.name}/{method}", telemetry.trace.SpanKind.CLIENT, rows=rows,
+                            address=self.address):
+            metadata = telemetry.inject(self.metadata)  # the server's span continues this trace
+            return self._call_with_retries(method, request, deadline, metadata)
+
+    def _call_with_retries(self, method: str, request, deadline: float, metadata):
         for attempt in range(self.retries + 1):
             try:
-                return self._calls[method](request, max(0.001, deadline - time.monotonic()), self.metadata)
+                return self._calls[method](request, max(0.001, deadline - time.monotonic()), metadata)
             except grpc.RpcError as e:
                 retry = e.code() in RETRYABLE and attempt < self.retries
                 pause = self.backoff * 2**attempt
@@ -63,7 +71,8 @@ class Client:
         stub = self.channel.stream_unary(method_path(m), request_serializer=_serialize,
                                          response_deserializer=message_class(m.output_type).FromString)
         try:
-            return stub(iter(messages), timeout=timeout or self.timeout, metadata=self.metadata)
+            with telemetry.span(f"{self.service.name}/{method}", telemetry.trace.SpanKind.CLIENT, address=self.address):
+                return stub(iter(messages), timeout=timeout or self.timeout, metadata=telemetry.inject(self.metadata))
         except grpc.RpcError as e:
             raise ServiceError(self.address, f"{self.service.name}.{method}", e.code(), e.details()) from None
 

@@ -1,10 +1,12 @@
-"""Server interceptors: errors -> status codes (the one place), and the bearer-token check."""
+"""Server interceptors: errors -> status codes (the one place), the bearer-token check, and a
+server span per call that continues the caller's trace (when tracing is on)."""
 
 import hmac
 import logging
 
 import grpc
 
+from meshrl import telemetry
 from meshrl.errors import status_for
 
 log = logging.getLogger(__name__)
@@ -89,3 +91,30 @@ class TokenInterceptor(grpc.ServerInterceptor):
             return deny
 
         return _wrap(handler, wrap)
+
+
+class TracingInterceptor(grpc.ServerInterceptor):
+    """A SERVER span per call, child of the caller's span (trace context from the metadata)."""
+
+    def intercept_service(self, continuation, handler_call_details):
+        method = handler_call_details.method
+        if method.startswith(HEALTH_PREFIX):
+            return continuation(handler_call_details)
+        name = method.rsplit("/", 2)[-2].rsplit(".", 1)[-1] + "/" + method.rsplit("/", 1)[-1]  # Service/Method
+
+        def wrap(behavior, streaming):
+            def parent(context):
+                return telemetry.extract(context.invocation_metadata())
+
+            if streaming:
+                def traced_stream(request, context):
+                    with telemetry.span(name, telemetry.trace.SpanKind.SERVER, parent(context)):
+                        yield from behavior(request, context)
+                return traced_stream
+
+            def traced(request, context):
+                with telemetry.span(name, telemetry.trace.SpanKind.SERVER, parent(context)):
+                    return behavior(request, context)
+            return traced
+
+        return _wrap(continuation(handler_call_details), wrap)

@@ -16,7 +16,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from meshrl.rpc.interceptors import ErrorInterceptor, TokenInterceptor
+from meshrl import telemetry
+from meshrl.rpc.interceptors import ErrorInterceptor, TokenInterceptor, TracingInterceptor
 from meshrl.rpc.methods import service_handler
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,8 @@ class Server:
     def __init__(self, servicers: list, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
                  max_workers: int = 16, max_message_bytes: int = MAX_MESSAGE_BYTES):
         interceptors = [TokenInterceptor(token)] if token else []
+        if telemetry.enabled():
+            interceptors.append(TracingInterceptor())  # outside the error mapping: the span sees the status
         interceptors.append(ErrorInterceptor())
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers),
                                    interceptors=interceptors, options=channel_options(max_message_bytes))
@@ -93,6 +96,7 @@ def run_service(servicer, args, label: str) -> int:
 
     Prints "<label> listening on HOST:PORT" once serving: launchers and tests read that line.
     """
+    telemetry.setup(f"meshrl-{servicer.SERVICE.name.removesuffix('Service').lower()}")
     server = Server([servicer], host=args.host, port=args.port, token=args.token).start()
     print(f"{label} listening on {server.address}", flush=True)
     try:
@@ -101,4 +105,5 @@ def run_service(servicer, args, label: str) -> int:
         close = getattr(servicer, "close", None)
         if close is not None:
             close()
+        telemetry.shutdown()
     return 0

@@ -1,0 +1,45 @@
+"""The run report: metrics.jsonl read back (a resumed step's last line wins), the summary table, the curves."""
+
+import json
+
+from meshrl.cli import ALGORITHMS
+from orchestrator.main import LOOPS
+from orchestrator.report import MetricsLog, finish_report, read_metrics, summary_table
+
+
+def test_metrics_log_appends_and_a_rewritten_step_keeps_its_last_values(tmp_path):
+    with MetricsLog(tmp_path, tensorboard=False) as log:
+        log.write(1, {"critic/score/mean": 0.1})
+        log.write(2, {"critic/score/mean": 0.2})
+    with MetricsLog(tmp_path, tensorboard=False) as log:  # a resumed run redoes step 2
+        log.write(2, {"critic/score/mean": 0.25, "val/acc/mean": 0.5})
+    rows = read_metrics(tmp_path)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[1] == {"step": 2, "critic/score/mean": 0.25, "val/acc/mean": 0.5}
+
+
+def test_summary_names_first_last_and_best():
+    rows = [{"step": 0, "val/acc/mean": 0.4}, {"step": 1, "critic/score/mean": 0.1},
+            {"step": 2, "critic/score/mean": 0.3, "val/acc/mean": 0.7}, {"step": 3, "val/acc/mean": 0.6}]
+    table = summary_table(rows)
+    assert "| critic/score/mean | 0.1 (1) | 0.3 (2) |" in table
+    assert "| val/acc/mean | 0.4 (0) | 0.6 (3) |" in table
+    assert "| best val/acc/mean | 0.7 (2) | |" in table
+
+
+def test_finish_report_writes_png_and_summary(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps({"step": s, "critic/score/mean": s / 10,
+                                                                  "actor/pg_loss": 1 / s}) for s in range(1, 6)))
+    assert "critic/score/mean" in finish_report(tmp_path)
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "actor/pg_loss" in (tmp_path / "summary.md").read_text()
+
+
+def test_tensorboard_events_are_written(tmp_path):
+    with MetricsLog(tmp_path) as log:
+        log.write(1, {"critic/score/mean": 0.5, "bad": float("nan")})
+    assert any(p.name.startswith("events.out.tfevents") for p in (tmp_path / "tensorboard").iterdir())
+
+
+def test_cli_lists_exactly_the_orchestrator_loops():
+    assert list(ALGORITHMS) == list(LOOPS)
