@@ -1,0 +1,100 @@
+"""GRPO step benchmark on the tiny task through the full mesh (vLLM rollout, FSDP2 actor with 2 ranks,
+reward service): where a step's time goes, what the mesh's RPCs cost, and what tracing costs.
+
+    .venv/bin/python bench/step_bench.py [--steps 20] [--repeats 2]
+
+(a) phases: each phase's share of the step (timing_s/* from metrics.jsonl, steps after the first).
+(b) RPC overhead: for every call the orchestrator makes, its client span minus the service's server
+    span (serialization, transport, queueing), summed per step, as a fraction of the step.
+(c) tracing: median step time with tracing off and on (JSONL exporter in every process), runs
+    alternated off/on `--repeats` times in this one invocation; the ratio is the cost.
+"""
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import tempfile
+from collections import defaultdict
+
+from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
+from meshrl.tiny.models import TinyModelConfig, make_model
+from meshrl.trace_view import load_spans
+from orchestrator.config import load_config
+from orchestrator.main import run
+
+
+def grpo(work: pathlib.Path, name: str, model, data, steps: int, trace: str) -> pathlib.Path:
+    cfg = load_config("configs/arithmetic_grpo.yaml", [
+        f"actor.model={model}", f"data.train_files={data['train']}", f"trainer.run_dir={work / name}",
+        f"trainer.total_steps={steps}", "actor.engine=fsdp2", "actor.world_size=2", f"trainer.trace={trace}",
+        "trainer.save_every=100000", "trainer.tensorboard=false"])
+    return run("grpo", cfg)
+
+
+def rows(run_dir: pathlib.Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()][1:]  # warm-up
+
+
+def phases(run_dir: pathlib.Path) -> dict[str, float]:
+    r = rows(run_dir)
+    step = statistics.mean(x["timing_s/step"] for x in r)
+    keys = sorted({k for x in r for k in x if k.startswith("timing_s/") and k != "timing_s/step"})
+    return {"step": step, **{k.removeprefix("timing_s/"): statistics.mean(x.get(k, 0.0) for x in r) for k in keys}}
+
+
+def rpc_overhead(run_dir: pathlib.Path) -> tuple[float, dict[str, float]]:
+    """(overhead / step time, mean overhead per method in seconds) over the traced steps after the first."""
+    spans = load_spans(run_dir)
+    steps = {s["trace_id"]: s for s in spans if s["name"] == "step" and s["attributes"]["meshrl.step"] > 1}
+    server_of = {s["parent_id"]: s for s in spans if s["kind"] == "SERVER"}
+    per_method, total = defaultdict(list), 0.0
+    for s in spans:
+        if s["kind"] == "CLIENT" and s["service"] == "meshrl-orchestrator" and s["trace_id"] in steps:
+            server = server_of.get(s["span_id"])
+            if server is not None:
+                gap = ((s["end_ns"] - s["start_ns"]) - (server["end_ns"] - server["start_ns"])) / 1e9
+                per_method[s["name"]].append(gap)
+                total += gap
+    step_time = sum((s["end_ns"] - s["start_ns"]) / 1e9 for s in steps.values())
+    return total / step_time, {m: statistics.mean(v) for m, v in per_method.items()}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=2)
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = pathlib.Path(tmp)
+        model = make_model(work / "model", TinyModelConfig())
+        data = make_data(work / "data", ArithmeticConfig(num_train=2000, num_test=100, ops="+"))
+        times = {"": [], "jsonl": []}
+        last_traced = None
+        for i in range(args.repeats):
+            for trace in ("", "jsonl"):
+                run_dir = grpo(work, f"{trace or 'off'}-{i}", model, data, args.steps, trace)
+                times[trace] += [x["timing_s/step"] for x in rows(run_dir)]
+                if trace:
+                    last_traced = run_dir
+        ph = phases(last_traced)
+        frac, per_method = rpc_overhead(last_traced)
+    print(f"\n(a) one GRPO step by phase (mean of steps 2..{args.steps}, traced run):")
+    print("| phase | seconds | share of step |\n|---|---|---|")
+    for k, v in ph.items():
+        if k != "step":
+            print(f"| {k} | {v:.3f} | {v / ph['step']:.1%} |")
+    print(f"| step | {ph['step']:.3f} | 100% |")
+    print(f"\n(b) mesh RPC overhead (client span - server span), {frac:.1%} of the step:")
+    print("| call | mean overhead per call |\n|---|---|")
+    for m, v in sorted(per_method.items()):
+        print(f"| {m} | {v * 1000:.1f} ms |")
+    off, on = statistics.median(times[""]), statistics.median(times["jsonl"])
+    print(f"\n(c) median step time: tracing off {off:.3f} s, on {on:.3f} s, on/off = {on / off:.3f} "
+          f"({len(times[''])} and {len(times['jsonl'])} steps)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
