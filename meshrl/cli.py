@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     for algorithm, what in ALGORITHMS.items():  # listed for --help; main() hands them on before parsing
         sub.add_parser(algorithm, help=f"train with {what}: meshrl {algorithm} --config FILE section.key=value ...")
 
+    sub.add_parser("ray", help="place the services on a Ray cluster, then train: meshrl ray grpo --config FILE "
+                               "ray.address=auto ...")
+
     p = sub.add_parser("health", help="check a service's grpc.health.v1 status")
     p.add_argument("address", help="host:port")
     p.add_argument("--service", default="", help="service name; empty: the whole server")
@@ -124,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         import importlib
 
         return importlib.import_module("orchestrator.main").main(argv)
+    if argv and argv[0] == "ray":  # the same loops, services placed on a Ray cluster
+        import importlib
+
+        return importlib.import_module("orchestrator.ray_launch").main(argv[1:])
     args = build_parser().parse_args(argv)
     return args.fn(args)
 

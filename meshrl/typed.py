@@ -44,6 +44,11 @@ def _check(value: Any, hint, where: str) -> Any:
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise ValueError(f"{where}: expected a list of {len(args)}, got {value!r}")
         return tuple(_check(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+    if origin is list:
+        (arg,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise ValueError(f"{where}: expected a list, got {value!r}")
+        return [_check(v, arg, f"{where}[{i}]") for i, v in enumerate(value)]
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint is int and isinstance(value, bool) or hint is float and isinstance(value, bool):

@@ -118,6 +118,19 @@ class TrainerSection:
 
 
 @dataclasses.dataclass
+class RaySection:
+    """Only for `meshrl ray ...`: where and how the services are placed."""
+
+    address: str = ""  # "auto" or HOST:PORT of a running cluster; empty: start a local one for the run
+    cpus_per_rank: float = 1.0  # each rank's bundle
+    gpus_per_rank: float = 0.0
+    colocate: list[str] = dataclasses.field(default_factory=list)  # roles sharing the actor's bundles, e.g. [rollout]
+    placement_timeout: float = 60.0  # seconds to wait for the cluster to fit a service
+    local_cpus: int = 8  # logical CPUs of a local cluster (Ray's count, not cores)
+    object_store_bytes: int = 200_000_000  # a local cluster's object store (the services pass no objects)
+
+
+@dataclasses.dataclass
 class Config:
     data: DataSection = dataclasses.field(default_factory=DataSection)
     actor: ActorSection = dataclasses.field(default_factory=ActorSection)
@@ -127,6 +140,7 @@ class Config:
     reward: RewardSection = dataclasses.field(default_factory=RewardSection)
     algorithm: AlgorithmSection = dataclasses.field(default_factory=AlgorithmSection)
     trainer: TrainerSection = dataclasses.field(default_factory=TrainerSection)
+    ray: RaySection = dataclasses.field(default_factory=RaySection)
 
 
 SECTIONS = {f.name: f.default_factory for f in dataclasses.fields(Config)}

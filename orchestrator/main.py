@@ -19,8 +19,8 @@ LOOPS = {
 }
 
 
-def parse(argv: list[str]) -> tuple[str, Config]:
-    p = argparse.ArgumentParser(prog="meshrl <algorithm>")
+def parse(argv: list[str], prog: str = "meshrl") -> tuple[str, Config]:
+    p = argparse.ArgumentParser(prog=f"{prog} <algorithm>")
     p.add_argument("algorithm", choices=list(LOOPS))
     p.add_argument("--config", default=None, help="YAML file; overrides follow as section.key=value")
     p.add_argument("overrides", nargs="*")
@@ -35,14 +35,15 @@ def run(algorithm: str, cfg: Config):
     return trainer.run(cfg, LOOPS[algorithm]())
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], runner=run, prog: str = "meshrl") -> int:
+    """Parse, run (embedded services by default; `meshrl ray` passes its own runner), report."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    algorithm, cfg = parse(argv)
+    algorithm, cfg = parse(argv, prog)
     try:
-        run_dir = run(algorithm, cfg)
+        run_dir = runner(algorithm, cfg)
     except (ValueError, FileNotFoundError, RuntimeError, ServiceError) as e:
         # what went wrong, in one line; the services' own logs hold their details
-        print(f"meshrl {algorithm}: error: {e}", file=sys.stderr)
+        print(f"{prog} {algorithm}: error: {e}", file=sys.stderr)
         return 1
     print(f"run finished: {run_dir}")
     return 0

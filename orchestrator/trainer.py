@@ -135,6 +135,14 @@ def link_final_model(run_dir: pathlib.Path, checkpoint: pathlib.Path) -> None:
     link.symlink_to((checkpoint / "actor" / "hf").relative_to(run_dir))
 
 
+def trace_env(cfg: Config, run_dir: pathlib.Path) -> None:
+    """Tracing settings in the environment, which the services this process starts inherit."""
+    if cfg.trainer.trace:
+        os.environ.update(MESHRL_TRACE=cfg.trainer.trace, MESHRL_TRACE_DIR=str((run_dir / "traces").resolve()))
+    else:
+        os.environ.pop("MESHRL_TRACE", None)
+
+
 def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     """Train; returns the run folder (config.yaml, metrics.jsonl, tensorboard/, checkpoints/, hf,
     curves.png, summary.md)."""
@@ -144,10 +152,7 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     if cfg.data.val_files and "rollout" in roles:
         val = PromptDataset(cfg.data.val_files, tokenizer, cfg.data.max_prompt_length)
     torch.manual_seed(cfg.trainer.seed)
-    if cfg.trainer.trace:  # the services started below inherit the environment
-        os.environ.update(MESHRL_TRACE=cfg.trainer.trace, MESHRL_TRACE_DIR=str((run_dir / "traces").resolve()))
-    else:
-        os.environ.pop("MESHRL_TRACE", None)
+    trace_env(cfg, run_dir)
     telemetry.setup("meshrl-orchestrator")
     services = Services()
     done = 0

@@ -1,0 +1,167 @@
+"""`meshrl ray ALGORITHM [--config FILE] [section.key=value ...]`: place the services on a Ray cluster,
+then run the algorithm against them.
+
+Ray does placement and lifecycle only; the services are the same `meshrl serve ...` processes,
+reached by gRPC. Per service, one placement group with a bundle per rank (ray.cpus_per_rank,
+ray.gpus_per_rank; STRICT_PACK, since a service's ranks run on one node as children of its rank
+0). Roles listed in ray.colocate (e.g. [rollout]) go into the actor's placement group, on the
+actor's first bundle's node, sharing its GPU. In each group a small Ray actor (ServiceHost)
+starts `meshrl serve ...` bound to its node's address, and reports the address it listens on;
+the addresses go into the config (actor.address, ...) and the trainer runs as usual.
+
+    ray start --head --port 6379                      # machine 1
+    ray start --address HEAD_IP:6379                  # machines 2..n
+    meshrl ray grpo --config configs/arithmetic_grpo.yaml ray.address=auto ...
+"""
+
+import dataclasses
+import logging
+import os
+import pathlib
+import subprocess
+import sys
+
+from orchestrator import main as loops
+from orchestrator import trainer
+from orchestrator.config import Config
+from orchestrator.mesh import actor_args
+
+log = logging.getLogger(__name__)
+
+
+def serve_args(cfg: Config, role: str) -> list[str]:
+    """The `meshrl serve` arguments of a role, as the embedded launcher (orchestrator.mesh) builds them."""
+    if role in ("actor", "ref", "critic"):
+        return actor_args(cfg, role)
+    if role == "rollout":
+        r = cfg.rollout
+        return ["rollout", "--model", cfg.actor.model, "--backend", r.backend, "--max-model-len",
+                str(r.max_model_len), "--seed", str(cfg.trainer.seed)]
+    rw = cfg.reward
+    args = ["reward", "--workers", str(rw.workers), "--timeout", str(rw.timeout), "--on-error", rw.on_error]
+    return args + (["--function", rw.function] if rw.function else [])
+
+
+def ranks(cfg: Config, role: str) -> int:
+    return {"actor": cfg.actor.world_size, "ref": cfg.ref.world_size, "critic": cfg.critic.world_size}.get(role, 1)
+
+
+class ServiceHost:
+    """A Ray actor that runs one `meshrl serve ...` process on its node and stops it on request."""
+
+    def __init__(self):
+        self.proc = None
+
+    def start(self, args: list[str], env: dict[str, str]) -> str:
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()
+        host = next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node)  # the address Ray uses
+        self.proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", *args, "--host", host],
+                                     stdout=subprocess.PIPE, text=True, env={**os.environ, **env})
+        line = self.proc.stdout.readline()
+        while line and "listening on" not in line:
+            line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"`meshrl serve {' '.join(args)}` exited with code {self.proc.wait()} on {host}")
+        return line.split()[-1]
+
+    def stop(self) -> int | None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                return self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return None if self.proc is None else self.proc.returncode
+
+
+@dataclasses.dataclass
+class Placement:
+    groups: dict  # role -> placement group
+    hosts: dict  # role -> ServiceHost handle
+
+
+def place(cfg: Config, roles: set[str]) -> Placement:
+    """Reserve a placement group per service (colocated roles join the actor's) and start the services."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    rc = cfg.ray
+    unknown = sorted(set(rc.colocate) - (roles - {"actor"}))
+    if unknown:
+        raise ValueError(f"ray.colocate names {unknown}, not services of this run besides the actor: "
+                         f"{sorted(roles - {'actor'})}")
+    groups, hosts = {}, {}
+    # environment the services need from this process (tracing, vLLM's CPU cache size)
+    env = {k: v for k, v in os.environ.items() if k.startswith(("MESHRL_", "OTEL_", "VLLM_"))}
+    try:
+        for role in sorted(roles, key=lambda r: r != "actor"):  # the actor first: others may join its group
+            if role in rc.colocate:
+                pg, share = groups["actor"], len(rc.colocate) + 1
+            else:
+                bundle = {"CPU": rc.cpus_per_rank, **({"GPU": rc.gpus_per_rank} if rc.gpus_per_rank else {})}
+                pg = placement_group([dict(bundle) for _ in range(ranks(cfg, role))], strategy="STRICT_PACK")
+                try:
+                    ray.get(pg.ready(), timeout=rc.placement_timeout)
+                except ray.exceptions.GetTimeoutError:
+                    remove_placement_group(pg)
+                    raise RuntimeError(
+                        f"the Ray cluster cannot place the {role} service: it needs {ranks(cfg, role)} bundle(s) of "
+                        f"{bundle} on one node; available now: {ray.available_resources()} "
+                        f"(waited {rc.placement_timeout:.0f} s; lower ray.cpus_per_rank/gpus_per_rank or add nodes)"
+                    ) from None
+                groups[role], share = pg, 1
+            # the host itself takes a slice of the first bundle; the service's ranks use the rest
+            host = ray.remote(ServiceHost).options(
+                num_cpus=0.01, num_gpus=(rc.gpus_per_rank / (share + 1)) if rc.gpus_per_rank else 0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)).remote()
+            hosts[role] = host
+        addresses = ray.get([h.start.remote(serve_args(cfg, r), env) for r, h in hosts.items()])
+    except BaseException:
+        release(Placement(groups, hosts))
+        raise
+    for role, address in zip(hosts, addresses):
+        getattr(cfg, role).address = address
+        log.info("placed %s at %s", role, address)
+    return Placement(groups, hosts)
+
+
+def release(placement: Placement) -> None:
+    import ray
+    from ray.util.placement_group import remove_placement_group
+
+    for host in placement.hosts.values():
+        try:
+            ray.get(host.stop.remote(), timeout=90)
+        except Exception as e:  # noqa: BLE001 - stopping the rest matters more
+            log.warning("stopping a service host: %s", e)
+    for pg in placement.groups.values():
+        remove_placement_group(pg)
+
+
+def run(algorithm: str, cfg: Config):
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        if cfg.ray.address:
+            ray.init(address=cfg.ray.address)
+        else:  # a local single-node cluster for this run, on the loopback address like embedded services
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            ray.init(num_cpus=cfg.ray.local_cpus, include_dashboard=False, object_store_memory=cfg.ray.object_store_bytes)
+    algo = loops.LOOPS[algorithm]()
+    trainer.trace_env(cfg, pathlib.Path(cfg.trainer.run_dir))  # the placed services trace like local ones
+    placement = place(cfg, algo.roles(cfg))
+    try:
+        return trainer.run(cfg, algo)
+    finally:
+        release(placement)
+        if started:
+            ray.shutdown()
+
+
+def main(argv: list[str]) -> int:
+    return loops.main(argv, runner=run, prog="meshrl ray")
