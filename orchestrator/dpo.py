@@ -13,7 +13,7 @@ from meshrl.algos.pairs import best_worst_pairs
 from orchestrator.config import Config
 from orchestrator.mesh import Mesh
 from orchestrator.policy_gradient import POLICY_TENSORS
-from orchestrator.trainer import Timer, accuracy, sampling_seed
+from orchestrator.trainer import Timer, accuracy, sample_and_score
 
 
 def dpo_params(cfg: Config) -> dict:
@@ -34,10 +34,7 @@ class OnlineDPO:
 
     def step(self, mesh: Mesh, number: int, data, indices, uids) -> dict[str, float]:
         cfg, t = mesh.cfg, Timer()
-        with t("gen"):
-            gen = mesh.generate(data.batch(indices, uids), seed=sampling_seed(cfg, number))
-        with t("reward"):
-            scored = mesh.score(gen)
+        gen, scored = sample_and_score(mesh, t, number, data.batch(indices, uids))
         chosen, rejected = best_worst_pairs(scored.scores, list(gen.non_tensor_batch["uid"]))
         lengths = gen.batch["response_mask"].sum(-1).float()
         metrics = {"critic/score/mean": scored.scores.mean().item(), "response_length/mean": lengths.mean().item(),

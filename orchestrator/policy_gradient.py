@@ -20,7 +20,7 @@ from meshrl.algos.kl import AdaptiveKLController, FixedKLController, apply_kl_pe
 from meshrl.algos.masked import masked_mean
 from orchestrator.config import Config
 from orchestrator.mesh import POLICY_INPUTS, Mesh
-from orchestrator.trainer import Timer, accuracy, sampling_seed
+from orchestrator.trainer import Timer, accuracy, sample_and_score
 
 POLICY_TENSORS = [*POLICY_INPUTS, "response_mask"]
 
@@ -95,10 +95,7 @@ class PolicyGradient:
 
     def step(self, mesh: Mesh, number: int, data, indices, uids) -> dict[str, float]:
         cfg, t = mesh.cfg, Timer()
-        with t("gen"):
-            gen = mesh.generate(data.batch(indices, uids), seed=sampling_seed(cfg, number))
-        with t("reward"):
-            scored = mesh.score(gen)
+        gen, scored = sample_and_score(mesh, t, number, data.batch(indices, uids))
         batch = gen.select(POLICY_TENSORS)
         mask = batch.batch["response_mask"]
         with t("old_log_prob"):

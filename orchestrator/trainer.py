@@ -66,6 +66,15 @@ def sampling_seed(cfg: Config, number: int) -> int:
     return cfg.trainer.seed * 1_000_003 + number
 
 
+def sample_and_score(mesh: Mesh, t: Timer, number: int, prompts):
+    """The first two phases of every RL step: rollout.n responses per prompt (the step's seed), scored."""
+    with t("gen"):
+        gen = mesh.generate(prompts, seed=sampling_seed(mesh.cfg, number))
+    with t("reward"):
+        scored = mesh.score(gen)
+    return gen, scored
+
+
 def accuracy(scored) -> float | None:
     acc = scored.columns.get("acc")
     return None if acc is None else float(sum(bool(x) for x in acc) / len(scored.scores))

@@ -51,3 +51,12 @@ def test_bundled_configs_load():
 
     for f in sorted(pathlib.Path(__file__).resolve().parents[2].joinpath("configs").glob("*.yaml")):
         load_config(str(f))
+
+
+def test_list_fields_take_yaml_lists_and_check_items():
+    cfg = load_config(None, ["ray.colocate=[rollout, ref]"])
+    assert cfg.ray.colocate == ["rollout", "ref"]
+    with pytest.raises(ValueError, match=r"ray.colocate\[0\]: expected str"):
+        load_config(None, ["ray.colocate=[1]"])
+    with pytest.raises(ValueError, match="ray.colocate: expected a list"):
+        load_config(None, ["ray.colocate=rollout"])
