@@ -115,6 +115,18 @@ class Sampler:
         self.state = SamplerState(**state)
 
 
+def check_inputs(cfg) -> None:
+    """The model folder and data files the config names exist (checked before any service starts)."""
+    if not cfg.actor.model or not cfg.data.train_files:
+        raise ValueError("set actor.model and data.train_files")
+    if not (pathlib.Path(cfg.actor.model) / "config.json").is_file():
+        raise ValueError(f"actor.model={cfg.actor.model} is not a HuggingFace model folder (no config.json there)")
+    for key in ("train_files", "val_files"):
+        path = getattr(cfg.data, key)
+        if path and not pathlib.Path(path).is_file():
+            raise ValueError(f"data.{key}={path}: data file not found")
+
+
 def prepare_run(cfg) -> tuple[pathlib.Path, object, PromptDataset, Sampler]:
     """What every loop starts with: the run folder (with the resolved config saved in it), the
     tokenizer, the training prompts and their sampler."""
@@ -122,10 +134,7 @@ def prepare_run(cfg) -> tuple[pathlib.Path, object, PromptDataset, Sampler]:
 
     from orchestrator.config import save_config
 
-    if not cfg.actor.model or not cfg.data.train_files:
-        raise ValueError("set actor.model and data.train_files")
-    if not (pathlib.Path(cfg.actor.model) / "config.json").is_file():
-        raise ValueError(f"actor.model={cfg.actor.model} is not a HuggingFace model folder (no config.json there)")
+    check_inputs(cfg)
     run_dir = pathlib.Path(cfg.trainer.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")

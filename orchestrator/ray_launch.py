@@ -24,6 +24,7 @@ import sys
 from orchestrator import main as loops
 from orchestrator import trainer
 from orchestrator.config import Config
+from orchestrator.data import check_inputs
 from orchestrator.mesh import actor_args
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,8 @@ def release(placement: Placement) -> None:
 
 def run(algorithm: str, cfg: Config):
     import ray
+
+    check_inputs(cfg)  # before anything is placed
 
     started = not ray.is_initialized()
     if started:
