@@ -17,7 +17,7 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 def test_grpo_raises_held_out_accuracy(tmp_path):
     model = make_model(tmp_path / "model", TinyModelConfig())
     data = make_data(tmp_path / "data", ArithmeticConfig(ops="+", max_operand=20, num_train=2000, num_test=100))
-    common = [f"data.train_files={data['train']}", "actor.engine=plain", "reward.workers=1"]
+    common = [f"data.train_files={data['train']}", "actor.engine=plain", "actor.world_size=1", "reward.workers=1"]
     sft = run("sft", load_config(str(ROOT / "configs/arithmetic_sft.yaml"), [
         *common, f"actor.model={model}", f"trainer.run_dir={tmp_path / 'sft'}", "trainer.trace="]))
     grpo = run("grpo", load_config(str(ROOT / "configs/arithmetic_grpo.yaml"), [
