@@ -13,12 +13,16 @@ KINDS = ("causal", "value")
 
 def load_model(path: str, kind: str) -> torch.nn.Module:
     """A causal LM, or a value model: the same body with a one-output token-classification head."""
-    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
     if kind == "causal":
         return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     if kind == "value":
-        return AutoModelForTokenClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
+        # no dropout before the value head (HF's default is 0.1): values must be a function of the
+        # weights, or a resumed run (fresh RNG) and the ranks (different masks) disagree
+        config = AutoConfig.from_pretrained(path, num_labels=1)
+        config.classifier_dropout = 0.0
+        return AutoModelForTokenClassification.from_pretrained(path, config=config, dtype=torch.float32)
     raise ValueError(f"model kind must be one of {KINDS}, got {kind!r}")
 
 

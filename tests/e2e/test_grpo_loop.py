@@ -1,7 +1,10 @@
-"""The GRPO loop end to end through real services it starts itself (HF rollout, 2-rank actor, reward)."""
+"""The RL loops end to end through real services they start themselves (HF rollout, actor, reward):
+GRPO logs its steps; a run cut and resumed ends bit-identical to an uninterrupted one (GRPO, PPO with
+its critic, REINFORCE++ with an adaptive KL controller)."""
 
 import json
 
+import pytest
 import torch
 import yaml
 
@@ -22,7 +25,13 @@ def test_grpo_runs_steps_and_logs_them(tiny_lm, arithmetic_data, tmp_path):
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["rollout"]["n"] == 2
 
 
-def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tiny_lm, arithmetic_data, tmp_path):
+@pytest.mark.parametrize("algorithm, extra", [
+    ("grpo", []),
+    ("ppo", ["critic.lr=1e-3"]),  # the critic's checkpoint shapes the advantages
+    ("reinforce", ["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl=adaptive",  # so does the KL controller
+                   "algorithm.kl_coef=0.1", "algorithm.kl_target=0.001", "algorithm.kl_horizon=10"]),
+])
+def test_a_resumed_run_ends_where_an_uninterrupted_one_does(algorithm, extra, tiny_lm, arithmetic_data, tmp_path):
     from safetensors.torch import load_file
 
     varied = tmp_path / "varied_reward.py"  # an untrained model scores 0 on the task: no advantages, no change
@@ -30,10 +39,10 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tiny_lm, arithmetic_
                       "    return float(len(solution_str) % 3)\n")
     base = [f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}", "data.train_batch_size=4",
             "rollout.n=2", "rollout.backend=hf", "actor.engine=plain", "reward.workers=1", "trainer.save_every=2",
-            "actor.lr=1e-3", f"reward.function={varied}:compute_score"]
-    whole = run("grpo", load_config(None, [*base, f"trainer.run_dir={tmp_path / 'whole'}", "trainer.total_steps=4"]))
-    run("grpo", load_config(None, [*base, f"trainer.run_dir={tmp_path / 'cut'}", "trainer.total_steps=2"]))
-    resumed = run("grpo", load_config(None, [*base, f"trainer.run_dir={tmp_path / 'cut'}", "trainer.total_steps=4",
+            "actor.lr=1e-3", f"reward.function={varied}:compute_score", *extra]
+    whole = run(algorithm, load_config(None, [*base, f"trainer.run_dir={tmp_path / 'whole'}", "trainer.total_steps=4"]))
+    run(algorithm, load_config(None, [*base, f"trainer.run_dir={tmp_path / 'cut'}", "trainer.total_steps=2"]))
+    resumed = run(algorithm, load_config(None, [*base, f"trainer.run_dir={tmp_path / 'cut'}", "trainer.total_steps=4",
                                      "trainer.resume=true"]))
     steps = [json.loads(line)["step"] for line in (resumed / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]
