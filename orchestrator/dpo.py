@@ -27,7 +27,7 @@ class OnlineDPO:
     name: str = "dpo"
     trained: tuple[str, ...] = ("actor",)
 
-    def roles(self, cfg: Config) -> set[str]:
+    def setup(self, cfg: Config) -> set[str]:
         if cfg.rollout.n < 2:
             raise ValueError(f"online DPO pairs responses to the same prompt: rollout.n must be >= 2, got {cfg.rollout.n}")
         return {"actor", "ref", "rollout", "reward"}

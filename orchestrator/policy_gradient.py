@@ -77,13 +77,13 @@ class PolicyGradient:
     name: str
     estimator: str  # default; algorithm.adv_estimator overrides
     critic: bool = False
-    kl_ctrl: object = None
+    kl_ctrl: object = None  # set by setup(); its coefficient is part of a checkpoint
 
     @property
     def trained(self) -> tuple[str, ...]:
         return ("actor", "critic") if self.critic else ("actor",)
 
-    def roles(self, cfg: Config) -> set[str]:
+    def setup(self, cfg: Config) -> set[str]:
         needs_ref = cfg.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
         self.kl_ctrl = kl_controller(cfg)
         estimator = cfg.algorithm.adv_estimator or self.estimator

@@ -157,7 +157,7 @@ def run(algorithm: str, cfg: Config):
             ray.init(num_cpus=cfg.ray.local_cpus, include_dashboard=False, object_store_memory=cfg.ray.object_store_bytes)
     algo = loops.LOOPS[algorithm]()
     trainer.trace_env(cfg, pathlib.Path(cfg.trainer.run_dir))  # the placed services trace like local ones
-    placement = place(cfg, algo.roles(cfg))
+    placement = place(cfg, algo.setup(cfg))
     try:
         return trainer.run(cfg, algo)
     finally:

@@ -39,7 +39,7 @@ class SFT:
     name: str = "sft"
     trained: tuple[str, ...] = ("actor",)
 
-    def roles(self, cfg: Config) -> set[str]:
+    def setup(self, cfg: Config) -> set[str]:
         return {"actor"}
 
     def step(self, mesh: Mesh, number: int, data, indices, uids) -> dict[str, float]:

@@ -39,7 +39,9 @@ class Algorithm(Protocol):
     name: str
     trained: tuple[str, ...]  # roles whose checkpoints make up a run's state
 
-    def roles(self, cfg: Config) -> set[str]: ...
+    def setup(self, cfg: Config) -> set[str]:
+        """Check the config, (re)set the algorithm's own state; the services (roles) it needs."""
+
     def step(self, mesh: Mesh, number: int, data: PromptDataset, indices: list[int],
              uids: list[str]) -> dict[str, float]: ...
     def state_dict(self) -> dict: ...
@@ -157,7 +159,7 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     curves.png, summary.md)."""
     run_dir, tokenizer, data, sampler = prepare_run(cfg)
     val = None
-    roles = algorithm.roles(cfg)
+    roles = algorithm.setup(cfg)
     if cfg.data.val_files and "rollout" in roles:
         val = PromptDataset(cfg.data.val_files, tokenizer, cfg.data.max_prompt_length)
     torch.manual_seed(cfg.trainer.seed)
