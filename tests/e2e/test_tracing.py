@@ -69,6 +69,42 @@ def test_an_unreachable_collector_does_not_block(tmp_path, monkeypatch):
     assert len(lines) == 200  # the file exporter is unaffected by the dead collector
 
 
+def test_spans_reach_an_otlp_collector(monkeypatch):
+    """A stand-in collector (OTLP TraceService over gRPC, from opentelemetry-proto) receives the spans."""
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+    received = []
+
+    class Collector(trace_service_pb2_grpc.TraceServiceServicer):
+        def Export(self, request, context):
+            received.extend((rs.resource, span) for rs in request.resource_spans
+                            for ss in rs.scope_spans for span in ss.spans)
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Collector(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+    monkeypatch.delenv("MESHRL_TRACE", raising=False)
+    try:
+        assert telemetry.setup("meshrl-test")
+        with telemetry.span("step", step=7):
+            with telemetry.span("gen"):
+                pass
+        telemetry.shutdown()  # flushes
+    finally:
+        server.stop(None)
+    names = {span.name for _, span in received}
+    assert names == {"step", "gen"}
+    resource, _ = received[0]
+    assert any(a.key == "service.name" and a.value.string_value == "meshrl-test" for a in resource.attributes)
+
+
 def test_unknown_exporter_is_named(monkeypatch):
     monkeypatch.setenv("MESHRL_TRACE", "zipkin")
     with pytest.raises(ValueError, match="zipkin"):
