@@ -143,25 +143,27 @@ def release(placement: Placement) -> None:
 
 
 def run(algorithm: str, cfg: Config):
-    import ray
-
     check_inputs(cfg)  # before anything is placed
+    if not cfg.ray.address:  # a local cluster on the loopback address, like embedded services; Ray reads
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # these when it is imported
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
 
     started = not ray.is_initialized()
     if started:
         if cfg.ray.address:
             ray.init(address=cfg.ray.address)
-        else:  # a local single-node cluster for this run, on the loopback address like embedded services
-            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        else:
             ray.init(num_cpus=cfg.ray.local_cpus, include_dashboard=False, object_store_memory=cfg.ray.object_store_bytes)
-    algo = loops.LOOPS[algorithm]()
-    trainer.trace_env(cfg, pathlib.Path(cfg.trainer.run_dir))  # the placed services trace like local ones
-    placement = place(cfg, algo.setup(cfg))
     try:
-        return trainer.run(cfg, algo)
+        algo = loops.LOOPS[algorithm]()
+        trainer.trace_env(cfg, pathlib.Path(cfg.trainer.run_dir))  # the placed services trace like local ones
+        placement = place(cfg, algo.setup(cfg))  # releases what it placed if it fails
+        try:
+            return trainer.run(cfg, algo)
+        finally:
+            release(placement)
     finally:
-        release(placement)
         if started:
             ray.shutdown()
 
