@@ -27,9 +27,17 @@ from orchestrator.services import Services
 POLICY_INPUTS = ["input_ids", "attention_mask", "position_ids", "responses"]
 
 
-def actor_args(cfg: Config, role: str) -> list[str]:
-    """`meshrl serve actor ...` arguments for the actor, ref or critic role."""
+def serve_args(cfg: Config, role: str) -> list[str]:
+    """`meshrl serve ...` arguments of a role (actor, ref, critic, rollout, reward) from the config."""
     a = cfg.actor
+    if role == "rollout":
+        r = cfg.rollout
+        return ["rollout", "--model", a.model, "--backend", r.backend, "--max-model-len", str(r.max_model_len),
+                "--seed", str(cfg.trainer.seed)]
+    if role == "reward":
+        rw = cfg.reward
+        args = ["reward", "--workers", str(rw.workers), "--timeout", str(rw.timeout), "--on-error", rw.on_error]
+        return args + (["--function", rw.function] if rw.function else [])
     if role == "critic":
         c = cfg.critic
         model, world, lr = c.model or a.model, c.world_size, c.lr
@@ -102,21 +110,7 @@ class Mesh:
 
 def start_mesh(cfg: Config, services: Services, roles: set[str]) -> Mesh:
     """Start (or reach) the services in `roles`: actor, ref, critic, rollout, reward."""
-    clients = {}
-    for role in ("actor", "ref", "critic"):
-        if role in roles:
-            clients[role] = services.start(role, getattr(cfg, role).address, actor_args(cfg, role))
-    if "rollout" in roles:
-        r = cfg.rollout
-        clients["rollout"] = services.start("rollout", r.address, [
-            "rollout", "--model", cfg.actor.model, "--backend", r.backend, "--max-model-len", str(r.max_model_len),
-            "--seed", str(cfg.trainer.seed)])
-    reward = None
-    if "reward" in roles:
-        rw = cfg.reward
-        args = ["reward", "--workers", str(rw.workers), "--timeout", str(rw.timeout), "--on-error", rw.on_error]
-        if rw.function:
-            args += ["--function", rw.function]
-        clients["reward"] = services.start("reward", rw.address, args)
-        reward = RewardClient(clients["reward"].address)
+    clients = {role: services.start(role, getattr(cfg, role).address, serve_args(cfg, role))
+               for role in ("actor", "ref", "critic", "rollout", "reward") if role in roles}
+    reward = RewardClient(clients["reward"].address) if "reward" in clients else None
     return Mesh(cfg, clients, reward)

@@ -19,28 +19,15 @@ import logging
 import os
 import pathlib
 import subprocess
-import sys
 
 from orchestrator import main as loops
 from orchestrator import trainer
 from orchestrator.config import Config
 from orchestrator.data import check_inputs
-from orchestrator.mesh import actor_args
+from orchestrator.mesh import serve_args
+from orchestrator.services import launch
 
 log = logging.getLogger(__name__)
-
-
-def serve_args(cfg: Config, role: str) -> list[str]:
-    """The `meshrl serve` arguments of a role, as the embedded launcher (orchestrator.mesh) builds them."""
-    if role in ("actor", "ref", "critic"):
-        return actor_args(cfg, role)
-    if role == "rollout":
-        r = cfg.rollout
-        return ["rollout", "--model", cfg.actor.model, "--backend", r.backend, "--max-model-len",
-                str(r.max_model_len), "--seed", str(cfg.trainer.seed)]
-    rw = cfg.reward
-    args = ["reward", "--workers", str(rw.workers), "--timeout", str(rw.timeout), "--on-error", rw.on_error]
-    return args + (["--function", rw.function] if rw.function else [])
 
 
 def ranks(cfg: Config, role: str) -> int:
@@ -58,14 +45,11 @@ class ServiceHost:
 
         node = ray.get_runtime_context().get_node_id()
         host = next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node)  # the address Ray uses
-        self.proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", *args, "--host", host],
-                                     stdout=subprocess.PIPE, text=True, env={**os.environ, **env})
-        line = self.proc.stdout.readline()
-        while line and "listening on" not in line:
-            line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"`meshrl serve {' '.join(args)}` exited with code {self.proc.wait()} on {host}")
-        return line.split()[-1]
+        try:
+            self.proc, address = launch([*args, "--host", host], env={**os.environ, **env})
+        except RuntimeError as e:
+            raise RuntimeError(f"{e} on {host}") from None
+        return address
 
     def stop(self) -> int | None:
         if self.proc is not None and self.proc.poll() is None:

@@ -23,6 +23,18 @@ DESCRIPTORS = {
 }
 
 
+def launch(serve_args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """Start `meshrl serve <serve_args>`; returns the process and the address it says it listens on."""
+    proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", *serve_args],
+                            stdout=subprocess.PIPE, text=True, env=env)
+    line = proc.stdout.readline()
+    while line and "listening on" not in line:
+        line = proc.stdout.readline()
+    if not line:
+        raise RuntimeError(f"`meshrl serve {' '.join(serve_args)}` did not start (exit code {proc.wait()})")
+    return proc, line.split()[-1]
+
+
 class Services:
     def __init__(self):
         self.procs: list[subprocess.Popen] = []
@@ -31,16 +43,11 @@ class Services:
     def start(self, name: str, address: str, serve_args: list[str], timeout: float = 600) -> Client:
         """Use the service at `address`, or start `meshrl serve <serve_args>` and use that."""
         if not address:
-            proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", *serve_args],
-                                    stdout=subprocess.PIPE, text=True)
+            try:
+                proc, address = launch(serve_args)
+            except RuntimeError as e:
+                raise RuntimeError(f"the {name} service did not start: {e}") from None
             self.procs.append(proc)
-            line = proc.stdout.readline()
-            while line and "listening on" not in line:
-                line = proc.stdout.readline()
-            if not line:
-                raise RuntimeError(f"the {name} service did not start (exit code {proc.wait()}); "
-                                   f"command: meshrl serve {' '.join(serve_args)}")
-            address = line.split()[-1]
             log.info("started %s service at %s", name, address)
         client = Client(address, DESCRIPTORS[name], timeout=timeout)
         try:
@@ -62,11 +69,3 @@ class Services:
                 p.kill()
         self.procs.clear()
 
-
-def start_actor(cfg, services: Services) -> Client:
-    """The actor service the loops train, from the config's actor section."""
-    a = cfg.actor
-    return services.start("actor", a.address, [
-        "actor", "--role", "actor", "--model", a.model, "--world-size", str(a.world_size), "--engine", a.engine,
-        "--lr", str(a.lr), "--grad-clip", str(a.grad_clip), "--warmup-steps", str(a.warmup_steps),
-        "--micro-batch-size", str(a.micro_batch_size), "--seed", str(cfg.trainer.seed)])
