@@ -28,10 +28,14 @@ def cmd_make_data(args) -> int:
 
 
 def cmd_health(args) -> int:
-    """Exit 0 if the server at ADDRESS reports SERVING (for compose healthchecks)."""
+    """Exit 0 if the server at ADDRESS reports SERVING (for compose healthchecks); imports only grpc."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+    host, sep, port = args.address.rpartition(":")
+    if not sep or not host or not port.isdigit():  # grpc would try port 443 for a bare host name
+        print(f"meshrl health: give HOST:PORT, got {args.address!r}", file=sys.stderr)
+        return 2
     metadata = (("authorization", f"Bearer {args.token}"),) if args.token else ()
     with grpc.insecure_channel(args.address) as channel:
         try:
@@ -57,7 +61,11 @@ def cmd_serve(args) -> int:
     except ModuleNotFoundError as e:
         print(f"the {args.service} service is not available: {e}", file=sys.stderr)
         return 2
-    return module.main(args.args)
+    try:
+        return module.main(args.args)
+    except OSError as e:  # a port already taken: one line, not a traceback
+        print(f"meshrl serve {args.service}: {e}", file=sys.stderr)
+        return 1
 
 
 def cmd_trace(args) -> int:
@@ -99,18 +107,23 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("ray", help="place the services on a Ray cluster, then train: meshrl ray grpo --config FILE "
                                "ray.address=auto ...")
 
-    p = sub.add_parser("health", help="check a service's grpc.health.v1 status")
-    p.add_argument("address", help="host:port")
-    p.add_argument("--service", default="", help="service name; empty: the whole server")
-    p.add_argument("--token", default=None, help="bearer token, if the server wants one")
-    p.add_argument("--timeout", type=float, default=5.0)
-    p.set_defaults(fn=cmd_health)
+    add_health_parser(sub)
 
     p = sub.add_parser("trace", help="show one training step's spans (every service) as a timeline")
     p.add_argument("run_dir", help="a run folder (trainer.run_dir) with traces/")
     p.add_argument("--step", type=int, default=None, help="which step; default: the last traced")
     p.set_defaults(fn=cmd_trace)
     return parser
+
+
+def add_health_parser(sub) -> None:
+    p = sub.add_parser("health", help="check a service's grpc.health.v1 status")
+    p.add_argument("address", help="HOST:PORT")
+    p.add_argument("--service", default="", help="a service's full name, e.g. meshrl.v1.RewardService; "
+                                                 "empty: the whole server")
+    p.add_argument("--token", default=None, help="bearer token, if the server wants one")
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the answer")
+    p.set_defaults(fn=cmd_health)
 
 
 # The orchestrator's loops (orchestrator.main.LOOPS; a test keeps the two in step), named here so
@@ -131,6 +144,11 @@ def main(argv: list[str] | None = None) -> int:
         import importlib
 
         return importlib.import_module("orchestrator.ray_launch").main(argv[1:])
+    if argv and argv[0] == "health":  # a compose healthcheck runs this often: no torch, no transformers
+        parser = argparse.ArgumentParser(prog="meshrl")
+        add_health_parser(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args(argv)
+        return args.fn(args)
     args = build_parser().parse_args(argv)
     return args.fn(args)
 

@@ -54,6 +54,8 @@ class Services:
             client.wait_ready(60)
         except TimeoutError as e:
             raise RuntimeError(f"the {name} service is not reachable: {e}") from None
+        except ValueError as e:  # something else answers there
+            raise ValueError(f"{name}.address={address}: {e}") from None
         self.clients[name] = client
         return client
 

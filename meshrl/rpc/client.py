@@ -87,7 +87,14 @@ class Client:
         return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        """Block until the service reports SERVING; TimeoutError naming the address otherwise."""
+        """Block until the service reports SERVING; TimeoutError naming the address otherwise.
+
+        The health check asks for the service by its full name (e.g. meshrl.v1.RewardService). A
+        server whose health does not know that name (NOT_FOUND) is asked over reflection which
+        services it has: another service there is a ValueError naming it; a server that lists this
+        service, or has no reflection, counts as ready (an external server that answers only the
+        whole server's health).
+        """
         deadline = time.monotonic() + timeout
         last = "no answer"
         while time.monotonic() < deadline:
@@ -97,9 +104,30 @@ class Client:
                     return
                 last = status
             except ServiceError as e:
+                if e.code == grpc.StatusCode.NOT_FOUND:
+                    return self._check_identity()
                 last = f"{e.code.name}: {e.details}"
             time.sleep(0.1)
         raise TimeoutError(f"{self.service.name} at {self.address} not ready after {timeout:.0f}s ({last})")
+
+    def _check_identity(self) -> None:
+        there = self.list_services()
+        if there is not None and self.service.full_name not in there:
+            ours = sorted(s for s in there if not s.startswith("grpc."))
+            raise ValueError(f"{self.address} serves {ours or 'no application service'}, not "
+                             f"{self.service.full_name}: is the address right?")
+
+    def list_services(self, timeout: float = 5.0) -> list[str] | None:
+        """The services the server lists over reflection; None if it has no reflection."""
+        from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+        stub = reflection_pb2_grpc.ServerReflectionStub(self.channel)
+        try:
+            replies = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
+                                                timeout=timeout, metadata=self.metadata)
+            return [s.name for r in replies for s in r.list_services_response.service]
+        except grpc.RpcError:
+            return None
 
     def close(self) -> None:
         self.channel.close()

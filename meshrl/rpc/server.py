@@ -37,8 +37,11 @@ class Server:
         if telemetry.enabled():
             interceptors.append(TracingInterceptor())  # outside the error mapping: the span sees the status
         interceptors.append(ErrorInterceptor())
+        # gRPC shares a port with any server already on it by default (SO_REUSEPORT), which splits
+        # connections between the two: a second server must fail to bind instead.
+        options = [*channel_options(max_message_bytes), ("grpc.so_reuseport", 0)]
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers),
-                                   interceptors=interceptors, options=channel_options(max_message_bytes))
+                                   interceptors=interceptors, options=options)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         names = []
@@ -50,9 +53,12 @@ class Server:
         reflection.enable_server_reflection(
             [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
             self._server)
-        self.port = self._server.add_insecure_port(f"{host}:{port}")
+        try:
+            self.port = self._server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError:  # grpc raises, rather than returning 0, when the port is taken
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"could not bind {host}:{port}")
+            raise OSError(f"could not bind {host}:{port}" + (" (is another server on that port?)" if port else ""))
         self.address = f"{host}:{self.port}"
         self._stopped = threading.Event()
 
@@ -97,9 +103,9 @@ def run_service(servicer, args, label: str) -> int:
     Prints "<label> listening on HOST:PORT" once serving: launchers and tests read that line.
     """
     telemetry.setup(f"meshrl-{servicer.SERVICE.name.removesuffix('Service').lower()}")
-    server = Server([servicer], host=args.host, port=args.port, token=args.token).start()
-    print(f"{label} listening on {server.address}", flush=True)
     try:
+        server = Server([servicer], host=args.host, port=args.port, token=args.token).start()
+        print(f"{label} listening on {server.address}", flush=True)
         server.run_until_signal()
     finally:
         close = getattr(servicer, "close", None)

@@ -159,6 +159,39 @@ def test_unknown_method_names_are_refused(client):
         client.call("Scorre")
 
 
+def test_a_taken_port_is_refused_not_shared(server):
+    """gRPC's default SO_REUSEPORT let a second server split the connections with the first."""
+    with pytest.raises(OSError, match=f"could not bind 127.0.0.1:{server.port}"):
+        serve(EchoScorer(), port=server.port)
+    out = subprocess.run([sys.executable, "-m", "meshrl.cli", "serve", "reward", "--workers", "0", "--port",
+                          str(server.port)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[-1] == (f"meshrl serve reward: could not bind 127.0.0.1:{server.port} "
+                                                   "(is another server on that port?)")
+    for _ in range(30):  # every new connection still reaches the one server
+        with Client(server.address, SERVICE, token=TOKEN) as c:
+            assert c.call("Describe").backend == "echo"
+
+
+def test_health_needs_a_port_and_no_heavy_imports(server):
+    out = subprocess.run([sys.executable, "-m", "meshrl.cli", "health", "localhost"], capture_output=True, text=True)
+    assert out.returncode == 2 and "give HOST:PORT, got 'localhost'" in out.stderr
+    probe = ("import sys; from meshrl.cli import main; rc = main(['health', sys.argv[1]]); "
+             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules; sys.exit(rc)")
+    ok = subprocess.run([sys.executable, "-c", probe, server.address], capture_output=True, text=True)
+    assert ok.returncode == 0 and "SERVING" in ok.stdout, ok.stderr
+
+
+def test_wait_ready_names_the_service_that_is_there_instead(server):
+    from meshrl.v1 import actor_pb2
+
+    actor = actor_pb2.DESCRIPTOR.services_by_name["ActorService"]
+    with Client(server.address, actor, token=TOKEN) as c:
+        with pytest.raises(ValueError, match=rf"{server.address} serves \['meshrl.v1.RewardService'\], not "
+                                             r"meshrl.v1.ActorService: is the address right\?"):
+            c.wait_ready(30)  # a ValueError at once, not a TimeoutError after 30 s
+
+
 def test_client_retries_until_the_server_is_up():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
