@@ -11,19 +11,40 @@ import torch.nn.functional as F
 KINDS = ("causal", "value")
 
 
-def load_model(path: str, kind: str) -> torch.nn.Module:
-    """A causal LM, or a value model: the same body with a one-output token-classification head."""
+def load_model(path: str, kind: str, dropout: bool = False) -> torch.nn.Module:
+    """A causal LM, or a value model: the same body with a one-output token-classification head.
+
+    Dropout is off unless asked for: log-probs, values and the PPO ratio must be functions of the
+    weights (a first on-policy epoch has ratio 1, ranks and a resumed run agree). HF models keep
+    dropout rates in their config (attention_dropout, resid_pdrop, classifier_dropout, ...), so the
+    rates are zeroed there and on every Dropout module; the model still trains in train mode, which
+    gradient checkpointing needs.
+    """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
-    if kind == "causal":
-        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    if kind == "value":
-        # no dropout before the value head (HF's default is 0.1): values must be a function of the
-        # weights, or a resumed run (fresh RNG) and the ranks (different masks) disagree
-        config = AutoConfig.from_pretrained(path, num_labels=1)
-        config.classifier_dropout = 0.0
-        return AutoModelForTokenClassification.from_pretrained(path, config=config, dtype=torch.float32)
-    raise ValueError(f"model kind must be one of {KINDS}, got {kind!r}")
+    if kind not in KINDS:
+        raise ValueError(f"model kind must be one of {KINDS}, got {kind!r}")
+    config = AutoConfig.from_pretrained(path, **({"num_labels": 1} if kind == "value" else {}))
+    if not dropout:
+        zero_dropout_config(config)
+    cls = AutoModelForCausalLM if kind == "causal" else AutoModelForTokenClassification
+    model = cls.from_pretrained(path, config=config, dtype=torch.float32)
+    if not dropout:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = 0.0
+    return model
+
+
+def zero_dropout_config(config) -> None:
+    """Every dropout rate of a HF config (and its sub-configs) to 0."""
+    for key, value in list(vars(config).items()):
+        if isinstance(value, float) and ("dropout" in key or key.endswith("pdrop")):
+            setattr(config, key, 0.0)
+        elif hasattr(value, "to_dict") and value is not config:  # text_config of a multimodal config
+            zero_dropout_config(value)
+    # absent or None, token-classification heads fall back to their own default (0.1 in Llama's)
+    config.classifier_dropout = 0.0
 
 
 def layer_classes(model: torch.nn.Module) -> set[type]:

@@ -48,7 +48,7 @@ class Engine:
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.device = default_device()
         torch.manual_seed(cfg.seed)  # a value head starts from the same weights on every rank
-        model = load_model(model_path, kind)
+        model = load_model(model_path, kind, cfg.dropout)
         self.config = model.config
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
