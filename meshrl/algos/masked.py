@@ -52,3 +52,14 @@ def agg_loss(loss: torch.Tensor, mask: torch.Tensor, mode: str, horizon: int | N
     else:
         raise ValueError(f"loss_agg_mode must be one of {LOSS_AGG_MODES}, got {mode!r}")
     return (per_seq * has_tokens).sum() / num_seqs
+
+
+def token_level(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """(N, T) zeros with each score on its row's last response token; rows with no tokens stay zero."""
+    mask = response_mask.bool()
+    lengths = mask.sum(1)
+    out = torch.zeros(mask.shape, dtype=torch.float32)
+    rows = torch.nonzero(lengths > 0).flatten()
+    last = mask.shape[1] - 1 - mask.flip(1).int().argmax(1)  # index of the last 1 in each row
+    out[rows, last[rows]] = scores[rows]
+    return out

@@ -6,6 +6,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from meshrl.algos import masked
 from meshrl.codec import Payload
 from meshrl.dataproto import DataProto
 from meshrl.rpc import Client
@@ -17,9 +18,10 @@ SERVICE = reward_pb2.DESCRIPTOR.services_by_name["RewardService"]
 @dataclasses.dataclass
 class Scores:
     scores: torch.Tensor  # (N,) float32
-    token_level_scores: torch.Tensor | None  # (N, T) when the request had a response_mask
+    token_level_scores: torch.Tensor | None  # (N, T) when the request had a response_mask (made from
+    #   scores, on each row's last response token, when the server sends none)
     columns: dict[str, np.ndarray]  # per-sample extras: acc, format_ok, reward_status, ...
-    metrics: dict[str, float]
+    metrics: dict[str, float]  # the server's batch metrics: reward/num_failed, reward/<extra>/mean, ...
 
 
 class RewardClient:
@@ -55,8 +57,13 @@ def check_reply(address: str, batch: DataProto, data: DataProto | None, metrics:
         raise ValueError(f"{where} returned {scores[bad[0]].item()} for sample {bad[0].item()} "
                          f"({len(bad)} non-finite scores)")
     token_level = data.batch.get("token_level_scores")
-    if token_level is not None and "response_mask" in batch.batch and \
-            token_level.shape != batch.batch["response_mask"].shape:
+    mask = batch.batch.get("response_mask")
+    if token_level is not None and mask is not None and token_level.shape != mask.shape:
         raise ValueError(f"{where} returned token_level_scores of shape {list(token_level.shape)}, "
-                         f"the responses are {list(batch.batch['response_mask'].shape)}")
-    return Scores(scores, token_level, dict(data.non_tensor_batch), metrics)
+                         f"the responses are {list(mask.shape)}")
+    if token_level is None and mask is not None:  # optional in the contract: each score on the last token
+        token_level = masked.token_level(scores, mask)
+    columns = dict(data.non_tensor_batch)
+    if "reward/num_failed" not in metrics and "reward_status" in columns:  # a server that sends only columns
+        metrics["reward/num_failed"] = float(sum(s != "ok" for s in columns["reward_status"]))
+    return Scores(scores, token_level, columns, metrics)

@@ -22,6 +22,7 @@ class RewardConfig:
     """A sample that fails or times out: "fail" the request naming the sample, or "score" it as
     error_score and count it in the metrics."""
     error_score: float = 0.0
+    """The score a failed sample gets with on_error=score."""
     batch_size: int = 32
     """Reward model: samples per forward pass."""
     max_length: int = 1024

@@ -9,11 +9,18 @@ or, with batched=True, verl's batched form taking lists and returning a list:
 
     compute_score(data_sources, solution_strs, ground_truths, extra_infos) -> list[float | dict]
 
+As verl does, the arguments are passed by keyword, so their order in the
+function's signature does not matter; a parameter the function does not
+declare is not passed (unless it takes **kwargs), and a required parameter
+with another name is an error when the function is loaded.
+
 A result is a finite number, or a dict with a finite number under "score" and
 extra per-sample values (numbers, bools, strings) beside it.
 """
 
+import functools
 import importlib.util
+import inspect
 import math
 import pathlib
 import sys
@@ -22,13 +29,46 @@ from typing import Any, Callable
 import numpy as np
 
 Args = tuple[Any, str, Any, Any]  # (data_source, solution_str, ground_truth, extra_info)
+PARAMS = ("data_source", "solution_str", "ground_truth", "extra_info")
+BATCHED_PARAMS = ("data_sources", "solution_strs", "ground_truths", "extra_infos")
 
 
-def load(spec: str) -> Callable:
+def load(spec: str, batched: bool = False) -> Callable:
+    """The function named by spec, called as f(data_source, solution_str, ground_truth, extra_info)
+    (lists of each when batched); it receives them by keyword, as verl passes them."""
     if spec == "builtin":
         from services.reward.scorers import default_compute_score
 
         return default_compute_score
+    return by_keyword(find(spec), BATCHED_PARAMS if batched else PARAMS, spec)
+
+
+def by_keyword(fn: Callable, names: tuple[str, ...], spec: str) -> Callable:
+    """fn wrapped to take `names` positionally and pass those it declares by keyword."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or C function: nothing to read, pass them all
+        params = {}
+    takes_all = not params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+    unknown = [n for n, p in params.items() if n not in names and p.default is p.empty
+               and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    positional_only = [n for n, p in params.items() if p.kind is p.POSITIONAL_ONLY]
+    if not takes_all and names[1] not in params:  # it could not see the response it scores
+        unknown = unknown or [f"(no {names[1]})"]
+    if unknown or positional_only:
+        raise ValueError(f"{spec}: parameter(s) {unknown or positional_only} are not what verl passes; "
+                         f"it calls compute_score({', '.join(f'{n}=...' for n in names)}) by keyword")
+    passed = [n for n in names if takes_all or n in params]
+
+    @functools.wraps(fn)
+    def call(*args):
+        return fn(**{n: a for n, a in zip(names, args) if n in passed})
+
+    return call
+
+
+def find(spec: str) -> Callable:
+    """Import path/to/file.py and return its function `name` (spec "path/to/file.py:name")."""
     path, sep, name = spec.rpartition(":")
     if not sep or not path or not name:
         raise ValueError(f"function spec {spec!r} must look like path/to/file.py:function_name")

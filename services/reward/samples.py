@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from meshrl.algos.masked import token_level
 from meshrl.dataproto import DataProto
 from meshrl.errors import Aborted, InvalidArgument
 from services.reward.pool import Outcome
@@ -63,7 +64,10 @@ def build_reply(data: DataProto, samples: list[Sample], outcomes: list[Outcome],
     scores = torch.tensor([error_score if o.error is not None else o.score for o in outcomes], dtype=torch.float32)
     tensors = {"scores": scores}
     if "response_mask" in data.batch:
-        tensors["token_level_scores"] = token_level(scores, data.batch["response_mask"])
+        mask = data.batch["response_mask"]
+        if mask.dim() != 2:
+            raise InvalidArgument(f"tensor 'response_mask' must be (N, T), got shape {list(mask.shape)}")
+        tensors["token_level_scores"] = token_level(scores, mask)
     extra_keys = sorted({k for o in outcomes for k in o.extras})
     columns: dict[str, list] = {k: [o.extras.get(k) for o in outcomes] for k in extra_keys}
     columns["reward_status"] = ["timeout" if o.timed_out else "error" if o.error else "ok" for o in outcomes]
@@ -76,16 +80,3 @@ def build_reply(data: DataProto, samples: list[Sample], outcomes: list[Outcome],
         if values:
             metrics[f"reward/{k}/mean"] = sum(values) / len(values)
     return DataProto(tensors, columns), metrics
-
-
-def token_level(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """(N, T) zeros with each score on its row's last response token; rows with no tokens stay zero."""
-    if response_mask.dim() != 2:
-        raise InvalidArgument(f"tensor 'response_mask' must be (N, T), got shape {list(response_mask.shape)}")
-    mask = response_mask.bool()
-    lengths = mask.sum(1)
-    out = torch.zeros(mask.shape, dtype=torch.float32)
-    rows = torch.nonzero(lengths > 0).flatten()
-    last = mask.shape[1] - 1 - mask.flip(1).int().argmax(1)  # index of the last 1 in each row
-    out[rows, last[rows]] = scores[rows]
-    return out

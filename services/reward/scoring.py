@@ -25,7 +25,7 @@ class FunctionScorer:
     def __init__(self, spec: str, batched: bool, workers: int, timeout: float):
         self.spec, self.batched = spec, batched
         self.pool = WorkerPool(spec, workers, timeout, batched).start() if workers else None
-        self.fn = None if self.pool else functions.load(spec)
+        self.fn = None if self.pool else functions.load(spec, batched)
 
     def score(self, samples: list[Sample]) -> list[Outcome]:
         if self.spec == "builtin":

@@ -49,7 +49,7 @@ def main(argv: list[str]) -> int:
     spec, batched, rfd, wfd = argv[0], argv[1] == "1", int(argv[2]), int(argv[3])
     os.dup2(2, 1)  # a user function's prints must not reach anything but the log
     try:
-        fn = load(spec)
+        fn = load(spec, batched)
     except Exception as e:  # noqa: BLE001 - sent to the pool, which refuses to start
         write_frame(wfd, {"ready": False, "error": str(e) or _error(e)})
         return 1

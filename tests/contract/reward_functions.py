@@ -29,3 +29,12 @@ def compute_score_batched(data_sources, solution_strs, ground_truths, extra_info
 
 def compute_score_batched_short(data_sources, solution_strs, ground_truths, extra_infos):
     return [1.0] * (len(solution_strs) - 1)
+
+
+def compute_score_batched_reordered(solution_strs, ground_truths, data_sources=None, extra_infos=None, **kwargs):
+    """verl passes its lists by keyword: the order in the signature must not matter."""
+    return [float(s == g) for s, g in zip(solution_strs, ground_truths)]
+
+
+def compute_score_keyword_only(*, ground_truth, solution_str, **kwargs):
+    return float(solution_str.strip() == str(ground_truth))

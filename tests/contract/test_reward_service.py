@@ -142,6 +142,29 @@ def test_batched_user_function():
         servicer.close()
 
 
+@pytest.mark.parametrize("name, batched, workers", [
+    ("compute_score_batched_reordered", True, 1), ("compute_score_batched_reordered", True, 0),
+    ("compute_score_keyword_only", False, 1), ("compute_score_keyword_only", False, 0)])
+def test_arguments_are_passed_by_keyword_as_verl_does(name, batched, workers):
+    """Another parameter order used to score everything 0 with status ok; keyword-only parameters failed."""
+    server, servicer, client = start(RewardConfig(function=f"{FUNCS}:{name}", batched=batched, workers=workers))
+    try:
+        out = client.score(samples(["1", "2", "3"], ["1", "0", "3"], source="s"))
+        assert out.scores.tolist() == [1.0, 0.0, 1.0]
+        assert set(out.columns["reward_status"]) == {"ok"}
+    finally:
+        server.stop(0)
+        servicer.close()
+
+
+def test_a_function_verl_could_not_call_is_refused_at_start(tmp_path):
+    f = tmp_path / "r.py"
+    f.write_text("def compute_score(source, text, truth):\n    return 1.0\n")
+    with pytest.raises(ValueError, match=r"parameter\(s\) \['source', 'text', 'truth'\] are not what verl passes; "
+                                         r"it calls compute_score\(data_source=..., solution_str=..."):
+        RewardServicer(RewardConfig(function=f"{f}:compute_score", workers=0))
+
+
 def test_batched_function_with_the_wrong_count_fails_its_samples():
     server, servicer, client = start(RewardConfig(function=f"{FUNCS}:compute_score_batched_short", batched=True))
     try:

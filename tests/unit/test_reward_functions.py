@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from services.reward.functions import check_result, load
-from services.reward.samples import token_level
+from meshrl.algos.masked import token_level
 
 VERL_STYLE = '''
 import re
