@@ -1,20 +1,63 @@
-"""Command-line flags from a config dataclass: one --flag per field, and the dataclass back."""
+"""Command-line flags from a config dataclass: one --flag per field, and the dataclass back.
+
+A field's help text is its comment in the source (`name: int = 0  # what it
+does`, continued on `#   ...` lines) or the string literal below it, as the
+config classes write them (field_docs), so flags and `--help` cannot drift
+from the code.
+"""
 
 import argparse
+import ast
 import dataclasses
+import inspect
+import io
+import textwrap
+import tokenize
+
+
+def field_docs(cls) -> dict[str, str]:
+    """{field name: its documentation} read from the class's source; {} where there is none."""
+    try:
+        src = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+        return {}
+    comments = {tok.start[0]: tok.string[1:] for tok in tokenize.generate_tokens(io.StringIO(src).readline)
+                if tok.type == tokenize.COMMENT}
+    lines = src.splitlines()
+    body = ast.parse(src).body[0].body
+    docs = {}
+    for i, node in enumerate(body):
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        parts = []
+        line = node.end_lineno
+        if line in comments:
+            parts.append(comments[line])
+            line += 1  # comment-only lines indented past the '#' continue it
+            while line in comments and lines[line - 1].strip().startswith("#") and comments[line].startswith("   "):
+                parts.append(comments[line])
+                line += 1
+        nxt = body[i + 1] if i + 1 < len(body) else None
+        if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+            parts.append(nxt.value.value)
+        if parts:
+            docs[node.target.id] = " ".join(" ".join(parts).split())
+    return docs
 
 
 def add_dataclass_flags(parser: argparse.ArgumentParser, cls, skip: tuple[str, ...] = ()) -> list[str]:
     """--field-name for each field of cls (bools become switches); returns the field names added."""
-    names = []
+    names, docs = [], field_docs(cls)
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         flag = f"--{f.name.replace('_', '-')}"
+        doc = docs.get(f.name, "").replace("%", "%%")
         if f.type is bool:
-            parser.add_argument(flag, action="store_true")
+            parser.add_argument(flag, action="store_true", help=doc or None)
         else:
-            parser.add_argument(flag, type=f.type if f.type in (int, float) else str, default=f.default)
+            parser.add_argument(flag, type=f.type if f.type in (int, float) else str, default=f.default,
+                                help=f"{doc} (default: %(default)s)" if doc else "default: %(default)s")
         names.append(f.name)
     return names
 

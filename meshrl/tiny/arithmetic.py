@@ -20,11 +20,11 @@ OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b
 
 @dataclasses.dataclass
 class ArithmeticConfig:
-    num_train: int = 2000
-    num_test: int = 200
+    num_train: int = 2000  # rows of train.parquet
+    num_test: int = 200  # rows of test.parquet, none of them in train
     max_operand: int = 20  # operands are drawn from 0..max_operand
     ops: str = "+-"  # any of + - *
-    seed: int = 0
+    seed: int = 0  # which problems are drawn
 
 
 def problems(cfg: ArithmeticConfig) -> tuple[list[tuple], list[tuple]]:

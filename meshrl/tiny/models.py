@@ -20,18 +20,18 @@ KINDS = ("causal", "reward")
 @dataclasses.dataclass
 class TinyModelConfig:
     kind: str = "causal"  # "causal" or "reward"
-    hidden_size: int = 256
-    num_layers: int = 4
-    num_heads: int = 4
+    hidden_size: int = 256  # width of every layer
+    num_layers: int = 4  # transformer blocks
+    num_heads: int = 4  # attention heads
     num_kv_heads: int = 2  # grouped-query attention, as most current models use
-    intermediate_size: int = 688
-    max_position_embeddings: int = 512
+    intermediate_size: int = 688  # the MLP's inner width
+    max_position_embeddings: int = 512  # longest sequence (prompt + response) the model takes
     vocab_multiple: int = 1
     """Round the vocabulary up to a multiple (real checkpoints do, e.g. 64). 1 keeps it exact: an untrained
     tiny model would otherwise sample ids the tokenizer has no text for a fifth of the time."""
     tie_word_embeddings: bool = False
     """One matrix for the input embedding and the output head (lm_head.weight is not saved)."""
-    seed: int = 0
+    seed: int = 0  # the random initialization
 
 
 def make_model(out_dir: str | pathlib.Path, cfg: TinyModelConfig = TinyModelConfig()) -> pathlib.Path:

@@ -14,7 +14,9 @@ class RolloutConfig:
     max_model_len: int = 512
     """Prompt plus response tokens per sequence."""
     dtype: str = "float32"
+    """Weights and compute: float32, bfloat16 or float16."""
     seed: int = 0
+    """The engine's seed; each Generate request can carry its own sampling seed too."""
     tensor_parallel_size: int = 1
     """vLLM: GPUs the engine spreads over (the service's ranks)."""
     gpu_memory_utilization: float = 0.3
