@@ -29,7 +29,7 @@ def grpo(work: pathlib.Path, name: str, model, data, steps: int, trace: str) -> 
     cfg = load_config("configs/arithmetic_grpo.yaml", [
         f"actor.model={model}", f"data.train_files={data['train']}", f"trainer.run_dir={work / name}",
         f"trainer.total_steps={steps}", "actor.engine=fsdp2", "actor.world_size=2", f"trainer.trace={trace}",
-        "trainer.save_every=100000", "trainer.tensorboard=false"])
+        "trainer.save_every=100000", "trainer.logger=[console]"])
     return run("grpo", cfg)
 
 

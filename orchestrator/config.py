@@ -14,107 +14,129 @@ import typing
 
 import yaml
 
+from meshrl.flags import field_docs
 from meshrl.typed import build
+
+
+LOGGERS = ("console", "tensorboard", "wandb", "mlflow")
 
 
 @dataclasses.dataclass
 class DataSection:
     train_files: str = ""  # parquet in verl's schema
-    val_files: str = ""
-    max_prompt_length: int = 64  # longer prompts are dropped and counted
+    val_files: str = ""  # held-out parquet, same schema; empty: no validation
+    max_prompt_length: int = 0  # prompt tokens (chat template applied); longer prompts are dropped and
+    #   counted; 0: whatever fits rollout.max_model_len - rollout.max_new_tokens
     train_batch_size: int = 16  # prompts per step (each sampled rollout.n times)
-    val_batch_size: int = 64
-    shuffle: bool = True
+    val_batch_size: int = 64  # held-out prompts per Generate call
+    shuffle: bool = True  # a new seeded order every epoch; false: file order
 
 
 @dataclasses.dataclass
 class ActorSection:
     model: str = ""  # HuggingFace folder
     address: str = ""  # a running actor service; empty: start one
-    world_size: int = 1
-    engine: str = "fsdp2"
-    lr: float = 1e-5
-    warmup_steps: int = 0
-    grad_clip: float = 1.0
-    micro_batch_size: int = 8
-    ppo_epochs: int = 1
+    world_size: int = 1  # ranks of the actor's process group (one per GPU on a GPU machine)
+    engine: str = "fsdp2"  # fsdp2, fsdp1, or plain (one process, no sharding; world_size must be 1)
+    lr: float = 1e-5  # AdamW's learning rate
+    warmup_steps: int = 0  # linear warm-up steps
+    grad_clip: float = 1.0  # max global gradient norm; 0: no clipping
+    micro_batch_size: int = 8  # rows per forward/backward pass on each rank
+    dropout: bool = False  # keep the model's dropout in training passes (off: log-probs are not random)
+    ppo_epochs: int = 1  # passes over each batch
     mini_batch_size: int = 0  # rows per optimizer step; 0: the whole batch
-    clip_ratio_low: float = 0.2
-    clip_ratio_high: float = 0.2
-    clip_ratio_c: float = 3.0
-    entropy_coeff: float = 0.0
-    use_kl_loss: bool = False
-    kl_loss_coef: float = 0.001
-    kl_loss_type: str = "k3"
-    loss_agg_mode: str = "token-mean"
+    clip_ratio_low: float = 0.2  # PPO clip: ratio >= 1 - clip_ratio_low
+    clip_ratio_high: float = 0.2  # PPO clip: ratio <= 1 + clip_ratio_high (DAPO's clip-higher when larger)
+    clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages
+    entropy_coeff: float = 0.0  # entropy bonus in the policy loss
+    use_kl_loss: bool = False  # KL(actor || ref) as a loss term (GRPO's), needs the ref service
+    kl_loss_coef: float = 0.001  # its weight
+    kl_loss_type: str = "k3"  # k1, k2, k3 (low-variance), abs, mse
+    loss_agg_mode: str = "token-mean"  # token-mean, seq-mean-token-sum, seq-mean-token-mean
 
 
 @dataclasses.dataclass
 class RefSection:
     address: str = ""  # a running ref service; empty: start one when the algorithm needs it
-    world_size: int = 1
+    world_size: int = 1  # ranks of the ref's process group
 
 
 @dataclasses.dataclass
 class CriticSection:
     model: str = ""  # empty: the actor's model with a value head
-    address: str = ""
-    world_size: int = 1
-    lr: float = 1e-5
-    clip_range_value: float = 0.5
+    address: str = ""  # a running critic service; empty: start one (ppo)
+    world_size: int = 1  # ranks of the critic's process group
+    lr: float = 1e-5  # the critic's learning rate
+    clip_range_value: float = 0.5  # value clipping around the old values
 
 
 @dataclasses.dataclass
 class RolloutSection:
-    address: str = ""
-    backend: str = "vllm"
+    address: str = ""  # a running rollout service; empty: start one
+    backend: str = "vllm"  # vllm, or hf (transformers' generate: small models, debugging)
     n: int = 4  # samples per prompt
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    max_new_tokens: int = 16
-    max_model_len: int = 256
-    weight_transport: str = "shm"  # shm, stream or cuda_ipc
+    temperature: float = 1.0  # sampling temperature (the actor's log-probs use the same)
+    top_p: float = 1.0  # nucleus sampling; 1: off
+    top_k: int = -1  # -1: off
+    max_new_tokens: int = 16  # response tokens at most
+    max_model_len: int = 256  # prompt + response tokens the engine holds per sequence
+    weight_transport: str = "shm"  # actor -> rollout: shm (same host), stream (any host), cuda_ipc (same GPU)
 
 
 @dataclasses.dataclass
 class RewardSection:
-    address: str = ""  # any RewardService server; empty: start ours
+    address: str = ""  # any RewardService server; empty: start ours (see docs/wire.md for the contract)
     function: str | None = None  # path/to/file.py:compute_score; None: built-in scorers by data_source
-    workers: int = 2
-    timeout: float = 10.0
-    on_error: str = "fail"
+    batched: bool = False  # the function takes lists: compute_score(data_sources=, solution_strs=,
+    #   ground_truths=, extra_infos=) -> list, as verl's batched reward manager calls it
+    workers: int = 2  # worker processes for the function; 0: in the service process
+    timeout: float = 10.0  # seconds per sample before it counts as failed
+    on_error: str = "fail"  # a failed sample: fail (stop the step) or score (error_score, counted in
+    #   reward/num_failed and warned about)
+    error_score: float = 0.0  # the score of a failed sample with on_error=score
 
 
 @dataclasses.dataclass
 class AlgorithmSection:
     adv_estimator: str = ""  # empty: the command's own (ppo: gae, grpo, rloo, reinforce: reinforce_plus_plus)
-    gamma: float = 1.0
-    lam: float = 1.0
+    gamma: float = 1.0  # discount (GAE)
+    lam: float = 1.0  # GAE's lambda
     norm_adv_by_std: bool = True  # False: Dr.GRPO
     use_kl_in_reward: bool = False  # reward = score - kl_coef * KL(actor || ref) per token
-    kl_penalty: str = "k1"
+    kl_penalty: str = "k1"  # the per-token KL estimate in the reward: k1, k2, k3, abs, mse
     kl_ctrl: str = "fixed"  # fixed or adaptive
-    kl_coef: float = 0.001
-    kl_target: float = 0.1
-    kl_horizon: int = 10000
-    dpo_beta: float = 0.1
+    kl_coef: float = 0.001  # the penalty's (initial) coefficient
+    kl_target: float = 0.1  # adaptive: the KL it steers to
+    kl_horizon: int = 10000  # adaptive: samples over which it adjusts
+    dpo_beta: float = 0.1  # DPO's inverse temperature
     dpo_loss: str = "sigmoid"  # sigmoid or ipo
 
 
 @dataclasses.dataclass
 class TrainerSection:
-    total_steps: int = 50
-    save_every: int = 10
-    val_every: int = 10  # greedy accuracy on data.val_files every N steps (and before the first)
+    total_steps: int = 50  # training steps (one batch of prompts each)
+    save_every: int = 10  # checkpoint every N steps (and at the last); 0: only at the last
+    val_every: int = 10  # greedy accuracy on data.val_files every N steps (and before the first and
+    #   after the last); 0: only before the first and after the last
+    samples_per_step: int = 4  # generations logged per step (prompt, response, score, the scorer's
+    #   extras) to run_dir/samples.jsonl and TensorBoard; 0: none
+    logger: list[str] = dataclasses.field(default_factory=lambda: ["console", "tensorboard"])  # where
+    #   metrics go besides metrics.jsonl: console, tensorboard, wandb, mlflow (both offline unless their
+    #   own environment variables point at a server)
     val_k: int = 1  # > 1: also sample k answers per held-out prompt (val/acc/mean@k, best@k)
-    tensorboard: bool = True  # events in run_dir/tensorboard next to metrics.jsonl
     trace: str = "jsonl"  # OpenTelemetry span exporters for every process: jsonl (run_dir/traces, read by
     #   `meshrl trace RUN_DIR`), console, both ("jsonl,console") or "" (off); OTLP too when
     #   OTEL_EXPORTER_OTLP_ENDPOINT is set
     run_dir: str = "runs/default"
     seed: int = 0  # data order and sampling seeds (step s samples with seed * 1_000_003 + s)
     resume: bool = False  # continue from run_dir/checkpoints/latest
+
+    def __post_init__(self):
+        unknown = sorted(set(self.logger) - set(LOGGERS))
+        if unknown:
+            raise ValueError(f"logger: unknown {unknown}; known: {list(LOGGERS)}")
+        if self.total_steps < 1 or self.save_every < 0 or self.val_every < 0 or self.samples_per_step < 0:
+            raise ValueError("total_steps must be >= 1; save_every, val_every and samples_per_step >= 0")
 
 
 @dataclasses.dataclass
@@ -197,6 +219,23 @@ def load_config(path: str | None, overrides: list[str] = ()) -> Config:
     for o in overrides:
         apply_override(raw, o)
     return from_dict(raw)
+
+
+def describe_keys(width: int = 100) -> str:
+    """Every section.key with its default and what it does, as `meshrl grpo --help` lists them."""
+    import textwrap
+
+    out = []
+    for name, cls in SECTIONS.items():
+        docs = field_docs(cls)
+        out.append(f"{name}:" + (f"  {cls.__doc__.strip()}" if cls.__doc__ and not cls.__doc__.startswith(cls.__name__)
+                                  else ""))
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            head = f"  {name}.{f.name}={yaml.safe_dump(default, default_flow_style=True).strip().removesuffix('...').strip()}"
+            doc = docs.get(f.name, "")
+            out.append(textwrap.fill(f"{head}  {doc}" if doc else head, width, subsequent_indent=" " * 6))
+    return "\n".join(out)
 
 
 def save_config(cfg: Config, path: str | pathlib.Path) -> None:

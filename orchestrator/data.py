@@ -35,7 +35,8 @@ def _plain(value):
 
 
 class PromptDataset:
-    def __init__(self, files: str | list[str], tokenizer, max_prompt_length: int, prompt_key: str = "prompt"):
+    def __init__(self, files: str | list[str], tokenizer, max_prompt_length: int, prompt_key: str = "prompt",
+                 key: str = "data.train_files"):
         paths = [files] if isinstance(files, (str, pathlib.Path)) else list(files)
         missing = [str(p) for p in paths if not pathlib.Path(p).is_file()]
         if missing:
@@ -44,20 +45,26 @@ class PromptDataset:
         if prompt_key not in frame.columns:
             raise ValueError(f"column {prompt_key!r} is missing from {paths}; columns: {list(frame.columns)}")
         self.rows, self.prompt_ids = [], []
-        self.num_filtered = 0
+        lengths = []
         for record in frame.to_dict("records"):
             messages = _plain(record[prompt_key])
             text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            lengths.append(len(ids))
             if len(ids) > max_prompt_length:
-                self.num_filtered += 1
                 continue
             self.rows.append({"prompt": messages, **{k: _plain(record[k]) for k in COLUMNS if k in record}})
             self.prompt_ids.append(ids)
-        if self.num_filtered:
-            log.info("dropped %d of %d prompts longer than %d tokens", self.num_filtered, len(frame), max_prompt_length)
+        self.num_filtered = len(lengths) - len(self.rows)
+        spread = f"prompts are {min(lengths, default=0)}-{max(lengths, default=0)} tokens with the chat template, " \
+                 f"median {sorted(lengths)[len(lengths) // 2] if lengths else 0}"
         if not self.rows:
-            raise ValueError(f"no prompt in {paths} fits max_prompt_length {max_prompt_length}")
+            raise ValueError(f"{key}: no prompt fits {max_prompt_length} tokens (data.max_prompt_length, or "
+                             f"rollout.max_model_len - rollout.max_new_tokens): {spread}")
+        if self.num_filtered:
+            (log.warning if self.num_filtered > len(lengths) // 10 else log.info)(
+                "%s: dropped %d of %d prompts longer than %d tokens (%s)", key, self.num_filtered, len(lengths),
+                max_prompt_length, spread)
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.tokenizer = tokenizer
 
@@ -115,6 +122,11 @@ class Sampler:
         self.state = SamplerState(**state)
 
 
+def prompt_limit(cfg) -> int:
+    """Prompt tokens kept: data.max_prompt_length, or (0) what leaves room for the response in the engine."""
+    return cfg.data.max_prompt_length or cfg.rollout.max_model_len - cfg.rollout.max_new_tokens
+
+
 def check_inputs(cfg) -> None:
     """The model folder and data files the config names exist (checked before any service starts)."""
     if not cfg.actor.model or not cfg.data.train_files:
@@ -139,5 +151,5 @@ def prepare_run(cfg) -> tuple[pathlib.Path, object, PromptDataset, Sampler]:
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
     tokenizer = AutoTokenizer.from_pretrained(cfg.actor.model)
-    data = PromptDataset(cfg.data.train_files, tokenizer, cfg.data.max_prompt_length)
+    data = PromptDataset(cfg.data.train_files, tokenizer, prompt_limit(cfg))
     return run_dir, tokenizer, data, Sampler(len(data), cfg.data.train_batch_size, cfg.trainer.seed, cfg.data.shuffle)

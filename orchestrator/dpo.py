@@ -13,7 +13,7 @@ from meshrl.algos.pairs import best_worst_pairs
 from orchestrator.config import Config
 from orchestrator.mesh import Mesh
 from orchestrator.policy_gradient import POLICY_TENSORS
-from orchestrator.trainer import Timer, accuracy, sample_and_score
+from orchestrator.trainer import Timer, sample_and_score, score_metrics
 
 
 def dpo_params(cfg: Config) -> dict:
@@ -37,11 +37,8 @@ class OnlineDPO:
         gen, scored = sample_and_score(mesh, t, number, data.batch(indices, uids))
         chosen, rejected = best_worst_pairs(scored.scores, list(gen.non_tensor_batch["uid"]))
         lengths = gen.batch["response_mask"].sum(-1).float()
-        metrics = {"critic/score/mean": scored.scores.mean().item(), "response_length/mean": lengths.mean().item(),
+        metrics = {**score_metrics(scored), "response_length/mean": lengths.mean().item(),
                    "actor/num_pairs": float(len(chosen))}
-        acc = accuracy(scored)
-        if acc is not None:
-            metrics["critic/acc/mean"] = acc
         if not chosen:  # every prompt's responses scored alike: nothing to prefer
             return {**metrics, **t}
         order = [row for pair in zip(chosen, rejected) for row in pair]  # chosen, rejected, chosen, ...

@@ -6,7 +6,7 @@ import sys
 
 from meshrl.errors import ServiceError
 from orchestrator import dpo, policy_gradient, sft, trainer
-from orchestrator.config import Config, load_config
+from orchestrator.config import Config, describe_keys, load_config
 
 # One entry per CLI command: a fresh algorithm object for the run.
 LOOPS = {
@@ -20,10 +20,14 @@ LOOPS = {
 
 
 def parse(argv: list[str], prog: str = "meshrl") -> tuple[str, Config]:
-    p = argparse.ArgumentParser(prog=f"{prog} <algorithm>")
-    p.add_argument("algorithm", choices=list(LOOPS))
+    name = argv[0] if argv and argv[0] in LOOPS else "<algorithm>"
+    p = argparse.ArgumentParser(prog=f"{prog} {name}", usage=f"%(prog)s [--config FILE] [section.key=value ...]",
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="config keys (YAML sections; any of them as section.key=value):\n"
+                                       + describe_keys())
+    p.add_argument("algorithm", choices=list(LOOPS), help=argparse.SUPPRESS)
     p.add_argument("--config", default=None, help="YAML file; overrides follow as section.key=value")
-    p.add_argument("overrides", nargs="*")
+    p.add_argument("overrides", nargs="*", help="section.key=value, e.g. actor.lr=1e-5 rollout.n=8")
     args = p.parse_intermixed_args(argv)  # overrides may come before or after --config
     try:
         return args.algorithm, load_config(args.config, args.overrides)

@@ -36,8 +36,9 @@ def serve_args(cfg: Config, role: str) -> list[str]:
                 "--seed", str(cfg.trainer.seed)]
     if role == "reward":
         rw = cfg.reward
-        args = ["reward", "--workers", str(rw.workers), "--timeout", str(rw.timeout), "--on-error", rw.on_error]
-        return args + (["--function", rw.function] if rw.function else [])
+        args = ["reward", "--workers", str(rw.workers), "--timeout", str(rw.timeout), "--on-error", rw.on_error,
+                "--error-score", str(rw.error_score)]
+        return args + (["--function", rw.function] if rw.function else []) + (["--batched"] if rw.batched else [])
     if role == "critic":
         c = cfg.critic
         model, world, lr = c.model or a.model, c.world_size, c.lr
@@ -45,6 +46,8 @@ def serve_args(cfg: Config, role: str) -> list[str]:
         model, world, lr = a.model, cfg.ref.world_size if role == "ref" else a.world_size, a.lr
     args = ["actor", "--role", role, "--model", model, "--world-size", str(world), "--engine", a.engine,
             "--micro-batch-size", str(a.micro_batch_size), "--seed", str(cfg.trainer.seed)]
+    if a.dropout:
+        args.append("--dropout")
     if role != "ref":
         args += ["--lr", str(lr), "--grad-clip", str(a.grad_clip), "--warmup-steps", str(a.warmup_steps)]
     return args
@@ -55,6 +58,8 @@ class Mesh:
     cfg: Config
     clients: dict[str, Client]
     reward: RewardClient | None = None
+    last_sampled: tuple | None = None  # (Generate reply, Scores) of the step's training samples, for the
+    #   run's sample log; set by trainer.sample_and_score, taken by the trainer after the step
 
     def has(self, role: str) -> bool:
         return role in self.clients
@@ -81,7 +86,8 @@ class Mesh:
     # ---- reward ----------------------------------------------------------------------
 
     def score(self, gen: DataProto):
-        return self.reward.score(gen)
+        """The reward service's Scores for a Generate reply (only the columns a scorer reads travel)."""
+        return self.reward.score(reward_request(gen))
 
     # ---- actor, ref, critic -----------------------------------------------------------
 
@@ -106,6 +112,29 @@ class Mesh:
 
     def load(self, role: str, path) -> None:
         self[role].call("LoadCheckpoint", actor_pb2.CheckpointRequest(path=str(path)))
+
+
+REWARD_COLUMNS = ("data_source", "reward_model", "extra_info", "ability", "uid", "response_text", "finish_reason")
+
+
+def reward_request(gen: DataProto) -> DataProto:
+    """What a Score request carries (docs/wire.md): per row the response and prompt text, data_source,
+    reward_model, extra_info, and the responses with their response_mask; not the model inputs and
+    log-probs, which no scorer needs."""
+    cols = gen.non_tensor_batch
+    columns = {k: list(cols[k]) for k in REWARD_COLUMNS if k in cols}
+    if "prompt" in cols:
+        columns["prompt_text"] = [prompt_text(p) for p in cols["prompt"]]
+    return DataProto({k: gen.batch[k] for k in ("responses", "response_mask") if k in gen.batch}, columns)
+
+
+def prompt_text(messages) -> str:
+    """The prompt a scorer sees: the last user turn of chat messages (a reward model puts it into its
+    own chat template), or the text itself."""
+    if isinstance(messages, str):
+        return messages
+    users = [m.get("content", "") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    return str(users[-1]) if users else ""
 
 
 def start_mesh(cfg: Config, services: Services, roles: set[str]) -> Mesh:

@@ -20,7 +20,7 @@ from meshrl.algos.kl import AdaptiveKLController, FixedKLController, apply_kl_pe
 from meshrl.algos.masked import masked_mean
 from orchestrator.config import Config
 from orchestrator.mesh import POLICY_INPUTS, Mesh
-from orchestrator.trainer import Timer, accuracy, sample_and_score
+from orchestrator.trainer import Timer, sample_and_score, score_metrics
 
 POLICY_TENSORS = [*POLICY_INPUTS, "response_mask"]
 
@@ -58,17 +58,12 @@ def kl_controller(cfg: Config):
 def rollout_metrics(gen, scored, batch, advantages) -> dict[str, float]:
     mask = batch.batch["response_mask"]
     lengths = mask.sum(-1).float()
-    out = {"critic/score/mean": scored.scores.mean().item(), "critic/score/max": scored.scores.max().item(),
-           "critic/score/min": scored.scores.min().item(),
-           "critic/advantages/mean": masked_mean(advantages, mask).item(),
+    out = {**score_metrics(scored), "critic/advantages/mean": masked_mean(advantages, mask).item(),
            "response_length/mean": lengths.mean().item(), "response_length/max": lengths.max().item(),
            "response_length/clip_ratio": (lengths >= gen.batch["responses"].shape[1]).float().mean().item(),
            # how far the rollout's sampling distribution is from the actor's: ~0 when the push worked
            "rollout/kl_to_actor": masked_mean((gen.batch["rollout_logprobs"] - batch.batch["actor_logprobs"]).abs(),
                                               mask).item()}
-    acc = accuracy(scored)
-    if acc is not None:
-        out["critic/acc/mean"] = acc
     return out
 
 

@@ -21,9 +21,8 @@ import pathlib
 import subprocess
 
 from orchestrator import main as loops
-from orchestrator import trainer
+from orchestrator import preflight, trainer
 from orchestrator.config import Config
-from orchestrator.data import check_inputs
 from orchestrator.mesh import serve_args
 from orchestrator.services import launch
 
@@ -127,7 +126,7 @@ def release(placement: Placement) -> None:
 
 
 def run(algorithm: str, cfg: Config):
-    check_inputs(cfg)  # before anything is placed
+    preflight.check(cfg, loops.LOOPS[algorithm]().setup(cfg))  # before anything is placed
     if not cfg.ray.address:  # a local cluster on the loopback address, like embedded services; Ray reads
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # these when it is imported
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")

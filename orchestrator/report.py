@@ -1,8 +1,6 @@
-"""What a run leaves to look at: metrics.jsonl and TensorBoard events as it goes, and at the end
-curves.png (the main curves) and summary.md (first and last values, best validation).
+"""What a run leaves to look at at the end: curves.png (the main curves) and summary.md (first and
+last values, best validation), both from metrics.jsonl (orchestrator.loggers writes it as the run goes).
 
-    with MetricsLog(run_dir) as log:
-        log.write(step, metrics)
     finish_report(run_dir)   # reads metrics.jsonl, so it also works on a resumed run's whole history
 """
 
@@ -25,38 +23,6 @@ CURVES = [
 SUMMARY_KEYS = ["critic/score/mean", "critic/acc/mean", "val/acc/mean", "val/score/mean",
                 "actor/pg_loss", "actor/dpo_loss", "actor/sft_loss", "critic/vf_loss", "response_length/mean",
                 "perf/tokens_per_s", "timing_s/step"]
-
-
-class MetricsLog:
-    """One JSON line per step (appended: a resumed run continues the file) and TensorBoard scalars."""
-
-    def __init__(self, run_dir: pathlib.Path, tensorboard: bool = True):
-        self.file = open(run_dir / "metrics.jsonl", "a")
-        self.writer = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.writer = SummaryWriter(str(run_dir / "tensorboard"))
-
-    def write(self, step: int, metrics: dict[str, float]) -> None:
-        self.file.write(json.dumps({"step": step, **metrics}) + "\n")
-        self.file.flush()
-        if self.writer is not None:
-            for k, v in metrics.items():
-                if isinstance(v, (int, float)) and math.isfinite(v):
-                    self.writer.add_scalar(k, v, step)
-            self.writer.flush()
-
-    def close(self) -> None:
-        self.file.close()
-        if self.writer is not None:
-            self.writer.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def read_metrics(run_dir: pathlib.Path) -> list[dict]:

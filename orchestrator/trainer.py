@@ -12,6 +12,7 @@ one. The weight version the rollout runs is the step number.
 """
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -24,10 +25,12 @@ from tqdm import tqdm
 
 from meshrl import telemetry
 from meshrl.errors import ServiceError
+from orchestrator import preflight
 from orchestrator.config import Config
-from orchestrator.data import PromptDataset, prepare_run
-from orchestrator.mesh import Mesh, start_mesh
-from orchestrator.report import MetricsLog, finish_report
+from orchestrator.data import PromptDataset, prepare_run, prompt_limit
+from orchestrator.mesh import Mesh, prompt_text, start_mesh
+from orchestrator.loggers import RunLog
+from orchestrator.report import finish_report
 from orchestrator.services import Services
 
 log = logging.getLogger(__name__)
@@ -74,12 +77,52 @@ def sample_and_score(mesh: Mesh, t: Timer, number: int, prompts):
         gen = mesh.generate(prompts, seed=sampling_seed(mesh.cfg, number))
     with t("reward"):
         scored = mesh.score(gen)
+    mesh.last_sampled = (gen, scored)
     return gen, scored
 
 
 def accuracy(scored) -> float | None:
     acc = scored.columns.get("acc")
     return None if acc is None else float(sum(bool(x) for x in acc) / len(scored.scores))
+
+
+def score_metrics(scored) -> dict[str, float]:
+    """critic/score/{mean,max,min}, critic/acc/mean, and what the reward service reported: reward/num_failed
+    (warned about when not 0: those samples got reward.error_score), reward/<extra>/mean, ..."""
+    s = scored.scores
+    out = {"critic/score/mean": s.mean().item(), "critic/score/max": s.max().item(),
+           "critic/score/min": s.min().item(), **{k: float(v) for k, v in scored.metrics.items()}}
+    acc = accuracy(scored)
+    if acc is not None:
+        out["critic/acc/mean"] = acc
+    failed = int(out.get("reward/num_failed", 0))
+    if failed:
+        errors = [e for e in scored.columns.get("reward_error", []) if e]
+        log.warning("%d of %d samples failed to score and got the error score%s", failed, len(s),
+                    f"; first error: {errors[0]}" if errors else "")
+    return out
+
+
+def sample_rows(gen, scored, k: int) -> list[dict]:
+    """The first k samples of a step as the run's sample log keeps them: prompt, response, score, the
+    ground truth, and the scorer's per-sample extras (acc, pred, reward_status, ...)."""
+    cols = gen.non_tensor_batch
+    rows = []
+    for i in range(min(k, len(scored.scores))):
+        row = {"prompt": prompt_text(cols["prompt"][i]) if "prompt" in cols else "",
+               "response": cols["response_text"][i], "score": round(scored.scores[i].item(), 6)}
+        truth = (cols["reward_model"][i] or {}).get("ground_truth") if "reward_model" in cols else None
+        if truth is not None:
+            row["ground_truth"] = truth
+        row.update({key: values[i] for key, values in scored.columns.items()
+                    if not (key == "reward_error" and not values[i])})
+        rows.append(row)
+    return rows
+
+
+def every(n: int, number: int) -> bool:
+    """Step `number` is one of every n-th (n = 0: none)."""
+    return n > 0 and number % n == 0
 
 
 def validate(cfg: Config, mesh: Mesh, data: PromptDataset) -> dict[str, float]:
@@ -157,11 +200,12 @@ def trace_env(cfg: Config, run_dir: pathlib.Path) -> None:
 def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     """Train; returns the run folder (config.yaml, metrics.jsonl, tensorboard/, checkpoints/, hf,
     curves.png, summary.md)."""
+    roles = algorithm.setup(cfg)
+    preflight.check(cfg, roles)  # before any service starts
     run_dir, tokenizer, data, sampler = prepare_run(cfg)
     val = None
-    roles = algorithm.setup(cfg)
     if cfg.data.val_files and "rollout" in roles:
-        val = PromptDataset(cfg.data.val_files, tokenizer, cfg.data.max_prompt_length)
+        val = PromptDataset(cfg.data.val_files, tokenizer, prompt_limit(cfg), key="data.val_files")
     torch.manual_seed(cfg.trainer.seed)
     trace_env(cfg, run_dir)
     telemetry.setup("meshrl-orchestrator")
@@ -172,8 +216,9 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
         first = resume(run_dir, mesh, algorithm, sampler) + 1 if cfg.trainer.resume else 1
         done = first - 1
         total = cfg.trainer.total_steps
-        with MetricsLog(run_dir, cfg.trainer.tensorboard) as metrics_log, \
-                tqdm(range(first, total + 1), desc=algorithm.name, unit="step") as bar:
+        with RunLog(run_dir, cfg.trainer.logger, dataclasses.asdict(cfg), algorithm.name) as metrics_log, \
+                tqdm(range(first, total + 1), desc=algorithm.name, unit="step",
+                     disable="console" not in cfg.trainer.logger) as bar:
             if val is not None and first == 1:
                 metrics_log.write(0, validate(cfg, mesh, val))
             for number in bar:
@@ -190,10 +235,13 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
                 metrics["timing_s/step"] = time.perf_counter() - start
                 telemetry.record_step(metrics)
                 last = number == total
-                if val is not None and (number % cfg.trainer.val_every == 0 or last):
+                if val is not None and (every(cfg.trainer.val_every, number) or last):
                     metrics.update(validate(cfg, mesh, val))
                 metrics_log.write(number, metrics)
-                if number % cfg.trainer.save_every == 0 or last:
+                if mesh.last_sampled is not None:
+                    metrics_log.write_samples(number, sample_rows(*mesh.last_sampled, cfg.trainer.samples_per_step))
+                    mesh.last_sampled = None
+                if every(cfg.trainer.save_every, number) or last:
                     checkpoint = save(run_dir, number, mesh, algorithm, sampler, last)
                     done = number
                     if last:

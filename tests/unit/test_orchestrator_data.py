@@ -36,7 +36,9 @@ def test_long_prompts_are_filtered_and_counted(arithmetic_data, tokenizer, tmp_p
     frame.to_parquet(path)
     ds = PromptDataset(str(path), tokenizer, max_prompt_length=32)
     assert ds.num_filtered == 10 and len(ds) == len(frame) - 10
-    with pytest.raises(ValueError, match="no prompt in"):
+    # the error names the key and how long the prompts are, so the fix is obvious
+    with pytest.raises(ValueError, match=r"data.train_files: no prompt fits 2 tokens \(data.max_prompt_length.*"
+                                         r"prompts are 7-105 tokens"):
         PromptDataset(str(path), tokenizer, max_prompt_length=2)
     with pytest.raises(ValueError, match="not found"):
         PromptDataset(str(tmp_path / "nope.parquet"), tokenizer, 32)

@@ -4,14 +4,15 @@ import json
 
 from meshrl.cli import ALGORITHMS
 from orchestrator.main import LOOPS
-from orchestrator.report import MetricsLog, finish_report, read_metrics, summary_table
+from orchestrator.loggers import RunLog
+from orchestrator.report import finish_report, read_metrics, summary_table
 
 
 def test_metrics_log_appends_and_a_rewritten_step_keeps_its_last_values(tmp_path):
-    with MetricsLog(tmp_path, tensorboard=False) as log:
+    with RunLog(tmp_path, []) as log:
         log.write(1, {"critic/score/mean": 0.1})
         log.write(2, {"critic/score/mean": 0.2})
-    with MetricsLog(tmp_path, tensorboard=False) as log:  # a resumed run redoes step 2
+    with RunLog(tmp_path, []) as log:  # a resumed run redoes step 2
         log.write(2, {"critic/score/mean": 0.25, "val/acc/mean": 0.5})
     rows = read_metrics(tmp_path)
     assert [r["step"] for r in rows] == [1, 2]
@@ -36,7 +37,7 @@ def test_finish_report_writes_png_and_summary(tmp_path):
 
 
 def test_tensorboard_events_are_written(tmp_path):
-    with MetricsLog(tmp_path) as log:
+    with RunLog(tmp_path, ["tensorboard"]) as log:
         log.write(1, {"critic/score/mean": 0.5, "bad": float("nan")})
     assert any(p.name.startswith("events.out.tfevents") for p in (tmp_path / "tensorboard").iterdir())
 

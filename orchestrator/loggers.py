@@ -1,0 +1,174 @@
+"""Where a run's numbers and sample generations go while it runs.
+
+    with RunLog(run_dir, ["console", "tensorboard", "wandb", "mlflow"], config, name="grpo") as log:
+        log.write(step, metrics)          # metrics.jsonl always, and every sink asked for
+        log.write_samples(step, rows)     # samples.jsonl always: prompt, response, score, extras
+
+metrics.jsonl and samples.jsonl are appended (a resumed run continues them).
+TensorBoard gets scalars and a text table of the samples; Weights & Biases
+and MLflow get the same through their own clients. Both run offline by
+default, writing under the run folder (run_dir/wandb, run_dir/mlruns); their
+usual environment variables (WANDB_MODE, WANDB_PROJECT, MLFLOW_TRACKING_URI)
+point them at a server instead. "console" is the progress bar (trainer.py).
+"""
+
+import hashlib
+import json
+import math
+import os
+import pathlib
+
+
+def scalars(metrics: dict) -> dict[str, float]:
+    """The finite numbers of a metrics dict (loggers refuse NaN, strings and the like)."""
+    return {k: float(v) for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+def plain(value):
+    """A JSON value: numpy scalars (columns arrive as numpy arrays) become Python ones; others stay or
+    become text."""
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        value = value.item()
+    if value is None or isinstance(value, (bool, int, float, str, list, dict)):
+        return value
+    return str(value)
+
+
+def samples_markdown(rows: list[dict]) -> str:
+    """A markdown table of sample rows (TensorBoard renders markdown in its text tab)."""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    cell = lambda v: str(v).replace("|", "\\|").replace("\n", "\\n")  # noqa: E731 - one row of markdown
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(cell(r.get(k, "")) for k in keys) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+class TensorBoardSink:
+    def __init__(self, run_dir: pathlib.Path, config: dict, name: str):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def metrics(self, step: int, values: dict[str, float]) -> None:
+        for k, v in values.items():
+            self.writer.add_scalar(k, v, step)
+        self.writer.flush()
+
+    def samples(self, step: int, rows: list[dict]) -> None:
+        self.writer.add_text("samples", samples_markdown(rows), step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbSink:
+    def __init__(self, run_dir: pathlib.Path, config: dict, name: str):
+        import wandb
+
+        # resume="allow" with the folder's own id: a resumed run continues the same W&B run
+        run_id = "meshrl-" + hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:12]
+        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "meshrl"), name=f"{name}-{run_dir.name}",
+                              id=run_id, resume="allow", dir=str(run_dir), config=config,
+                              mode=os.environ.get("WANDB_MODE", "offline"))
+
+    def metrics(self, step: int, values: dict[str, float]) -> None:
+        self.run.log(values, step=step)
+
+    def samples(self, step: int, rows: list[dict]) -> None:
+        import wandb
+
+        keys = list(dict.fromkeys(k for r in rows for k in r))
+        table = wandb.Table(columns=keys, data=[[str(r.get(k, "")) for k in keys] for r in rows])
+        self.run.log({"samples": table}, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class MlflowSink:
+    def __init__(self, run_dir: pathlib.Path, config: dict, name: str):
+        import mlflow
+
+        self.mlflow = mlflow
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        if not uri:  # offline: a folder in the run (MLflow 3 keeps its file store behind this switch)
+            uri = (run_dir / "mlruns").resolve().as_uri()
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        mlflow.set_tracking_uri(uri)
+        mlflow.set_experiment(os.environ.get("MLFLOW_EXPERIMENT_NAME", "meshrl"))
+        previous = run_dir / "mlruns_run_id"  # a resumed run continues the same MLflow run
+        run_id = previous.read_text().strip() if previous.is_file() else None
+        self.run = mlflow.start_run(run_id=run_id, run_name=None if run_id else f"{name}-{run_dir.name}")
+        previous.write_text(self.run.info.run_id)
+        if run_id is None:
+            mlflow.log_params({k: str(v)[:500] for k, v in flatten(config).items()})
+
+    def metrics(self, step: int, values: dict[str, float]) -> None:
+        # MLflow's metric names allow '/', '-', '.', '_', ' ', letters and digits
+        self.mlflow.log_metrics({k.replace("@", "_at_"): v for k, v in values.items()}, step=step)
+
+    def samples(self, step: int, rows: list[dict]) -> None:
+        self.mlflow.log_dict({"step": step, "rows": rows}, f"samples/step_{step:06d}.json")
+
+    def close(self) -> None:
+        self.mlflow.end_run()
+
+
+SINKS = {"tensorboard": TensorBoardSink, "wandb": WandbSink, "mlflow": MlflowSink}
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+class RunLog:
+    def __init__(self, run_dir: pathlib.Path, loggers: list[str] = ("tensorboard",), config: dict | None = None,
+                 name: str = "run"):
+        self.file = open(run_dir / "metrics.jsonl", "a")
+        self.samples_file = open(run_dir / "samples.jsonl", "a")
+        self.sinks = []
+        try:
+            for key in loggers:
+                if key in SINKS:
+                    self.sinks.append(SINKS[key](run_dir, config or {}, name))
+        except ImportError as e:
+            self.close()
+            raise ValueError(f"trainer.logger needs a package that is not installed: {e.name} "
+                             f"(pip install {'mlflow-skinny' if e.name == 'mlflow' else e.name})") from None
+
+    def write(self, step: int, metrics: dict) -> None:
+        self.file.write(json.dumps({"step": step, **metrics}) + "\n")
+        self.file.flush()
+        values = scalars(metrics)
+        for sink in self.sinks:
+            sink.metrics(step, values)
+
+    def write_samples(self, step: int, rows: list[dict]) -> None:
+        if not rows:
+            return
+        rows = [{k: plain(v) for k, v in r.items()} for r in rows]
+        for r in rows:
+            self.samples_file.write(json.dumps({"step": step, **r}) + "\n")
+        self.samples_file.flush()
+        for sink in self.sinks:
+            sink.samples(step, rows)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+        self.file.close()
+        self.samples_file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

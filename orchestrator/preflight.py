@@ -1,0 +1,113 @@
+"""Checks of a run's config that need no service: run before anything starts, one clear line each.
+
+    check(cfg, roles)   # ValueError naming the key and the fix
+
+Everything a service would refuse later (after its engine loaded, or at step
+1) and that the config alone decides is checked here: the model folder and
+data files, the weight transport, the reward function, engine and world
+sizes, sequence lengths and the loggers' packages. Services started
+elsewhere (an `address` given) are checked only where the config says what
+they must be.
+"""
+
+import ast
+import importlib.util
+import pathlib
+
+from orchestrator.config import Config
+from orchestrator.data import check_inputs
+
+TRANSPORTS = ("shm", "stream", "cuda_ipc")
+BACKENDS = ("vllm", "hf")
+ENGINES = ("fsdp2", "fsdp1", "plain")
+ON_ERROR = ("fail", "score")
+LOGGER_PACKAGES = {"wandb": "wandb", "mlflow": "mlflow"}
+
+
+def check(cfg: Config, roles: set[str]) -> None:
+    check_inputs(cfg)
+    if "rollout" in roles:
+        check_rollout(cfg)
+    if "reward" in roles and not cfg.reward.address:
+        check_reward(cfg)
+    for role in ("actor", "ref", "critic"):
+        if role in roles and not getattr(cfg, role).address:
+            check_ranks(cfg, role, sampled="rollout" in roles)
+    for name, package in LOGGER_PACKAGES.items():
+        if name in cfg.trainer.logger and importlib.util.find_spec(package) is None:
+            raise ValueError(f"trainer.logger includes {name}, but the {package} package is not installed "
+                             f"(pip install {'mlflow-skinny' if name == 'mlflow' else name})")
+
+
+def check_rollout(cfg: Config) -> None:
+    r = cfg.rollout
+    if r.backend not in BACKENDS:
+        raise ValueError(f"rollout.backend={r.backend} must be one of {BACKENDS}")
+    if r.weight_transport not in TRANSPORTS:
+        raise ValueError(f"rollout.weight_transport={r.weight_transport} must be one of {TRANSPORTS}")
+    if r.weight_transport == "cuda_ipc" and not (cfg.actor.address and r.address):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("rollout.weight_transport=cuda_ipc needs the actor and rollout on one GPU, and this "
+                             "machine has none: use shm (same host) or stream")
+    if r.n < 1 or r.max_new_tokens < 1:
+        raise ValueError(f"rollout.n={r.n} and rollout.max_new_tokens={r.max_new_tokens} must be >= 1")
+    if r.max_new_tokens >= r.max_model_len:
+        raise ValueError(f"rollout.max_new_tokens={r.max_new_tokens} leaves no room for a prompt in "
+                         f"rollout.max_model_len={r.max_model_len}")
+    room = r.max_model_len - r.max_new_tokens
+    if cfg.data.max_prompt_length > room:
+        raise ValueError(f"data.max_prompt_length={cfg.data.max_prompt_length} + rollout.max_new_tokens="
+                         f"{r.max_new_tokens} exceeds rollout.max_model_len={r.max_model_len}: raise "
+                         f"max_model_len or lower one of the others")
+
+
+def check_reward(cfg: Config) -> None:
+    rw = cfg.reward
+    if rw.on_error not in ON_ERROR:
+        raise ValueError(f"reward.on_error={rw.on_error} must be one of {ON_ERROR}")
+    if rw.batched and not rw.function:
+        raise ValueError("reward.batched=true applies to a user function: set reward.function too")
+    if rw.function:
+        check_function_spec(rw.function)
+
+
+def check_function_spec(spec: str) -> None:
+    """The file exists, parses, and defines the function at top level (read, not run: running user code
+    is the reward service's job, in its own processes)."""
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path or not name:
+        raise ValueError(f"reward.function={spec} must look like path/to/file.py:function_name")
+    file = pathlib.Path(path).expanduser()
+    if not file.is_file():
+        raise ValueError(f"reward.function={spec}: file {file} not found")
+    try:
+        tree = ast.parse(file.read_text(), str(file))
+    except SyntaxError as e:
+        raise ValueError(f"reward.function={spec}: {file} line {e.lineno}: {e.msg}") from None
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    defined |= {(a.asname or a.name).split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names}
+    if name not in defined:
+        functions = sorted(n.name for n in tree.body if isinstance(n, ast.FunctionDef))
+        raise ValueError(f"reward.function={spec}: {file} defines no {name!r} (functions there: {functions})")
+
+
+def check_ranks(cfg: Config, role: str, sampled: bool) -> None:
+    """The engine and world size fit each other and the rows a step gives each rank."""
+    world = getattr(cfg, role).world_size
+    engine = cfg.actor.engine
+    if engine not in ENGINES:
+        raise ValueError(f"actor.engine={engine} must be one of {ENGINES}")
+    if world < 1:
+        raise ValueError(f"{role}.world_size={world} must be >= 1")
+    if engine == "plain" and world != 1:
+        raise ValueError(f"actor.engine=plain runs one process: set {role}.world_size=1 (it is {world}), "
+                         "or use engine fsdp2")
+    rows = cfg.data.train_batch_size * (cfg.rollout.n if sampled else 1)
+    if world > rows:
+        how = f"data.train_batch_size={cfg.data.train_batch_size}" + (f" x rollout.n={cfg.rollout.n}" if sampled else "")
+        raise ValueError(f"{role}.world_size={world} is more ranks than the {rows} rows of a step ({how}): "
+                         "lower the world size or raise the batch")

@@ -1,0 +1,94 @@
+"""Config mistakes found before any service starts: one line naming the key (orchestrator.preflight)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from orchestrator.config import load_config
+from orchestrator.main import LOOPS
+from orchestrator.preflight import check
+
+
+@pytest.fixture
+def base(tiny_lm, arithmetic_data):
+    return [f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}", "data.train_batch_size=4",
+            "rollout.n=2"]
+
+
+def roles(algorithm, cfg):
+    return LOOPS[algorithm]().setup(cfg)
+
+
+def checked(algorithm, overrides):
+    cfg = load_config(None, overrides)
+    check(cfg, roles(algorithm, cfg))
+
+
+@pytest.mark.parametrize("algorithm, extra, match", [
+    ("grpo", ["actor.engine=plain", "actor.world_size=3"], r"actor.engine=plain runs one process: set actor.world_size=1"),
+    ("grpo", ["actor.world_size=9"], r"actor.world_size=9 is more ranks than the 8 rows of a step "
+                                     r"\(data.train_batch_size=4 x rollout.n=2\)"),
+    ("sft", ["actor.world_size=5"], r"more ranks than the 4 rows of a step \(data.train_batch_size=4\)"),
+    ("ppo", ["critic.world_size=9"], r"critic.world_size=9"),
+    ("grpo", ["rollout.weight_transport=ipc"], r"rollout.weight_transport=ipc must be one of"),
+    ("grpo", ["rollout.backend=sglang"], r"rollout.backend=sglang must be one of"),
+    ("grpo", ["rollout.max_new_tokens=300"], r"leaves no room for a prompt in rollout.max_model_len=256"),
+    ("grpo", ["data.max_prompt_length=250"], r"data.max_prompt_length=250 \+ rollout.max_new_tokens=16 exceeds"),
+    ("grpo", ["reward.on_error=ignore"], r"reward.on_error=ignore must be one of"),
+    ("grpo", ["reward.batched=true"], r"reward.batched=true applies to a user function"),
+    ("grpo", ["reward.function=/no/such/file.py:compute_score"], r"file /no/such/file.py not found"),
+    ("grpo", ["reward.function=no_colon.py"], r"must look like path/to/file.py:function_name"),
+])
+def test_bad_settings_are_one_line_errors(base, algorithm, extra, match):
+    with pytest.raises(ValueError, match=match) as e:
+        checked(algorithm, [*base, *extra])
+    assert "\n" not in str(e.value)
+
+
+def test_cuda_ipc_without_a_gpu_is_refused_unless_both_ends_are_elsewhere(base):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ValueError, match="cuda_ipc needs the actor and rollout on one GPU"):
+        checked("grpo", [*base, "rollout.weight_transport=cuda_ipc"])
+    checked("grpo", [*base, "rollout.weight_transport=cuda_ipc", "actor.address=gpu-host:1", "rollout.address=gpu-host:2"])
+
+
+def test_the_reward_file_is_read_not_run(base, tmp_path):
+    f = tmp_path / "reward.py"
+    f.write_text("import sys\nsys.exit('ran at import')\ndef other(): pass\n")
+    with pytest.raises(ValueError, match=r"defines no 'compute_score' \(functions there: \['other'\]\)"):
+        checked("grpo", [*base, f"reward.function={f}:compute_score"])
+    f.write_text("def compute_score(:\n")
+    with pytest.raises(ValueError, match=r"line 1"):
+        checked("grpo", [*base, f"reward.function={f}:compute_score"])
+    f.write_text("from math import fsum as compute_score\n")
+    checked("grpo", [*base, f"reward.function={f}:compute_score"])
+    checked("grpo", [*base, "reward.function=/no/file.py:f", "reward.address=elsewhere:1"])  # not ours to check
+
+
+def test_a_good_config_passes(base):
+    for algorithm in LOOPS:
+        checked(algorithm, base)
+
+
+def test_the_cli_says_it_in_one_line_before_starting_anything(base, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "meshrl.cli", "grpo", *base, "actor.engine=plain", "actor.world_size=3",
+                          f"trainer.run_dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    errors = [line for line in out.stderr.splitlines() if "error" in line]
+    assert errors == ["meshrl grpo: error: actor.engine=plain runs one process: set actor.world_size=1 (it is 3), "
+                      "or use engine fsdp2"], out.stderr
+    assert "started" not in out.stderr and not (tmp_path / "run").exists()  # no service, no run folder
+
+
+def test_help_lists_every_config_key():
+    out = subprocess.run([sys.executable, "-m", "meshrl.cli", "grpo", "--help"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("usage: meshrl grpo [--config FILE]")
+    for key in ("actor.lr=1.0e-05", "rollout.max_model_len=256", "reward.batched=false", "trainer.logger=",
+                "data.max_prompt_length=0", "algorithm.kl_coef=0.001"):
+        assert key in out.stdout, key
+    assert "reward.batched=false  the function takes lists" in out.stdout
