@@ -32,13 +32,17 @@ def serve(*args):
     return proc, line.split()[-1]
 
 
-@pytest.fixture(scope="module")
-def rollout(tiny_lm):
-    proc, address = serve("rollout", "--model", str(tiny_lm), "--backend", "vllm", "--max-model-len", "128")
-    client = Client(address, ROLLOUT, timeout=300)
-    yield client
+def vllm_rollout(model):
+    """A vLLM rollout service on `model` for the module's tests; stopped cleanly after them."""
+    proc, address = serve("rollout", "--model", str(model), "--backend", "vllm", "--max-model-len", "128")
+    yield Client(address, ROLLOUT, timeout=300)
     proc.terminate()
     assert proc.wait(120) == 0
+
+
+@pytest.fixture(scope="module")
+def rollout(tiny_lm):
+    yield from vllm_rollout(tiny_lm)
 
 
 @pytest.fixture(scope="module")
@@ -134,11 +138,7 @@ def tied_lm(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tied_rollout(tied_lm):
-    proc, address = serve("rollout", "--model", str(tied_lm), "--backend", "vllm", "--max-model-len", "128")
-    client = Client(address, ROLLOUT, timeout=300)
-    yield client
-    proc.terminate()
-    assert proc.wait(120) == 0
+    yield from vllm_rollout(tied_lm)
 
 
 def local_logprobs(model, gen) -> torch.Tensor:
