@@ -140,13 +140,12 @@ def check_inputs(cfg) -> None:
 
 
 def prepare_run(cfg) -> tuple[pathlib.Path, object, PromptDataset, Sampler]:
-    """What every loop starts with: the run folder (with the resolved config saved in it), the
-    tokenizer, the training prompts and their sampler."""
+    """What every loop starts with (after preflight.check, which checked the inputs exist): the run
+    folder (with the resolved config saved in it), the tokenizer, the training prompts and their sampler."""
     from transformers import AutoTokenizer
 
     from orchestrator.config import save_config
 
-    check_inputs(cfg)
     run_dir = pathlib.Path(cfg.trainer.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")

@@ -2,7 +2,7 @@
 # The main job: an RL run on the bundled arithmetic task, from nothing to a model that got better.
 # Sets up .venv (pinned), builds a tiny model, the data and an SFT warm-up locally (scripts/prepare.sh),
 # then runs GRPO through the mesh and prints held-out greedy accuracy before and after.
-# Results in runs/default/grpo: metrics.jsonl, tensorboard/, curves.png, summary.md, traces/, hf/.
+# Results in runs/default/grpo: metrics.jsonl, samples.jsonl, tensorboard/, curves.png, summary.md, traces/, hf/.
 # Extra arguments are GRPO overrides, e.g. `bash scripts/run.sh trainer.total_steps=200`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
