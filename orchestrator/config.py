@@ -44,6 +44,9 @@ class ActorSection:
     micro_batch_size: int = 8  # rows per forward/backward pass on each rank
     dropout: bool = False  # keep the model's dropout in training passes (off: log-probs are not random)
     ppo_epochs: int = 1  # passes over each batch
+    reuse_logprobs: bool = True  # an on-policy update (ppo_epochs=1, one mini-batch, no KL in the reward)
+    #   takes the PPO ratio against its own detached log-probs instead of a log-prob pass before it (as
+    #   TRL and verl do; same gradients); false: always run that pass
     mini_batch_size: int = 0  # rows per optimizer step; 0: the whole batch
     clip_ratio_low: float = 0.2  # PPO clip: ratio >= 1 - clip_ratio_low
     clip_ratio_high: float = 0.2  # PPO clip: ratio <= 1 + clip_ratio_high (DAPO's clip-higher when larger)

@@ -25,9 +25,18 @@ from orchestrator.trainer import Timer, sample_and_score, score_metrics
 POLICY_TENSORS = [*POLICY_INPUTS, "response_mask"]
 
 
-def ppo_params(cfg: Config) -> dict:
+def on_policy(cfg: Config, rows: int) -> bool:
+    """The update's old log-probs are the current ones: one epoch, one optimizer step, and nothing needs
+    them before the update (a KL penalty in the reward does)."""
     a = cfg.actor
-    return {"epochs": a.ppo_epochs, "mini_batch_size": a.mini_batch_size, "clip_ratio_low": a.clip_ratio_low,
+    return (a.reuse_logprobs and a.ppo_epochs == 1 and (a.mini_batch_size <= 0 or a.mini_batch_size >= rows)
+            and not cfg.algorithm.use_kl_in_reward)
+
+
+def ppo_params(cfg: Config, reuse: bool = False) -> dict:
+    a = cfg.actor
+    return {"old_logprobs_key": "" if reuse else "actor_logprobs", "epochs": a.ppo_epochs,
+            "mini_batch_size": a.mini_batch_size, "clip_ratio_low": a.clip_ratio_low,
             "clip_ratio_high": a.clip_ratio_high, "clip_ratio_c": a.clip_ratio_c, "entropy_coeff": a.entropy_coeff,
             "use_kl_loss": a.use_kl_loss, "kl_loss_coef": a.kl_loss_coef, "kl_loss_type": a.kl_loss_type,
             "loss_agg_mode": a.loss_agg_mode, "temperature": cfg.rollout.temperature}
@@ -60,10 +69,11 @@ def rollout_metrics(gen, scored, batch, advantages) -> dict[str, float]:
     lengths = mask.sum(-1).float()
     out = {**score_metrics(scored), "critic/advantages/mean": masked_mean(advantages, mask).item(),
            "response_length/mean": lengths.mean().item(), "response_length/max": lengths.max().item(),
-           "response_length/clip_ratio": (lengths >= gen.batch["responses"].shape[1]).float().mean().item(),
-           # how far the rollout's sampling distribution is from the actor's: ~0 when the push worked
-           "rollout/kl_to_actor": masked_mean((gen.batch["rollout_logprobs"] - batch.batch["actor_logprobs"]).abs(),
-                                              mask).item()}
+           "response_length/clip_ratio": (lengths >= gen.batch["responses"].shape[1]).float().mean().item()}
+    if "actor_logprobs" in batch.batch:  # else the on-policy update reported it from its own pass
+        # how far the rollout's sampling distribution is from the actor's: ~0 when the push worked
+        out["rollout/kl_to_actor"] = masked_mean((gen.batch["rollout_logprobs"] - batch.batch["actor_logprobs"]).abs(),
+                                                 mask).item()
     return out
 
 
@@ -93,8 +103,12 @@ class PolicyGradient:
         gen, scored = sample_and_score(mesh, t, number, data.batch(indices, uids))
         batch = gen.select(POLICY_TENSORS)
         mask = batch.batch["response_mask"]
-        with t("old_log_prob"):
-            batch.batch["actor_logprobs"] = mesh.logprobs("actor", batch)
+        reuse = on_policy(cfg, len(batch))
+        if reuse:  # the update takes its own log-probs as the old ones, and reports the rollout's distance
+            batch.batch["rollout_logprobs"] = gen.batch["rollout_logprobs"]
+        else:
+            with t("old_log_prob"):
+                batch.batch["actor_logprobs"] = mesh.logprobs("actor", batch)
         if mesh.has("ref"):
             with t("ref"):
                 batch.batch["ref_logprobs"] = mesh.logprobs("ref", batch)
@@ -119,7 +133,7 @@ class PolicyGradient:
             with t("update_critic"):
                 metrics.update(mesh.update("critic", number, "value", value_params(cfg), batch))
         with t("update_actor"):
-            metrics.update(mesh.update("actor", number, "ppo", ppo_params(cfg), batch))
+            metrics.update(mesh.update("actor", number, "ppo", ppo_params(cfg, reuse), batch))
         with t("update_weights"):
             mesh.push_weights(version=number)
         metrics.update(rollout_metrics(gen, scored, batch, advantages))

@@ -27,6 +27,9 @@ class Schedule:
             raise ValueError("epochs must be >= 1 and mini_batch_size >= 0")
 
 
+OLD_LOGPROBS = ("actor_logprobs", "rollout_logprobs", "")
+
+
 @dataclasses.dataclass
 class PPOParams(Schedule):
     clip_ratio_low: float = 0.2
@@ -38,12 +41,18 @@ class PPOParams(Schedule):
     kl_loss_type: str = "k3"
     loss_agg_mode: str = "token-mean"
     temperature: float = 1.0
-    old_logprobs_key: str = "actor_logprobs"  # or "rollout_logprobs"
+    old_logprobs_key: str = "actor_logprobs"
+    """The batch's old log-probs: "actor_logprobs", "rollout_logprobs", or "" for an on-policy update
+    (one epoch, one mini-batch): the ratio is taken against the detached log-probs of this very pass,
+    which equal the old ones, so no separate log-prob pass is needed (as TRL and verl do then)."""
 
     def __post_init__(self):
         super().__post_init__()
         _one_of("loss_agg_mode", self.loss_agg_mode, LOSS_AGG_MODES)
         _one_of("kl_loss_type", self.kl_loss_type, KL_ESTIMATORS)
+        _one_of("old_logprobs_key", self.old_logprobs_key, OLD_LOGPROBS)
+        if not self.old_logprobs_key and self.epochs != 1:
+            raise ValueError(f"an on-policy update (old_logprobs_key empty) runs one epoch, not {self.epochs}")
         if self.temperature <= 0:
             raise ValueError("temperature must be > 0")
 

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from meshrl.algos.losses import dpo_loss, entropy_from_logits, kl_loss, ppo_policy_loss, sft_loss, value_loss
-from meshrl.algos.masked import agg_loss
+from meshrl.algos.masked import agg_loss, masked_mean
 from meshrl.dataproto import DataProto
 from services.actor.batches import BASE, micro_batches, minibatches, num_minibatches
 from services.actor.engine import Engine
@@ -104,14 +104,19 @@ class ActorRole(PolicyRole):
     def update(self, part: DataProto, loss: str, p, total_rows: int, step: int) -> dict[str, float]:
         T = part.batch["responses"].shape[1]
         if loss == "ppo":
-            keys = (*BASE, "response_mask", "advantages", p.old_logprobs_key) + (("ref_logprobs",) if p.use_kl_loss else ())
+            keys = tuple(k for k in part.batch if k in (*BASE, "response_mask", "advantages", "ref_logprobs",
+                                                         "actor_logprobs", "rollout_logprobs"))
 
             def ppo(model, mb):
                 logits = forward_response(model, mb, T)
                 lp = token_logprobs(logits, mb["responses"], p.temperature)
                 mask = mb["response_mask"]
-                total, m = ppo_policy_loss(lp, mb[p.old_logprobs_key], mb["advantages"], mask, p.clip_ratio_low,
+                # on-policy: the old log-probs are this pass's own (same weights), without their gradient
+                old = mb[p.old_logprobs_key] if p.old_logprobs_key else lp.detach()
+                total, m = ppo_policy_loss(lp, old, mb["advantages"], mask, p.clip_ratio_low,
                                            p.clip_ratio_high, p.clip_ratio_c, p.loss_agg_mode)
+                if not p.old_logprobs_key and "rollout_logprobs" in mb:
+                    m["rollout/kl_to_actor"] = masked_mean((mb["rollout_logprobs"] - old).abs(), mask).item()
                 if p.entropy_coeff:
                     entropy = agg_loss(entropy_from_logits(logits.float() / p.temperature), mask, p.loss_agg_mode)
                     total = total - p.entropy_coeff * entropy

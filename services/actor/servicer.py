@@ -110,6 +110,13 @@ class ActorServicer:
         data = _data(request)
         batches.validate(data, required_tensors(name, params), self.world_size, pairs=name == "dpo")
         keys = list(required_tensors(name, params))
+        if name == "ppo" and not params.old_logprobs_key:
+            if batches.num_minibatches(len(data), params.mini_batch_size) > 1:
+                raise InvalidArgument(f"an on-policy update (old_logprobs_key empty) takes one optimizer step; "
+                                      f"mini_batch_size {params.mini_batch_size} splits {len(data)} rows")
+            if "rollout_logprobs" in data.batch:  # reported as rollout/kl_to_actor, as the orchestrator would
+                batches.validate(data, (*keys, "rollout_logprobs"), self.world_size)
+                keys.append("rollout_logprobs")
         parts, _ = batches.shard(data.select(keys), self.world_size, unit=2 if name == "dpo" else 1)
         results = self._call("update", {"loss": name, "params": params_dict, "total_rows": len(data),
                                         "step": msg.step}, parts)
@@ -184,7 +191,8 @@ class ActorServicer:
 def required_tensors(loss: str, params) -> tuple[str, ...]:
     base = (*batches.BASE, "response_mask")
     if loss == "ppo":
-        return (*base, "advantages", params.old_logprobs_key) + (("ref_logprobs",) if params.use_kl_loss else ())
+        old = (params.old_logprobs_key,) if params.old_logprobs_key else ()
+        return (*base, "advantages", *old) + (("ref_logprobs",) if params.use_kl_loss else ())
     if loss == "dpo":
         return (*base, "ref_logprobs")
     if loss == "value":

@@ -148,6 +148,30 @@ def test_ppo_raises_the_logprob_of_a_positive_advantage(actor):
     assert torch.equal(actor.logprobs(batch(seed=7)), after)
 
 
+def test_an_on_policy_update_needs_no_old_logprob_pass(actor, tmp_path):
+    """old_logprobs_key="": the ratio against this pass's own detached log-probs gives the same update as
+    the explicit path (a log-prob pass first), so a step can skip that pass."""
+    actor.update(next_step(actor), "sft", batch(seed=5))
+    actor.call("SaveCheckpoint", actor_pb2.CheckpointRequest(path=str(tmp_path / "c")))
+    data = batch(seed=17)
+    data.batch["advantages"] = torch.linspace(-1, 1, 4)[:, None].expand(4, T).contiguous()
+    step = next_step(actor)
+    explicit = DataProto(dict(data.batch, actor_logprobs=actor.logprobs(data)))
+    r1 = actor.update(step, "ppo", explicit)
+    after_explicit = actor.logprobs(data)
+    actor.call("LoadCheckpoint", actor_pb2.CheckpointRequest(path=str(tmp_path / "c")))
+    on_policy = DataProto(dict(data.batch, rollout_logprobs=explicit.batch["actor_logprobs"] - 0.5))
+    r2 = actor.update(step, "ppo", on_policy, old_logprobs_key="")
+    assert torch.allclose(actor.logprobs(data), after_explicit, atol=1e-6)
+    assert r2.metrics["actor/pg_loss"] == pytest.approx(r1.metrics["actor/pg_loss"], abs=1e-6)
+    assert r2.metrics["actor/ppo_kl"] == 0 and r2.metrics["actor/grad_norm"] == pytest.approx(
+        r1.metrics["actor/grad_norm"], rel=1e-5)
+    assert r2.metrics["rollout/kl_to_actor"] == pytest.approx(0.5, abs=1e-5)
+    for params, match in [({"mini_batch_size": 2}, "takes one optimizer step"), ({"epochs": 2}, "runs one epoch")]:
+        expect(grpc.StatusCode.INVALID_ARGUMENT,
+               lambda: actor.update(next_step(actor), "ppo", data, old_logprobs_key="", **params), match)
+
+
 def test_dpo_raises_the_chosen_vs_rejected_margin(actor):
     data = batch(rows=4, seed=11)  # rows 0/2 chosen, 1/3 rejected
     data.batch["response_mask"] = torch.ones(4, T)

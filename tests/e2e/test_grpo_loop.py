@@ -22,6 +22,7 @@ def test_grpo_runs_steps_and_logs_them(tiny_lm, arithmetic_data, tmp_path):
     for m in lines:
         assert {"critic/score/mean", "actor/pg_loss", "response_length/mean", "timing_s/gen"} <= set(m)
         assert m["rollout/kl_to_actor"] < 1e-4  # the rollout runs the weights the actor just pushed
+        assert "timing_s/old_log_prob" not in m  # on-policy: the update's own pass gives the old log-probs
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["rollout"]["n"] == 2
 
 

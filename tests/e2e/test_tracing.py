@@ -33,7 +33,7 @@ def test_each_step_is_one_trace_across_every_service(traced_run):
     services = {s["service"] for s in trace}
     assert {"meshrl-orchestrator", "meshrl-rollout", "meshrl-reward", "meshrl-actor"} <= services
     names = {(s["service"], s["name"], s["kind"]) for s in trace}
-    for phase in ("gen", "reward", "old_log_prob", "update_actor", "update_weights"):
+    for phase in ("gen", "reward", "update_actor", "update_weights"):  # old_log_prob: skipped on-policy
         assert ("meshrl-orchestrator", phase, "INTERNAL") in names
     assert ("meshrl-actor", "ActorService/Update", "SERVER") in names
     # the actor's push continues the step's trace into the rollout service
