@@ -2,6 +2,7 @@
 reward service): where a step's time goes, what the mesh's RPCs cost, and what tracing costs.
 
     .venv/bin/python bench/step_bench.py [--steps 20] [--repeats 2]
+    .venv/bin/python bench/step_bench.py --compare reuse   # (d) only
 
 (a) phases: each phase's share of the step (timing_s/* from metrics.jsonl, steps after the first).
 (b) RPC overhead: for every call the orchestrator makes, its client span minus the service's server
@@ -25,11 +26,11 @@ from orchestrator.config import load_config
 from orchestrator.main import run
 
 
-def grpo(work: pathlib.Path, name: str, model, data, steps: int, trace: str) -> pathlib.Path:
+def grpo(work: pathlib.Path, name: str, model, data, steps: int, trace: str, extra=()) -> pathlib.Path:
     cfg = load_config("configs/arithmetic_grpo.yaml", [
         f"actor.model={model}", f"data.train_files={data['train']}", f"trainer.run_dir={work / name}",
         f"trainer.total_steps={steps}", "actor.engine=fsdp2", "actor.world_size=2", f"trainer.trace={trace}",
-        "trainer.save_every=100000", "trainer.logger=[console]"])
+        "trainer.save_every=100000", "trainer.logger=[console]", *extra])
     return run("grpo", cfg)
 
 
@@ -65,11 +66,14 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--compare", choices=("tracing", "reuse"), default="tracing")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
         model = make_model(work / "model", TinyModelConfig())
         data = make_data(work / "data", ArithmeticConfig(num_train=2000, num_test=100, ops="+"))
+        if args.compare == "reuse":
+            return compare_reuse(work, model, data, args.steps, args.repeats)
         times = {"": [], "jsonl": []}
         last_traced = None
         for i in range(args.repeats):
@@ -93,6 +97,21 @@ def main() -> int:
     off, on = statistics.median(times[""]), statistics.median(times["jsonl"])
     print(f"\n(c) median step time: tracing off {off:.3f} s, on {on:.3f} s, on/off = {on / off:.3f} "
           f"({len(times[''])} and {len(times['jsonl'])} steps)")
+    return 0
+
+
+def compare_reuse(work: pathlib.Path, model, data, steps: int, repeats: int) -> int:
+    times, phase = {False: [], True: []}, {False: [], True: []}
+    for i in range(repeats):
+        for reuse in (False, True):
+            r = rows(grpo(work, f"reuse-{reuse}-{i}", model, data, steps, "", [f"actor.reuse_logprobs={reuse}"]))
+            times[reuse] += [x["timing_s/step"] for x in r]
+            phase[reuse] += [x.get("timing_s/old_log_prob", 0.0) + x["timing_s/update_actor"] for x in r]
+    off, on = statistics.median(times[False]), statistics.median(times[True])
+    print(f"\n(d) median step time: old log-prob pass {off:.3f} s, reused {on:.3f} s, reused/pass = {on / off:.3f} "
+          f"({len(times[False])} and {len(times[True])} steps)")
+    print(f"    median old_log_prob + update_actor: {statistics.median(phase[False]):.3f} s vs "
+          f"{statistics.median(phase[True]):.3f} s")
     return 0
 
 
