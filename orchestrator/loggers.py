@@ -134,15 +134,8 @@ class RunLog:
                  name: str = "run"):
         self.file = open(run_dir / "metrics.jsonl", "a")
         self.samples_file = open(run_dir / "samples.jsonl", "a")
-        self.sinks = []
-        try:
-            for key in loggers:
-                if key in SINKS:
-                    self.sinks.append(SINKS[key](run_dir, config or {}, name))
-        except ImportError as e:
-            self.close()
-            raise ValueError(f"trainer.logger needs a package that is not installed: {e.name} "
-                             f"(pip install {'mlflow-skinny' if e.name == 'mlflow' else e.name})") from None
+        # preflight.check has made sure the packages the loggers need are installed
+        self.sinks = [SINKS[key](run_dir, config or {}, name) for key in loggers if key in SINKS]
 
     def write(self, step: int, metrics: dict) -> None:
         self.file.write(json.dumps({"step": step, **metrics}) + "\n")

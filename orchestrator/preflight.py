@@ -14,10 +14,12 @@ import ast
 import importlib.util
 import pathlib
 
+from meshrl.weights import TRANSPORTS
 from orchestrator.config import Config
 from orchestrator.data import check_inputs
 
-TRANSPORTS = ("shm", "stream", "cuda_ipc")
+# The services' own choices (services/*/config.py), which the orchestrator may not import: the
+# services refuse the same values, only later.
 BACKENDS = ("vllm", "hf")
 ENGINES = ("fsdp2", "fsdp1", "plain")
 ON_ERROR = ("fail", "score")

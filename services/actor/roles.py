@@ -104,8 +104,7 @@ class ActorRole(PolicyRole):
     def update(self, part: DataProto, loss: str, p, total_rows: int, step: int) -> dict[str, float]:
         T = part.batch["responses"].shape[1]
         if loss == "ppo":
-            keys = tuple(k for k in part.batch if k in (*BASE, "response_mask", "advantages", "ref_logprobs",
-                                                         "actor_logprobs", "rollout_logprobs"))
+            keys = tuple(part.batch)  # the servicer sent exactly what this loss and its options read
 
             def ppo(model, mb):
                 logits = forward_response(model, mb, T)
