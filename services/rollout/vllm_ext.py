@@ -5,6 +5,9 @@ The rollout service stages a full set of HF-named parameters in a /dev/shm
 segment and calls meshrl_load_weights through llm.collective_rpc with plain
 arguments (no pickled callables); each worker maps the segment and reloads its
 model in place through vLLM's own loading path.
+
+Importing this module also shortens how long a worker spins after its last
+command (see shorten_idle_spin).
 """
 
 import collections
@@ -13,6 +16,35 @@ import torch
 
 from meshrl import cuda_ipc
 from meshrl.shm import attach
+
+IDLE_SPIN_S = 0.05
+
+
+def shorten_idle_spin(seconds: float = IDLE_SPIN_S) -> bool:
+    """Make vLLM's worker stop busy-waiting `seconds` after its last command (vLLM: 1 s), then sleep on
+    its socket. In RL the engine idles between generations while the actor trains on the same cores;
+    measured on 2 CPU cores, the worker's sched_yield loop held ~90% of a core through every update
+    (the main job's update 0.76 s -> 0.64 s per step with 0.05 s). Within a generation commands come
+    far more often than every 0.05 s, so decoding keeps its fast path. Returns False where this vLLM
+    has no such loop."""
+    try:
+        from vllm.distributed.device_communicators.shm_broadcast import SpinCondition
+    except ImportError:
+        return False
+    if getattr(SpinCondition, "_meshrl_spin", None) is not None or not hasattr(SpinCondition, "wait"):
+        return hasattr(SpinCondition, "wait")
+    wait = SpinCondition.wait
+
+    def short_wait(self, *args, **kwargs):
+        if getattr(self, "busy_loop_s", 0) > seconds:
+            self.busy_loop_s = seconds
+        return wait(self, *args, **kwargs)
+
+    SpinCondition.wait, SpinCondition._meshrl_spin = short_wait, seconds
+    return True
+
+
+shorten_idle_spin()  # this module is imported in each worker when vLLM builds it (worker_extension_cls)
 
 
 class WeightLoader:

@@ -4,8 +4,11 @@ Parity: after a push, the rollout's log-probs of its own samples match the
 actor's log-probs of the same sequences; a deliberately perturbed weight breaks it.
 """
 
+import os
+import pathlib
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -35,7 +38,9 @@ def serve(*args):
 def vllm_rollout(model):
     """A vLLM rollout service on `model` for the module's tests; stopped cleanly after them."""
     proc, address = serve("rollout", "--model", str(model), "--backend", "vllm", "--max-model-len", "128")
-    yield Client(address, ROLLOUT, timeout=300)
+    client = Client(address, ROLLOUT, timeout=300)
+    client.pid = proc.pid  # for tests that look at the engine's processes
+    yield client
     proc.terminate()
     assert proc.wait(120) == 0
 
@@ -120,6 +125,28 @@ def test_a_perturbed_weight_fails_parity(actor, rollout, tmp_path):
     worst, mean = parity(actor, rollout)
     print(f"parity with one weight 5% off: max |diff| {worst:.2e}, mean {mean:.2e}")
     assert worst > 10 * TOLERANCE
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    ticks = os.sysconf("SC_CLK_TCK")
+    return sum(sum(int(x) for x in pathlib.Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[11:13])
+               for p in pids) / ticks
+
+
+def test_an_idle_engine_leaves_the_cores_to_others(rollout):
+    """After a generation, vLLM's processes must not busy-wait: in RL the actor trains on the same cores
+    then (vLLM's worker spun through the first second of every idle spell, ~90% of a core)."""
+    import psutil
+
+    engine = [c.pid for c in psutil.Process(rollout.pid).children(recursive=True)]
+    assert engine, "vLLM runs its engine in child processes"
+    generate(rollout)
+    time.sleep(0.2)
+    before = cpu_seconds(engine)
+    time.sleep(1.0)
+    used = cpu_seconds(engine) - before
+    print(f"vLLM's processes used {used:.2f} CPU-s in the 1 s after a generation")
+    assert used < 0.3
 
 
 def test_sleep_and_wake_keep_the_weights(rollout):
