@@ -66,14 +66,14 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--compare", choices=("tracing", "reuse"), default="tracing")
+    p.add_argument("--compare", choices=("tracing", *VARIANTS), default="tracing")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
         model = make_model(work / "model", TinyModelConfig())
         data = make_data(work / "data", ArithmeticConfig(num_train=2000, num_test=100, ops="+"))
-        if args.compare == "reuse":
-            return compare_reuse(work, model, data, args.steps, args.repeats)
+        if args.compare in VARIANTS:
+            return compare(work, model, data, args.steps, args.repeats, args.compare)
         times = {"": [], "jsonl": []}
         last_traced = None
         for i in range(args.repeats):
@@ -100,18 +100,29 @@ def main() -> int:
     return 0
 
 
-def compare_reuse(work: pathlib.Path, model, data, steps: int, repeats: int) -> int:
-    times, phase = {False: [], True: []}, {False: [], True: []}
+VARIANTS = {
+    "reuse": {"old log-prob pass": ["actor.reuse_logprobs=false"], "reused": ["actor.reuse_logprobs=true"]},
+    "world": {"2 ranks x 1 thread": ["actor.world_size=2", "actor.threads=1"],
+              "2 ranks x 2 threads": ["actor.world_size=2", "actor.threads=2"],
+              "1 rank x 2 threads": ["actor.world_size=1", "actor.threads=2"]},
+}
+
+
+def compare(work: pathlib.Path, model, data, steps: int, repeats: int, which: str) -> int:
+    """Median step time of each variant, runs alternated `repeats` times in this one invocation."""
+    variants = VARIANTS[which]
+    times, phase = defaultdict(list), defaultdict(list)
     for i in range(repeats):
-        for reuse in (False, True):
-            r = rows(grpo(work, f"reuse-{reuse}-{i}", model, data, steps, "", [f"actor.reuse_logprobs={reuse}"]))
-            times[reuse] += [x["timing_s/step"] for x in r]
-            phase[reuse] += [x.get("timing_s/old_log_prob", 0.0) + x["timing_s/update_actor"] for x in r]
-    off, on = statistics.median(times[False]), statistics.median(times[True])
-    print(f"\n(d) median step time: old log-prob pass {off:.3f} s, reused {on:.3f} s, reused/pass = {on / off:.3f} "
-          f"({len(times[False])} and {len(times[True])} steps)")
-    print(f"    median old_log_prob + update_actor: {statistics.median(phase[False]):.3f} s vs "
-          f"{statistics.median(phase[True]):.3f} s")
+        for name, extra in variants.items():
+            r = rows(grpo(work, f"{which}-{len(times)}-{i}-{name.replace(' ', '_')}", model, data, steps, "", extra))
+            times[name] += [x["timing_s/step"] for x in r]
+            phase[name] += [x.get("timing_s/old_log_prob", 0.0) + x["timing_s/update_actor"] for x in r]
+    base = statistics.median(times[next(iter(variants))])
+    print(f"\n({which}) median over steps 2..{steps}, {repeats} runs each:")
+    print("| variant | step s | x first | old_log_prob + update_actor s | steps |\n|---|---|---|---|---|")
+    for name in variants:
+        med = statistics.median(times[name])
+        print(f"| {name} | {med:.3f} | {med / base:.3f} | {statistics.median(phase[name]):.3f} | {len(times[name])} |")
     return 0
 
 

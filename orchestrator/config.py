@@ -14,6 +14,7 @@ import typing
 
 import yaml
 
+from meshrl import hosts
 from meshrl.flags import field_docs
 from meshrl.typed import build
 
@@ -36,12 +37,17 @@ class DataSection:
 class ActorSection:
     model: str = ""  # HuggingFace folder
     address: str = ""  # a running actor service; empty: start one
-    world_size: int = 1  # ranks of the actor's process group (one per GPU on a GPU machine)
+    world_size: int | str = "auto"  # ranks of the actor's process group; auto: one per visible GPU, or
+    #   1 on CPU (one rank with every core trains faster there than FSDP over several)
     engine: str = "fsdp2"  # fsdp2, fsdp1, or plain (one process, no sharding; world_size must be 1)
+    threads: int = 0  # torch threads per rank; 0: the cores shared out over the ranks (never more
+    #   threads than cores)
     lr: float = 1e-5  # AdamW's learning rate
     warmup_steps: int = 0  # linear warm-up steps
     grad_clip: float = 1.0  # max global gradient norm; 0: no clipping
     micro_batch_size: int = 8  # rows per forward/backward pass on each rank
+    micro_batch_tokens: int = 0  # > 0: micro-batches by this token budget instead (verl's dynamic batch
+    #   size): rows of similar length together, each pass cut to its own longest row; same gradients
     dropout: bool = False  # keep the model's dropout in training passes (off: log-probs are not random)
     ppo_epochs: int = 1  # passes over each batch
     reuse_logprobs: bool = True  # an on-policy update (ppo_epochs=1, one mini-batch, no KL in the reward)
@@ -57,20 +63,31 @@ class ActorSection:
     kl_loss_type: str = "k3"  # k1, k2, k3 (low-variance), abs, mse
     loss_agg_mode: str = "token-mean"  # token-mean, seq-mean-token-sum, seq-mean-token-mean
 
+    def __post_init__(self):
+        self.world_size = hosts.world_size(self.world_size)
+        if self.threads < 0:
+            raise ValueError(f"threads={self.threads} must be >= 0 (0: the cores shared out over the ranks)")
+
 
 @dataclasses.dataclass
 class RefSection:
     address: str = ""  # a running ref service; empty: start one when the algorithm needs it
-    world_size: int = 1  # ranks of the ref's process group
+    world_size: int | str = "auto"  # ranks of the ref's process group (auto: as the actor's)
+
+    def __post_init__(self):
+        self.world_size = hosts.world_size(self.world_size)
 
 
 @dataclasses.dataclass
 class CriticSection:
     model: str = ""  # empty: the actor's model with a value head
     address: str = ""  # a running critic service; empty: start one (ppo)
-    world_size: int = 1  # ranks of the critic's process group
+    world_size: int | str = "auto"  # ranks of the critic's process group (auto: as the actor's)
     lr: float = 1e-5  # the critic's learning rate
     clip_range_value: float = 0.5  # value clipping around the old values
+
+    def __post_init__(self):
+        self.world_size = hosts.world_size(self.world_size)
 
 
 @dataclasses.dataclass

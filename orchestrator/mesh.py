@@ -44,8 +44,10 @@ def serve_args(cfg: Config, role: str) -> list[str]:
         model, world, lr = c.model or a.model, c.world_size, c.lr
     else:
         model, world, lr = a.model, cfg.ref.world_size if role == "ref" else a.world_size, a.lr
-    args = ["actor", "--role", role, "--model", model, "--world-size", str(world), "--engine", a.engine,
-            "--micro-batch-size", str(a.micro_batch_size), "--seed", str(cfg.trainer.seed)]
+    args = ["actor", "--role", role, "--model", model, "--world-size", str(world), "--threads", str(a.threads),
+            "--engine", a.engine,
+            "--micro-batch-size", str(a.micro_batch_size), "--micro-batch-tokens", str(a.micro_batch_tokens),
+            "--seed", str(cfg.trainer.seed)]
     if a.dropout:
         args.append("--dropout")
     if role != "ref":

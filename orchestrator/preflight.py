@@ -14,6 +14,7 @@ import ast
 import importlib.util
 import pathlib
 
+from meshrl import hosts
 from meshrl.weights import TRANSPORTS
 from orchestrator.config import Config
 from orchestrator.data import check_inputs
@@ -26,7 +27,8 @@ ON_ERROR = ("fail", "score")
 LOGGER_PACKAGES = {"wandb": "wandb", "mlflow": "mlflow"}
 
 
-def check(cfg: Config, roles: set[str]) -> None:
+def check(cfg: Config, roles: set[str], local: bool = True) -> None:
+    """local: the services start on this machine (not placed by Ray), so its GPUs bound their ranks."""
     check_inputs(cfg)
     if "rollout" in roles:
         check_rollout(cfg)
@@ -35,6 +37,8 @@ def check(cfg: Config, roles: set[str]) -> None:
     for role in ("actor", "ref", "critic"):
         if role in roles and not getattr(cfg, role).address:
             check_ranks(cfg, role, sampled="rollout" in roles)
+            if local:
+                check_devices(cfg, role, hosts.gpus())
     for name, package in LOGGER_PACKAGES.items():
         if name in cfg.trainer.logger and importlib.util.find_spec(package) is None:
             raise ValueError(f"trainer.logger includes {name}, but the {package} package is not installed "
@@ -95,6 +99,14 @@ def check_function_spec(spec: str) -> None:
     if name not in defined:
         functions = sorted(n.name for n in tree.body if isinstance(n, ast.FunctionDef))
         raise ValueError(f"reward.function={spec}: {file} defines no {name!r} (functions there: {functions})")
+
+
+def check_devices(cfg: Config, role: str, gpus: int) -> None:
+    """One rank per GPU: NCCL refuses two ranks of a group on one device, but only at the first call."""
+    world = getattr(cfg, role).world_size
+    if gpus and world > gpus:
+        raise ValueError(f"{role}.world_size={world} puts {world} ranks on this machine's {gpus} GPU(s), and NCCL "
+                         f"refuses two ranks on one device: set {role}.world_size=auto (one per GPU) or at most {gpus}")
 
 
 def check_ranks(cfg: Config, role: str, sampled: bool) -> None:

@@ -126,7 +126,7 @@ def release(placement: Placement) -> None:
 
 
 def run(algorithm: str, cfg: Config):
-    preflight.check(cfg, loops.LOOPS[algorithm]().setup(cfg))  # before anything is placed
+    preflight.check(cfg, loops.LOOPS[algorithm]().setup(cfg), local=False)  # before anything is placed
     if not cfg.ray.address:  # a local cluster on the loopback address, like embedded services; Ray reads
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # these when it is imported
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")

@@ -4,6 +4,12 @@ Checks run on rank 0 before any rank starts, so a bad request never leaves the
 group half-way through a collective. Rows added to make the batch divide over
 the ranks get a zero response_mask: they take part in the forward passes (every
 rank must run the same number) but add nothing to a loss.
+
+Micro-batches are either a fixed number of rows (micro_batch_size) or, with a
+token budget (micro_batch_tokens, verl's dynamic batch size), rows of similar
+length grouped so that rows x width stays within the budget, each micro-batch
+cut to its own longest prompt and response: the columns cut are padding in every
+row of it, so the valid tokens' outputs are those of the full width.
 """
 
 import math
@@ -72,3 +78,56 @@ def num_minibatches(rows: int, mini_batch_size: int) -> int:
 
 def micro_batches(data: DataProto, size: int, keys: tuple[str, ...]) -> list[dict[str, torch.Tensor]]:
     return [{k: part.batch[k] for k in keys} for part in data.split(size)]
+
+
+def row_extents(data: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
+    """(prompt tokens, response tokens) of each row: verl's layout, prompts left- and responses right-padded."""
+    mask = data.batch["attention_mask"]
+    P = mask.shape[1] - data.batch["responses"].shape[1]
+    return mask[:, :P].sum(1), mask[:, P:].sum(1)
+
+
+def token_groups(data: DataProto, max_tokens: int, unit: int = 1, count: int = 0) -> list[torch.Tensor]:
+    """Row indices of each micro-batch: units of `unit` adjacent rows (DPO pairs) sorted longest first and
+    filled while units x (longest prompt + longest response) <= max_tokens (a unit longer than that goes
+    alone); with `count` larger than that, the groups of most rows are halved until there are `count`
+    (FSDP ranks must run the same number of passes)."""
+    prompt, response = row_extents(data)
+    units = len(data) // unit
+    up = prompt.view(units, unit).amax(1)
+    ur = response.view(units, unit).amax(1).clamp(min=1)
+    order = sorted(range(units), key=lambda u: (-int(up[u] + ur[u]), u))
+    groups, current, wp, wr = [], [], 0, 0
+    for u in order:
+        np_, nr = max(wp, int(up[u])), max(wr, int(ur[u]))
+        if current and (len(current) + 1) * unit * (np_ + nr) > max_tokens:
+            groups.append(current)
+            current, np_, nr = [], int(up[u]), int(ur[u])
+        current.append(u)
+        wp, wr = np_, nr
+    groups.append(current)
+    while len(groups) < count:
+        i = max(range(len(groups)), key=lambda j: len(groups[j]))
+        if len(groups[i]) < 2:
+            raise ValueError(f"cannot make {count} micro-batches of {units} units")
+        half = len(groups[i]) // 2
+        groups[i:i + 1] = [groups[i][:half], groups[i][half:]]
+    return [(torch.tensor(g)[:, None] * unit + torch.arange(unit)).flatten() for g in groups]
+
+
+def trimmed(data: DataProto, rows: torch.Tensor, keys: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """These rows of `keys`, cut to their own longest prompt (left) and response (right)."""
+    part = data.select_idxs(rows)
+    prompt, response = row_extents(part)
+    L, T = part.batch["input_ids"].shape[1], part.batch["responses"].shape[1]
+    left, keep = L - T - int(prompt.max()), max(1, int(response.max()))
+    return {k: part.batch[k][:, left:L - T + keep] if k in SEQUENCE else
+            part.batch[k][:, :keep] if part.batch[k].dim() > 1 else part.batch[k] for k in keys}
+
+
+def restore(outs: list[torch.Tensor], groups: list[torch.Tensor], width: int) -> torch.Tensor:
+    """Per-micro-batch outputs (rows, width_i, ...) back in the batch's row order, zero-padded to width."""
+    padded = [torch.nn.functional.pad(o, (0, 0) * (o.dim() - 2) + (0, width - o.shape[1])) for o in outs]
+    out = torch.empty((sum(len(g) for g in groups), *padded[0].shape[1:]), dtype=padded[0].dtype)
+    out[torch.cat(groups)] = torch.cat(padded)
+    return out

@@ -18,7 +18,11 @@ class EngineConfig:
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: less memory, ~30% more compute."""
     micro_batch_size: int = 8
-    """Rows per forward/backward pass on each rank."""
+    """Rows per forward/backward pass on each rank (when micro_batch_tokens is 0)."""
+    micro_batch_tokens: int = 0
+    """> 0: micro-batches by token budget instead (verl's dynamic batch size): rows of similar length
+    grouped so that rows x (longest prompt + longest response) stays within it, each pass cut to its own
+    longest row. Same loss and gradients; fewer padded tokens."""
     seed: int = 0
     """Seeds what the engine initializes (a critic's value head)."""
     dropout: bool = False
@@ -28,8 +32,8 @@ class EngineConfig:
     def __post_init__(self):
         if self.engine not in ENGINE_NAMES:
             raise ValueError(f"engine must be one of {ENGINE_NAMES}, got {self.engine!r}")
-        if self.hsdp_replicate < 1 or self.micro_batch_size < 1:
-            raise ValueError("hsdp_replicate and micro_batch_size must be >= 1")
+        if self.hsdp_replicate < 1 or self.micro_batch_size < 1 or self.micro_batch_tokens < 0:
+            raise ValueError("hsdp_replicate and micro_batch_size must be >= 1, micro_batch_tokens >= 0")
         if self.hsdp_replicate > 1 and self.engine != "fsdp2":
             raise ValueError("hsdp_replicate > 1 (HSDP) is a configuration of the fsdp2 engine")
 

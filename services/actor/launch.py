@@ -26,9 +26,10 @@ def rank_env(rank: int, world_size: int, port: int) -> dict[str, str]:
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
 
 
-def start_ranks(role: str, world_size: int, port: int) -> list[subprocess.Popen]:
+def start_ranks(role: str, world_size: int, port: int, threads: int) -> list[subprocess.Popen]:
+    """Ranks 1..N-1; OMP_NUM_THREADS sizes their torch thread pools before torch starts them."""
     return [subprocess.Popen([sys.executable, "-m", "services.actor.rank", role],
-                             env={**os.environ, **rank_env(r, world_size, port)})
+                             env={**os.environ, **rank_env(r, world_size, port), "OMP_NUM_THREADS": str(threads)})
             for r in range(1, world_size)]
 
 

@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 
+import torch
 import torch.distributed as dist
 
 from meshrl.flags import add_dataclass_flags, add_server_flags
@@ -17,6 +18,7 @@ from meshrl.rpc.server import run_service
 from services.actor.comm import Driver
 from services.actor.config import EngineConfig, OptimConfig
 from services.actor.handler import RankHandler
+from meshrl import hosts
 from services.actor.launch import free_port, join_group, rank_env, start_ranks
 from services.actor.roles import ROLES
 from services.actor.servicer import ActorServicer
@@ -28,17 +30,25 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="meshrl serve actor", description=__doc__.splitlines()[0])
     p.add_argument("--role", choices=sorted(ROLES), default="actor")
     p.add_argument("--model", default=None, help="HF folder; given, the service initializes itself")
-    p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--world-size", default="1", help="ranks; auto: one per visible GPU, or 1 on CPU")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads per rank; 0: the cores this process may use divided by --world-size")
     add_server_flags(p)
     engine_keys = add_dataclass_flags(p, EngineConfig)
     optim_keys = add_dataclass_flags(p, OptimConfig, skip=("betas",))
     args = p.parse_args(argv)
-    if args.world_size < 1:
-        p.error("--world-size must be >= 1")
+    try:
+        args.world_size = hosts.world_size(args.world_size, "--world-size")
+    except ValueError as e:
+        p.error(str(e))
+    if args.threads < 0:
+        p.error("--threads must be >= 0")
 
     port = free_port()
     os.environ.update(rank_env(0, args.world_size, port))
-    children = start_ranks(args.role, args.world_size, port)
+    threads = hosts.threads_per_rank(args.threads, args.world_size)
+    torch.set_num_threads(threads)
+    children = start_ranks(args.role, args.world_size, port, threads)
     join_group()
     driver = Driver(RankHandler(args.role))
     servicer = ActorServicer(args.role, driver)
@@ -46,7 +56,7 @@ def main(argv: list[str]) -> int:
         servicer.init(servicer.init_args_from(args.model, {k: getattr(args, k) for k in engine_keys},
                                               {k: getattr(args, k) for k in optim_keys}))
     try:
-        return run_service(servicer, args, f"actor service ({args.role}, {args.world_size} ranks)")
+        return run_service(servicer, args, f"actor service ({args.role}, {args.world_size} ranks x {threads} threads)")
     finally:
         driver.stop()
         for c in children:

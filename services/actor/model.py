@@ -56,11 +56,13 @@ def layer_classes(model: torch.nn.Module) -> set[type]:
     return classes
 
 
-def forward_response(model: torch.nn.Module, micro: dict, response_length: int) -> torch.Tensor:
-    """Model outputs at the positions that predict each response token: (B, T, V) or (B, T, 1)."""
+def forward_response(model: torch.nn.Module, micro: dict, response_length: int | None = None) -> torch.Tensor:
+    """Model outputs at the positions that predict each response token: (B, T, V) or (B, T, 1); T is the
+    micro-batch's own response width unless given."""
+    T = micro["responses"].shape[1] if response_length is None else response_length
     out = model(input_ids=micro["input_ids"], attention_mask=micro["attention_mask"],
                 position_ids=micro["position_ids"], use_cache=False)
-    return out.logits[:, -response_length - 1:-1]
+    return out.logits[:, -T - 1:-1]
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

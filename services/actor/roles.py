@@ -13,7 +13,7 @@ import torch.distributed as dist
 from meshrl.algos.losses import dpo_loss, entropy_from_logits, kl_loss, ppo_policy_loss, sft_loss, value_loss
 from meshrl.algos.masked import agg_loss, masked_mean
 from meshrl.dataproto import DataProto
-from services.actor.batches import BASE, micro_batches, minibatches, num_minibatches
+from services.actor.batches import BASE, micro_batches, minibatches, num_minibatches, restore, token_groups, trimmed
 from services.actor.engine import Engine
 from services.actor.losses import Schedule
 from services.actor.model import forward_response, token_logprobs
@@ -23,6 +23,33 @@ def all_reduce_sum(values: list[float]) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64)
     dist.all_reduce(t)
     return t.tolist()
+
+
+def split(engine: Engine, part: DataProto, keys: tuple[str, ...], unit: int = 1):
+    """This rank's micro-batches of `part` and the rows each holds (None: consecutive rows, full width).
+
+    With a token budget the ranks agree on the count first: an FSDP forward is collective, so every
+    rank must run as many as the others."""
+    cfg = engine.cfg
+    if cfg.micro_batch_tokens <= 0:
+        return micro_batches(part, max(unit, cfg.micro_batch_size // unit * unit), keys), None
+    groups = token_groups(part, cfg.micro_batch_tokens, unit)
+    count = torch.tensor([len(groups)])
+    dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    if int(count) > len(groups):
+        groups = token_groups(part, cfg.micro_batch_tokens, unit, int(count))
+    return [trimmed(part, g, keys) for g in groups], groups
+
+
+def forward_rows(engine: Engine, part: DataProto, fn) -> list[torch.Tensor]:
+    """fn(model, micro) -> a tensor or a tuple of tensors (rows, T_micro, ...) for each micro-batch,
+    put back in the part's row order at its full response width: one tensor per output."""
+    micros, groups = split(engine, part, BASE)
+    outs = [o if isinstance(o, tuple) else (o,) for o in engine.forward(micros, fn)]
+    T = part.batch["responses"].shape[1]
+    if groups is None:
+        return [torch.cat([o[i] for o in outs]).cpu() for i in range(len(outs[0]))]
+    return [restore([o[i].cpu() for o in outs], groups, T) for i in range(len(outs[0]))]
 
 
 def loss_units(mask: torch.Tensor, mode: str) -> float:
@@ -66,7 +93,7 @@ def train(engine: Engine, part: DataProto, p: Schedule, total_rows: int, step: i
             order = torch.randperm(len(part) // unit, generator=g)
             data = part.select_idxs((order[:, None] * unit + torch.arange(unit)).flatten())
         for mini in minibatches(data, num_minibatches(total_rows, p.mini_batch_size), unit):
-            micros = micro_batches(mini, max(unit, engine.cfg.micro_batch_size // unit * unit), keys)
+            micros, _ = split(engine, mini, keys, unit)
             local = [units_fn(mb) for mb in micros]
             total = all_reduce_sum([sum(local)])[0]
             shares = [u / total if total else 0.0 for u in local]
@@ -84,30 +111,24 @@ class PolicyRole:
         self.engine = engine
 
     def logprobs(self, part: DataProto, temperature: float, with_entropy: bool) -> DataProto:
-        T = part.batch["responses"].shape[1]
-
         def fn(model, mb):
-            logits = forward_response(model, mb, T)
+            logits = forward_response(model, mb)
             lp = token_logprobs(logits, mb["responses"], temperature)
-            return lp, entropy_from_logits(logits.float() / temperature) if with_entropy else None
+            return (lp, entropy_from_logits(logits.float() / temperature)) if with_entropy else lp
 
-        outs = self.engine.forward(micro_batches(part, self.engine.cfg.micro_batch_size, BASE), fn)
-        tensors = {self.output_key: torch.cat([lp for lp, _ in outs]).cpu()}
-        if with_entropy:
-            tensors["entropy"] = torch.cat([e for _, e in outs]).cpu()
-        return DataProto(tensors)
+        outs = forward_rows(self.engine, part, fn)
+        return DataProto(dict(zip((self.output_key, "entropy"), outs)))
 
 
 class ActorRole(PolicyRole):
     output_key = "actor_logprobs"
 
     def update(self, part: DataProto, loss: str, p, total_rows: int, step: int) -> dict[str, float]:
-        T = part.batch["responses"].shape[1]
         if loss == "ppo":
             keys = tuple(part.batch)  # the servicer sent exactly what this loss and its options read
 
             def ppo(model, mb):
-                logits = forward_response(model, mb, T)
+                logits = forward_response(model, mb)
                 lp = token_logprobs(logits, mb["responses"], p.temperature)
                 mask = mb["response_mask"]
                 # on-policy: the old log-probs are this pass's own (same weights), without their gradient
@@ -130,21 +151,21 @@ class ActorRole(PolicyRole):
                          lambda mb: loss_units(mb["response_mask"], p.loss_agg_mode))
         if loss == "sft":
             def sft(model, mb):
-                lp = token_logprobs(forward_response(model, mb, T), mb["responses"])
+                lp = token_logprobs(forward_response(model, mb), mb["responses"])
                 return sft_loss(lp, mb["response_mask"], p.loss_agg_mode)
 
             return train(self.engine, part, p, total_rows, step, "actor", (*BASE, "response_mask"), sft,
                          lambda mb: loss_units(mb["response_mask"], p.loss_agg_mode))
         if loss == "dpo":
             return train(self.engine, part, p, total_rows, step, "actor", (*BASE, "response_mask", "ref_logprobs"),
-                         lambda model, mb: self._dpo(model, mb, p, T), _valid_pairs, unit=2)
+                         lambda model, mb: self._dpo(model, mb, p), _valid_pairs, unit=2)
         raise ValueError(f"the actor role has no loss {loss!r}")
 
     @staticmethod
-    def _dpo(model, mb, p, T):
+    def _dpo(model, mb, p):
         """Rows alternate chosen, rejected; pairs where either response is empty (padding) are left out."""
         mask = mb["response_mask"]
-        seq = (token_logprobs(forward_response(model, mb, T), mb["responses"], p.temperature) * mask).sum(-1)
+        seq = (token_logprobs(forward_response(model, mb), mb["responses"], p.temperature) * mask).sum(-1)
         ref = (mb["ref_logprobs"] * mask).sum(-1)
         valid = _pair_mask(mask)
         if not valid.any():
@@ -169,16 +190,12 @@ class CriticRole:
         self.engine = engine
 
     def values(self, part: DataProto) -> DataProto:
-        T = part.batch["responses"].shape[1]
-        outs = self.engine.forward(micro_batches(part, self.engine.cfg.micro_batch_size, BASE),
-                                   lambda model, mb: forward_response(model, mb, T)[..., 0].float())
-        return DataProto({"values": torch.cat(outs).cpu()})
+        (values,) = forward_rows(self.engine, part, lambda model, mb: forward_response(model, mb)[..., 0].float())
+        return DataProto({"values": values})
 
     def update(self, part: DataProto, loss: str, p, total_rows: int, step: int) -> dict[str, float]:
-        T = part.batch["responses"].shape[1]
-
         def vf(model, mb):
-            vpred = forward_response(model, mb, T)[..., 0].float()
+            vpred = forward_response(model, mb)[..., 0].float()
             total, m = value_loss(vpred, mb["values"], mb["returns"], mb["response_mask"], p.clip_range_value,
                                   p.loss_agg_mode)
             m["critic/vpred_mean"] = (vpred * mb["response_mask"]).sum().item() / max(1.0, mb["response_mask"].sum().item())

@@ -256,3 +256,54 @@ def test_init_over_rpc_ref_and_critic(tiny_lm):
     finally:
         ref.stop()
         critic.stop()
+
+
+def ragged(seed: int) -> DataProto:
+    """Rows of very different prompt and response lengths (verl's layout), so that a token budget groups
+    them differently on the two ranks."""
+    prompts, responses = [5, 1, 2, 5, 1, 2, 1, 2], [6, 1, 2, 6, 1, 1, 1, 2]
+    mask = torch.zeros(8, P + T, dtype=torch.long)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        mask[i, P - p:P + r] = 1
+    ids = torch.randint(4, 100, (8, P + T), generator=torch.Generator().manual_seed(seed)) * mask
+    return DataProto({"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
+                      "responses": ids[:, P:], "response_mask": mask[:, P:].float()})
+
+
+def test_a_token_budget_gives_the_same_logprobs_and_updates(actor, tmp_path):
+    """--micro-batch-tokens: rows grouped by length and cut to each group's longest row; the ranks agree
+    on how many passes they run (FSDP) although their rows group differently."""
+    from services.actor.batches import token_groups
+
+    data = ragged(seed=31)
+    parts = data.chunk(2)
+    assert len(token_groups(parts[0], 16)) != len(token_groups(parts[1], 16))  # the ranks must agree
+    actor.update(next_step(actor), "sft", batch(seed=5))
+    actor.call("SaveCheckpoint", actor_pb2.CheckpointRequest(path=str(tmp_path / "c")))
+    budget = Service("--role", "actor", "--model", actor.call("Describe").model, "--world-size", "2", "--lr", "1e-3",
+                     "--micro-batch-tokens", "16")
+    try:
+        budget.call("LoadCheckpoint", actor_pb2.CheckpointRequest(path=str(tmp_path / "c")))
+        mask = data.batch["response_mask"]  # padding positions are 0 with a budget (they were never computed)
+        same = lambda a, b: torch.allclose(a * mask, b * mask, atol=1e-5)  # noqa: E731
+        lp = actor.logprobs(data)
+        assert same(budget.logprobs(data), lp)
+        ppo = DataProto(dict(data.batch, actor_logprobs=lp,
+                             advantages=torch.linspace(-1, 1, 8)[:, None].expand(8, T).contiguous()))
+        step = next_step(actor)
+        r1 = actor.update(step, "ppo", ppo, mini_batch_size=4)
+        r2 = budget.update(step, "ppo", ppo, mini_batch_size=4)
+        assert r2.metrics["actor/num_optimizer_steps"] == r1.metrics["actor/num_optimizer_steps"] == 2
+        assert r2.metrics["actor/grad_norm"] == pytest.approx(r1.metrics["actor/grad_norm"], rel=1e-4)
+        assert r2.metrics["actor/pg_loss"] == pytest.approx(r1.metrics["actor/pg_loss"], abs=1e-5)
+        after = actor.logprobs(data)
+        assert not same(after, lp)  # it trained
+        assert same(budget.logprobs(data), after)
+        pairs = ragged(seed=32)  # DPO: rows (0, 1), (2, 3), ... stay together
+        pairs.batch["ref_logprobs"] = actor.logprobs(pairs)
+        step = next_step(actor)
+        actor.update(step, "dpo", pairs, beta=0.5)
+        budget.update(step, "dpo", pairs, beta=0.5)
+        assert same(budget.logprobs(data), actor.logprobs(data))
+    finally:
+        budget.stop()

@@ -56,6 +56,30 @@ def test_cuda_ipc_without_a_gpu_is_refused_unless_both_ends_are_elsewhere(base):
     checked("grpo", [*base, "rollout.weight_transport=cuda_ipc", "actor.address=gpu-host:1", "rollout.address=gpu-host:2"])
 
 
+def test_world_sizes_resolve_and_fit_the_gpus(base, monkeypatch):
+    from meshrl import hosts
+
+    monkeypatch.setattr(hosts, "gpus", lambda: 0)
+    cfg = load_config(None, base)
+    assert (cfg.actor.world_size, cfg.ref.world_size, cfg.critic.world_size) == (1, 1, 1)  # auto on CPU
+    check(cfg, roles("ppo", cfg))
+    monkeypatch.setattr(hosts, "gpus", lambda: 2)
+    assert load_config(None, base).actor.world_size == 2  # auto: one rank per GPU
+    with pytest.raises(ValueError, match=r"actor.world_size=4 puts 4 ranks on this machine's 2 GPU\(s\), and NCCL "
+                                         r"refuses two ranks on one device: set actor.world_size=auto"):
+        checked("grpo", [*base, "actor.world_size=4"])
+    checked("grpo", [*base, "actor.world_size=4", "actor.address=elsewhere:1"])  # not placed here
+    cfg = load_config(None, [*base, "actor.world_size=4"])
+    check(cfg, roles("grpo", cfg), local=False)  # Ray places the ranks on its cluster
+    for bad in ("actor.world_size=0", "ref.world_size=many", "critic.world_size=-1"):
+        with pytest.raises(ValueError, match=r"world_size=.* must be a number of ranks >= 1 or 'auto'"):
+            load_config(None, [*base, bad])
+    with pytest.raises(ValueError, match=r"actor.world_size: expected int, got a bool"):
+        load_config(None, [*base, "actor.world_size=true"])
+    with pytest.raises(ValueError, match=r"threads=-1 must be >= 0"):
+        load_config(None, [*base, "actor.threads=-1"])
+
+
 def test_the_reward_file_is_read_not_run(base, tmp_path):
     f = tmp_path / "reward.py"
     f.write_text("import sys\nsys.exit('ran at import')\ndef other(): pass\n")

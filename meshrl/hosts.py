@@ -1,0 +1,41 @@
+"""What this machine offers the services: CPU cores, GPUs, and what `world_size=auto` and `threads=0` mean.
+
+On a GPU machine a training role gets one rank per visible GPU. On CPU it gets
+one rank with every core as its threads: ranks on one host share its memory, so
+sharding over them saves none, and on this project's 2-core machine one rank x 2
+threads ran the main job's step in 0.88x the time of FSDP2 on 2 ranks
+(bench/step_bench.py --compare world, bench/RESULTS.md).
+"""
+
+import os
+
+AUTO = "auto"
+
+
+def cores() -> int:
+    """CPU cores this process may run on (its affinity, not the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def gpus() -> int:
+    """Visible CUDA devices; 0 without CUDA (torch is imported only to ask)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def world_size(value: int | str, key: str = "world_size") -> int:
+    """Ranks for a world size setting: an int >= 1 as it is; "auto": one per GPU, or 1 on CPU."""
+    if value == AUTO:
+        return gpus() or 1
+    if isinstance(value, str) and value.strip().isdigit():  # from a command line
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{key}={value!r} must be a number of ranks >= 1 or {AUTO!r}")
+    return value
+
+
+def threads_per_rank(threads: int, ranks: int) -> int:
+    """Torch threads for each rank: `threads`, or where it is 0 the cores shared out over the ranks, so
+    that ranks x threads never exceeds the cores (oversubscribed ranks spin against each other)."""
+    return threads if threads > 0 else max(1, cores() // ranks)

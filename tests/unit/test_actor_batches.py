@@ -1,0 +1,71 @@
+"""Micro-batches by token budget (services/actor/batches.py): groups within the budget, columns cut only
+where every row of a micro-batch is padding, and outputs put back in the batch's row order."""
+
+import pytest
+import torch
+
+from meshrl.dataproto import DataProto
+from services.actor.batches import BASE, restore, row_extents, token_groups, trimmed
+
+P, T = 6, 5
+PROMPTS = [6, 2, 3, 6, 1, 4, 5, 2]
+RESPONSES = [5, 1, 3, 2, 5, 0, 1, 4]
+
+
+def ragged() -> DataProto:
+    """verl's layout: prompts left-padded to P, responses right-padded to T (padding ids are 0)."""
+    n = len(PROMPTS)
+    mask = torch.zeros(n, P + T, dtype=torch.long)
+    for i, (p, r) in enumerate(zip(PROMPTS, RESPONSES)):
+        mask[i, P - p:P + r] = 1
+    ids = torch.randint(4, 100, (n, P + T), generator=torch.Generator().manual_seed(0)) * mask
+    return DataProto({"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
+                      "responses": ids[:, P:], "response_mask": mask[:, P:].float(),
+                      "advantages": torch.arange(n, dtype=torch.float32)[:, None].expand(n, T).contiguous()})
+
+
+def test_extents_are_the_rows_own_lengths():
+    prompt, response = row_extents(ragged())
+    assert prompt.tolist() == PROMPTS and response.tolist() == RESPONSES
+
+
+@pytest.mark.parametrize("budget", [1, 12, 20, 40, 1000])
+def test_groups_cover_every_row_once_within_the_budget(budget):
+    data = ragged()
+    groups = token_groups(data, budget)
+    assert sorted(torch.cat(groups).tolist()) == list(range(len(data)))
+    for g in groups:
+        width = max(PROMPTS[i] for i in g) + max(1, max(RESPONSES[i] for i in g))
+        assert len(g) == 1 or len(g) * width <= budget  # a row longer than the budget goes alone
+    if budget >= len(data) * (P + T):
+        assert len(groups) == 1
+
+
+def test_a_larger_count_splits_groups_and_pairs_stay_together():
+    data = ragged()
+    assert len(token_groups(data, 1000)) == 1
+    assert sorted(len(g) for g in token_groups(data, 1000, count=3)) == [2, 2, 4]
+    pairs = token_groups(data, 30, unit=2)
+    for g in pairs:
+        assert len(g) % 2 == 0 and all(g[i] % 2 == 0 and g[i + 1] == g[i] + 1 for i in range(0, len(g), 2))
+    with pytest.raises(ValueError, match="cannot make 9 micro-batches of 8 units"):
+        token_groups(data, 1000, count=9)
+
+
+def test_trimming_cuts_only_padding_and_restore_undoes_it():
+    data = ragged()
+    keys = (*BASE, "response_mask", "advantages")
+    groups = token_groups(data, 20)
+    micros = [trimmed(data, g, keys) for g in groups]
+    kept = 0
+    for g, mb in zip(groups, micros):
+        width = max(PROMPTS[i] for i in g) + max(1, max(RESPONSES[i] for i in g))
+        assert mb["input_ids"].shape == (len(g), width) and mb["responses"].shape[1] == width - max(PROMPTS[i] for i in g)
+        kept += int(mb["attention_mask"].sum())
+        # the cut keeps each row's response at the end of its prompt: the positions a forward predicts from
+        assert torch.equal(mb["input_ids"][:, -mb["responses"].shape[1]:], mb["responses"])
+    assert kept == int(data.batch["attention_mask"].sum())  # no valid token was cut
+    back = restore([mb["advantages"] * mb["response_mask"] for mb in micros], groups, T)
+    assert torch.equal(back, data.batch["advantages"] * data.batch["response_mask"])
+    logits = restore([torch.ones(len(g), mb["responses"].shape[1], 3) for g, mb in zip(groups, micros)], groups, T)
+    assert logits.shape == (len(data), T, 3)
