@@ -1,8 +1,8 @@
-"""GRPO step benchmark on the tiny task through the full mesh (vLLM rollout, FSDP2 actor with 2 ranks,
-reward service): where a step's time goes, what the mesh's RPCs cost, and what tracing costs.
+"""GRPO step benchmark on the tiny task through the full mesh (vLLM rollout, FSDP2 actor with
+actor.world_size=auto, reward service): where a step's time goes, what the mesh's RPCs cost, and what tracing costs.
 
     .venv/bin/python bench/step_bench.py [--steps 20] [--repeats 2]
-    .venv/bin/python bench/step_bench.py --compare reuse   # (d) only
+    .venv/bin/python bench/step_bench.py --compare reuse|world|budget   # one comparison only
 
 (a) phases: each phase's share of the step (timing_s/* from metrics.jsonl, steps after the first).
 (b) RPC overhead: for every call the orchestrator makes, its client span minus the service's server
@@ -29,7 +29,7 @@ from orchestrator.main import run
 def grpo(work: pathlib.Path, name: str, model, data, steps: int, trace: str, extra=()) -> pathlib.Path:
     cfg = load_config("configs/arithmetic_grpo.yaml", [
         f"actor.model={model}", f"data.train_files={data['train']}", f"trainer.run_dir={work / name}",
-        f"trainer.total_steps={steps}", "actor.engine=fsdp2", "actor.world_size=2", f"trainer.trace={trace}",
+        f"trainer.total_steps={steps}", f"trainer.trace={trace}",
         "trainer.save_every=100000", "trainer.logger=[console]", *extra])
     return run("grpo", cfg)
 
@@ -102,9 +102,13 @@ def main() -> int:
 
 VARIANTS = {
     "reuse": {"old log-prob pass": ["actor.reuse_logprobs=false"], "reused": ["actor.reuse_logprobs=true"]},
-    "world": {"2 ranks x 1 thread": ["actor.world_size=2", "actor.threads=1"],
-              "2 ranks x 2 threads": ["actor.world_size=2", "actor.threads=2"],
-              "1 rank x 2 threads": ["actor.world_size=1", "actor.threads=2"]},
+    "world": {"2 ranks x 1 thread": ["actor.world_size=2", "actor.threads=1", "actor.engine=fsdp2"],
+              "2 ranks x 2 threads": ["actor.world_size=2", "actor.threads=2", "actor.engine=fsdp2"],
+              "1 rank x 2 threads": ["actor.world_size=1", "actor.threads=2", "actor.engine=fsdp2"]},
+    "budget": {"fsdp2, 64-row micro-batches": ["actor.engine=fsdp2", "actor.micro_batch_tokens=0",
+                                               "actor.micro_batch_size=64"],
+               "fsdp2, 4096-token micro-batches": ["actor.engine=fsdp2"],
+               "plain, 4096-token micro-batches": ["actor.engine=plain"]},
 }
 
 

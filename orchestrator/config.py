@@ -39,7 +39,8 @@ class ActorSection:
     address: str = ""  # a running actor service; empty: start one
     world_size: int | str = "auto"  # ranks of the actor's process group; auto: one per visible GPU, or
     #   1 on CPU (one rank with every core trains faster there than FSDP over several)
-    engine: str = "fsdp2"  # fsdp2, fsdp1, or plain (one process, no sharding; world_size must be 1)
+    engine: str = "auto"  # fsdp2, fsdp1, plain (one process, no sharding; world_size must be 1), or auto:
+    #   plain for one rank (FSDP's gathers buy nothing there), fsdp2 for several
     threads: int = 0  # torch threads per rank; 0: the cores shared out over the ranks (never more
     #   threads than cores)
     lr: float = 1e-5  # AdamW's learning rate

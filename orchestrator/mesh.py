@@ -27,6 +27,11 @@ from orchestrator.services import Services
 POLICY_INPUTS = ["input_ids", "attention_mask", "position_ids", "responses"]
 
 
+def engine_for(engine: str, world: int) -> str:
+    """actor.engine for a role of `world` ranks: "auto" is plain for one rank, fsdp2 for several."""
+    return engine if engine != "auto" else "plain" if world == 1 else "fsdp2"
+
+
 def serve_args(cfg: Config, role: str) -> list[str]:
     """`meshrl serve ...` arguments of a role (actor, ref, critic, rollout, reward) from the config."""
     a = cfg.actor
@@ -45,7 +50,7 @@ def serve_args(cfg: Config, role: str) -> list[str]:
     else:
         model, world, lr = a.model, cfg.ref.world_size if role == "ref" else a.world_size, a.lr
     args = ["actor", "--role", role, "--model", model, "--world-size", str(world), "--threads", str(a.threads),
-            "--engine", a.engine,
+            "--engine", engine_for(a.engine, world),
             "--micro-batch-size", str(a.micro_batch_size), "--micro-batch-tokens", str(a.micro_batch_tokens),
             "--seed", str(cfg.trainer.seed)]
     if a.dropout:
@@ -141,7 +146,7 @@ def prompt_text(messages) -> str:
 
 def start_mesh(cfg: Config, services: Services, roles: set[str]) -> Mesh:
     """Start (or reach) the services in `roles`: actor, ref, critic, rollout, reward."""
-    clients = {role: services.start(role, getattr(cfg, role).address, serve_args(cfg, role))
-               for role in ("actor", "ref", "critic", "rollout", "reward") if role in roles}
+    clients = services.start_all({role: (getattr(cfg, role).address, serve_args(cfg, role))
+                                  for role in ("actor", "ref", "critic", "rollout", "reward") if role in roles})
     reward = RewardClient(clients["reward"].address) if "reward" in clients else None
     return Mesh(cfg, clients, reward)

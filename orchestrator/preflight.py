@@ -22,7 +22,7 @@ from orchestrator.data import check_inputs
 # The services' own choices (services/*/config.py), which the orchestrator may not import: the
 # services refuse the same values, only later.
 BACKENDS = ("vllm", "hf")
-ENGINES = ("fsdp2", "fsdp1", "plain")
+ENGINES = ("auto", "fsdp2", "fsdp1", "plain")
 ON_ERROR = ("fail", "score")
 LOGGER_PACKAGES = {"wandb": "wandb", "mlflow": "mlflow"}
 

@@ -23,10 +23,18 @@ DESCRIPTORS = {
 }
 
 
+def spawn(serve_args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", *serve_args],
+                            stdout=subprocess.PIPE, text=True, env=env)
+
+
 def launch(serve_args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     """Start `meshrl serve <serve_args>`; returns the process and the address it says it listens on."""
-    proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", *serve_args],
-                            stdout=subprocess.PIPE, text=True, env=env)
+    return listening(spawn(serve_args, env), serve_args)
+
+
+def listening(proc: subprocess.Popen, serve_args: list[str]) -> tuple[subprocess.Popen, str]:
+    """Wait for a started service's "listening on ADDRESS" line."""
     line = proc.stdout.readline()
     while line and "listening on" not in line:
         line = proc.stdout.readline()
@@ -42,12 +50,22 @@ class Services:
 
     def start(self, name: str, address: str, serve_args: list[str], timeout: float = 600) -> Client:
         """Use the service at `address`, or start `meshrl serve <serve_args>` and use that."""
-        if not address:
+        return self.start_all({name: (address, serve_args)}, timeout)[name]
+
+    def start_all(self, wanted: dict[str, tuple[str, list[str]]], timeout: float = 600) -> dict[str, Client]:
+        """{name: (address, serve_args)}: the services to start are all started at once (their model loads
+        and vLLM's engine start overlap), then each is waited for and checked in turn."""
+        started = {name: spawn(args) for name, (address, args) in wanted.items() if not address}
+        self.procs += started.values()
+        return {name: self._ready(name, address, started.get(name), args, timeout)
+                for name, (address, args) in wanted.items()}
+
+    def _ready(self, name: str, address: str, proc, serve_args: list[str], timeout: float) -> Client:
+        if proc is not None:
             try:
-                proc, address = launch(serve_args)
+                _, address = listening(proc, serve_args)
             except RuntimeError as e:
                 raise RuntimeError(f"the {name} service did not start: {e}") from None
-            self.procs.append(proc)
             log.info("started %s service at %s", name, address)
         client = Client(address, DESCRIPTORS[name], timeout=timeout)
         try:
