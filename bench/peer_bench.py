@@ -1,0 +1,84 @@
+"""The mesh against TRL's GRPOTrainer on the main job's task, one run at a time on this machine.
+
+    bash scripts/prepare.sh runs/default            # the SFT warm-up and data both start from
+    python3 -m venv /tmp/trl && /tmp/trl/bin/pip install torch==2.13.0 trl==1.16.0 transformers==5.19.0 pandas
+    .venv/bin/python bench/peer_bench.py --trl-python /tmp/trl/bin/python [--steps 80] [--repeats 1]
+
+Both from runs/default/sft/hf with the same data and settings (configs/arithmetic_grpo.yaml; TRL's side
+in bench/peer_trl.py). Reports median s/step and samples/s (steps after the first), start-up (command
+start to the first step's start, step-0 validation included on both sides), the whole command, and
+held-out greedy accuracy every 20 steps. TRL lives in its own venv: it is not a dependency of meshrl.
+"""
+
+import argparse
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from meshrl.trace_view import load_spans
+
+ROWS = 32 * 8  # samples a step
+
+
+def mesh(run: pathlib.Path, data: pathlib.Path, model: pathlib.Path, steps: int, out: pathlib.Path) -> dict:
+    start = time.time()
+    subprocess.run([".venv/bin/meshrl", "grpo", "--config", "configs/arithmetic_grpo.yaml", f"actor.model={model}",
+                    f"data.train_files={data / 'train.parquet'}", f"data.val_files={data / 'test.parquet'}",
+                    f"trainer.run_dir={out}", f"trainer.total_steps={steps}", "trainer.logger=[console]",
+                    f"trainer.save_every={steps}"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    whole = time.time() - start
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    first = min(s["start_ns"] for s in load_spans(out) if s["name"] == "step" and s["attributes"]["meshrl.step"] == 1)
+    return {"step_s": [r["timing_s/step"] for r in rows if "timing_s/step" in r], "whole_s": whole,
+            "first_step_at_s": first / 1e9 - start, "val": {r["step"]: r["val/acc/mean"] for r in rows if "val/acc/mean" in r}}
+
+
+def trl(python: str, data: pathlib.Path, model: pathlib.Path, steps: int, out: pathlib.Path) -> dict:
+    start = time.time()
+    subprocess.run([python, "bench/peer_trl.py", str(model), str(data / "train.parquet"), str(data / "test.parquet"),
+                    str(steps), str(out)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    result = json.loads(out.read_text())
+    result["whole_s"] = time.time() - start
+    result["val"] = {int(k): v for k, v in result["val"].items()}
+    return result
+
+
+def seconds(values) -> str:
+    return " / ".join(f"{v:.1f} s" for v in values)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trl-python", required=True, help="python of a venv with trl installed")
+    ap.add_argument("--run", default="runs/default", help="where scripts/prepare.sh put the model and data")
+    ap.add_argument("--steps", type=int, default=80)
+    ap.add_argument("--repeats", type=int, default=1)
+    a = ap.parse_args()
+    run = pathlib.Path(a.run)
+    model, data = run / "sft" / "hf", run / "data"
+    if not (model / "config.json").is_file():
+        sys.exit(f"no SFT checkpoint at {model}: run `bash scripts/prepare.sh {run}` first")
+    results = {"meshrl grpo": [], "TRL GRPOTrainer": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(a.repeats):
+            results["meshrl grpo"].append(mesh(run, data, model, a.steps, pathlib.Path(tmp) / f"mesh-{i}"))
+            results["TRL GRPOTrainer"].append(trl(a.trl_python, data, model, a.steps, pathlib.Path(tmp) / f"trl-{i}.json"))
+    print(f"\n{a.steps} steps of 32 prompts x 8 samples, {a.repeats} run(s) each, alternated:")
+    print("| | median s/step | samples/s | start-up to step 1 | whole command | held-out accuracy by step |")
+    print("|---|---|---|---|---|---|")
+    base = None
+    for name, runs in results.items():
+        step = statistics.median(s for r in runs for s in r["step_s"][1:])
+        base = base or step
+        val = " / ".join(" ".join(f"{v:.2f}" for _, v in sorted(r["val"].items())) for r in runs)
+        print(f"| {name} | {step:.3f} ({step / base:.2f}x) | {ROWS / step:.0f} | "
+              f"{seconds(r['first_step_at_s'] for r in runs)} | {seconds(r['whole_s'] for r in runs)} | {val} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
