@@ -56,6 +56,9 @@ def cmd_serve(args) -> int:
     """Run a service's own main (services.<role>.main), found by name: meshrl imports no service."""
     import importlib
 
+    from meshrl.lifeline import die_with_parent
+
+    die_with_parent()  # started by an orchestrator (or rank 0): do not outlive it
     try:
         module = importlib.import_module(f"services.{args.service}.main")
     except ModuleNotFoundError as e:

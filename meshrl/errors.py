@@ -12,6 +12,18 @@ class InvalidArgument(ValueError):
     """The request is malformed: a missing field, a wrong shape, an unknown name."""
 
 
+MAX_COUNTER = 2**53 - 1  # step ids and weight versions: exact as float64 metrics, far from int64's end
+MAX_STEP_ADVANCE = 10_000  # how far past the last applied step one Update may jump
+
+
+def check_counter(value: int, field: str) -> int:
+    """A step id or weight version in 1..MAX_COUNTER, else InvalidArgument naming the field (a version
+    near 2**63 once pinned a rollout and broke every later reply)."""
+    if not 0 < value <= MAX_COUNTER:
+        raise InvalidArgument(f"{field} must be in 1..{MAX_COUNTER}, got {value}")
+    return value
+
+
 class FailedPrecondition(RuntimeError):
     """The request is well formed but the service is not in a state to serve it."""
 

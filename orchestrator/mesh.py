@@ -12,6 +12,7 @@ one with an address is used as it is (after a health check naming it).
 """
 
 import dataclasses
+import pathlib
 
 import torch
 
@@ -49,7 +50,8 @@ def serve_args(cfg: Config, role: str) -> list[str]:
         model, world, lr = c.model or a.model, c.world_size, c.lr
     else:
         model, world, lr = a.model, cfg.ref.world_size if role == "ref" else a.world_size, a.lr
-    args = ["actor", "--role", role, "--model", model, "--world-size", str(world), "--threads", str(a.threads),
+    args = ["actor", "--role", role, "--model", model,
+            "--checkpoint-root", str(pathlib.Path(cfg.trainer.run_dir).resolve()), "--world-size", str(world), "--threads", str(a.threads),
             "--engine", engine_for(a.engine, world),
             "--micro-batch-size", str(a.micro_batch_size), "--micro-batch-tokens", str(a.micro_batch_tokens),
             "--seed", str(cfg.trainer.seed)]
@@ -115,10 +117,11 @@ class Mesh:
         return dict(reply.metrics)
 
     def save(self, role: str, path, export_hf: bool = False) -> None:
-        self[role].call("SaveCheckpoint", actor_pb2.CheckpointRequest(path=str(path), export_hf=export_hf))
+        self[role].call("SaveCheckpoint", actor_pb2.CheckpointRequest(path=str(pathlib.Path(path).resolve()),
+                                                                     export_hf=export_hf))
 
     def load(self, role: str, path) -> None:
-        self[role].call("LoadCheckpoint", actor_pb2.CheckpointRequest(path=str(path)))
+        self[role].call("LoadCheckpoint", actor_pb2.CheckpointRequest(path=str(pathlib.Path(path).resolve())))
 
 
 REWARD_COLUMNS = ("data_source", "reward_model", "extra_info", "ability", "uid", "response_text", "finish_reason")

@@ -9,6 +9,7 @@ import logging
 import subprocess
 import sys
 
+from meshrl.lifeline import child_env
 from meshrl.rpc import Client
 from meshrl.v1 import actor_pb2, reward_pb2, rollout_pb2
 
@@ -24,8 +25,9 @@ DESCRIPTORS = {
 
 
 def spawn(serve_args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`meshrl serve ...` as a child that dies with this process (meshrl.lifeline)."""
     return subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", *serve_args],
-                            stdout=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, text=True, env=child_env(env))
 
 
 def launch(serve_args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:

@@ -14,6 +14,8 @@ import sys
 import torch
 import torch.distributed as dist
 
+from meshrl.lifeline import child_env
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -29,7 +31,8 @@ def rank_env(rank: int, world_size: int, port: int) -> dict[str, str]:
 def start_ranks(role: str, world_size: int, port: int, threads: int) -> list[subprocess.Popen]:
     """Ranks 1..N-1; OMP_NUM_THREADS sizes their torch thread pools before torch starts them."""
     return [subprocess.Popen([sys.executable, "-m", "services.actor.rank", role],
-                             env={**os.environ, **rank_env(r, world_size, port), "OMP_NUM_THREADS": str(threads)})
+                             env=child_env({**os.environ, **rank_env(r, world_size, port),
+                                            "OMP_NUM_THREADS": str(threads)}))
             for r in range(1, world_size)]
 
 

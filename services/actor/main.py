@@ -33,6 +33,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--world-size", default="1", help="ranks; auto: one per visible GPU, or 1 on CPU")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads per rank; 0: the cores this process may use divided by --world-size")
+    p.add_argument("--checkpoint-root", default=".",
+                   help="SaveCheckpoint and LoadCheckpoint paths must lie under this folder (default: the working "
+                        "directory); relative paths are taken from it")
     add_server_flags(p)
     engine_keys = add_dataclass_flags(p, EngineConfig)
     optim_keys = add_dataclass_flags(p, OptimConfig, skip=("betas",))
@@ -51,7 +54,7 @@ def main(argv: list[str]) -> int:
     children = start_ranks(args.role, args.world_size, port, threads)
     join_group()
     driver = Driver(RankHandler(args.role))
-    servicer = ActorServicer(args.role, driver)
+    servicer = ActorServicer(args.role, driver, args.checkpoint_root)
     if args.model:
         servicer.init(servicer.init_args_from(args.model, {k: getattr(args, k) for k in engine_keys},
                                               {k: getattr(args, k) for k in optim_keys}))

@@ -11,7 +11,7 @@ import pathlib
 from meshrl.codec import Payload
 from meshrl.codec.values import from_value
 from meshrl.dataproto import DataProto, unpad
-from meshrl.errors import FailedPrecondition, InvalidArgument
+from meshrl.errors import FailedPrecondition, InvalidArgument, MAX_STEP_ADVANCE, check_counter
 from meshrl import weights
 from meshrl.rpc import Client
 from meshrl.typed import build
@@ -28,8 +28,9 @@ ROLLOUT_SERVICE = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
 class ActorServicer:
     SERVICE = actor_pb2.DESCRIPTOR.services_by_name["ActorService"]
 
-    def __init__(self, role: str, driver: Driver):
+    def __init__(self, role: str, driver: Driver, checkpoint_root: str | pathlib.Path = "."):
         self.role, self.driver = role, driver
+        self.checkpoint_root = pathlib.Path(checkpoint_root).resolve()  # Save/Load stay under it
         self.world_size = driver.group.world_size
         self.init_args: dict | None = None
         self.last_step = 0
@@ -97,6 +98,10 @@ class ActorServicer:
         msg = request.msg
         if msg.step == 0:
             raise InvalidArgument("UpdateRequest.step must be > 0 (it makes retries safe)")
+        check_counter(msg.step, "UpdateRequest.step")
+        if msg.step > self.last_step + MAX_STEP_ADVANCE:
+            raise InvalidArgument(f"UpdateRequest.step {msg.step} is more than {MAX_STEP_ADVANCE} past the last "
+                                  f"applied step {self.last_step}")
         if msg.step <= self.last_step:
             if msg.step == self.last_step and self.last_reply is not None:
                 reply = actor_pb2.UpdateResponse()
@@ -129,7 +134,7 @@ class ActorServicer:
 
     def SaveCheckpoint(self, request: actor_pb2.CheckpointRequest, context) -> actor_pb2.CheckpointResponse:
         self._require_init()
-        path = pathlib.Path(_path(request))
+        path = self._checkpoint_path(request)
         path.mkdir(parents=True, exist_ok=True)
         self._call("save", {"path": str(path), "export_hf": request.export_hf})
         (path / STATE_FILE).write_text(json.dumps({"last_step": self.last_step, "weight_version": self.weight_version,
@@ -138,7 +143,7 @@ class ActorServicer:
 
     def LoadCheckpoint(self, request: actor_pb2.CheckpointRequest, context) -> actor_pb2.CheckpointResponse:
         self._require_init()
-        path = pathlib.Path(_path(request))
+        path = self._checkpoint_path(request)
         if not (path / STATE_FILE).is_file():
             raise InvalidArgument(f"no actor checkpoint at {path} (missing {STATE_FILE})")
         state = json.loads((path / STATE_FILE).read_text())
@@ -148,6 +153,18 @@ class ActorServicer:
         self.last_step, self.weight_version, self.last_reply = state["last_step"], state["weight_version"], None
         return actor_pb2.CheckpointResponse(path=str(path), step=self.last_step)
 
+    def _checkpoint_path(self, request) -> pathlib.Path:
+        """The request's path under the checkpoint root (relative paths are taken from it), symlinks and
+        `..` resolved; a path that leaves the root is refused before anything there is read or written
+        (DCP unpickles a checkpoint's metadata), and the error says nothing of what exists there."""
+        if not request.path:
+            raise InvalidArgument("CheckpointRequest.path is empty")
+        path = (self.checkpoint_root / request.path).resolve()
+        if path != self.checkpoint_root and self.checkpoint_root not in path.parents:
+            raise InvalidArgument(f"CheckpointRequest.path {request.path[:200]!r} is outside this service's "
+                                  f"checkpoint root {self.checkpoint_root} (--checkpoint-root)")
+        return path
+
     def PushWeights(self, request: actor_pb2.PushWeightsRequest, context) -> actor_pb2.PushWeightsResponse:
         """Gather the full weights on rank 0 and send them to a rollout service (meshrl.weights.push)."""
         self._require_init()
@@ -155,7 +172,7 @@ class ActorServicer:
             raise InvalidArgument("a critic's weights are not a policy: push from the actor")
         if not request.rollout_address:
             raise InvalidArgument("PushWeightsRequest.rollout_address is empty")
-        version = request.version or self.weight_version
+        version = check_counter(request.version, "PushWeightsRequest.version") if request.version else self.weight_version
         if version == 0:
             raise InvalidArgument("nothing to push at version 0: the rollout already has the initial weights "
                                   "(or give PushWeightsRequest.version)")
@@ -210,7 +227,4 @@ def _values(mapping, where: str) -> dict:
     return {k: from_value(v, f"{where}.{k}") for k, v in mapping.items()}
 
 
-def _path(request) -> str:
-    if not request.path:
-        raise InvalidArgument("CheckpointRequest.path is empty")
-    return request.path
+

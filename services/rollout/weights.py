@@ -12,7 +12,7 @@ import torch
 from safetensors import safe_open
 
 from meshrl.cuda_ipc import handle_fields
-from meshrl.errors import FailedPrecondition, InvalidArgument
+from meshrl.errors import FailedPrecondition, InvalidArgument, check_counter
 from meshrl.shm import Segment
 from meshrl.weights import TRANSPORTS, ref_dtype, ref_nbytes
 
@@ -54,6 +54,7 @@ class WeightReceiver:
         return self.version != 0
 
     def begin(self, version: int, transport: str, total_bytes: int, current: int) -> str:
+        check_counter(version, "BeginWeightUpdateRequest.version")
         if version <= current:
             raise FailedPrecondition(f"weight version {version} is not newer than the version in use ({current})")
         if transport not in TRANSPORTS:

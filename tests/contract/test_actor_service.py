@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import tempfile
 
 import grpc
 import pytest
@@ -20,8 +21,9 @@ P, T = 5, 6
 
 
 class Service:
-    def __init__(self, *args: str):
-        self.proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", "actor", *args],
+    def __init__(self, *args: str, root: str = tempfile.gettempdir()):  # pytest's tmp_path lies under it
+        self.proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", "actor", "--checkpoint-root", root,
+                                      *args],
                                      stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         assert "listening on" in line, line
@@ -214,6 +216,35 @@ def test_checkpoint_round_trip_into_a_fresh_service(actor, tiny_lm, tmp_path):
     finally:
         fresh.stop()
     assert torch.allclose(hf_logprobs(tmp_path / "ckpt" / "hf", data), expected, atol=1e-5)
+
+
+def test_checkpoints_stay_under_the_root_and_counters_are_bounded(tiny_lm, tmp_path):
+    """A caller cannot make the actor write or read (DCP unpickles metadata) outside --checkpoint-root, nor
+    pin its step with an absurd one."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "escape").symlink_to(outside)
+    s = Service("--role", "actor", "--model", str(tiny_lm), "--world-size", "1", "--lr", "1e-3", root=str(root))
+    try:
+        bad = grpc.StatusCode.INVALID_ARGUMENT
+        for path in (str(outside / "c"), "../outside/c", "escape/c", "/etc"):
+            for method in ("SaveCheckpoint", "LoadCheckpoint"):
+                expect(bad, lambda: s.call(method, actor_pb2.CheckpointRequest(path=path)), "is outside this service's "
+                       "checkpoint root")
+        assert not any(outside.iterdir())  # nothing was written there
+        saved = s.call("SaveCheckpoint", actor_pb2.CheckpointRequest(path="run/c"))  # relative: under the root
+        assert saved.path == str(root.resolve() / "run" / "c") and (root / "run" / "c" / "actor_service.json").is_file()
+        s.call("LoadCheckpoint", actor_pb2.CheckpointRequest(path=str(root / "run" / "c")))
+        data = batch(seed=5)
+        expect(bad, lambda: s.update(2**63 - 1, "sft", data), "UpdateRequest.step must be in 1..")
+        expect(bad, lambda: s.update(10_001, "sft", data), "is more than 10000 past the last applied step 0")
+        assert s.update(1, "sft", data).metrics["actor/sft_loss"] > 0  # the service still trains
+        expect(bad, lambda: s.call("PushWeights", actor_pb2.PushWeightsRequest(rollout_address="127.0.0.1:1",
+                                                                               version=2**62)),
+               "PushWeightsRequest.version must be in 1..")
+    finally:
+        s.stop()
 
 
 def test_offload_and_reload(actor):

@@ -138,6 +138,7 @@ def test_bad_weight_updates_keep_the_old_weights(rollout, tiny_lm):
     send(rollout_pb2.WeightBucket(version=v + 1, refs=refs))
     expect(bad, lambda: finish(v + 1), "update incomplete: 0 of")
     expect(bad, lambda: begin(v + 1, "carrier-pigeon"), "transport must be one of")
+    expect(bad, lambda: begin(2**63 - 1), "BeginWeightUpdateRequest.version must be in 1..")  # used to pin it
     after = generate(rollout, probe, temperature=0.0)
     assert after.msg.weight_version == v
     assert torch.equal(after.data.batch["rollout_logprobs"], before.data.batch["rollout_logprobs"])

@@ -8,6 +8,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -52,7 +53,8 @@ def rollout(tiny_lm):
 
 @pytest.fixture(scope="module")
 def actor(tiny_lm):
-    proc, address = serve("actor", "--role", "actor", "--model", str(tiny_lm), "--world-size", "2", "--lr", "1e-3")
+    proc, address = serve("actor", "--role", "actor", "--model", str(tiny_lm), "--world-size", "2", "--lr", "1e-3",
+                          "--checkpoint-root", tempfile.gettempdir())
     client = Client(address, ACTOR, timeout=300)
     yield client
     proc.terminate()
