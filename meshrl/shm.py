@@ -21,11 +21,13 @@ class Segment:
         if "/" in name or not name:
             raise ValueError(f"bad shared-memory segment name {name!r}")
         self.name, self.path = name, SHM_DIR / name
-        flags = os.O_RDWR | (os.O_CREAT if size is not None else 0)
+        created = False
         try:
-            fd = os.open(self.path, flags, 0o600)
+            fd = os.open(self.path, os.O_RDWR)
         except FileNotFoundError:
-            raise ValueError(f"no shared-memory segment {name!r}") from None
+            if size is None:
+                raise ValueError(f"no shared-memory segment {name!r}") from None
+            fd, created = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), True
         try:
             if size is not None and os.fstat(fd).st_size < size:
                 os.ftruncate(fd, size)
@@ -33,6 +35,10 @@ class Segment:
             # MAP_POPULATE maps every page now, in one call, instead of one fault per 4 KiB page later
             self.map = mmap.mmap(fd, self.size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)) \
                 if self.size else None
+        except BaseException:
+            if created:  # a segment that could not be sized or mapped is not left in /dev/shm
+                self.path.unlink(missing_ok=True)
+            raise
         finally:
             os.close(fd)
 
