@@ -69,4 +69,6 @@ def dataclass_from_args(cls, args: argparse.Namespace, skip: tuple[str, ...] = (
 def add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (loopback unless told otherwise)")
     parser.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
-    parser.add_argument("--token", default=None, help="require this bearer token on every call but health")
+    parser.add_argument("--token", default=None, help="require this bearer token on every call but health; "
+                        "better MESHRL_TOKEN or MESHRL_TOKEN_FILE in the environment (a command line is readable "
+                        "by every user of the machine)")

@@ -21,6 +21,7 @@ from meshrl.codec.payload import Payload, data_field_number
 from meshrl.errors import ServiceError
 from meshrl.rpc.methods import client_call, message_class, method_path
 from meshrl.rpc.server import MAX_MESSAGE_BYTES, channel_options
+from meshrl.rpc.token import env_token
 
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
 
@@ -31,6 +32,7 @@ class Client:
                  max_message_bytes: int = MAX_MESSAGE_BYTES):
         self.address, self.service = address, service
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
+        token = env_token() if token is None else token  # "" sends none
         self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self.channel = grpc.insecure_channel(address, options=channel_options(max_message_bytes))
         self._calls = {m.name: client_call(self.channel, m) for m in service.methods}

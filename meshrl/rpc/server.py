@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from meshrl import telemetry
 from meshrl.rpc.interceptors import ErrorInterceptor, TokenInterceptor, TracingInterceptor
 from meshrl.rpc.methods import service_handler
+from meshrl.rpc.token import env_token
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ def run_service(servicer, args, label: str) -> int:
     """
     telemetry.setup(f"meshrl-{servicer.SERVICE.name.removesuffix('Service').lower()}")
     try:
-        server = Server([servicer], host=args.host, port=args.port, token=args.token).start()
+        server = Server([servicer], host=args.host, port=args.port, token=args.token or env_token()).start()
         print(f"{label} listening on {server.address}", flush=True)
         server.run_until_signal()
     finally:
