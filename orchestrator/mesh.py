@@ -28,6 +28,11 @@ from orchestrator.services import Services
 POLICY_INPUTS = ["input_ids", "attention_mask", "position_ids", "responses"]
 
 
+def absolute(path) -> str:
+    """Paths go to the services absolute: theirs resolve relative ones from their own checkpoint root."""
+    return str(pathlib.Path(path).resolve())
+
+
 def engine_for(engine: str, world: int) -> str:
     """actor.engine for a role of `world` ranks: "auto" is plain for one rank, fsdp2 for several."""
     return engine if engine != "auto" else "plain" if world == 1 else "fsdp2"
@@ -50,9 +55,8 @@ def serve_args(cfg: Config, role: str) -> list[str]:
         model, world, lr = c.model or a.model, c.world_size, c.lr
     else:
         model, world, lr = a.model, cfg.ref.world_size if role == "ref" else a.world_size, a.lr
-    args = ["actor", "--role", role, "--model", model,
-            "--checkpoint-root", str(pathlib.Path(cfg.trainer.run_dir).resolve()), "--world-size", str(world), "--threads", str(a.threads),
-            "--engine", engine_for(a.engine, world),
+    args = ["actor", "--role", role, "--model", model, "--checkpoint-root", absolute(cfg.trainer.run_dir),
+            "--world-size", str(world), "--threads", str(a.threads), "--engine", engine_for(a.engine, world),
             "--micro-batch-size", str(a.micro_batch_size), "--micro-batch-tokens", str(a.micro_batch_tokens),
             "--seed", str(cfg.trainer.seed)]
     if a.dropout:
@@ -117,11 +121,10 @@ class Mesh:
         return dict(reply.metrics)
 
     def save(self, role: str, path, export_hf: bool = False) -> None:
-        self[role].call("SaveCheckpoint", actor_pb2.CheckpointRequest(path=str(pathlib.Path(path).resolve()),
-                                                                     export_hf=export_hf))
+        self[role].call("SaveCheckpoint", actor_pb2.CheckpointRequest(path=absolute(path), export_hf=export_hf))
 
     def load(self, role: str, path) -> None:
-        self[role].call("LoadCheckpoint", actor_pb2.CheckpointRequest(path=str(pathlib.Path(path).resolve())))
+        self[role].call("LoadCheckpoint", actor_pb2.CheckpointRequest(path=absolute(path)))
 
 
 REWARD_COLUMNS = ("data_source", "reward_model", "extra_info", "ability", "uid", "response_text", "finish_reason")

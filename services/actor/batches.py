@@ -97,15 +97,14 @@ def token_groups(data: DataProto, max_tokens: int, unit: int = 1, count: int = 0
     up = prompt.view(units, unit).amax(1)
     ur = response.view(units, unit).amax(1).clamp(min=1)
     order = sorted(range(units), key=lambda u: (-int(up[u] + ur[u]), u))
-    groups, current, wp, wr = [], [], 0, 0
+    groups, longest = [[]], (0, 0)  # the current group's longest prompt and response
     for u in order:
-        np_, nr = max(wp, int(up[u])), max(wr, int(ur[u]))
-        if current and (len(current) + 1) * unit * (np_ + nr) > max_tokens:
-            groups.append(current)
-            current, np_, nr = [], int(up[u]), int(ur[u])
-        current.append(u)
-        wp, wr = np_, nr
-    groups.append(current)
+        grown = (max(longest[0], int(up[u])), max(longest[1], int(ur[u])))
+        if groups[-1] and (len(groups[-1]) + 1) * unit * sum(grown) > max_tokens:
+            groups.append([])
+            grown = (int(up[u]), int(ur[u]))
+        groups[-1].append(u)
+        longest = grown
     while len(groups) < count:
         i = max(range(len(groups)), key=lambda j: len(groups[j]))
         if len(groups[i]) < 2:

@@ -13,12 +13,12 @@ import os
 import torch
 import torch.distributed as dist
 
+from meshrl import hosts
 from meshrl.flags import add_dataclass_flags, add_server_flags
 from meshrl.rpc.server import run_service
 from services.actor.comm import Driver
 from services.actor.config import EngineConfig, OptimConfig
 from services.actor.handler import RankHandler
-from meshrl import hosts
 from services.actor.launch import free_port, join_group, rank_env, start_ranks
 from services.actor.roles import ROLES
 from services.actor.servicer import ActorServicer

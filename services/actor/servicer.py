@@ -172,7 +172,9 @@ class ActorServicer:
             raise InvalidArgument("a critic's weights are not a policy: push from the actor")
         if not request.rollout_address:
             raise InvalidArgument("PushWeightsRequest.rollout_address is empty")
-        version = check_counter(request.version, "PushWeightsRequest.version") if request.version else self.weight_version
+        version = request.version or self.weight_version
+        if request.version:
+            check_counter(version, "PushWeightsRequest.version")
         if version == 0:
             raise InvalidArgument("nothing to push at version 0: the rollout already has the initial weights "
                                   "(or give PushWeightsRequest.version)")

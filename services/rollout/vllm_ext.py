@@ -31,8 +31,8 @@ def shorten_idle_spin(seconds: float = IDLE_SPIN_S) -> bool:
         from vllm.distributed.device_communicators.shm_broadcast import SpinCondition
     except ImportError:
         return False
-    if getattr(SpinCondition, "_meshrl_spin", None) is not None or not hasattr(SpinCondition, "wait"):
-        return hasattr(SpinCondition, "wait")
+    if hasattr(SpinCondition, "_meshrl_spin"):  # already shortened in this process
+        return True
     wait = SpinCondition.wait
 
     def short_wait(self, *args, **kwargs):
