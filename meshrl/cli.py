@@ -5,7 +5,9 @@ subcommands (serve, ppo, grpo, ...) are found by module name when they run.
 """
 
 import argparse
+import importlib
 import logging
+import pathlib
 import sys
 
 from meshrl.flags import add_dataclass_flags, dataclass_from_args
@@ -54,8 +56,6 @@ SERVICES = ("actor", "rollout", "reward")
 
 def cmd_serve(args) -> int:
     """Run a service's own main (services.<role>.main), found by name: meshrl imports no service."""
-    import importlib
-
     from meshrl.lifeline import die_with_parent
 
     die_with_parent()  # started by an orchestrator (or rank 0): do not outlive it
@@ -69,6 +69,23 @@ def cmd_serve(args) -> int:
     except OSError as e:  # a port already taken: one line, not a traceback
         print(f"meshrl serve {args.service}: {e}", file=sys.stderr)
         return 1
+
+
+def cmd_report(args) -> int:
+    """Write a run's summary.md and curves.png again and print them (orchestrator.report)."""
+    report = importlib.import_module("orchestrator.report")
+    run_dir = pathlib.Path(args.run_dir)
+    if not (run_dir / "metrics.jsonl").is_file():
+        print(f"meshrl report: {run_dir} has no metrics.jsonl (not a run folder?)", file=sys.stderr)
+        return 1
+    if not args.held_out:
+        print(report.finish_report(run_dir))
+        return 0
+    val = report.series(report.read_metrics(run_dir), "val/acc/mean")
+    print("held-out greedy accuracy by step: " + ", ".join(f"{s}: {a:.3f}" for s, a in val))
+    gain = report.held_out_gain(run_dir)
+    print(report.gain_line(gain) if gain else "fewer than two validations: no gain to report")
+    return 0
 
 
 def cmd_trace(args) -> int:
@@ -112,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_health_parser(sub)
 
+    p = sub.add_parser("report", help="a run's summary table and curves.png, written again from its files")
+    p.add_argument("run_dir", help="a run folder (trainer.run_dir)")
+    p.add_argument("--held-out", action="store_true", help="only the held-out accuracy by step and the gain "
+                                                           "from first to last validation, with standard errors")
+    p.set_defaults(fn=cmd_report)
+
     p = sub.add_parser("trace", help="show one training step's spans (every service) as a timeline")
     p.add_argument("run_dir", help="a run folder (trainer.run_dir) with traces/")
     p.add_argument("--step", type=int, default=None, help="which step; default: the last traced")
@@ -140,12 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ALGORITHMS:  # the loop parses its own flags (argparse would take --config here)
-        import importlib
-
         return importlib.import_module("orchestrator.main").main(argv)
     if argv and argv[0] == "ray":  # the same loops, services placed on a Ray cluster
-        import importlib
-
         return importlib.import_module("orchestrator.ray_launch").main(argv[1:])
     if argv and argv[0] == "health":  # a compose healthcheck runs this often: no torch, no transformers
         parser = argparse.ArgumentParser(prog="meshrl")

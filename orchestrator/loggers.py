@@ -2,9 +2,10 @@
 
     with RunLog(run_dir, ["console", "tensorboard", "wandb", "mlflow"], config, name="grpo") as log:
         log.write(step, metrics)          # metrics.jsonl always, and every sink asked for
+        log.write(step, metrics, correct) # ... and val.jsonl: which held-out problems were answered right
         log.write_samples(step, rows)     # samples.jsonl always: prompt, response, score, extras
 
-metrics.jsonl and samples.jsonl are appended (a resumed run continues them).
+metrics.jsonl, val.jsonl and samples.jsonl are appended (a resumed run continues them).
 TensorBoard gets scalars and a text table of the samples; Weights & Biases
 and MLflow get the same through their own clients. Both run offline by
 default, writing under the run folder (run_dir/wandb, run_dir/mlruns); their
@@ -132,14 +133,18 @@ def flatten(tree: dict, prefix: str = "") -> dict:
 class RunLog:
     def __init__(self, run_dir: pathlib.Path, loggers: list[str] = ("tensorboard",), config: dict | None = None,
                  name: str = "run"):
+        self.run_dir = run_dir
         self.file = open(run_dir / "metrics.jsonl", "a")
         self.samples_file = open(run_dir / "samples.jsonl", "a")
         # preflight.check has made sure the packages the loggers need are installed
         self.sinks = [SINKS[key](run_dir, config or {}, name) for key in loggers if key in SINKS]
 
-    def write(self, step: int, metrics: dict) -> None:
+    def write(self, step: int, metrics: dict, correct: list[bool] | None = None) -> None:
         self.file.write(json.dumps({"step": step, **metrics}) + "\n")
         self.file.flush()
+        if correct is not None:  # one character per held-out problem, in file order: a paired comparison
+            with open(self.run_dir / "val.jsonl", "a") as f:  # of two steps needs no more (report.py)
+                f.write(json.dumps({"step": step, "correct": "".join("01"[c] for c in correct)}) + "\n")
         values = scalars(metrics)
         for sink in self.sinks:
             sink.metrics(step, values)

@@ -1,7 +1,9 @@
 """What a run leaves to look at at the end: curves.png (the main curves) and summary.md (first and
-last values, best validation), both from metrics.jsonl (orchestrator.loggers writes it as the run goes).
+last values, best validation, the held-out gain with its standard error), from metrics.jsonl and
+val.jsonl (orchestrator.loggers writes them as the run goes).
 
-    finish_report(run_dir)   # reads metrics.jsonl, so it also works on a resumed run's whole history
+    finish_report(run_dir)   # reads the files, so it also works on a resumed run's whole history
+    held_out_gain(run_dir)   # first vs last validation, problem by problem
 """
 
 import json
@@ -33,6 +35,38 @@ def read_metrics(run_dir: pathlib.Path) -> list[dict]:
             row = json.loads(line)
             by_step[row["step"]] = {**by_step.get(row["step"], {}), **row}
     return [by_step[s] for s in sorted(by_step)]
+
+
+def held_out_gain(run_dir: pathlib.Path) -> dict | None:
+    """Greedy held-out accuracy at the first and the last validation, each with its standard error
+    sqrt(p(1-p)/n), and the gain with the standard error of a paired difference: both readings score the
+    same problems, so the per-problem change (-1, 0, +1) is what varies. None: fewer than two validations."""
+    path = run_dir / "val.jsonl"
+    if not path.is_file():
+        return None
+    by_step = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            by_step[row["step"]] = [c == "1" for c in row["correct"]]
+    steps = sorted(by_step)
+    if len(steps) < 2 or len(by_step[steps[0]]) != len(by_step[steps[-1]]) or not by_step[steps[0]]:
+        return None
+    before, after = by_step[steps[0]], by_step[steps[-1]]
+    n = len(before)
+    p0, p1 = sum(before) / n, sum(after) / n
+    diffs = [int(b) - int(a) for a, b in zip(before, after)]
+    var = sum((d - (p1 - p0)) ** 2 for d in diffs) / max(1, n - 1)
+    return {"n": n, "first_step": steps[0], "last_step": steps[-1], "before": p0, "after": p1,
+            "before_se": math.sqrt(p0 * (1 - p0) / n), "after_se": math.sqrt(p1 * (1 - p1) / n),
+            "gain": p1 - p0, "gain_se": math.sqrt(var / n)}
+
+
+def gain_line(g: dict) -> str:
+    wide = f"{g['gain'] / g['gain_se']:.1f} standard errors; " if g["gain_se"] else ""  # 0: no problem changed
+    return (f"held-out greedy accuracy {g['before']:.3f} ± {g['before_se']:.3f} (step {g['first_step']}) -> "
+            f"{g['after']:.3f} ± {g['after_se']:.3f} (step {g['last_step']}): {100 * g['gain']:+.1f} ± "
+            f"{100 * g['gain_se']:.1f} points ({wide}n = {g['n']}; ± one standard error)")
 
 
 def series(rows: list[dict], key: str) -> list[tuple[int, float]]:
@@ -93,6 +127,9 @@ def finish_report(run_dir: pathlib.Path) -> str:
     if not rows:
         return ""
     table = summary_table(rows)
+    gain = held_out_gain(run_dir)
+    if gain:
+        table += f"\n\n{gain_line(gain)}"
     (run_dir / "summary.md").write_text(f"# {run_dir.name}: {len(rows)} logged steps\n\n{table}\n")
     if plot_curves(rows, run_dir / "curves.png"):
         log.info("curves: %s", run_dir / "curves.png")

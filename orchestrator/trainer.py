@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import os
 import pathlib
 import time
@@ -125,9 +126,11 @@ def every(n: int, number: int) -> bool:
     return n > 0 and number % n == 0
 
 
-def validate(cfg: Config, mesh: Mesh, data: PromptDataset) -> dict[str, float]:
-    """Greedy answers to every held-out prompt (val/acc/mean, val/score/mean); with trainer.val_k > 1
-    also k sampled answers each: val/acc/mean@k (mean over samples) and val/acc/best@k (any right)."""
+def validate(cfg: Config, mesh: Mesh, data: PromptDataset) -> tuple[dict[str, float], list[bool] | None]:
+    """Greedy answers to every held-out prompt (val/acc/mean with its standard error val/acc/se,
+    val/score/mean); with trainer.val_k > 1 also k sampled answers each: val/acc/mean@k (mean over samples)
+    and val/acc/best@k (any right). Also each prompt's greedy answer right or not (None: no `acc` column),
+    which the run log keeps so a gain can be measured problem by problem (orchestrator.report)."""
     rows = list(range(len(data)))
     size = max(1, cfg.data.val_batch_size)
     out, greedy, sampled = {}, [], []
@@ -138,8 +141,11 @@ def validate(cfg: Config, mesh: Mesh, data: PromptDataset) -> dict[str, float]:
         if cfg.trainer.val_k > 1:
             sampled.append(mesh.score(mesh.generate(prompts, seed=cfg.trainer.seed + 7, n=cfg.trainer.val_k)))
     out["val/score/mean"] = torch.cat([s.scores for s in greedy]).mean().item()
+    correct = None
     if greedy[0].columns.get("acc") is not None:
-        out["val/acc/mean"] = sum(accuracy(s) * len(s.scores) for s in greedy) / len(rows)
+        correct = [bool(x) for s in greedy for x in s.columns["acc"]]
+        p = sum(correct) / len(correct)
+        out["val/acc/mean"], out["val/acc/se"] = p, math.sqrt(p * (1 - p) / len(correct))
     if sampled:
         k = cfg.trainer.val_k
         scores = torch.cat([s.scores for s in sampled]).view(-1, k)  # rows come back prompt by prompt
@@ -148,7 +154,7 @@ def validate(cfg: Config, mesh: Mesh, data: PromptDataset) -> dict[str, float]:
             acc = torch.tensor([bool(x) for s in sampled for x in s.columns["acc"]], dtype=torch.float).view(-1, k)
             out[f"val/acc/mean@{k}"] = acc.mean().item()
             out[f"val/acc/best@{k}"] = acc.max(-1).values.mean().item()
-    return out
+    return out, correct
 
 
 def save(run_dir: pathlib.Path, number: int, mesh: Mesh, algorithm: Algorithm, sampler, last: bool) -> pathlib.Path:
@@ -220,7 +226,8 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
                 tqdm(range(first, total + 1), desc=algorithm.name, unit="step",
                      disable="console" not in cfg.trainer.logger) as bar:
             if val is not None and first == 1:
-                metrics_log.write(0, validate(cfg, mesh, val))
+                metrics, correct = validate(cfg, mesh, val)
+                metrics_log.write(0, metrics, correct)
             for number in bar:
                 start = time.perf_counter()
                 indices, uids = sampler.next()
@@ -235,9 +242,11 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
                 metrics["timing_s/step"] = time.perf_counter() - start
                 telemetry.record_step(metrics)
                 last = number == total
+                correct = None
                 if val is not None and (every(cfg.trainer.val_every, number) or last):
-                    metrics.update(validate(cfg, mesh, val))
-                metrics_log.write(number, metrics)
+                    held_out, correct = validate(cfg, mesh, val)
+                    metrics.update(held_out)
+                metrics_log.write(number, metrics, correct)
                 if mesh.last_sampled is not None:
                     metrics_log.write_samples(number, sample_rows(*mesh.last_sampled, cfg.trainer.samples_per_step))
                     mesh.last_sampled = None

@@ -5,7 +5,7 @@ import json
 from meshrl.cli import ALGORITHMS
 from orchestrator.main import LOOPS
 from orchestrator.loggers import RunLog
-from orchestrator.report import finish_report, read_metrics, summary_table
+from orchestrator.report import finish_report, gain_line, held_out_gain, read_metrics, summary_table
 
 
 def test_metrics_log_appends_and_a_rewritten_step_keeps_its_last_values(tmp_path):
@@ -34,6 +34,34 @@ def test_finish_report_writes_png_and_summary(tmp_path):
     assert "critic/score/mean" in finish_report(tmp_path)
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "actor/pg_loss" in (tmp_path / "summary.md").read_text()
+
+
+def test_held_out_gain_is_paired_problem_by_problem(tmp_path):
+    before = [True] * 20 + [False] * 80
+    after = [True] * 18 + [False] * 2 + [True] * 32 + [False] * 48  # 2 lost, 32 won: +30 points
+    with RunLog(tmp_path, []) as log:
+        log.write(0, {"val/acc/mean": 0.2}, before)
+        log.write(5, {"critic/score/mean": 0.3})  # no validation at this step
+        log.write(10, {"val/acc/mean": 0.1}, [False] * 100)
+    with RunLog(tmp_path, []) as log:  # a resumed run validates step 10 again: its last reading wins
+        log.write(10, {"val/acc/mean": 0.5}, after)
+    g = held_out_gain(tmp_path)
+    assert (g["n"], g["first_step"], g["last_step"]) == (100, 0, 10)
+    assert (g["before"], g["after"]) == (0.2, 0.5) and abs(g["gain"] - 0.3) < 1e-12
+    assert abs(g["before_se"] - (0.2 * 0.8 / 100) ** 0.5) < 1e-12
+    diffs = [-1] * 2 + [1] * 32 + [0] * 66
+    paired = (sum((d - 0.3) ** 2 for d in diffs) / 99 / 100) ** 0.5
+    assert abs(g["gain_se"] - paired) < 1e-12 and paired < (g["before_se"] ** 2 + g["after_se"] ** 2) ** 0.5
+    line = gain_line(g)
+    assert "0.200 ± 0.040 (step 0) -> 0.500 ± 0.050 (step 10): +30.0 ± 5.0 points (6.0 standard errors" in line
+    assert "held-out greedy accuracy" in finish_report(tmp_path)
+
+
+def test_no_gain_without_two_validations(tmp_path):
+    assert held_out_gain(tmp_path) is None
+    with RunLog(tmp_path, []) as log:
+        log.write(0, {"val/acc/mean": 0.2}, [True, False])
+    assert held_out_gain(tmp_path) is None
 
 
 def test_tensorboard_events_are_written(tmp_path):
