@@ -71,7 +71,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
         model = make_model(work / "model", TinyModelConfig())
-        data = make_data(work / "data", ArithmeticConfig(num_train=2000, num_test=100, ops="+"))
+        data = make_data(work / "data", ArithmeticConfig(num_train=2000, num_test=100, ops="+", max_operand=20))
         if args.compare in VARIANTS:
             return compare(work, model, data, args.steps, args.repeats, args.compare)
         times = {"": [], "jsonl": []}
