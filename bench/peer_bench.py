@@ -4,8 +4,8 @@
     python3 -m venv /tmp/trl && /tmp/trl/bin/pip install torch==2.13.0 trl==1.16.0 transformers==5.19.0 pandas
     .venv/bin/python bench/peer_bench.py --trl-python /tmp/trl/bin/python [--steps 80] [--repeats 1]
 
-Both from runs/default/sft/hf with the same data and settings (configs/arithmetic_grpo.yaml; TRL's side
-in bench/peer_trl.py). Reports median s/step and samples/s (steps after the first), start-up (command
+Both from runs/default/sft/hf with the same data and settings (configs/arithmetic_grpo.yaml, with one
+optimizer step per batch at lr 1e-4 as measured in bench/RESULTS.md; TRL's side in bench/peer_trl.py). Reports median s/step and samples/s (steps after the first), start-up (command
 start to the first step's start, step-0 validation included on both sides), the whole command, and
 held-out greedy accuracy every 20 steps. TRL lives in its own venv: it is not a dependency of meshrl.
 """
@@ -22,6 +22,7 @@ import time
 from meshrl.trace_view import load_spans
 
 ROWS = 32 * 8  # samples a step
+SAME_AS_TRL = ["actor.lr=1e-4", "actor.mini_batch_size=0"]  # peer_trl.py's: one optimizer step per batch
 
 
 def mesh(run: pathlib.Path, data: pathlib.Path, model: pathlib.Path, steps: int, out: pathlib.Path) -> dict:
@@ -29,7 +30,7 @@ def mesh(run: pathlib.Path, data: pathlib.Path, model: pathlib.Path, steps: int,
     subprocess.run([".venv/bin/meshrl", "grpo", "--config", "configs/arithmetic_grpo.yaml", f"actor.model={model}",
                     f"data.train_files={data / 'train.parquet'}", f"data.val_files={data / 'test.parquet'}",
                     f"trainer.run_dir={out}", f"trainer.total_steps={steps}", "trainer.logger=[console]",
-                    f"trainer.save_every={steps}"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    f"trainer.save_every={steps}", *SAME_AS_TRL], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     whole = time.time() - start
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     first = min(s["start_ns"] for s in load_spans(out) if s["name"] == "step" and s["attributes"]["meshrl.step"] == 1)
