@@ -37,9 +37,13 @@ def read_metrics(run_dir: pathlib.Path) -> list[dict]:
     return [by_step[s] for s in sorted(by_step)]
 
 
+def standard_error(p: float, n: int) -> float:
+    """Of an accuracy p measured on n problems: sqrt(p(1-p)/n)."""
+    return math.sqrt(p * (1 - p) / n)
+
+
 def held_out_gain(run_dir: pathlib.Path) -> dict | None:
-    """Greedy held-out accuracy at the first and the last validation, each with its standard error
-    sqrt(p(1-p)/n), and the gain with the standard error of a paired difference: both readings score the
+    """Greedy held-out accuracy at the first and the last validation, each with its standard error, and the gain with the standard error of a paired difference: both readings score the
     same problems, so the per-problem change (-1, 0, +1) is what varies. None: fewer than two validations."""
     path = run_dir / "val.jsonl"
     if not path.is_file():
@@ -58,7 +62,7 @@ def held_out_gain(run_dir: pathlib.Path) -> dict | None:
     diffs = [int(b) - int(a) for a, b in zip(before, after)]
     var = sum((d - (p1 - p0)) ** 2 for d in diffs) / max(1, n - 1)
     return {"n": n, "first_step": steps[0], "last_step": steps[-1], "before": p0, "after": p1,
-            "before_se": math.sqrt(p0 * (1 - p0) / n), "after_se": math.sqrt(p1 * (1 - p1) / n),
+            "before_se": standard_error(p0, n), "after_se": standard_error(p1, n),
             "gain": p1 - p0, "gain_se": math.sqrt(var / n)}
 
 

@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import math
 import os
 import pathlib
 import time
@@ -31,7 +30,7 @@ from orchestrator.config import Config
 from orchestrator.data import PromptDataset, prepare_run, prompt_limit
 from orchestrator.mesh import Mesh, prompt_text, start_mesh
 from orchestrator.loggers import RunLog
-from orchestrator.report import finish_report
+from orchestrator.report import finish_report, standard_error
 from orchestrator.services import Services
 
 log = logging.getLogger(__name__)
@@ -145,7 +144,7 @@ def validate(cfg: Config, mesh: Mesh, data: PromptDataset) -> tuple[dict[str, fl
     if greedy[0].columns.get("acc") is not None:
         correct = [bool(x) for s in greedy for x in s.columns["acc"]]
         p = sum(correct) / len(correct)
-        out["val/acc/mean"], out["val/acc/se"] = p, math.sqrt(p * (1 - p) / len(correct))
+        out["val/acc/mean"], out["val/acc/se"] = p, standard_error(p, len(correct))
     if sampled:
         k = cfg.trainer.val_k
         scores = torch.cat([s.scores for s in sampled]).view(-1, k)  # rows come back prompt by prompt
