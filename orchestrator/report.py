@@ -43,8 +43,9 @@ def standard_error(p: float, n: int) -> float:
 
 
 def held_out_gain(run_dir: pathlib.Path) -> dict | None:
-    """Greedy held-out accuracy at the first and the last validation, each with its standard error, and the gain with the standard error of a paired difference: both readings score the
-    same problems, so the per-problem change (-1, 0, +1) is what varies. None: fewer than two validations."""
+    """Greedy held-out accuracy at the first and the last validation, each with its standard error, and
+    the gain with the standard error of a paired difference: both readings score the same problems, so
+    the per-problem change (-1, 0, +1) is what varies. None: fewer than two validations."""
     path = run_dir / "val.jsonl"
     if not path.is_file():
         return None
