@@ -2,7 +2,7 @@
 actor.world_size=auto, reward service): where a step's time goes, what the mesh's RPCs cost, and what tracing costs.
 
     .venv/bin/python bench/step_bench.py [--steps 20] [--repeats 2]
-    .venv/bin/python bench/step_bench.py --compare reuse|world|budget   # one comparison only
+    .venv/bin/python bench/step_bench.py --compare reuse|world|budget|share   # one comparison only
 
 (a) phases: each phase's share of the step (timing_s/* from metrics.jsonl, steps after the first).
 (b) RPC overhead: for every call the orchestrator makes, its client span minus the service's server
@@ -109,6 +109,8 @@ VARIANTS = {
                                                "actor.micro_batch_size=64"],
                "fsdp2, 4096-token micro-batches": ["actor.engine=fsdp2"],
                "plain, 4096-token micro-batches": ["actor.engine=plain"]},
+    "share": {"every row its whole sequence": ["actor.share_prompts=false"],
+              "a group's prompt once (default)": ["actor.share_prompts=true"]},
 }
 
 

@@ -46,14 +46,18 @@ def field_docs(cls) -> dict[str, str]:
 
 
 def add_dataclass_flags(parser: argparse.ArgumentParser, cls, skip: tuple[str, ...] = ()) -> list[str]:
-    """--field-name for each field of cls (bools become switches); returns the field names added."""
+    """--field-name for each field of cls (bools become switches: --name, or --no-name where the default is
+    on); returns the field names added."""
     names, docs = [], field_docs(cls)
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         flag = f"--{f.name.replace('_', '-')}"
         doc = docs.get(f.name, "").replace("%", "%%")
-        if f.type is bool:
+        if f.type is bool and f.default:  # on unless switched off
+            parser.add_argument(f"--no-{f.name.replace('_', '-')}", dest=f.name, action="store_false",
+                                help=f"switch off: {doc}" if doc else None)
+        elif f.type is bool:
             parser.add_argument(flag, action="store_true", help=doc or None)
         else:
             parser.add_argument(flag, type=f.type if f.type in (int, float) else str, default=f.default,

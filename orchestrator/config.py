@@ -49,6 +49,8 @@ class ActorSection:
     micro_batch_size: int = 8  # rows per forward/backward pass on each rank
     micro_batch_tokens: int = 0  # > 0: micro-batches by this token budget instead (verl's dynamic batch
     #   size): rows of similar length together, each pass cut to its own longest row; same gradients
+    share_prompts: bool = True  # rows with the same prompt (a GRPO group, a DPO pair) run it once in the
+    #   actor's passes (same outputs and gradients, less compute); false: every row runs its whole sequence
     dropout: bool = False  # keep the model's dropout in training passes (off: log-probs are not random)
     ppo_epochs: int = 1  # passes over each batch
     reuse_logprobs: bool = True  # an on-policy update (ppo_epochs=1, one mini-batch, no KL in the reward)

@@ -61,6 +61,8 @@ def serve_args(cfg: Config, role: str) -> list[str]:
             "--seed", str(cfg.trainer.seed)]
     if a.dropout:
         args.append("--dropout")
+    if not a.share_prompts:
+        args.append("--no-share-prompts")
     if role != "ref":
         args += ["--lr", str(lr), "--grad-clip", str(a.grad_clip), "--warmup-steps", str(a.warmup_steps)]
     return args

@@ -87,24 +87,41 @@ def row_extents(data: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
     return mask[:, :P].sum(1), mask[:, P:].sum(1)
 
 
-def token_groups(data: DataProto, max_tokens: int, unit: int = 1, count: int = 0) -> list[torch.Tensor]:
+def prompt_families(data: DataProto) -> torch.Tensor:
+    """Each row's prompt as an index into the batch's distinct prompts (rows of a GRPO group share one)."""
+    P = data.batch["input_ids"].shape[1] - data.batch["responses"].shape[1]
+    key = torch.cat([data.batch[k][:, :P] for k in SEQUENCE], 1)
+    return torch.unique(key, dim=0, return_inverse=True)[1]
+
+
+def token_groups(data: DataProto, max_tokens: int, unit: int = 1, count: int = 0,
+                 shared: bool = False) -> list[torch.Tensor]:
     """Row indices of each micro-batch: units of `unit` adjacent rows (DPO pairs) sorted longest first and
     filled while units x (longest prompt + longest response) <= max_tokens (a unit longer than that goes
     alone); with `count` larger than that, the groups of most rows are halved until there are `count`
-    (FSDP ranks must run the same number of passes)."""
+    (FSDP ranks must run the same number of passes).
+
+    shared (the passes run each distinct prompt once, model.forward_response): the rows of a prompt go
+    together, and a micro-batch costs distinct prompts x longest prompt + rows x longest response."""
     prompt, response = row_extents(data)
     units = len(data) // unit
-    up = prompt.view(units, unit).amax(1)
-    ur = response.view(units, unit).amax(1).clamp(min=1)
-    order = sorted(range(units), key=lambda u: (-int(up[u] + ur[u]), u))
-    groups, longest = [[]], (0, 0)  # the current group's longest prompt and response
+    up = prompt.view(units, unit).amax(1).tolist()
+    ur = response.view(units, unit).amax(1).clamp(min=1).tolist()
+    rows = (prompt_families(data) if shared else torch.arange(len(data))).view(units, unit).tolist()
+    family = [r[0] for r in rows]  # a unit's place in the order: with its first row's prompt
+    longest, first = {}, {}
+    for u in range(units):
+        longest[family[u]] = max(longest.get(family[u], 0), up[u] + ur[u])
+        first.setdefault(family[u], u)
+    order = sorted(range(units), key=lambda u: (-longest[family[u]], first[family[u]], -(up[u] + ur[u]), u))
+    groups, P, T, prompts = [[]], 0, 0, set()  # the current group's longest prompt, response, its prompts
     for u in order:
-        grown = (max(longest[0], int(up[u])), max(longest[1], int(ur[u])))
-        if groups[-1] and (len(groups[-1]) + 1) * unit * sum(grown) > max_tokens:
+        grown = (max(P, up[u]), max(T, ur[u]), prompts | set(rows[u]))
+        if groups[-1] and len(grown[2]) * grown[0] + (len(groups[-1]) + 1) * unit * grown[1] > max_tokens:
             groups.append([])
-            grown = (int(up[u]), int(ur[u]))
+            grown = (up[u], ur[u], set(rows[u]))
         groups[-1].append(u)
-        longest = grown
+        P, T, prompts = grown
     while len(groups) < count:
         i = max(range(len(groups)), key=lambda j: len(groups[j]))
         if len(groups[i]) < 2:

@@ -23,6 +23,9 @@ class EngineConfig:
     """> 0: micro-batches by token budget instead (verl's dynamic batch size): rows of similar length
     grouped so that rows x (longest prompt + longest response) stays within it, each pass cut to its own
     longest row. Same loss and gradients; fewer padded tokens."""
+    share_prompts: bool = True
+    """Causal LMs: rows of a micro-batch with the same prompt (a GRPO group, a DPO pair) run it once, and
+    the token budget counts it once. Same outputs and gradients; less compute where prompts repeat."""
     seed: int = 0
     """Seeds what the engine initializes (a critic's value head)."""
     dropout: bool = False

@@ -56,13 +56,55 @@ def layer_classes(model: torch.nn.Module) -> set[type]:
     return classes
 
 
-def forward_response(model: torch.nn.Module, micro: dict, response_length: int | None = None) -> torch.Tensor:
+def forward_response(model: torch.nn.Module, micro: dict, response_length: int | None = None,
+                     share_prompts: bool = False) -> torch.Tensor:
     """Model outputs at the positions that predict each response token: (B, T, V) or (B, T, 1); T is the
-    micro-batch's own response width unless given."""
+    micro-batch's own response width unless given.
+
+    share_prompts (causal LMs only): rows with the same prompt (a GRPO group's n samples, a DPO pair) run
+    it once, and their responses attend to its cached keys and values (Prefix Grouper, arXiv:2506.05433).
+    Causal attention makes a prompt's states independent of what follows, so the outputs are the same
+    and the gradients sum over the rows, as the full pass's do; the prompt's share of the compute falls by
+    the number of rows that share it. A causal LM also computes its head only where it is read."""
     T = micro["responses"].shape[1] if response_length is None else response_length
+    if share_prompts and not getattr(model, "is_gradient_checkpointing", False):  # HF drops the cache then
+        shared = prompt_sharing(micro, T)
+        if shared is not None:
+            return forward_shared(model, micro, T, *shared)
+    kw = {"logits_to_keep": T + 1} if share_prompts else {}
     out = model(input_ids=micro["input_ids"], attention_mask=micro["attention_mask"],
-                position_ids=micro["position_ids"], use_cache=False)
+                position_ids=micro["position_ids"], use_cache=False, **kw)
     return out.logits[:, -T - 1:-1]
+
+
+def prompt_sharing(micro: dict, T: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(one row of each distinct prompt, each row's index into those), or None when too few rows share
+    one for a second pass to pay (fewer than a quarter of the prompts saved)."""
+    P = micro["input_ids"].shape[1] - T
+    key = torch.cat([micro[k][:, :P] for k in ("input_ids", "attention_mask", "position_ids")], 1)
+    _, inverse = torch.unique(key, dim=0, return_inverse=True)
+    rows, distinct = len(key), int(inverse.max()) + 1
+    if distinct * 4 > rows * 3:
+        return None
+    first = torch.full((distinct,), rows, device=key.device).scatter_reduce(
+        0, inverse, torch.arange(rows, device=key.device), "amin")
+    return first, inverse
+
+
+def forward_shared(model: torch.nn.Module, micro: dict, T: int, first: torch.Tensor,
+                   inverse: torch.Tensor) -> torch.Tensor:
+    ids, mask, pos = micro["input_ids"], micro["attention_mask"], micro["position_ids"]
+    P = ids.shape[1] - T
+    prompt = model(input_ids=ids[first, :P], attention_mask=mask[first, :P], position_ids=pos[first, :P],
+                   use_cache=True, logits_to_keep=1)
+    last = prompt.logits[inverse]  # the last prompt position predicts the first response token
+    if T == 1:
+        return last
+    cache = prompt.past_key_values
+    cache.batch_select_indices(inverse)  # an indexing op: the gradient flows back to the shared prompt
+    rest = model(input_ids=ids[:, P:-1], attention_mask=mask[:, :-1], position_ids=pos[:, P:-1],
+                 past_key_values=cache, use_cache=True)
+    return torch.cat([last, rest.logits], 1)
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

@@ -33,11 +33,12 @@ def split(engine: Engine, part: DataProto, keys: tuple[str, ...], unit: int = 1)
     cfg = engine.cfg
     if cfg.micro_batch_tokens <= 0:
         return micro_batches(part, max(unit, cfg.micro_batch_size // unit * unit), keys), None
-    groups = token_groups(part, cfg.micro_batch_tokens, unit)
+    shared = cfg.share_prompts and engine.kind == "causal"
+    groups = token_groups(part, cfg.micro_batch_tokens, unit, shared=shared)
     count = torch.tensor([len(groups)])
     dist.all_reduce(count, op=dist.ReduceOp.MAX)
     if int(count) > len(groups):
-        groups = token_groups(part, cfg.micro_batch_tokens, unit, int(count))
+        groups = token_groups(part, cfg.micro_batch_tokens, unit, int(count), shared)
     return [trimmed(part, g, keys) for g in groups], groups
 
 
@@ -109,10 +110,11 @@ class PolicyRole:
 
     def __init__(self, engine: Engine):
         self.engine = engine
+        self.shared = engine.cfg.share_prompts  # a causal LM: see model.forward_response
 
     def logprobs(self, part: DataProto, temperature: float, with_entropy: bool) -> DataProto:
         def fn(model, mb):
-            logits = forward_response(model, mb)
+            logits = forward_response(model, mb, share_prompts=self.shared)
             lp = token_logprobs(logits, mb["responses"], temperature)
             return (lp, entropy_from_logits(logits.float() / temperature)) if with_entropy else lp
 
@@ -128,7 +130,7 @@ class ActorRole(PolicyRole):
             keys = tuple(part.batch)  # the servicer sent exactly what this loss and its options read
 
             def ppo(model, mb):
-                logits = forward_response(model, mb)
+                logits = forward_response(model, mb, share_prompts=self.shared)
                 lp = token_logprobs(logits, mb["responses"], p.temperature)
                 mask = mb["response_mask"]
                 # on-policy: the old log-probs are this pass's own (same weights), without their gradient
@@ -151,21 +153,22 @@ class ActorRole(PolicyRole):
                          lambda mb: loss_units(mb["response_mask"], p.loss_agg_mode))
         if loss == "sft":
             def sft(model, mb):
-                lp = token_logprobs(forward_response(model, mb), mb["responses"])
+                lp = token_logprobs(forward_response(model, mb, share_prompts=self.shared), mb["responses"])
                 return sft_loss(lp, mb["response_mask"], p.loss_agg_mode)
 
             return train(self.engine, part, p, total_rows, step, "actor", (*BASE, "response_mask"), sft,
                          lambda mb: loss_units(mb["response_mask"], p.loss_agg_mode))
         if loss == "dpo":
             return train(self.engine, part, p, total_rows, step, "actor", (*BASE, "response_mask", "ref_logprobs"),
-                         lambda model, mb: self._dpo(model, mb, p), _valid_pairs, unit=2)
+                         lambda model, mb: self._dpo(model, mb, p, self.shared), _valid_pairs, unit=2)
         raise ValueError(f"the actor role has no loss {loss!r}")
 
     @staticmethod
-    def _dpo(model, mb, p):
+    def _dpo(model, mb, p, shared: bool):
         """Rows alternate chosen, rejected; pairs where either response is empty (padding) are left out."""
         mask = mb["response_mask"]
-        seq = (token_logprobs(forward_response(model, mb), mb["responses"], p.temperature) * mask).sum(-1)
+        seq = (token_logprobs(forward_response(model, mb, share_prompts=shared), mb["responses"], p.temperature)
+               * mask).sum(-1)
         ref = (mb["ref_logprobs"] * mask).sum(-1)
         valid = _pair_mask(mask)
         if not valid.any():

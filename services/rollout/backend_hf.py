@@ -1,12 +1,15 @@
 """The HuggingFace backend: transformers' generate, for small models and debugging.
 
-Log-probs come from one forward pass over prompt + response after sampling, the
-same computation the actor does. Stop strings cut the response after the token
-that completes them.
+A prompt sampled n times is run once: its keys and values (all but its last
+token) are computed for the distinct prompts and repeated n times into the
+cache generate starts from, as vLLM shares a prompt's blocks among its n
+samples. Log-probs are those of generate's own logits (raw, over the
+temperature), the same quantity the actor computes. Stop strings cut the
+response after the token that completes them.
 """
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from meshrl import cuda_ipc
 from meshrl.shm import attach
@@ -26,23 +29,37 @@ class HFBackend:
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], s: Sampling) -> list[list[Completion]]:
-        rows = [p for p in prompts for _ in range(s.n)]
-        width = max(map(len, rows))
-        ids = torch.tensor([[self.pad] * (width - len(p)) + p for p in rows], device=self.device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rows], device=self.device)
+        width = max(map(len, prompts))
+        ids = torch.tensor([[self.pad] * (width - len(p)) + p for p in prompts], device=self.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        cache = self._prefill(ids, mask, s.n) if s.n > 1 and width > 1 else None
+        ids, mask = ids.repeat_interleave(s.n, 0), mask.repeat_interleave(s.n, 0)
         if s.seed is not None:
             torch.manual_seed(s.seed)
         eos = [self.tokenizer.eos_token_id, *s.stop_token_ids]
         sampling = {"do_sample": True, "temperature": s.temperature, "top_p": s.top_p,
                     "top_k": s.top_k if s.top_k > 0 else 0} if s.temperature > 0 else {"do_sample": False}
-        out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=s.max_new_tokens,
-                                  eos_token_id=eos, pad_token_id=self.pad, **sampling)
-        completions = [self._completion(out[i, width:].tolist(), eos, s) for i in range(len(rows))]
-        if s.logprobs:
-            self._add_logprobs(ids, mask, completions, s.temperature if s.temperature > 0 else 1.0)
+        out = self.model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache,
+                                  max_new_tokens=s.max_new_tokens, eos_token_id=eos, pad_token_id=self.pad,
+                                  return_dict_in_generate=True, output_logits=s.logprobs, **sampling)
+        new = out.sequences[:, width:]
+        if s.logprobs:  # of the tokens sampled, under softmax(logits / temperature), as the actor computes them
+            logits = torch.stack(out.logits, 1).float() / (s.temperature if s.temperature > 0 else 1.0)
+            lp = torch.log_softmax(logits, -1).gather(-1, new.unsqueeze(-1)).squeeze(-1).cpu()
+        completions = [self._completion(new[i].tolist(), lp[i].tolist() if s.logprobs else None, eos, s)
+                       for i in range(len(ids))]
         return [completions[i * s.n:(i + 1) * s.n] for i in range(len(prompts))]
 
-    def _completion(self, tokens: list[int], eos: list[int], s: Sampling) -> Completion:
+    def _prefill(self, ids: torch.Tensor, mask: torch.Tensor, n: int) -> DynamicCache:
+        """The cache of each prompt but its last token, repeated for its n samples (generate runs the rest)."""
+        cache = DynamicCache(config=self.model.config)
+        self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1],
+                   position_ids=(mask[:, :-1].cumsum(1) - 1).clamp(min=0), past_key_values=cache, use_cache=True,
+                   logits_to_keep=1)
+        cache.batch_repeat_interleave(n)
+        return cache
+
+    def _completion(self, tokens: list[int], logprobs: list[float] | None, eos: list[int], s: Sampling) -> Completion:
         finish = "length"
         for i, t in enumerate(tokens):
             if t in eos:
@@ -53,21 +70,8 @@ class HFBackend:
             if any(stop in text for stop in s.stop):
                 tokens, finish = tokens[:i], "stop"
                 break
-        return Completion(tokens, None, self.tokenizer.decode(tokens, skip_special_tokens=True), finish)
-
-    def _add_logprobs(self, ids, mask, completions, temperature: float) -> None:
-        T = max(len(c.token_ids) for c in completions)
-        if T == 0:
-            return
-        resp = torch.tensor([c.token_ids + [self.pad] * (T - len(c.token_ids)) for c in completions], device=self.device)
-        rmask = torch.tensor([[1] * len(c.token_ids) + [0] * (T - len(c.token_ids)) for c in completions],
-                             device=self.device)
-        full, full_mask = torch.cat([ids, resp], 1), torch.cat([mask, rmask], 1)
-        logits = self.model(input_ids=full, attention_mask=full_mask,
-                            position_ids=(full_mask.cumsum(1) - 1).clamp(min=0)).logits[:, -T - 1:-1]
-        lp = torch.log_softmax(logits.float() / temperature, -1).gather(-1, resp.unsqueeze(-1)).squeeze(-1)
-        for c, row in zip(completions, lp.cpu()):
-            c.logprobs = row[:len(c.token_ids)].tolist()
+        return Completion(tokens, None if logprobs is None else logprobs[:len(tokens)],
+                          self.tokenizer.decode(tokens, skip_special_tokens=True), finish)
 
     def load_weights(self, segment: str, refs: list[list]) -> None:
         seg = attach(segment)

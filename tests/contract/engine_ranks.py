@@ -3,7 +3,9 @@ MASTER_PORT). Forward, one forward-backward + step on a fixed batch, then rank 0
 grad norm, log-probs and updated weights to OUT for the test to compare across engines.
 
     python tests/contract/engine_ranks.py ENGINE MODEL OUT [--mixed-precision] [--grad-ckpt] [--hsdp N]
-        [--save CKPT_DIR] [--export HF_DIR] [--load CKPT_DIR]
+        [--save CKPT_DIR] [--export HF_DIR] [--load CKPT_DIR] [--share]
+
+--share: micro-batches of 2 rows that share their prompt, run once (model.forward_response's share_prompts).
 
 --load skips the update: it loads a checkpoint and writes the log-probs it gives.
 """
@@ -26,8 +28,9 @@ B, P, T = 4, 5, 6  # rows, prompt length, response length
 def batch():
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(4, 100, (B, P + T), generator=g)
+    ids[1, :P], ids[3, :P] = ids[0, :P], ids[2, :P]  # two prompts, each sampled twice
     mask = torch.ones(B, P + T, dtype=torch.long)
-    mask[0, :2] = 0  # left padding on one prompt
+    mask[:2, :2] = 0  # left padding on one prompt
     response_mask = torch.ones(B, T)
     response_mask[1, 4:] = 0  # a short response
     pos = (mask.cumsum(1) - 1).clamp(min=0)
@@ -47,11 +50,13 @@ def main():
     full = batch()
     rows = slice(rank * B // world, (rank + 1) * B // world)
     mine = {k: v[rows] for k, v in full.items()}
-    micro = [{k: v[i:i + 1] for k, v in mine.items()} for i in range(len(mine["input_ids"]))]
+    share = "--share" in flags
+    size = 2 if share else 1
+    micro = [{k: v[i:i + size] for k, v in mine.items()} for i in range(0, len(mine["input_ids"]), size)]
     total_tokens = full["response_mask"].sum().item()
 
     def logprobs(model, mb):
-        return token_logprobs(forward_response(model, mb, T), mb["responses"])
+        return token_logprobs(forward_response(model, mb, T, share_prompts=share), mb["responses"])
 
     def nll(model, mb):
         lp = logprobs(model, mb)

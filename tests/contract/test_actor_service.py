@@ -338,3 +338,32 @@ def test_a_token_budget_gives_the_same_logprobs_and_updates(actor, tmp_path):
         assert same(budget.logprobs(data), actor.logprobs(data))
     finally:
         budget.stop()
+
+
+def test_rows_that_share_a_prompt_run_it_once_with_the_same_results(actor, tmp_path):
+    """The default (--share-prompts on): a GRPO-like batch, 3 prompts sampled 4 times each, gives the same
+    log-probs and the same PPO update as a service where every row runs its whole sequence."""
+    from tests.unit.test_actor_model import grouped
+
+    data = DataProto(grouped([5, 2, 4], [[6, 1, 3, 2], [6, 6, 1, 4], [1, 2, 3, 4]], width=(P, T), seed=3))
+    actor.update(next_step(actor), "sft", batch(seed=5))
+    actor.call("SaveCheckpoint", actor_pb2.CheckpointRequest(path=str(tmp_path / "c")))
+    full = Service("--role", "actor", "--model", actor.call("Describe").model, "--world-size", "2", "--lr", "1e-3",
+                   "--micro-batch-size", "2", "--no-share-prompts")
+    try:
+        full.call("LoadCheckpoint", actor_pb2.CheckpointRequest(path=str(tmp_path / "c")))
+        mask = data.batch["response_mask"]
+        same = lambda a, b: torch.allclose(a * mask, b * mask, atol=1e-5)  # noqa: E731
+        lp = full.logprobs(data)
+        assert same(actor.logprobs(data), lp)
+        ppo = DataProto(dict(data.batch, advantages=torch.linspace(-1, 1, 12)[:, None].expand(12, T).contiguous()))
+        step = next_step(actor)
+        r1 = full.update(step, "ppo", ppo, old_logprobs_key="")
+        r2 = actor.update(step, "ppo", ppo, old_logprobs_key="")
+        assert r2.metrics["actor/grad_norm"] == pytest.approx(r1.metrics["actor/grad_norm"], rel=1e-4)
+        assert r2.metrics["actor/pg_loss"] == pytest.approx(r1.metrics["actor/pg_loss"], abs=1e-6)
+        after = full.logprobs(data)
+        assert not same(after, lp)  # it trained
+        assert same(actor.logprobs(data), after)
+    finally:
+        full.stop()

@@ -1,7 +1,8 @@
 """Training engines alone, on real gloo process groups: each engine against the plain one.
 
 Every configuration runs the same step (forward, token-mean NLL backward, AdamW
-step) on the same batch; sharded runs use 2 ranks, each with half the rows.
+step) on the same batch; sharded runs use 2 ranks, each with half the rows (one
+prompt sampled twice: with --share the rows run it once).
 """
 
 import json
@@ -75,8 +76,9 @@ def test_plain_engine_learns(reference):
 
 
 @pytest.mark.parametrize("engine,flags", [("fsdp2", []), ("fsdp1", []), ("fsdp2", ["--hsdp", "2"]),
-                                          ("fsdp2", ["--grad-ckpt"])],
-                         ids=["fsdp2", "fsdp1", "hsdp", "fsdp2-gradient-checkpointing"])
+                                          ("fsdp2", ["--grad-ckpt"]), ("fsdp2", ["--share"]), ("fsdp1", ["--share"])],
+                         ids=["fsdp2", "fsdp1", "hsdp", "fsdp2-gradient-checkpointing", "fsdp2-shared-prompts",
+                              "fsdp1-shared-prompts"])
 def test_two_ranks_match_one_process(reference, tiny_lm, tmp_path, engine, flags):
     assert_same_step(reference, run(2, engine, tiny_lm, tmp_path, *flags))
 

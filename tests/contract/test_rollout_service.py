@@ -73,6 +73,25 @@ def test_same_seed_same_tokens_and_token_prompts(rollout):
     assert g1.batch["prompts"].tolist() == [[101, 5, 76, 5, 84, 99, 102]]
 
 
+def test_a_prompt_sampled_n_times_runs_once_with_the_same_results(rollout, tiny_lm):
+    """The hf backend prefills each distinct prompt once for its n samples: greedy samples equal the n=1
+    answer, and the log-probs it reports are a full HF forward's over prompt + response."""
+    from transformers import AutoModelForCausalLM
+
+    questions = chats("3+4=", "12+7=", "5+5=")
+    one = generate(rollout, questions, greedy=True).data.batch["responses"]
+    three = generate(rollout, questions, greedy=True, n=3).data.batch["responses"]
+    assert torch.equal(three, one.repeat_interleave(3, 0)[:, :three.shape[1]])
+    d = generate(rollout, questions, n=4, seed=3).data
+    T = d.batch["responses"].shape[1]
+    model = AutoModelForCausalLM.from_pretrained(tiny_lm).eval()
+    with torch.no_grad():
+        logits = model(input_ids=d.batch["input_ids"], attention_mask=d.batch["attention_mask"],
+                       position_ids=d.batch["position_ids"]).logits[:, -T - 1:-1]
+    local = torch.log_softmax(logits, -1).gather(-1, d.batch["responses"].unsqueeze(-1)).squeeze(-1)
+    assert torch.allclose(local * d.batch["response_mask"], d.batch["rollout_logprobs"], atol=1e-4)
+
+
 @pytest.mark.parametrize("data,sampling,match", [
     (chats("1+1="), {"n": 0}, "sampling.n must be >= 1"),
     (chats("1+1="), {"max_new_tokens": 0}, "max_new_tokens must be >= 1"),

@@ -69,3 +69,22 @@ def test_trimming_cuts_only_padding_and_restore_undoes_it():
     assert torch.equal(back, data.batch["advantages"] * data.batch["response_mask"])
     logits = restore([torch.ones(len(g), mb["responses"].shape[1], 3) for g, mb in zip(groups, micros)], groups, T)
     assert logits.shape == (len(data), T, 3)
+
+
+def test_a_shared_budget_keeps_a_prompts_rows_together_and_counts_the_prompt_once():
+    """shared=True (the actor runs each distinct prompt once): a micro-batch costs distinct prompts x
+    longest prompt + rows x longest response, and a prompt's rows are not scattered over micro-batches."""
+    from tests.unit.test_actor_model import grouped
+
+    data = DataProto(grouped([6, 3, 4, 5], [[5, 1, 3, 2], [5, 5, 1, 4], [1, 2, 3, 4], [2, 2, 2, 2]]))
+    prompt_of = [i // 4 for i in range(16)]
+    prompt, response = row_extents(data)
+    groups = token_groups(data, 40, shared=True)
+    assert sorted(torch.cat(groups).tolist()) == list(range(16))
+    for g in groups:
+        rows = g.tolist()
+        cost = len({prompt_of[i] for i in rows}) * int(prompt[g].max()) + len(rows) * max(1, int(response[g].max()))
+        assert len(rows) == 1 or cost <= 40
+    split = [p for p in range(4) if sum(any(prompt_of[i] == p for i in g.tolist()) for g in groups) > 1]
+    assert len(split) <= len(groups) - 1  # only where one micro-batch ends and the next begins
+    assert len(groups) < len(token_groups(data, 40))  # counting each prompt once fits more rows in a pass

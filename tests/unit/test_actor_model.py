@@ -34,3 +34,52 @@ def test_training_passes_are_deterministic_unless_dropout_is_asked_for(tmp_path,
     assert torch.equal(a, b)
     a, b = two_passes(load_model(str(path), kind, dropout=True))
     assert not torch.equal(a, b)
+
+
+def grouped(prompts: list[int], responses: list[list[int]], width=(6, 5), seed=0) -> dict:
+    """Prompt i (of prompts[i] tokens) sampled len(responses[i]) times, with those response lengths, in
+    verl's layout (prompts left-, responses right-padded); rows of a prompt adjacent, as a rollout returns them."""
+    P, T = width
+    g = torch.Generator().manual_seed(seed)
+    tokens = [torch.randint(4, 60, (P,), generator=g) for _ in prompts]
+    rows = [(p, r, t) for p, rs, t in zip(prompts, responses, tokens) for r in rs]
+    mask = torch.zeros(len(rows), P + T, dtype=torch.long)
+    ids = torch.randint(4, 60, (len(rows), P + T), generator=g)
+    for i, (p, r, prompt) in enumerate(rows):
+        mask[i, P - p:P + r] = 1
+        ids[i, :P] = prompt
+    ids = ids * mask
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
+            "responses": ids[:, P:], "response_mask": mask[:, P:].float()}
+
+
+@pytest.mark.parametrize("make", [gpt2, llama], ids=["gpt2", "llama"])
+def test_a_shared_prompt_gives_the_full_pass_outputs_and_gradients(tmp_path, make):
+    """Rows that share a prompt run it once (forward_response(share_prompts=True)): the same log-probs and
+    the same gradient as every row running its whole sequence."""
+    from services.actor.model import forward_response, prompt_sharing, token_logprobs
+
+    model = load_model(str(make(tmp_path / "m")), "causal")
+    mb = grouped([6, 3, 4], [[5, 1, 3, 2], [5, 5, 0, 4], [1, 2, 3, 4]])
+    assert prompt_sharing(mb, 5) is not None  # 3 prompts for 12 rows: the shared path runs
+    mask = mb["response_mask"]
+    weights = torch.randn(mask.shape, generator=torch.Generator().manual_seed(1))
+    outs = []
+    for share in (False, True):
+        model.zero_grad()
+        lp = token_logprobs(forward_response(model, mb, share_prompts=share), mb["responses"])
+        (lp * weights * mask).sum().backward()
+        outs.append((lp * mask, torch.cat([p.grad.flatten() for p in model.parameters()])))
+    (lp_full, g_full), (lp_shared, g_shared) = outs
+    assert torch.allclose(lp_shared, lp_full, atol=1e-5)
+    assert torch.allclose(g_shared, g_full, atol=1e-5, rtol=1e-4) and g_full.abs().sum() > 0
+
+
+def test_prompts_are_shared_only_where_enough_rows_repeat_one():
+    from services.actor.model import prompt_sharing
+
+    assert prompt_sharing(grouped([6, 3, 4, 5], [[1], [2], [3], [4]]), 5) is None  # no prompt repeats
+    assert prompt_sharing(grouped([6, 3, 4, 5], [[1, 2], [3], [4], [5]]), 5) is None  # 1 of 5 saved: too few
+    first, inverse = prompt_sharing(grouped([6, 3], [[1, 2, 5], [3, 4]]), 5)
+    assert first.tolist() == [0, 3] or first.tolist() == [3, 0]
+    assert inverse[first].tolist() == [0, 1] and inverse.tolist()[:3] == [inverse[0]] * 3
