@@ -1,13 +1,17 @@
-"""The mesh against TRL's GRPOTrainer on the main job's task, one run at a time on this machine.
+"""The mesh against TRL's GRPOTrainer and a bare one-process loop on the main job's task, one run at a
+time on this machine.
 
-    bash scripts/prepare.sh runs/default            # the SFT warm-up and data both start from
+    bash scripts/prepare.sh runs/default            # the SFT warm-up and data they all start from
     python3 -m venv /tmp/trl && /tmp/trl/bin/pip install torch==2.13.0 trl==1.16.0 transformers==5.19.0 pandas
     .venv/bin/python bench/peer_bench.py --trl-python /tmp/trl/bin/python [--steps 80] [--repeats 1]
 
-Both from runs/default/sft/hf with the same data and settings (configs/arithmetic_grpo.yaml, with one
-optimizer step per batch at lr 1e-4 as measured in bench/RESULTS.md; TRL's side in bench/peer_trl.py). Reports median s/step and samples/s (steps after the first), start-up (command
-start to the first step's start, step-0 validation included on both sides), the whole command, and
-held-out greedy accuracy every 20 steps. TRL lives in its own venv: it is not a dependency of meshrl.
+All from runs/default/sft/hf with the same data and settings (configs/arithmetic_grpo.yaml, with one
+optimizer step per batch at lr 1e-4 as TRL's side has it: bench/peer_trl.py; the bare loop:
+bench/peer_bare.py). The mesh runs twice, with the config's hf rollout and with vLLM. Reports median
+s/step and samples/s (steps after the first) with its ratio to TRL's and the bare loop's, start-up
+(command start to the first step's start, step-0 validation included on every side), the whole
+command, and held-out greedy accuracy every 20 steps. TRL lives in its own venv: it is not a
+dependency of meshrl.
 """
 
 import argparse
@@ -25,12 +29,12 @@ ROWS = 32 * 8  # samples a step
 SAME_AS_TRL = ["actor.lr=1e-4", "actor.mini_batch_size=0"]  # peer_trl.py's: one optimizer step per batch
 
 
-def mesh(run: pathlib.Path, data: pathlib.Path, model: pathlib.Path, steps: int, out: pathlib.Path) -> dict:
+def mesh(data: pathlib.Path, model: pathlib.Path, steps: int, out: pathlib.Path, *extra: str) -> dict:
     start = time.time()
     subprocess.run([".venv/bin/meshrl", "grpo", "--config", "configs/arithmetic_grpo.yaml", f"actor.model={model}",
                     f"data.train_files={data / 'train.parquet'}", f"data.val_files={data / 'test.parquet'}",
                     f"trainer.run_dir={out}", f"trainer.total_steps={steps}", "trainer.logger=[console]",
-                    f"trainer.save_every={steps}", *SAME_AS_TRL], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    f"trainer.save_every={steps}", *SAME_AS_TRL, *extra], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     whole = time.time() - start
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     first = min(s["start_ns"] for s in load_spans(out) if s["name"] == "step" and s["attributes"]["meshrl.step"] == 1)
@@ -38,9 +42,10 @@ def mesh(run: pathlib.Path, data: pathlib.Path, model: pathlib.Path, steps: int,
             "first_step_at_s": first / 1e9 - start, "val": {r["step"]: r["val/acc/mean"] for r in rows if "val/acc/mean" in r}}
 
 
-def trl(python: str, data: pathlib.Path, model: pathlib.Path, steps: int, out: pathlib.Path) -> dict:
+def peer(python: str, script: str, data: pathlib.Path, model: pathlib.Path, steps: int, out: pathlib.Path) -> dict:
+    """bench/peer_trl.py or bench/peer_bare.py under `python`: their JSON, with the whole command's time."""
     start = time.time()
-    subprocess.run([python, "bench/peer_trl.py", str(model), str(data / "train.parquet"), str(data / "test.parquet"),
+    subprocess.run([python, script, str(model), str(data / "train.parquet"), str(data / "test.parquet"),
                     str(steps), str(out)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     result = json.loads(out.read_text())
     result["whole_s"] = time.time() - start
@@ -60,24 +65,28 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=1)
     a = ap.parse_args()
     run = pathlib.Path(a.run)
-    model, data = run / "sft" / "hf", run / "data"
+    model, data = (run / "sft" / "hf").absolute(), (run / "data").absolute()
     if not (model / "config.json").is_file():
         sys.exit(f"no SFT checkpoint at {model}: run `bash scripts/prepare.sh {run}` first")
-    results = {"meshrl grpo": [], "TRL GRPOTrainer": []}
+    sides = {"meshrl grpo, hf rollout (the config's)": lambda out: mesh(data, model, a.steps, out),
+             "meshrl grpo, vLLM rollout": lambda out: mesh(data, model, a.steps, out, "rollout.backend=vllm"),
+             "TRL GRPOTrainer": lambda out: peer(a.trl_python, "bench/peer_trl.py", data, model, a.steps, out),
+             "bare loop": lambda out: peer(sys.executable, "bench/peer_bare.py", data, model, a.steps, out)}
+    results = {name: [] for name in sides}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(a.repeats):
-            results["meshrl grpo"].append(mesh(run, data, model, a.steps, pathlib.Path(tmp) / f"mesh-{i}"))
-            results["TRL GRPOTrainer"].append(trl(a.trl_python, data, model, a.steps, pathlib.Path(tmp) / f"trl-{i}.json"))
+            for j, (name, side) in enumerate(sides.items()):
+                results[name].append(side(pathlib.Path(tmp) / f"{j}-{i}"))
+    medians = {name: statistics.median(s for r in runs for s in r["step_s"][1:]) for name, runs in results.items()}
     print(f"\n{a.steps} steps of 32 prompts x 8 samples, {a.repeats} run(s) each, alternated:")
-    print("| | median s/step | samples/s | start-up to step 1 | whole command | held-out accuracy by step |")
-    print("|---|---|---|---|---|---|")
-    base = None
+    print("| | median s/step | x TRL | x bare loop | samples/s | start-up to step 1 | whole command | held-out accuracy by step |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, runs in results.items():
-        step = statistics.median(s for r in runs for s in r["step_s"][1:])
-        base = base or step
+        step = medians[name]
         val = " / ".join(" ".join(f"{v:.2f}" for _, v in sorted(r["val"].items())) for r in runs)
-        print(f"| {name} | {step:.3f} ({step / base:.2f}x) | {ROWS / step:.0f} | "
-              f"{seconds(r['first_step_at_s'] for r in runs)} | {seconds(r['whole_s'] for r in runs)} | {val} |")
+        print(f"| {name} | {step:.3f} | {step / medians['TRL GRPOTrainer']:.2f} | {step / medians['bare loop']:.2f} | "
+              f"{ROWS / step:.0f} | {seconds(r['first_step_at_s'] for r in runs)} | {seconds(r['whole_s'] for r in runs)} "
+              f"| {val} |")
     return 0
 
 

@@ -15,21 +15,12 @@ import time
 
 T0 = time.perf_counter()
 
-import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-
-def correct(text: str, truth) -> bool:
-    first = text.strip().split("\n", 1)[0].strip()
-    return first.lstrip("-").isdigit() and int(first) == int(str(truth).strip())
-
-
-def rows(path):
-    df = pd.read_parquet(path)
-    return [{"prompt": list(p), "ground_truth": str(r["ground_truth"])} for p, r in zip(df["prompt"], df["reward_model"])]
+from peer_common import accuracy, correct, rows  # noqa: E402
 
 
 def reward(completions, ground_truth, **_):
@@ -42,20 +33,8 @@ class Timing(TrainerCallback):
         self.tok, self.test, self.val_every = tokenizer, test, val_every
         self.steps, self.val, self.first_step_at = [], {}, None
 
-    def accuracy(self, model) -> float:
-        texts = [self.tok.apply_chat_template([dict(m) for m in r["prompt"]], tokenize=False,
-                                              add_generation_prompt=True) for r in self.test]
-        self.tok.padding_side = "left"
-        enc = self.tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-        model.eval()
-        with torch.no_grad():
-            out = model.generate(**enc, max_new_tokens=8, do_sample=False, pad_token_id=self.tok.pad_token_id)
-        model.train()
-        answers = self.tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-        return sum(correct(a, r["ground_truth"]) for a, r in zip(answers, self.test)) / len(self.test)
-
     def on_train_begin(self, args, state, control, model=None, **kw):
-        self.val[0] = self.accuracy(model)
+        self.val[0] = accuracy(model, self.tok, self.test)
 
     def on_step_begin(self, args, state, control, **kw):
         self.t = time.perf_counter()
@@ -65,7 +44,7 @@ class Timing(TrainerCallback):
     def on_step_end(self, args, state, control, model=None, **kw):
         self.steps.append(time.perf_counter() - self.t)
         if state.global_step % self.val_every == 0:
-            self.val[state.global_step] = self.accuracy(model)
+            self.val[state.global_step] = accuracy(model, self.tok, self.test)
 
 
 def main():

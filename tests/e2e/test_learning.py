@@ -21,7 +21,7 @@ GRPO_STEPS = 40
 
 
 def learn(tmp_path, *grpo_overrides: str) -> dict:
-    """SFT then GRPO on the default task (configs/arithmetic_*.yaml, rollout on HF); the held-out gain."""
+    """SFT then GRPO on the default task (configs/arithmetic_*.yaml, as the main job runs them); the held-out gain."""
     model = make_model(tmp_path / "model", TinyModelConfig())
     data = make_data(tmp_path / "data", ArithmeticConfig())  # the main job's task: 500 held-out problems
     common = [f"data.train_files={data['train']}", "actor.engine=plain", "actor.world_size=1", "reward.workers=1",
@@ -30,7 +30,7 @@ def learn(tmp_path, *grpo_overrides: str) -> dict:
         *common, f"actor.model={model}", f"trainer.run_dir={tmp_path / 'sft'}"]))
     grpo = run("grpo", load_config(str(ROOT / "configs/arithmetic_grpo.yaml"), [
         *common, f"actor.model={sft / 'hf'}", f"data.val_files={data['test']}", f"trainer.run_dir={tmp_path / 'grpo'}",
-        "rollout.backend=hf", f"trainer.total_steps={GRPO_STEPS}", f"trainer.val_every={GRPO_STEPS}",
+        f"trainer.total_steps={GRPO_STEPS}", f"trainer.val_every={GRPO_STEPS}",
         *grpo_overrides]))
     gain = held_out_gain(grpo)
     assert gain is not None and gain["n"] == 500

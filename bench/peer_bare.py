@@ -1,0 +1,87 @@
+"""A bare one-process GRPO loop on the main job's task, for bench/peer_bench.py: what the step costs
+with nothing around it (HF generate, one forward-backward, AdamW), the floor the issue measures against.
+
+    PYTHON bench/peer_bare.py MODEL TRAIN.parquet TEST.parquet STEPS OUT.json [--val-every 20]
+
+Same settings as bench/peer_trl.py: 32 prompts x 8 samples, up to 8 new tokens, temperature 1, lr 1e-4
+constant, token-mean PPO-clip loss on-policy (the ratio against the pass's own detached log-probs),
+group-normalised advantages, one optimizer step per batch over micro-batches of 64 rows, grad clip 1,
+fp32, no KL. Writes the same JSON as peer_trl.py.
+"""
+
+import argparse
+import json
+import random
+import time
+
+T0 = time.perf_counter()
+
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+from peer_common import accuracy, correct, encode, rows  # noqa: E402
+
+PROMPTS, N, NEW_TOKENS, MICRO = 32, 8, 8, 64
+
+
+def step(model, tok, opt, batch: list[dict]) -> None:
+    enc = encode(tok, batch)
+    with torch.no_grad():
+        out = model.generate(**enc, max_new_tokens=NEW_TOKENS, do_sample=True, temperature=1.0, top_k=0,
+                             num_return_sequences=N, pad_token_id=tok.pad_token_id)
+    P = enc["input_ids"].shape[1]
+    responses = out[:, P:]
+    texts = tok.batch_decode(responses, skip_special_tokens=True)
+    truths = [r["ground_truth"] for r in batch for _ in range(N)]
+    rewards = torch.tensor([float(correct(t, truth)) for t, truth in zip(texts, truths)])
+    group = rewards.view(-1, N)
+    adv = ((group - group.mean(1, keepdim=True)) / (group.std(1, keepdim=True) + 1e-6)).flatten()
+    eos = (responses == tok.eos_token_id).int()
+    resp_mask = ((eos.cumsum(1) - eos) == 0).float()  # up to the first end-of-sequence; padding after it
+    mask = torch.cat([enc["attention_mask"].repeat_interleave(N, 0), resp_mask.long()], 1)
+    tokens = resp_mask.sum()
+    opt.zero_grad()
+    for i in range(0, len(out), MICRO):
+        ids, m = out[i:i + MICRO], mask[i:i + MICRO]
+        logits = model(input_ids=ids, attention_mask=m, position_ids=(m.cumsum(1) - 1).clamp(min=0)).logits
+        lp = torch.log_softmax(logits[:, P - 1:-1].float(), -1).gather(-1, responses[i:i + MICRO, :, None]).squeeze(-1)
+        ratio = torch.exp(lp - lp.detach())
+        a = adv[i:i + MICRO, None]
+        loss = torch.maximum(-a * ratio, -a * ratio.clamp(0.8, 1.2))
+        ((loss * resp_mask[i:i + MICRO]).sum() / tokens).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("train")
+    ap.add_argument("test")
+    ap.add_argument("steps", type=int)
+    ap.add_argument("out")
+    ap.add_argument("--val-every", type=int, default=20)
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(a.model)
+    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    train, test = rows(a.train), rows(a.test)
+    order = list(range(len(train)))
+    random.Random(0).shuffle(order)
+    val, steps = {0: accuracy(model, tok, test)}, []
+    first = time.perf_counter() - T0
+    for s in range(1, a.steps + 1):
+        start = (s - 1) * PROMPTS % len(order)
+        t = time.perf_counter()
+        step(model, tok, opt, [train[i] for i in (order + order)[start:start + PROMPTS]])
+        steps.append(time.perf_counter() - t)
+        if s % a.val_every == 0:
+            val[s] = accuracy(model, tok, test)
+    json.dump({"step_s": steps, "first_step_at_s": first, "val": val, "whole_s": time.perf_counter() - T0,
+               "threads": torch.get_num_threads()}, open(a.out, "w"))
+
+
+if __name__ == "__main__":
+    main()
