@@ -152,9 +152,14 @@ def prompt_text(messages) -> str:
     return str(users[-1]) if users else ""
 
 
+def wanted(cfg: Config, roles: set[str]) -> dict[str, tuple[str, list[str]]]:
+    """{role: (its address, or "" to start it; its `meshrl serve` arguments)} for the roles in `roles`."""
+    return {role: (getattr(cfg, role).address, serve_args(cfg, role))
+            for role in ("actor", "ref", "critic", "rollout", "reward") if role in roles}
+
+
 def start_mesh(cfg: Config, services: Services, roles: set[str]) -> Mesh:
     """Start (or reach) the services in `roles`: actor, ref, critic, rollout, reward."""
-    clients = services.start_all({role: (getattr(cfg, role).address, serve_args(cfg, role))
-                                  for role in ("actor", "ref", "critic", "rollout", "reward") if role in roles})
+    clients = services.start_all(wanted(cfg, roles))
     reward = RewardClient(clients["reward"].address) if "reward" in clients else None
     return Mesh(cfg, clients, reward)

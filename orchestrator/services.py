@@ -49,17 +49,25 @@ class Services:
     def __init__(self):
         self.procs: list[subprocess.Popen] = []
         self.clients: dict[str, Client] = {}
+        self.spawned: dict[str, subprocess.Popen] = {}  # started, not yet waited for
 
     def start(self, name: str, address: str, serve_args: list[str], timeout: float = 600) -> Client:
         """Use the service at `address`, or start `meshrl serve <serve_args>` and use that."""
         return self.start_all({name: (address, serve_args)}, timeout)[name]
 
+    def spawn_all(self, wanted: dict[str, tuple[str, list[str]]]) -> None:
+        """Start the processes of the services that have no address, without waiting for them: their
+        imports and model loads then overlap whatever the caller does before start_all."""
+        for name, (address, args) in wanted.items():
+            if not address and name not in self.spawned:
+                self.spawned[name] = spawn(args)
+                self.procs.append(self.spawned[name])
+
     def start_all(self, wanted: dict[str, tuple[str, list[str]]], timeout: float = 600) -> dict[str, Client]:
         """{name: (address, serve_args)}: the services to start are all started at once (their model loads
         and vLLM's engine start overlap), then each is waited for and checked in turn."""
-        started = {name: spawn(args) for name, (address, args) in wanted.items() if not address}
-        self.procs += started.values()
-        return {name: self._ready(name, address, started.get(name), args, timeout)
+        self.spawn_all(wanted)
+        return {name: self._ready(name, address, self.spawned.pop(name, None), args, timeout)
                 for name, (address, args) in wanted.items()}
 
     def _ready(self, name: str, address: str, proc, serve_args: list[str], timeout: float) -> Client:

@@ -28,7 +28,7 @@ from meshrl.errors import ServiceError
 from orchestrator import preflight
 from orchestrator.config import Config
 from orchestrator.data import PromptDataset, prepare_run, prompt_limit
-from orchestrator.mesh import Mesh, prompt_text, start_mesh
+from orchestrator.mesh import Mesh, prompt_text, start_mesh, wanted
 from orchestrator.loggers import RunLog
 from orchestrator.report import finish_report, standard_error
 from orchestrator.services import Services
@@ -207,16 +207,17 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     curves.png, summary.md)."""
     roles = algorithm.setup(cfg)
     preflight.check(cfg, roles)  # before any service starts
-    run_dir, tokenizer, data, sampler = prepare_run(cfg)
-    val = None
-    if cfg.data.val_files and "rollout" in roles:
-        val = PromptDataset(cfg.data.val_files, tokenizer, prompt_limit(cfg), key="data.val_files")
-    torch.manual_seed(cfg.trainer.seed)
-    trace_env(cfg, run_dir)
+    trace_env(cfg, pathlib.Path(cfg.trainer.run_dir))
     telemetry.setup("meshrl-orchestrator")
     services = Services()
     done = 0
     try:
+        services.spawn_all(wanted(cfg, roles))  # they start while this process reads the data
+        run_dir, tokenizer, data, sampler = prepare_run(cfg)
+        val = None
+        if cfg.data.val_files and "rollout" in roles:
+            val = PromptDataset(cfg.data.val_files, tokenizer, prompt_limit(cfg), key="data.val_files")
+        torch.manual_seed(cfg.trainer.seed)
         mesh = start_mesh(cfg, services, roles)
         first = resume(run_dir, mesh, algorithm, sampler) + 1 if cfg.trainer.resume else 1
         done = first - 1
