@@ -1,5 +1,5 @@
-"""GRPO step benchmark on the tiny task through the full mesh (vLLM rollout, FSDP2 actor with
-actor.world_size=auto, reward service): where a step's time goes, what the mesh's RPCs cost, and what tracing costs.
+"""GRPO step benchmark on the tiny task through the full mesh (configs/arithmetic_grpo.yaml's rollout,
+actor with world_size and engine auto, reward service): where a step's time goes, what the mesh's RPCs cost, and what tracing costs.
 
     .venv/bin/python bench/step_bench.py [--steps 20] [--repeats 2]
     .venv/bin/python bench/step_bench.py --compare reuse|world|budget|share   # one comparison only
