@@ -66,6 +66,23 @@ def add_dataclass_flags(parser: argparse.ArgumentParser, cls, skip: tuple[str, .
     return names
 
 
+def dataclass_args(cls, values: dict, skip: tuple[str, ...] = ()) -> list[str]:
+    """The command line add_dataclass_flags(cls) parses back into `values` (the fields of cls found there;
+    a switch only where it differs from its default): how a caller writes another process's flags
+    without keeping its own copy of them."""
+    out = []
+    for f in dataclasses.fields(cls):
+        if f.name in skip or f.name not in values:
+            continue
+        value, flag = values[f.name], f.name.replace("_", "-")
+        if f.type is bool:
+            if bool(value) != bool(f.default):
+                out.append(f"--{flag}" if value else f"--no-{flag}")
+        else:
+            out += [f"--{flag}", str(value)]
+    return out
+
+
 def dataclass_from_args(cls, args: argparse.Namespace, skip: tuple[str, ...] = ()):
     return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.name not in skip})
 

@@ -44,8 +44,13 @@ class ActorSection:
     threads: int = 0  # torch threads per rank; 0: the cores shared out over the ranks (never more
     #   threads than cores)
     lr: float = 1e-5  # AdamW's learning rate
+    weight_decay: float = 0.0  # AdamW's weight decay
     warmup_steps: int = 0  # linear warm-up steps
     grad_clip: float = 1.0  # max global gradient norm; 0: no clipping
+    mixed_precision: bool = False  # bf16 parameters in forward/backward, fp32 gradient reduction and
+    #   master weights
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory
+    hsdp_replicate: int = 1  # fsdp2: > 1 replicates over this many groups and shards within each (HSDP)
     micro_batch_size: int = 8  # rows per forward/backward pass on each rank
     micro_batch_tokens: int = 0  # > 0: micro-batches by this token budget instead (verl's dynamic batch
     #   size): rows of similar length together, each pass cut to its own longest row; same gradients
@@ -104,6 +109,11 @@ class RolloutSection:
     max_new_tokens: int = 16  # response tokens at most
     max_model_len: int = 256  # prompt + response tokens the engine holds per sequence
     weight_transport: str = "shm"  # actor -> rollout: shm (same host), stream (any host), cuda_ipc (same GPU)
+    dtype: str = "float32"  # the engine's weights and compute: float32, bfloat16, float16
+    tensor_parallel_size: int = 1  # vllm: GPUs the engine spreads over
+    gpu_memory_utilization: float = 0.3  # vllm: share of GPU memory the engine may take
+    kv_cache_gb: float = 1.0  # vllm on CPU: KV cache size
+    enforce_eager: bool = True  # vllm: no CUDA graphs (starts sooner; false decodes faster on a GPU)
 
 
 @dataclasses.dataclass

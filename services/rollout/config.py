@@ -23,6 +23,8 @@ class RolloutConfig:
     """vLLM: share of accelerator memory (on CPU: of the memory node) the engine may take."""
     kv_cache_gb: float = 1.0
     """vLLM on CPU: KV cache size (VLLM_CPU_KVCACHE_SPACE)."""
+    enforce_eager: bool = True
+    """vLLM: no CUDA graphs (the engine starts sooner; off, decoding on a GPU is faster)."""
 
     def __post_init__(self):
         if self.backend not in BACKENDS:

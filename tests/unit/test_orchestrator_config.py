@@ -60,3 +60,41 @@ def test_list_fields_take_yaml_lists_and_check_items():
         load_config(None, ["ray.colocate=[1]"])
     with pytest.raises(ValueError, match="ray.colocate: expected a list"):
         load_config(None, ["ray.colocate=rollout"])
+
+
+def parsed(cls, args: list[str], skip=()):
+    """What a service's own flags (meshrl.flags, as `meshrl serve` adds them) read from `args`."""
+    import argparse
+
+    from meshrl.flags import add_dataclass_flags, dataclass_from_args
+
+    p = argparse.ArgumentParser()
+    add_dataclass_flags(p, cls, skip)
+    return dataclass_from_args(cls, p.parse_known_args(args)[0], skip)
+
+
+def test_the_services_read_back_every_setting_the_run_config_shares_with_them():
+    """orchestrator/mesh.py::serve_args writes the actor's and rollout's flags from their config classes:
+    a setting changed in the run config arrives (bools both ways), and nothing is kept by hand."""
+    from orchestrator.mesh import serve_args
+    from services.actor.config import EngineConfig, OptimConfig
+    from services.rollout.config import RolloutConfig
+
+    changed = ["actor.mixed_precision=true", "actor.gradient_checkpointing=true", "actor.hsdp_replicate=2",
+               "actor.share_prompts=false", "actor.weight_decay=0.1", "actor.micro_batch_tokens=512",
+               "actor.engine=fsdp2", "actor.world_size=2", "actor.lr=3e-6", "rollout.dtype=bfloat16",
+               "rollout.tensor_parallel_size=2", "rollout.gpu_memory_utilization=0.5", "rollout.enforce_eager=false",
+               "rollout.backend=hf", "rollout.max_model_len=1024", "trainer.seed=7"]
+    cfg = load_config(None, ["actor.model=m", "data.train_files=t", *changed])
+    engine = parsed(EngineConfig, serve_args(cfg, "actor"))
+    assert (engine.mixed_precision, engine.gradient_checkpointing, engine.hsdp_replicate, engine.share_prompts,
+            engine.micro_batch_tokens, engine.engine, engine.seed) == (True, True, 2, False, 512, "fsdp2", 7)
+    optim = parsed(OptimConfig, serve_args(cfg, "actor"), skip=("betas",))
+    assert (optim.lr, optim.weight_decay) == (3e-6, 0.1)
+    assert "--lr" not in serve_args(cfg, "ref")  # a frozen model has no optimizer
+    rollout = parsed(RolloutConfig, serve_args(cfg, "rollout"))
+    assert (rollout.model, rollout.dtype, rollout.tensor_parallel_size, rollout.gpu_memory_utilization,
+            rollout.enforce_eager, rollout.backend, rollout.max_model_len, rollout.seed) == \
+        ("m", "bfloat16", 2, 0.5, False, "hf", 1024, 7)
+    defaults = parsed(EngineConfig, serve_args(load_config(None, ["actor.model=m", "data.train_files=t"]), "actor"))
+    assert defaults.share_prompts and not defaults.mixed_precision
