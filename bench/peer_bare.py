@@ -9,7 +9,6 @@ group-normalised advantages, one optimizer step per batch over micro-batches of 
 fp32, no KL. Writes the same JSON as peer_trl.py.
 """
 
-import argparse
 import json
 import random
 import time
@@ -19,7 +18,7 @@ T0 = time.perf_counter()
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from peer_common import accuracy, correct, encode, rows  # noqa: E402
+from peer_common import accuracy, arguments, correct, encode, rows  # noqa: E402
 
 PROMPTS, N, NEW_TOKENS, MICRO = 32, 8, 8, 64
 
@@ -54,14 +53,7 @@ def step(model, tok, opt, batch: list[dict]) -> None:
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("model")
-    ap.add_argument("train")
-    ap.add_argument("test")
-    ap.add_argument("steps", type=int)
-    ap.add_argument("out")
-    ap.add_argument("--val-every", type=int, default=20)
-    a = ap.parse_args()
+    a = arguments()
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)

@@ -1,6 +1,8 @@
 """What bench/peer_trl.py and bench/peer_bare.py share: the task's data and reward rule, and greedy
 held-out accuracy. Imports only torch, transformers and pandas, so it runs in TRL's venv and in meshrl's."""
 
+import argparse
+
 import pandas as pd
 import torch
 
@@ -33,3 +35,15 @@ def accuracy(model, tok, test: list[dict], max_new_tokens: int = 8) -> float:
     model.train(was_training)
     answers = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
     return sum(correct(a, r["ground_truth"]) for a, r in zip(answers, test)) / len(test)
+
+
+def arguments() -> argparse.Namespace:
+    """The peers' command line: MODEL TRAIN.parquet TEST.parquet STEPS OUT.json [--val-every 20]."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("train")
+    ap.add_argument("test")
+    ap.add_argument("steps", type=int)
+    ap.add_argument("out")
+    ap.add_argument("--val-every", type=int, default=20)
+    return ap.parse_args()

@@ -9,7 +9,6 @@ answer, as an integer, equals the ground truth). Writes per-step seconds (withou
 evaluation, which runs between steps), the time to the first step and held-out greedy accuracy.
 """
 
-import argparse
 import json
 import time
 
@@ -20,7 +19,7 @@ from datasets import Dataset  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from peer_common import accuracy, correct, rows  # noqa: E402
+from peer_common import accuracy, arguments, correct, rows  # noqa: E402
 
 
 def reward(completions, ground_truth, **_):
@@ -48,14 +47,7 @@ class Timing(TrainerCallback):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("model")
-    ap.add_argument("train")
-    ap.add_argument("test")
-    ap.add_argument("steps", type=int)
-    ap.add_argument("out")
-    ap.add_argument("--val-every", type=int, default=20)
-    a = ap.parse_args()
+    a = arguments()
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, torch_dtype=torch.float32)
