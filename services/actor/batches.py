@@ -18,6 +18,7 @@ import torch
 
 from meshrl.dataproto import DataProto, pad_to_divisor
 from meshrl.errors import InvalidArgument
+from services.actor.model import prompt_index
 
 SEQUENCE = ("input_ids", "attention_mask", "position_ids")
 BASE = (*SEQUENCE, "responses")
@@ -87,13 +88,6 @@ def row_extents(data: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
     return mask[:, :P].sum(1), mask[:, P:].sum(1)
 
 
-def prompt_families(data: DataProto) -> torch.Tensor:
-    """Each row's prompt as an index into the batch's distinct prompts (rows of a GRPO group share one)."""
-    P = data.batch["input_ids"].shape[1] - data.batch["responses"].shape[1]
-    key = torch.cat([data.batch[k][:, :P] for k in SEQUENCE], 1)
-    return torch.unique(key, dim=0, return_inverse=True)[1]
-
-
 def token_groups(data: DataProto, max_tokens: int, unit: int = 1, count: int = 0,
                  shared: bool = False) -> list[torch.Tensor]:
     """Row indices of each micro-batch: units of `unit` adjacent rows (DPO pairs) sorted longest first and
@@ -107,7 +101,8 @@ def token_groups(data: DataProto, max_tokens: int, unit: int = 1, count: int = 0
     units = len(data) // unit
     up = prompt.view(units, unit).amax(1).tolist()
     ur = response.view(units, unit).amax(1).clamp(min=1).tolist()
-    rows = (prompt_families(data) if shared else torch.arange(len(data))).view(units, unit).tolist()
+    T = data.batch["responses"].shape[1]
+    rows = (prompt_index(data.batch, T) if shared else torch.arange(len(data))).view(units, unit).tolist()
     family = [r[0] for r in rows]  # a unit's place in the order: with its first row's prompt
     longest, first = {}, {}
     for u in range(units):

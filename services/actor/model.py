@@ -80,15 +80,21 @@ def forward_response(model: torch.nn.Module, micro: dict, response_length: int |
 def prompt_sharing(micro: dict, T: int) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(one row of each distinct prompt, each row's index into those), or None when too few rows share
     one for a second pass to pay (fewer than a quarter of the prompts saved)."""
-    P = micro["input_ids"].shape[1] - T
-    key = torch.cat([micro[k][:, :P] for k in ("input_ids", "attention_mask", "position_ids")], 1)
-    _, inverse = torch.unique(key, dim=0, return_inverse=True)
-    rows, distinct = len(key), int(inverse.max()) + 1
+    inverse = prompt_index(micro, T)
+    rows, distinct = len(inverse), int(inverse.max()) + 1
     if distinct * 4 > rows * 3:
         return None
-    first = torch.full((distinct,), rows, device=key.device).scatter_reduce(
-        0, inverse, torch.arange(rows, device=key.device), "amin")
+    first = torch.full((distinct,), rows, device=inverse.device).scatter_reduce(
+        0, inverse, torch.arange(rows, device=inverse.device), "amin")
     return first, inverse
+
+
+def prompt_index(tensors: dict, T: int) -> torch.Tensor:
+    """Each row's prompt (ids, mask and positions before the last T columns) as an index into the
+    distinct ones."""
+    P = tensors["input_ids"].shape[1] - T
+    key = torch.cat([tensors[k][:, :P] for k in ("input_ids", "attention_mask", "position_ids")], 1)
+    return torch.unique(key, dim=0, return_inverse=True)[1]
 
 
 def forward_shared(model: torch.nn.Module, micro: dict, T: int, first: torch.Tensor,
