@@ -20,6 +20,7 @@ import os
 import pathlib
 import subprocess
 
+from meshrl.rpc.token import forget_run_token, run_token
 from orchestrator import main as loops
 from orchestrator import preflight, trainer
 from orchestrator.config import Config
@@ -141,11 +142,16 @@ def run(algorithm: str, cfg: Config):
     try:
         algo = loops.LOOPS[algorithm]()
         trainer.trace_env(cfg, pathlib.Path(cfg.trainer.run_dir))  # the placed services trace like local ones
-        placement = place(cfg, algo.setup(cfg))  # releases what it placed if it fails
+        token_made = run_token()  # every service is placed by this run: all require its token (in their env)
         try:
-            return trainer.run(cfg, algo)
+            placement = place(cfg, algo.setup(cfg))  # releases what it placed if it fails
+            try:
+                return trainer.run(cfg, algo)
+            finally:
+                release(placement)
         finally:
-            release(placement)
+            if token_made:
+                forget_run_token()
     finally:
         if started:
             ray.shutdown()

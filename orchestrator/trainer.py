@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from meshrl import telemetry
 from meshrl.errors import ServiceError
+from meshrl.rpc.token import forget_run_token, run_token
 from orchestrator import preflight
 from orchestrator.config import Config
 from orchestrator.data import PromptDataset, prepare_run, prompt_limit
@@ -210,8 +211,10 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     trace_env(cfg, pathlib.Path(cfg.trainer.run_dir))
     telemetry.setup("meshrl-orchestrator")
     services = Services()
-    done = 0
+    done, token_made = 0, False
     try:
+        if not any(address for address, _ in wanted(cfg, roles).values()):
+            token_made = run_token()  # every service is ours: none answers a caller without the run's token
         services.spawn_all(wanted(cfg, roles))  # they start while this process reads the data
         run_dir, tokenizer, data, sampler = prepare_run(cfg)
         val = None
@@ -265,5 +268,7 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     finally:
         services.stop()
         telemetry.shutdown()
+        if token_made:
+            forget_run_token()
     return run_dir
 
