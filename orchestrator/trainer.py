@@ -213,9 +213,10 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     services = Services()
     done, token_made = 0, False
     try:
-        if not any(address for address, _ in wanted(cfg, roles).values()):
+        ours = wanted(cfg, roles)
+        if not any(address for address, _ in ours.values()):
             token_made = run_token()  # every service is ours: none answers a caller without the run's token
-        services.spawn_all(wanted(cfg, roles))  # they start while this process reads the data
+        services.spawn_all(ours)  # they start while this process reads the data
         run_dir, tokenizer, data, sampler = prepare_run(cfg)
         val = None
         if cfg.data.val_files and "rollout" in roles:

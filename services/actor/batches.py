@@ -101,8 +101,8 @@ def token_groups(data: DataProto, max_tokens: int, unit: int = 1, count: int = 0
     units = len(data) // unit
     up = prompt.view(units, unit).amax(1).tolist()
     ur = response.view(units, unit).amax(1).clamp(min=1).tolist()
-    T = data.batch["responses"].shape[1]
-    rows = (prompt_index(data.batch, T) if shared else torch.arange(len(data))).view(units, unit).tolist()
+    width = data.batch["responses"].shape[1]
+    rows = (prompt_index(data.batch, width) if shared else torch.arange(len(data))).view(units, unit).tolist()
     family = [r[0] for r in rows]  # a unit's place in the order: with its first row's prompt
     longest, first = {}, {}
     for u in range(units):
