@@ -9,6 +9,13 @@ orchestrator import from here; nothing here imports them.
 """
 
 import importlib
+import os
+
+# Intel MKL (torch's CPU BLAS) may change how many threads a call uses at run time unless told not to, and
+# with it the order of a matmul's sums: Intel names MKL_DYNAMIC=FALSE a condition of run-to-run identical
+# results. meshrl promises those (a resumed run ends bit-identical to an uninterrupted one), so every
+# process that imports meshrl, and the services it starts, asks for them; a user's own setting stands.
+os.environ.setdefault("MKL_DYNAMIC", "FALSE")
 
 __version__ = "0.1.0"
 __all__ = ["DataProto"]

@@ -26,6 +26,13 @@ def test_grpo_runs_steps_and_logs_them(tiny_lm, arithmetic_data, tmp_path):
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["rollout"]["n"] == 2
 
 
+def computed(run_dir) -> list[dict]:
+    """Each step's metrics but its clock readings."""
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in m.items() if not k.startswith(("timing_s/", "perf/")) and "seconds" not in k}
+            for m in lines]
+
+
 @pytest.mark.parametrize("algorithm, extra", [
     ("grpo", []),
     ("ppo", ["critic.lr=1e-3"]),  # the critic's checkpoint shapes the advantages
@@ -47,6 +54,8 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(algorithm, extra, ti
                                      "trainer.resume=true"]))
     steps = [json.loads(line)["step"] for line in (resumed / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]
+    for step, (w, r) in enumerate(zip(computed(whole), computed(resumed)), 1):  # where the runs part, if they do
+        assert w == r, f"step {step}: " + ", ".join(f"{k} {w[k]!r} != {r.get(k)!r}" for k in w if w[k] != r.get(k))
     a = load_file(whole / "checkpoints" / "step_4" / "actor" / "hf" / "model.safetensors")
     b = load_file(resumed / "checkpoints" / "step_4" / "actor" / "hf" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
