@@ -6,6 +6,7 @@ Anything else is a bug and becomes INTERNAL, with the traceback in the service l
 """
 
 import grpc
+from google.protobuf.message import DecodeError
 
 
 class InvalidArgument(ValueError):
@@ -43,6 +44,7 @@ class ServiceError(RuntimeError):
 # Checked in order: the first matching class wins.
 STATUS_FOR: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    (DecodeError, grpc.StatusCode.INVALID_ARGUMENT),  # bytes that are not the request's message
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (Aborted, grpc.StatusCode.ABORTED),
@@ -50,6 +52,16 @@ STATUS_FOR: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
     (NotImplementedError, grpc.StatusCode.UNIMPLEMENTED),
 ]
+
+
+MAX_DETAILS = 2000  # characters of an error's text sent back: gRPC's metadata limit is 8 KiB in all
+
+
+def details_for(error: BaseException, internal: bool = False) -> str:
+    """The status text: the message (with the type for a bug), cut to MAX_DETAILS so that an error
+    quoting a huge field never turns into RESOURCE_EXHAUSTED on the caller's side."""
+    text = f"{type(error).__name__}: {error}" if internal else str(error)
+    return text if len(text) <= MAX_DETAILS else text[:MAX_DETAILS - 20] + f"... [{len(text)} chars]"
 
 
 def status_for(error: BaseException) -> grpc.StatusCode:

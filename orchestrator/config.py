@@ -114,6 +114,7 @@ class RolloutSection:
     gpu_memory_utilization: float = 0.3  # vllm: share of GPU memory the engine may take
     kv_cache_gb: float = 1.0  # vllm on CPU: KV cache size
     enforce_eager: bool = True  # vllm: no CUDA graphs (starts sooner; false decodes faster on a GPU)
+    max_samples: int = 65536  # the rollout refuses a Generate asking for more samples (prompts x n)
 
 
 @dataclasses.dataclass

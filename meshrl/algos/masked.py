@@ -59,6 +59,8 @@ def token_level(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tens
     mask = response_mask.bool()
     lengths = mask.sum(1)
     out = torch.zeros(mask.shape, dtype=torch.float32)
+    if mask.shape[1] == 0:  # no response tokens anywhere: nothing to place
+        return out
     rows = torch.nonzero(lengths > 0).flatten()
     last = mask.shape[1] - 1 - mask.flip(1).int().argmax(1)  # index of the last 1 in each row
     out[rows, last[rows]] = scores[rows]

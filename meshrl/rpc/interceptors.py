@@ -7,7 +7,7 @@ import logging
 import grpc
 
 from meshrl import telemetry
-from meshrl.errors import status_for
+from meshrl.errors import details_for, status_for
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +35,12 @@ def _abort(context: grpc.ServicerContext, error: Exception, method: str):
     if context.code() not in (None, grpc.StatusCode.OK):
         raise error  # the method already aborted with a status of its own
     code = status_for(error)
-    if code == grpc.StatusCode.INTERNAL:
+    internal = code == grpc.StatusCode.INTERNAL
+    details = details_for(error, internal)
+    if internal:
         log.exception("%s failed", method)
-        details = f"{type(error).__name__}: {error}"
     else:
-        log.info("%s: %s: %s", method, code.name, error)
-        details = str(error)
+        log.info("%s: %s: %s", method, code.name, details)
     context.abort(code, details)
 
 

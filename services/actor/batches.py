@@ -24,7 +24,10 @@ SEQUENCE = ("input_ids", "attention_mask", "position_ids")
 BASE = (*SEQUENCE, "responses")
 
 
-def validate(data: DataProto, required: tuple[str, ...], world_size: int, pairs: bool = False) -> None:
+def validate(data: DataProto, required: tuple[str, ...], world_size: int, pairs: bool = False,
+             vocab_size: int | None = None, positions: int | None = None) -> None:
+    """Refuse a batch the model cannot take, naming the tensor: missing, misshapen, non-finite, or with
+    token ids past the vocabulary or positions past what the model encodes (an index error inside a rank)."""
     missing = [k for k in required if k not in data.batch]
     if missing:
         raise InvalidArgument(f"missing tensor(s) {missing}; the batch has {sorted(data.batch)}")
@@ -44,6 +47,11 @@ def validate(data: DataProto, required: tuple[str, ...], world_size: int, pairs:
     if responses.dim() != 2 or not 0 < responses.shape[1] < L:
         raise InvalidArgument(f"tensor 'responses' must be (B, T) with 0 < T < {L}, got {list(responses.shape)}")
     T = responses.shape[1]
+    for k, limit in (("input_ids", vocab_size), ("responses", vocab_size), ("position_ids", positions)):
+        t = data.batch[k]
+        if limit and t.numel() and not (0 <= int(t.min()) and int(t.max()) < limit):
+            raise InvalidArgument(f"tensor {k!r} holds values outside 0..{limit - 1} "
+                                  f"({'the vocabulary' if k != 'position_ids' else 'the positions the model encodes'})")
     for k in required:
         if k in BASE:
             continue

@@ -6,6 +6,7 @@ FAILED_PRECONDITION) and changes nothing.
 """
 
 import json
+import math
 import pathlib
 
 from meshrl.codec import Payload
@@ -33,6 +34,7 @@ class ActorServicer:
         self.checkpoint_root = pathlib.Path(checkpoint_root).resolve()  # Save/Load stay under it
         self.world_size = driver.group.world_size
         self.init_args: dict | None = None
+        self.limits: dict = {}  # from the model's config at init: what batches.validate checks ids against
         self.last_step = 0
         self.last_reply: actor_pb2.UpdateResponse | None = None
         self.weight_version = 0
@@ -66,6 +68,9 @@ class ActorServicer:
             return self.Describe(None, None)
         self._call("init", args)
         self.init_args = args
+        config = json.loads(pathlib.Path(args["model"], "config.json").read_text())
+        self.limits = {"vocab_size": config.get("vocab_size"),  # ids the embedding holds, positions it encodes
+                       "positions": config.get("max_position_embeddings") or config.get("n_positions")}
         return self.Describe(None, None)
 
     # ---- compute --------------------------------------------------------------------
@@ -74,6 +79,8 @@ class ActorServicer:
         if self.role == "critic":
             raise InvalidArgument("the critic role computes values: call ComputeValues")
         msg = request.msg
+        if not 0 <= msg.temperature < math.inf:
+            raise InvalidArgument(f"BatchRequest.temperature must be a finite number >= 0, got {msg.temperature}")
         out = self._compute(request, "logprobs", {"temperature": msg.temperature or 1.0,
                                                   "with_entropy": msg.with_entropy})
         return Payload(actor_pb2.BatchResponse(), out)
@@ -86,7 +93,7 @@ class ActorServicer:
     def _compute(self, request: Payload, method: str, args: dict) -> DataProto:
         self._require_init()
         data = _data(request)
-        batches.validate(data, batches.BASE, self.world_size)
+        batches.validate(data, batches.BASE, self.world_size, **self.limits)
         parts, pad = batches.shard(data.select(list(batches.BASE)), self.world_size)
         results = self._call(method, args, parts)
         return unpad(DataProto.concat([DataProto(r.batch) for r in results]), pad)
@@ -113,7 +120,7 @@ class ActorServicer:
         params_dict = _values(msg.loss.params, "loss.params")
         params = parse_loss(self.role, name, params_dict)
         data = _data(request)
-        batches.validate(data, required_tensors(name, params), self.world_size, pairs=name == "dpo")
+        batches.validate(data, required_tensors(name, params), self.world_size, pairs=name == "dpo", **self.limits)
         keys = list(required_tensors(name, params))
         if name == "ppo" and not params.old_logprobs_key:
             if batches.num_minibatches(len(data), params.mini_batch_size) > 1:
@@ -135,7 +142,10 @@ class ActorServicer:
     def SaveCheckpoint(self, request: actor_pb2.CheckpointRequest, context) -> actor_pb2.CheckpointResponse:
         self._require_init()
         path = self._checkpoint_path(request)
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # a file in the way, a full disk: the caller's path, named
+            raise InvalidArgument(f"cannot make the checkpoint folder {request.path[:200]!r}: {e.strerror}") from None
         self._call("save", {"path": str(path), "export_hf": request.export_hf})
         (path / STATE_FILE).write_text(json.dumps({"last_step": self.last_step, "weight_version": self.weight_version,
                                                    "role": self.role}))
@@ -146,7 +156,11 @@ class ActorServicer:
         path = self._checkpoint_path(request)
         if not (path / STATE_FILE).is_file():
             raise InvalidArgument(f"no actor checkpoint at {path} (missing {STATE_FILE})")
-        state = json.loads((path / STATE_FILE).read_text())
+        try:
+            state = json.loads((path / STATE_FILE).read_text())
+            state = {k: state[k] for k in ("last_step", "weight_version", "role")}
+        except (ValueError, TypeError, KeyError) as e:
+            raise InvalidArgument(f"{path / STATE_FILE} is not an actor checkpoint's state: {e!r}") from None
         if state["role"] != self.role:
             raise InvalidArgument(f"checkpoint at {path} is of the {state['role']} role, this service is {self.role}")
         self._call("load", {"path": str(path)})
@@ -159,6 +173,9 @@ class ActorServicer:
         (DCP unpickles a checkpoint's metadata), and the error says nothing of what exists there."""
         if not request.path:
             raise InvalidArgument("CheckpointRequest.path is empty")
+        if "\0" in request.path or len(request.path) > 4096 or any(len(p) > 255 for p in request.path.split("/")):
+            raise InvalidArgument(f"CheckpointRequest.path {request.path[:200]!r} is not a usable path (a NUL, "
+                                  "a name over 255 bytes or a path over 4096)")
         path = (self.checkpoint_root / request.path).resolve()
         if path != self.checkpoint_root and self.checkpoint_root not in path.parents:
             raise InvalidArgument(f"CheckpointRequest.path {request.path[:200]!r} is outside this service's "

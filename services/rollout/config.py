@@ -25,9 +25,11 @@ class RolloutConfig:
     """vLLM on CPU: KV cache size (VLLM_CPU_KVCACHE_SPACE)."""
     enforce_eager: bool = True
     """vLLM: no CUDA graphs (the engine starts sooner; off, decoding on a GPU is faster)."""
+    max_samples: int = 65536
+    """Samples (prompts x n) one Generate may ask for; a larger request is refused before any work."""
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
-        if self.max_model_len < 2 or self.tensor_parallel_size < 1:
-            raise ValueError("max_model_len must be >= 2 and tensor_parallel_size >= 1")
+        if self.max_model_len < 2 or self.tensor_parallel_size < 1 or self.max_samples < 1:
+            raise ValueError("max_model_len must be >= 2, tensor_parallel_size and max_samples >= 1")

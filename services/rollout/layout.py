@@ -14,21 +14,29 @@ from meshrl.errors import InvalidArgument
 from services.rollout.sampling import Completion
 
 
-def read_prompts(data: DataProto, tokenizer, max_model_len: int, max_new_tokens: int) -> list[list[int]]:
+def read_prompts(data: DataProto, tokenizer, max_model_len: int, max_new_tokens: int,
+                 vocab_size: int) -> list[list[int]]:
     if "input_ids" in data.batch:
         ids = data.batch["input_ids"]
         mask = data.batch.get("attention_mask")
-        if ids.dim() != 2:
-            raise InvalidArgument(f"tensor 'input_ids' must be (B, L), got {list(ids.shape)}")
+        if ids.dim() != 2 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
+            raise InvalidArgument(f"tensor 'input_ids' must be (B, L) integers, got {list(ids.shape)} {ids.dtype}")
         if mask is None or mask.shape != ids.shape:
             raise InvalidArgument("tensor 'attention_mask' must come with input_ids, of the same shape")
         prompts = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
+        bad = [(i, t) for i, p in enumerate(prompts) for t in p if not 0 <= t < vocab_size][:1]
+        if bad:
+            raise InvalidArgument(f"row {bad[0][0]}: token id {bad[0][1]} is outside the vocabulary (0..{vocab_size - 1})")
     elif "prompt" in data.non_tensor_batch:
         prompts = []
         for i, messages in enumerate(data.non_tensor_batch["prompt"]):
             if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
                 raise InvalidArgument(f"row {i}: prompt must be a list of chat messages ({{role, content}})")
-            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            try:
+                text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            except Exception as e:  # noqa: BLE001 - the template is the model's, the messages the caller's
+                raise InvalidArgument(f"row {i}: the chat template cannot render this prompt: "
+                                      f"{type(e).__name__}: {e}") from None
             prompts.append(tokenizer(text, add_special_tokens=False)["input_ids"])
     else:
         raise InvalidArgument("Generate needs input_ids + attention_mask tensors or a 'prompt' column of chat messages")

@@ -1,6 +1,7 @@
 """Sampling settings from the request, checked, and what a backend returns per sample."""
 
 import dataclasses
+import math
 
 from meshrl.errors import InvalidArgument
 from meshrl.v1 import rollout_pb2
@@ -33,8 +34,8 @@ def from_proto(p: rollout_pb2.SamplingParams) -> Sampling:
         raise InvalidArgument(f"sampling.n must be >= 1, got {p.n}")
     if p.max_new_tokens < 1:
         raise InvalidArgument(f"sampling.max_new_tokens must be >= 1, got {p.max_new_tokens}")
-    if p.temperature < 0:
-        raise InvalidArgument(f"sampling.temperature must be >= 0, got {p.temperature}")
+    if not 0 <= p.temperature < math.inf:
+        raise InvalidArgument(f"sampling.temperature must be a finite number >= 0, got {p.temperature}")
     if not 0 <= p.top_p <= 1:
         raise InvalidArgument(f"sampling.top_p must be in (0, 1], got {p.top_p}")
     if p.top_k < -1:

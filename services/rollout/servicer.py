@@ -35,7 +35,9 @@ class RolloutServicer:
         self.cfg = cfg
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.model)
         self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        tied = bool(getattr(AutoConfig.from_pretrained(cfg.model), "tie_word_embeddings", False))
+        config = AutoConfig.from_pretrained(cfg.model)
+        tied = bool(getattr(config, "tie_word_embeddings", False))
+        self.vocab_size = getattr(config, "vocab_size", None) or len(self.tokenizer)
         self.receiver = WeightReceiver(checkpoint_shapes(cfg.model), tied)
         self.backend = backend or make_backend(cfg)
         self.version = 0
@@ -55,7 +57,11 @@ class RolloutServicer:
         if not request.msg.HasField("sampling"):
             raise InvalidArgument("GenerateRequest.sampling is missing")
         sampling = from_proto(request.msg.sampling)
-        prompts = layout.read_prompts(request.data, self.tokenizer, self.cfg.max_model_len, sampling.max_new_tokens)
+        if len(request.data) * sampling.n > self.cfg.max_samples:
+            raise InvalidArgument(f"{len(request.data)} prompts x sampling.n {sampling.n} exceeds the rollout's "
+                                  f"limit of {self.cfg.max_samples} samples per Generate (--max-samples)")
+        prompts = layout.read_prompts(request.data, self.tokenizer, self.cfg.max_model_len, sampling.max_new_tokens,
+                                      self.vocab_size)
         with self.lock:
             if self.receiver.in_progress:
                 raise FailedPrecondition(f"weight update {self.receiver.version} is in progress: finish it first")

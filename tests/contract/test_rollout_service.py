@@ -96,7 +96,7 @@ def test_a_prompt_sampled_n_times_runs_once_with_the_same_results(rollout, tiny_
     (chats("1+1="), {"n": 0}, "sampling.n must be >= 1"),
     (chats("1+1="), {"max_new_tokens": 0}, "max_new_tokens must be >= 1"),
     (chats("1+1="), {"top_p": 1.5}, "top_p must be in"),
-    (chats("1+1="), {"temperature": -1.0}, "temperature must be >= 0"),
+    (chats("1+1="), {"temperature": -1.0}, "temperature must be a finite number >= 0"),
     (chats("1+1=" * 30), {}, "row 0: prompt of"),
     (DataProto({"input_ids": torch.zeros(2, 3, dtype=torch.long), "attention_mask": torch.tensor([[1, 1, 1], [0, 0, 0]])}),
      {}, "row 1: empty prompt"),
