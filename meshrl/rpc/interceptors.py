@@ -3,6 +3,7 @@ server span per call that continues the caller's trace (when tracing is on)."""
 
 import hmac
 import logging
+import threading
 
 import grpc
 
@@ -89,6 +90,58 @@ class TokenInterceptor(grpc.ServerInterceptor):
                 context.abort(grpc.StatusCode.UNAUTHENTICATED,
                               "missing or wrong bearer token (metadata 'authorization: Bearer ...')")
             return deny
+
+        return _wrap(handler, wrap)
+
+
+LIGHT = (HEALTH_PREFIX, "/grpc.reflection.")  # and every service's Describe: answered from the reserve
+
+
+def light(method: str) -> bool:
+    return method.startswith(LIGHT) or method.endswith("/Describe")
+
+
+class CapacityInterceptor(grpc.ServerInterceptor):
+    """At most `limit` work calls at once; one more is RESOURCE_EXHAUSTED at once instead of queueing.
+    The server's pool is larger than `limit`, so health checks, reflection and Describe always find a
+    thread: 16 calls stalled on a dead peer once made every health check time out."""
+
+    def __init__(self, limit: int):
+        self.limit, self.running, self.lock = limit, 0, threading.Lock()
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        if light(handler_call_details.method):
+            return handler
+
+        def wrap(behavior, streaming):
+            def enter(context):
+                with self.lock:
+                    if self.running >= self.limit:
+                        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                      f"the service is busy: {self.running} calls in progress (its limit); retry later")
+                    self.running += 1
+
+            def leave():
+                with self.lock:
+                    self.running -= 1
+
+            if streaming:
+                def counted_stream(request, context):
+                    enter(context)
+                    try:
+                        yield from behavior(request, context)
+                    finally:
+                        leave()
+                return counted_stream
+
+            def counted(request, context):
+                enter(context)
+                try:
+                    return behavior(request, context)
+                finally:
+                    leave()
+            return counted
 
         return _wrap(handler, wrap)
 

@@ -17,13 +17,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from meshrl import telemetry
-from meshrl.rpc.interceptors import ErrorInterceptor, TokenInterceptor, TracingInterceptor
+from meshrl.rpc.interceptors import CapacityInterceptor, ErrorInterceptor, TokenInterceptor, TracingInterceptor
 from meshrl.rpc.methods import service_handler
 from meshrl.rpc.token import env_token
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 256 << 20  # batches stream in 4 MB parts; this bounds one odd message
+LIGHT_RESERVE = 4  # threads beyond max_workers kept for health, reflection and Describe
 
 
 def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
@@ -35,13 +36,14 @@ class Server:
     def __init__(self, servicers: list, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
                  max_workers: int = 16, max_message_bytes: int = MAX_MESSAGE_BYTES):
         interceptors = [TokenInterceptor(token)] if token else []
+        interceptors.append(CapacityInterceptor(max_workers))
         if telemetry.enabled():
             interceptors.append(TracingInterceptor())  # outside the error mapping: the span sees the status
         interceptors.append(ErrorInterceptor())
         # gRPC shares a port with any server already on it by default (SO_REUSEPORT), which splits
         # connections between the two: a second server must fail to bind instead.
         options = [*channel_options(max_message_bytes), ("grpc.so_reuseport", 0)]
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers),
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers + LIGHT_RESERVE),
                                    interceptors=interceptors, options=options)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)

@@ -6,11 +6,15 @@ before any rank starts.
 """
 
 import dataclasses
+import math
 
 from meshrl.algos.kl import KL_ESTIMATORS
 from meshrl.algos.losses import DPO_LOSSES
 from meshrl.algos.masked import LOSS_AGG_MODES
 from meshrl.typed import build
+
+
+MAX_EPOCHS = 100  # passes over one batch; verl's ppo_epochs is 1-4 in practice, a caller's 2**31 is not work
 
 
 @dataclasses.dataclass
@@ -23,8 +27,13 @@ class Schedule:
     seed: int = 0
 
     def __post_init__(self):
-        if self.epochs < 1 or self.mini_batch_size < 0:
-            raise ValueError("epochs must be >= 1 and mini_batch_size >= 0")
+        if not 1 <= self.epochs <= MAX_EPOCHS or self.mini_batch_size < 0:
+            raise ValueError(f"epochs must be in 1..{MAX_EPOCHS} and mini_batch_size >= 0, "
+                             f"got {self.epochs} and {self.mini_batch_size}")
+        for f in dataclasses.fields(self):  # a NaN clip ratio or coefficient would train on NaN silently
+            v = getattr(self, f.name)
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ValueError(f"{f.name} must be a finite number, got {v}")
 
 
 OLD_LOGPROBS = ("actor_logprobs", "rollout_logprobs", "")

@@ -9,12 +9,23 @@ response after the token that completes them.
 """
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StoppingCriteria, StoppingCriteriaList
 
 from meshrl import cuda_ipc
+from meshrl.errors import Aborted
 from meshrl.shm import attach
 from services.rollout.config import RolloutConfig
 from services.rollout.sampling import Completion, Sampling
+
+
+class WhileAlive(StoppingCriteria):
+    """Stops every sequence once the caller is gone: a cancelled request frees the engine within a token."""
+
+    def __init__(self, alive):
+        self.alive = alive
+
+    def __call__(self, input_ids, scores, **kwargs) -> torch.Tensor:
+        return torch.full((input_ids.shape[0],), not self.alive(), dtype=torch.bool, device=input_ids.device)
 
 
 class HFBackend:
@@ -28,7 +39,9 @@ class HFBackend:
         self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], s: Sampling) -> list[list[Completion]]:
+    def generate(self, prompts: list[list[int]], s: Sampling, alive=None) -> list[list[Completion]]:
+        """Samples of each prompt; `alive()` turning false (the caller cancelled or its deadline passed)
+        stops generation after the current token and raises Aborted."""
         width = max(map(len, prompts))
         ids = torch.tensor([[self.pad] * (width - len(p)) + p for p in prompts], device=self.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
@@ -41,7 +54,11 @@ class HFBackend:
                     "top_k": s.top_k if s.top_k > 0 else 0} if s.temperature > 0 else {"do_sample": False}
         out = self.model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache,
                                   max_new_tokens=s.max_new_tokens, eos_token_id=eos, pad_token_id=self.pad,
-                                  return_dict_in_generate=True, output_logits=s.logprobs, **sampling)
+                                  return_dict_in_generate=True, output_logits=s.logprobs,
+                                  stopping_criteria=StoppingCriteriaList([WhileAlive(alive)]) if alive else None,
+                                  **sampling)
+        if alive is not None and not alive():
+            raise Aborted("generation stopped: the caller cancelled or its deadline passed")
         new = out.sequences[:, width:]
         if s.logprobs:  # of the tokens sampled, under softmax(logits / temperature), as the actor computes them
             logits = torch.stack(out.logits, 1).float() / (s.temperature if s.temperature > 0 else 1.0)

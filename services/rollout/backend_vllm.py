@@ -34,7 +34,9 @@ class VLLMBackend:
 
         self.llm = LLM(**engine_args(cfg), worker_extension_cls="services.rollout.vllm_ext.WeightLoader")
 
-    def generate(self, prompts: list[list[int]], s: Sampling) -> list[list[Completion]]:
+    def generate(self, prompts: list[list[int]], s: Sampling, alive=None) -> list[list[Completion]]:
+        # `alive` is not polled: LLM.generate runs to the end (the servicer refuses a request whose caller
+        # left while it waited; stopping vLLM mid-batch needs its engine loop, not this offline call).
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 

@@ -11,7 +11,7 @@ from transformers import AutoConfig, AutoTokenizer
 
 from meshrl.codec import Payload
 from meshrl.codec.rawbytes import decode_bytes_field
-from meshrl.errors import FailedPrecondition, InvalidArgument
+from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument
 from meshrl.rpc.methods import raw_request
 from meshrl.v1 import common_pb2, rollout_pb2
 from services.rollout import layout
@@ -67,7 +67,10 @@ class RolloutServicer:
                 raise FailedPrecondition(f"weight update {self.receiver.version} is in progress: finish it first")
             if self.sleeping:
                 raise FailedPrecondition("the rollout engine is asleep: call WakeUp first")
-            completions = self.backend.generate(prompts, sampling)
+            alive = context.is_active if context is not None else None
+            if alive is not None and not alive():  # it waited behind another and its caller left meanwhile
+                raise Aborted("the caller cancelled or its deadline passed before generation started")
+            completions = self.backend.generate(prompts, sampling, alive)
             version = self.version
         out = layout.build(request.data, prompts, completions, self.pad, sampling.logprobs)
         out.meta_info["weight_version"] = version

@@ -7,6 +7,7 @@ across updates (growing when needed).
 """
 
 import logging
+import math
 
 import torch
 from safetensors import safe_open
@@ -14,7 +15,7 @@ from safetensors import safe_open
 from meshrl.cuda_ipc import handle_fields
 from meshrl.errors import FailedPrecondition, InvalidArgument, check_counter
 from meshrl.shm import Segment
-from meshrl.weights import TRANSPORTS, ref_dtype, ref_nbytes
+from meshrl.weights import ALIGN, TRANSPORTS, ref_dtype, ref_nbytes
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,10 @@ class WeightReceiver:
         self.expected = expected
         # a tied lm_head is the embedding: senders may include it, the engine does not want it
         self.skip = {"lm_head.weight"} if tied_embeddings and "lm_head.weight" not in expected else set()
+        # The most a sender may announce: every parameter (a tied head again) at 8 bytes an element, aligned.
+        # More would commit /dev/shm on a caller's word (512 MiB once, for a 3M-parameter model).
+        numel = sum(math.prod(shape) for shape in expected.values())
+        self.max_bytes = (numel * (2 if self.skip else 1) * 8 + ALIGN * (len(expected) + 1)) or ALIGN
         self.segment: Segment | None = None
         self.version = 0  # the update in progress; 0 when none
         self._reset()
@@ -61,8 +66,9 @@ class WeightReceiver:
             raise InvalidArgument(f"transport must be one of {list(TRANSPORTS)}, got {transport!r}")
         if transport == "cuda_ipc" and not torch.cuda.is_available():
             raise InvalidArgument("cuda_ipc needs a GPU shared with the sender; use shm or stream")
-        if total_bytes <= 0:
-            raise InvalidArgument("total_bytes must be > 0")
+        if not 0 < total_bytes <= self.max_bytes:
+            raise InvalidArgument(f"total_bytes must be in 1..{self.max_bytes} (this model's weights at 8 bytes "
+                                  f"an element), got {total_bytes}")
         if self.in_progress:
             log.warning("weight update %d abandoned for %d", self.version, version)
         self._reset()

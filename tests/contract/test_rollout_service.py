@@ -131,9 +131,11 @@ def test_bad_weight_updates_keep_the_old_weights(rollout, tiny_lm):
     bad = grpc.StatusCode.INVALID_ARGUMENT
     old = grpc.StatusCode.FAILED_PRECONDITION
 
-    def begin(version, transport="shm"):
+    def begin(version, transport="shm", size=total):
         return rollout.call("BeginWeightUpdate", rollout_pb2.BeginWeightUpdateRequest(
-            version=version, transport=transport, total_bytes=total))
+            version=version, transport=transport, total_bytes=size))
+
+    expect(bad, lambda: begin(v + 1, size=512 << 20), "total_bytes must be in 1..")  # no /dev/shm on a word
 
     def send(*buckets):
         return rollout.call_stream("SendWeights", buckets)
@@ -185,3 +187,50 @@ def test_cuda_ipc_is_refused_without_a_gpu(rollout):
     v = rollout.call("Describe").weight_version + 1
     expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: rollout.call("BeginWeightUpdate", rollout_pb2.BeginWeightUpdateRequest(
         version=v, transport="cuda_ipc", total_bytes=64)), "cuda_ipc needs a GPU")
+
+
+def test_a_cancelled_generate_stops_and_frees_the_engine(rollout):
+    """8,000 samples of 40 tokens (a minute of work here) asked with a 1 s deadline: generation stops
+    within a token of the deadline and a small request right behind it is served at once."""
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(ServiceError) as e:
+        rollout.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=rollout_pb2.SamplingParams(
+            n=2000, temperature=1.0, max_new_tokens=40)), chats("1+1=", "2+2=", "3+3=", "4+4=")), timeout=1)
+    assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert len(generate(rollout, chats("5+5=")).data) == 1
+    assert time.monotonic() - start < 15
+
+
+def test_sigterm_stops_a_busy_rollout_within_seconds(tiny_lm):
+    """In-flight calls get the server's grace (5 s), then are cancelled: a minute-long Generate stops at
+    the next token and the process exits cleanly."""
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", "rollout", "--backend", "hf",
+                             "--model", str(tiny_lm), "--max-model-len", "64"], stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert "listening on" in line, line
+    client, outcome = Client(line.split()[-1], SERVICE, timeout=120, retries=0), {}
+
+    def busy():
+        try:
+            client.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=rollout_pb2.SamplingParams(
+                n=2000, temperature=1.0, max_new_tokens=40)), chats("1+1=", "2+2=", "3+3=", "4+4=")))
+        except ServiceError as e:
+            outcome["code"] = e.code
+
+    t = threading.Thread(target=busy)
+    t.start()
+    time.sleep(2)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert time.monotonic() - start < 12
+    t.join(10)
+    assert outcome.get("code") in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED)

@@ -235,6 +235,32 @@ def test_concurrent_clients(server):
     assert not errors
 
 
+def test_busy_work_never_starves_health_or_describe():
+    """Calls beyond the work limit are refused at once (RESOURCE_EXHAUSTED), not queued; health checks
+    and Describe answer from their own threads while every work thread is stuck."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    s = serve(EchoScorer(), max_workers=3)
+    slow = Payload(reward_pb2.ScoreRequest(), DataProto({"x": torch.ones(1, 1)}, meta_info={"sleep": 4}))
+    stuck = [threading.Thread(target=lambda: Client(s.address, SERVICE, timeout=30).call("Score", slow))
+             for _ in range(3)]
+    for t in stuck:
+        t.start()
+    time.sleep(0.5)
+    with Client(s.address, SERVICE, timeout=3) as c:
+        with pytest.raises(ServiceError) as e:
+            score(c, DataProto({"x": torch.ones(1, 1)}))
+        assert e.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and "busy: 3 calls" in e.value.details
+        assert c.call("Describe").backend == "echo"
+        health = health_pb2_grpc.HealthStub(c.channel).Check(health_pb2.HealthCheckRequest(), timeout=2)
+        assert health.status == health_pb2.HealthCheckResponse.SERVING
+    for t in stuck:
+        t.join()
+    with Client(s.address, SERVICE, timeout=5) as c:  # and the limit is given back
+        assert score(c, DataProto({"x": torch.ones(1, 2)})).data.batch["scores"].tolist() == [2.0]
+    s.stop(0)
+
+
 def test_sigterm_drains_in_flight_calls_then_exits(tmp_path):
     port_file = tmp_path / "port"
     proc = subprocess.Popen([sys.executable, str(pathlib.Path(__file__).parent / "echo_service.py"), str(port_file)])
