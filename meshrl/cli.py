@@ -38,8 +38,10 @@ def cmd_health(args) -> int:
     if not sep or not host or not port.isdigit():  # grpc would try port 443 for a bare host name
         print(f"meshrl health: give HOST:PORT, got {args.address!r}", file=sys.stderr)
         return 2
+    from meshrl.rpc import tls
+
     metadata = (("authorization", f"Bearer {args.token}"),) if args.token else ()
-    with grpc.insecure_channel(args.address) as channel:
+    with tls.channel(args.address, None, []) as channel:  # TLS (any mesh role's certificate) when configured
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout, metadata=metadata)
@@ -69,6 +71,17 @@ def cmd_serve(args) -> int:
     except OSError as e:  # a port already taken: one line, not a traceback
         print(f"meshrl serve {args.service}: {e}", file=sys.stderr)
         return 1
+
+
+def cmd_certs(args) -> int:
+    """A private CA and a certificate per role, for MESHRL_TLS_DIR (meshrl.rpc.tls)."""
+    from meshrl.rpc.tls import make_certs
+
+    for path in make_certs(pathlib.Path(args.out), [h for h in args.hosts.split(",") if h], args.days):
+        print(path)
+    print(f"export MESHRL_TLS_DIR={pathlib.Path(args.out).resolve()}  # every process of the run, servers and "
+          "clients; a host needs ca.pem and the .pem/.key of the roles it runs")
+    return 0
 
 
 def cmd_report(args) -> int:
@@ -128,6 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
                                "ray.address=auto ...")
 
     add_health_parser(sub)
+
+    p = sub.add_parser("certs", help="make a private CA and a TLS certificate per role (MESHRL_TLS_DIR)")
+    p.add_argument("out", help="output folder")
+    p.add_argument("--hosts", default="", help="comma-separated names or IPs the services are reached by, "
+                                               "beyond localhost and 127.0.0.1")
+    p.add_argument("--days", type=int, default=365, help="validity")
+    p.set_defaults(fn=cmd_certs)
 
     p = sub.add_parser("report", help="a run's summary table and curves.png, written again from its files")
     p.add_argument("run_dir", help="a run folder (trainer.run_dir)")

@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from meshrl import telemetry
 from meshrl.codec.payload import Payload, data_field_number
 from meshrl.errors import ServiceError
+from meshrl.rpc import tls
 from meshrl.rpc.methods import client_call, message_class, method_path
 from meshrl.rpc.server import MAX_MESSAGE_BYTES, channel_options
 from meshrl.rpc.token import env_token
@@ -34,7 +35,7 @@ class Client:
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
         token = env_token() if token is None else token  # "" sends none
         self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        self.channel = grpc.insecure_channel(address, options=channel_options(max_message_bytes))
+        self.channel = tls.channel(address, service.name, channel_options(max_message_bytes))
         self._calls = {m.name: client_call(self.channel, m) for m in service.methods}
 
     def call(self, method: str, request: Payload | Message | None = None, *,

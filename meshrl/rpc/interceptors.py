@@ -146,6 +146,41 @@ class CapacityInterceptor(grpc.ServerInterceptor):
         return _wrap(handler, wrap)
 
 
+class RoleInterceptor(grpc.ServerInterceptor):
+    """Under mutual TLS: PERMISSION_DENIED unless the caller's certificate names a role that meshrl.rpc.tls
+    POLICY allows for the method (a token alone says nothing of the caller's role)."""
+
+    def intercept_service(self, continuation, handler_call_details):
+        from meshrl.rpc.tls import POLICY, caller_role
+
+        handler = continuation(handler_call_details)
+        allowed = POLICY.get(handler_call_details.method)
+        if allowed is None:
+            return handler
+        name = handler_call_details.method.rsplit("/", 2)[-2].rsplit(".", 1)[-1] + "/" + \
+            handler_call_details.method.rsplit("/", 1)[-1]
+
+        def wrap(behavior, streaming):
+            def check(context):
+                role = caller_role(context)
+                if role not in allowed:
+                    context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                  f"the {role or 'unidentified'} role may not call {name} (allowed: {sorted(allowed)})")
+
+            if streaming:
+                def checked_stream(request, context):
+                    check(context)
+                    yield from behavior(request, context)
+                return checked_stream
+
+            def checked(request, context):
+                check(context)
+                return behavior(request, context)
+            return checked
+
+        return _wrap(handler, wrap)
+
+
 class TracingInterceptor(grpc.ServerInterceptor):
     """A SERVER span per call, child of the caller's span (trace context from the metadata)."""
 

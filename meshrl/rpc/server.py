@@ -17,7 +17,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from meshrl import telemetry
-from meshrl.rpc.interceptors import CapacityInterceptor, ErrorInterceptor, TokenInterceptor, TracingInterceptor
+from meshrl.rpc import tls
+from meshrl.rpc.interceptors import (CapacityInterceptor, ErrorInterceptor, RoleInterceptor, TokenInterceptor,
+                                    TracingInterceptor)
 from meshrl.rpc.methods import service_handler
 from meshrl.rpc.token import env_token
 
@@ -36,6 +38,9 @@ class Server:
     def __init__(self, servicers: list, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
                  max_workers: int = 16, max_message_bytes: int = MAX_MESSAGE_BYTES):
         interceptors = [TokenInterceptor(token)] if token else []
+        credentials = tls.server_credentials(servicers[0].SERVICE.name) if servicers else None
+        if credentials is not None:
+            interceptors.append(RoleInterceptor())
         interceptors.append(CapacityInterceptor(max_workers))
         if telemetry.enabled():
             interceptors.append(TracingInterceptor())  # outside the error mapping: the span sees the status
@@ -57,7 +62,8 @@ class Server:
             [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
             self._server)
         try:
-            self.port = self._server.add_insecure_port(f"{host}:{port}")
+            self.port = (self._server.add_secure_port(f"{host}:{port}", credentials) if credentials else
+                         self._server.add_insecure_port(f"{host}:{port}"))
         except RuntimeError:  # grpc raises, rather than returning 0, when the port is taken
             self.port = 0
         if self.port == 0:
@@ -106,6 +112,7 @@ def run_service(servicer, args, label: str) -> int:
     Prints "<label> listening on HOST:PORT" once serving: launchers and tests read that line.
     """
     telemetry.setup(f"meshrl-{servicer.SERVICE.name.removesuffix('Service').lower()}")
+    tls.set_role(tls.SERVER_ROLE.get(servicer.SERVICE.name, "orchestrator"))  # its own calls (the weight push)
     try:
         server = Server([servicer], host=args.host, port=args.port, token=args.token or env_token()).start()
         print(f"{label} listening on {server.address}", flush=True)

@@ -1,0 +1,137 @@
+"""Mutual TLS between the mesh's roles, and who may call what.
+
+`meshrl certs DIR` makes a private CA and one certificate per role (orchestrator, actor, rollout,
+reward), each naming its role as common name and as a DNS name. With MESHRL_TLS_DIR=DIR in the
+environment (never on a command line), every server presents its role's certificate and requires one
+signed by the same CA from each caller; every client presents the certificate of the role its
+process plays and accepts only a server whose certificate names the role it meant to reach (a
+stand-in rollout with another role's certificate receives no weights).
+
+The caller's role is then known, and PERMISSION_DENIED guards the privileged methods (POLICY): only
+the orchestrator trains, checkpoints, generates and scores; only an actor changes a rollout's
+weights. Health checks, reflection and Describe answer any caller with a certificate from the CA.
+Without MESHRL_TLS_DIR nothing changes: plain TCP, with the bearer token (meshrl.rpc.token) if set.
+"""
+
+import datetime
+import ipaddress
+import os
+import pathlib
+
+import grpc
+
+VAR = "MESHRL_TLS_DIR"
+ROLES = ("orchestrator", "actor", "rollout", "reward")
+SERVER_ROLE = {"ActorService": "actor", "RolloutService": "rollout", "RewardService": "reward"}
+ANY_NAME = "meshrl"  # every certificate carries it: what `meshrl health` checks against
+
+# method -> roles that may call it; methods not named here are open to any role of the mesh.
+POLICY = {
+    **{f"/meshrl.v1.ActorService/{m}": {"orchestrator"} for m in (
+        "Init", "ComputeLogProbs", "ComputeValues", "Update", "SaveCheckpoint", "LoadCheckpoint", "PushWeights",
+        "Offload", "Reload")},
+    **{f"/meshrl.v1.RolloutService/{m}": {"orchestrator"} for m in ("Generate", "Sleep", "WakeUp")},
+    **{f"/meshrl.v1.RolloutService/{m}": {"actor"} for m in (
+        "BeginWeightUpdate", "SendWeights", "FinishWeightUpdate")},
+    "/meshrl.v1.RewardService/Score": {"orchestrator"},
+}
+
+_role = "orchestrator"  # the role this process calls as; a service sets its own when it starts
+
+
+def set_role(role: str) -> None:
+    global _role
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    _role = role
+
+
+def enabled() -> bool:
+    return bool(os.environ.get(VAR))
+
+
+def credentials(role: str) -> tuple[bytes, bytes, bytes]:
+    """(CA, key, certificate) of `role` from MESHRL_TLS_DIR, or a ValueError naming what is missing."""
+    path = os.environ[VAR]
+    folder = pathlib.Path(path)
+    missing = [n for n in ("ca.pem", f"{role}.pem", f"{role}.key") if not (folder / n).is_file()]
+    if missing:
+        raise ValueError(f"{VAR}={path}: missing {missing} (make them with `meshrl certs {path}`)")
+    return (folder / "ca.pem").read_bytes(), (folder / f"{role}.key").read_bytes(), (folder / f"{role}.pem").read_bytes()
+
+
+def server_credentials(service_name: str) -> grpc.ServerCredentials | None:
+    """The serving role's certificate, requiring a client certificate from the CA; None when TLS is off."""
+    if not enabled():
+        return None
+    ca, key, cert = credentials(SERVER_ROLE.get(service_name, _role))
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
+
+
+def channel(address: str, service_name: str | None, options: list) -> grpc.Channel:
+    """A channel to `address`: TLS with this process's certificate when MESHRL_TLS_DIR is set, checking
+    that the server's certificate names the role serving `service_name` (any mesh role when None)."""
+    if not enabled():
+        return grpc.insecure_channel(address, options=options)
+    ca, key, cert = credentials(_role)
+    creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+    expected = SERVER_ROLE.get(service_name or "", ANY_NAME)
+    return grpc.secure_channel(address, creds, options=[*options, ("grpc.ssl_target_name_override", expected)])
+
+
+def caller_role(context: grpc.ServicerContext) -> str | None:
+    """The common name of the caller's certificate; None on a plain connection."""
+    auth = context.auth_context() or {}
+    names = auth.get("x509_common_name") or []
+    return names[0].decode() if names else None
+
+
+def make_certs(out: pathlib.Path, hosts: list[str], days: int = 365) -> list[pathlib.Path]:
+    """A CA and a certificate per role under `out` (keys readable by their owner only). Each names its
+    role, `meshrl`, localhost, 127.0.0.1 and `hosts` (the names or addresses services are reached by)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    out.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    written = []
+
+    def save(name: str, data: bytes, secret: bool) -> None:
+        path = out / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if secret else 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        written.append(path)
+
+    def pem_key(k) -> bytes:
+        return k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                               serialization.NoEncryption())
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "meshrl CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+          .not_valid_after(now + datetime.timedelta(days=days))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    save("ca.pem", ca.public_bytes(serialization.Encoding.PEM), secret=False)  # its key is not kept: rerun to add
+    for role in ROLES:
+        key = ec.generate_private_key(ec.SECP256R1())
+        names: list[x509.GeneralName] = [x509.DNSName(n) for n in (role, ANY_NAME, "localhost")]
+        for h in ["127.0.0.1", *hosts]:
+            try:
+                names.append(x509.IPAddress(ipaddress.ip_address(h)))
+            except ValueError:
+                names.append(x509.DNSName(h))
+        cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, role)]))
+                .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days))
+                .add_extension(x509.SubjectAlternativeName(names), critical=False)
+                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                      ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+                .sign(ca_key, hashes.SHA256()))
+        save(f"{role}.pem", cert.public_bytes(serialization.Encoding.PEM), secret=False)
+        save(f"{role}.key", pem_key(key), secret=True)
+    return written
