@@ -21,7 +21,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from codec_bench import SERVICE, batch, start_server, timed  # noqa: E402
 
 from meshrl.codec import Payload  # noqa: E402
-from meshrl.rpc import Client, tls  # noqa: E402
+from meshrl import tls  # noqa: E402
+from meshrl.rpc import Client  # noqa: E402
 from meshrl.v1 import reward_pb2  # noqa: E402
 
 

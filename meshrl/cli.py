@@ -38,7 +38,7 @@ def cmd_health(args) -> int:
     if not sep or not host or not port.isdigit():  # grpc would try port 443 for a bare host name
         print(f"meshrl health: give HOST:PORT, got {args.address!r}", file=sys.stderr)
         return 2
-    from meshrl.rpc import tls
+    from meshrl import tls
 
     metadata = (("authorization", f"Bearer {args.token}"),) if args.token else ()
     with tls.channel(args.address, None, []) as channel:  # TLS (any mesh role's certificate) when configured
@@ -74,8 +74,8 @@ def cmd_serve(args) -> int:
 
 
 def cmd_certs(args) -> int:
-    """A private CA and a certificate per role, for MESHRL_TLS_DIR (meshrl.rpc.tls)."""
-    from meshrl.rpc.tls import make_certs
+    """A private CA and a certificate per role, for MESHRL_TLS_DIR (meshrl.tls)."""
+    from meshrl.tls import make_certs
 
     for path in make_certs(pathlib.Path(args.out), [h for h in args.hosts.split(",") if h], args.days):
         print(path)

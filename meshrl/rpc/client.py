@@ -16,10 +16,9 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from meshrl import telemetry
+from meshrl import telemetry, tls
 from meshrl.codec.payload import Payload, data_field_number
 from meshrl.errors import ServiceError
-from meshrl.rpc import tls
 from meshrl.rpc.methods import client_call, message_class, method_path
 from meshrl.rpc.server import MAX_MESSAGE_BYTES, channel_options
 from meshrl.rpc.token import env_token

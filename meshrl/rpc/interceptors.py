@@ -9,6 +9,7 @@ import grpc
 
 from meshrl import telemetry
 from meshrl.errors import details_for, status_for
+from meshrl.tls import POLICY, caller_role
 
 log = logging.getLogger(__name__)
 
@@ -147,12 +148,10 @@ class CapacityInterceptor(grpc.ServerInterceptor):
 
 
 class RoleInterceptor(grpc.ServerInterceptor):
-    """Under mutual TLS: PERMISSION_DENIED unless the caller's certificate names a role that meshrl.rpc.tls
+    """Under mutual TLS: PERMISSION_DENIED unless the caller's certificate names a role that meshrl.tls
     POLICY allows for the method (a token alone says nothing of the caller's role)."""
 
     def intercept_service(self, continuation, handler_call_details):
-        from meshrl.rpc.tls import POLICY, caller_role
-
         handler = continuation(handler_call_details)
         allowed = POLICY.get(handler_call_details.method)
         if allowed is None:

@@ -16,8 +16,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from meshrl import telemetry
-from meshrl.rpc import tls
+from meshrl import telemetry, tls
 from meshrl.rpc.interceptors import (CapacityInterceptor, ErrorInterceptor, RoleInterceptor, TokenInterceptor,
                                     TracingInterceptor)
 from meshrl.rpc.methods import service_handler

@@ -17,7 +17,8 @@ import torch
 from meshrl.codec import Payload
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
-from meshrl.rpc import Client, tls
+from meshrl import tls
+from meshrl.rpc import Client
 from meshrl.rpc.server import Server
 from meshrl.v1 import reward_pb2, rollout_pb2
 
