@@ -31,6 +31,7 @@ def test_the_compose_file_runs_grpo_through_its_services(tmp_path):
     services = {json.loads(line)["service"] for f in (run_dir / "traces").glob("*.jsonl")
                 for line in f.read_text().splitlines()}
     assert {"meshrl-orchestrator", "meshrl-actor", "meshrl-rollout", "meshrl-reward"} <= services
+    assert (tmp_path / "runs" / "default" / "certs" / "orchestrator.pem").is_file()  # it all ran over mutual TLS
 
 
 def test_a_wrong_command_fails_clearly(tmp_path):
