@@ -87,12 +87,12 @@ def rank_job(model: str, name: str, repeats: int, out: str) -> None:
 
 
 def in_process(model: str, name: str, repeats: int) -> dict:
-    from services.actor.launch import free_port, rank_env
+    from services.actor.launch import new_store, rank_env
 
     out = tempfile.mktemp(suffix=".json")
-    port = free_port()
+    store = new_store()
     procs = [subprocess.Popen([sys.executable, __file__, "--rank-job", model, name, str(repeats), out],
-                              env={**os.environ, **rank_env(r, 2, port)}) for r in range(2)]
+                              env={**os.environ, **rank_env(r, 2, store)}) for r in range(2)]
     for p in procs:
         assert p.wait() == 0
     return json.loads(pathlib.Path(out).read_text())

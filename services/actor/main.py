@@ -11,7 +11,6 @@ import logging
 import os
 
 import torch
-import torch.distributed as dist
 
 from meshrl import hosts
 from meshrl.flags import add_dataclass_flags, add_server_flags
@@ -19,7 +18,7 @@ from meshrl.rpc.server import run_service
 from services.actor.comm import Driver
 from services.actor.config import EngineConfig, OptimConfig
 from services.actor.handler import RankHandler
-from services.actor.launch import free_port, join_group, rank_env, start_ranks
+from services.actor.launch import join_group, leave_group, new_store, rank_env, start_ranks
 from services.actor.roles import ROLES
 from services.actor.servicer import ActorServicer
 
@@ -47,11 +46,11 @@ def main(argv: list[str]) -> int:
     if args.threads < 0:
         p.error("--threads must be >= 0")
 
-    port = free_port()
-    os.environ.update(rank_env(0, args.world_size, port))
+    store = new_store()
+    os.environ.update(rank_env(0, args.world_size, store))
     threads = hosts.threads_per_rank(args.threads, args.world_size)
     torch.set_num_threads(threads)
-    children = start_ranks(args.role, args.world_size, port, threads)
+    children = start_ranks(args.role, args.world_size, store, threads)
     join_group()
     driver = Driver(RankHandler(args.role))
     servicer = ActorServicer(args.role, driver, args.checkpoint_root)
@@ -64,4 +63,4 @@ def main(argv: list[str]) -> int:
         driver.stop()
         for c in children:
             c.wait(timeout=60)
-        dist.destroy_process_group()
+        leave_group(store)

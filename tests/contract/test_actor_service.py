@@ -87,6 +87,22 @@ def expect(code, fn, match):
     assert match in e.value.details, e.value.details
 
 
+def test_the_group_listens_on_loopback_only(actor):
+    """The ranks meet through a file only this user can read, not torch's TCP store (which listened on
+    every interface, unauthenticated); gloo's own sockets stay on loopback."""
+    import ipaddress
+
+    import psutil
+
+    def loopback(ip: str) -> bool:
+        a = ipaddress.ip_address(ip)
+        return (getattr(a, "ipv4_mapped", None) or a).is_loopback
+
+    procs = [psutil.Process(actor.proc.pid), *psutil.Process(actor.proc.pid).children(recursive=True)]
+    listening = [(p.pid, c.laddr) for p in procs for c in p.net_connections("tcp") if c.status == psutil.CONN_LISTEN]
+    assert listening and all(loopback(addr.ip) for _, addr in listening), listening
+
+
 def test_describe_hides_nothing_but_the_ranks(actor, tiny_lm):
     info = actor.call("Describe")
     assert (info.role, info.world_size, info.backend, info.model) == ("actor", 2, "fsdp2", str(tiny_lm))
