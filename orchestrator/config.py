@@ -164,13 +164,17 @@ class TrainerSection:
     run_dir: str = "runs/default"
     seed: int = 0  # data order and sampling seeds (step s samples with seed * 1_000_003 + s)
     resume: bool = False  # continue from run_dir/checkpoints/latest
+    max_restarts: int = 3  # services this run started that die are started again, this many times in all:
+    #   a dead rollout or reward service and the step is retried; a dead actor, ref or critic and the run
+    #   goes on from its last checkpoint; 0: a dead service ends the run
 
     def __post_init__(self):
         unknown = sorted(set(self.logger) - set(LOGGERS))
         if unknown:
             raise ValueError(f"logger: unknown {unknown}; known: {list(LOGGERS)}")
-        if self.total_steps < 1 or self.save_every < 0 or self.val_every < 0 or self.samples_per_step < 0:
-            raise ValueError("total_steps must be >= 1; save_every, val_every and samples_per_step >= 0")
+        if (self.total_steps < 1 or self.save_every < 0 or self.val_every < 0 or self.samples_per_step < 0
+                or self.max_restarts < 0):
+            raise ValueError("total_steps must be >= 1; save_every, val_every, samples_per_step, max_restarts >= 0")
 
 
 @dataclasses.dataclass

@@ -149,6 +149,20 @@ class RunLog:
         for sink in self.sinks:
             sink.metrics(step, values)
 
+    def forget_after(self, step: int) -> None:
+        """Drop what was logged for steps after `step` (a run going back to its checkpoint redoes them),
+        so that every step is in metrics.jsonl, val.jsonl and samples.jsonl once."""
+        self.file.close()
+        self.samples_file.close()
+        for name in ("metrics.jsonl", "val.jsonl", "samples.jsonl"):
+            path = self.run_dir / name
+            if path.is_file():
+                keep = [line for line in path.read_text().splitlines(keepends=True)
+                        if json.loads(line)["step"] <= step]
+                path.write_text("".join(keep))
+        self.file = open(self.run_dir / "metrics.jsonl", "a")
+        self.samples_file = open(self.run_dir / "samples.jsonl", "a")
+
     def write_samples(self, step: int, rows: list[dict]) -> None:
         if not rows:
             return

@@ -50,6 +50,7 @@ class Services:
         self.procs: list[subprocess.Popen] = []
         self.clients: dict[str, Client] = {}
         self.spawned: dict[str, subprocess.Popen] = {}  # started, not yet waited for
+        self.ours: dict[str, tuple[subprocess.Popen, list[str]]] = {}  # started here and ready: (process, args)
 
     def start(self, name: str, address: str, serve_args: list[str], timeout: float = 600) -> Client:
         """Use the service at `address`, or start `meshrl serve <serve_args>` and use that."""
@@ -77,6 +78,7 @@ class Services:
             except RuntimeError as e:
                 raise RuntimeError(f"the {name} service did not start: {e}") from None
             log.info("started %s service at %s", name, address)
+            self.ours[name] = (proc, serve_args)
         client = Client(address, DESCRIPTORS[name], timeout=timeout)
         try:
             client.wait_ready(60)
@@ -86,6 +88,21 @@ class Services:
             raise ValueError(f"{name}.address={address}: {e}") from None
         self.clients[name] = client
         return client
+
+    def dead(self) -> set[str]:
+        """The services started here whose process has exited."""
+        return {name for name, (proc, _) in self.ours.items() if proc.poll() is not None}
+
+    def restart(self, names: set[str], timeout: float = 600) -> dict[str, Client]:
+        """Start these (of ours) again with the same arguments, at once; their new clients."""
+        for name in names:
+            proc, _ = self.ours[name]
+            self.clients.pop(name).close()
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            self.procs.remove(proc)
+        return self.start_all({name: ("", self.ours.pop(name)[1]) for name in names}, timeout)
 
     def stop(self) -> None:
         for c in self.clients.values():

@@ -24,6 +24,7 @@ import torch
 from tqdm import tqdm
 
 from meshrl import telemetry
+from meshrl.clients import RewardClient
 from meshrl.errors import ServiceError
 from meshrl.rpc.token import forget_run_token, run_token
 from orchestrator import preflight
@@ -203,6 +204,69 @@ def trace_env(cfg: Config, run_dir: pathlib.Path) -> None:
         os.environ.pop("MESHRL_TRACE", None)
 
 
+def one_step(cfg: Config, mesh: Mesh, algorithm: Algorithm, number: int, data, batch, val,
+             metrics_log: RunLog, extra: dict) -> dict[str, float]:
+    """Step `number` on `batch` (indices, uids), its validation and its log lines (with `extra`);
+    StepFailed when a service fails or answers something unusable."""
+    start = time.perf_counter()
+    indices, uids = batch
+    try:
+        with telemetry.span("step", step=number, algorithm=algorithm.name, prompts=len(indices)) as s:
+            metrics = algorithm.step(mesh, number, data, indices, uids)
+            s.set_attribute("meshrl.weight_version", number)
+            s.set_attribute("meshrl.response_tokens", metrics.get("response_length/mean", 0.0)
+                            * len(indices) * max(1, cfg.rollout.n))
+        metrics["timing_s/step"] = time.perf_counter() - start
+        telemetry.record_step(metrics)
+        correct = None
+        if val is not None and (every(cfg.trainer.val_every, number) or number == cfg.trainer.total_steps):
+            held_out, correct = validate(cfg, mesh, val)
+            metrics.update(held_out)
+    except (ServiceError, ValueError) as e:  # a service failed or answered something unusable
+        raise StepFailed(f"step {number} failed: {e}") from None
+    metrics.update(extra)
+    metrics_log.write(number, metrics, correct)
+    if mesh.last_sampled is not None:
+        metrics_log.write_samples(number, sample_rows(*mesh.last_sampled, cfg.trainer.samples_per_step))
+        mesh.last_sampled = None
+    return metrics
+
+
+def snapshot(sampler, algorithm: Algorithm) -> dict:
+    return {"sampler": sampler.state_dict(), "algorithm": algorithm.state_dict(), "rng": torch.get_rng_state()}
+
+
+def recover(error: StepFailed, restarts: int, number: int, batch, services: Services, mesh: Mesh,
+            algorithm: Algorithm, sampler, metrics_log: RunLog, start_state: dict) -> tuple[int, tuple | None]:
+    """After a failed step: start the services of ours that died again and say where to go on from, as
+    (step, batch). A dead rollout or reward service costs the step (retried on the same batch, after the
+    actor's weights are pushed to a new rollout); a dead actor, ref or critic sends the whole mesh back to
+    the last checkpoint (or the start), since a trained service's state lives only there. Re-raises the
+    error when no service of ours died or trainer.max_restarts is spent."""
+    cfg = mesh.cfg
+    dead = services.dead()
+    if not dead or restarts > cfg.trainer.max_restarts:
+        raise error
+    log.warning("%s; %s died: restart %d of %d", error, ", ".join(sorted(dead)), restarts, cfg.trainer.max_restarts)
+    if dead <= {"rollout", "reward"}:
+        mesh.clients.update(services.restart(dead))
+        if "reward" in dead:
+            mesh.reward = RewardClient(mesh.clients["reward"].address)
+        if "rollout" in dead and number > 1:  # a new rollout has the base model: give it the actor's weights
+            mesh.push_weights(version=number - 1)
+        return number, batch
+    mesh.clients.update(services.restart(set(services.ours)))
+    if "reward" in mesh.clients:
+        mesh.reward = RewardClient(mesh.clients["reward"].address)
+    step = resume(pathlib.Path(cfg.trainer.run_dir), mesh, algorithm, sampler)
+    if step == 0:  # no checkpoint yet: from the start, with the base model the new services loaded
+        sampler.load_state_dict(start_state["sampler"])
+        algorithm.load_state_dict(start_state["algorithm"])
+        torch.set_rng_state(start_state["rng"])
+    metrics_log.forget_after(step)
+    return step + 1, None
+
+
 def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     """Train; returns the run folder (config.yaml, metrics.jsonl, tensorboard/, checkpoints/, hf,
     curves.png, summary.md)."""
@@ -227,39 +291,35 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
         done = first - 1
         total = cfg.trainer.total_steps
         with RunLog(run_dir, cfg.trainer.logger, dataclasses.asdict(cfg), algorithm.name) as metrics_log, \
-                tqdm(range(first, total + 1), desc=algorithm.name, unit="step",
+                tqdm(total=total, initial=first - 1, desc=algorithm.name, unit="step",
                      disable="console" not in cfg.trainer.logger) as bar:
             if val is not None and first == 1:
                 metrics, correct = validate(cfg, mesh, val)
                 metrics_log.write(0, metrics, correct)
-            for number in bar:
-                start = time.perf_counter()
-                indices, uids = sampler.next()
+            start_state = snapshot(sampler, algorithm)  # where a run without a checkpoint goes back to
+            number, batch, restarts = first, None, 0
+            while number <= total:
+                batch = batch or sampler.next()
                 try:
-                    with telemetry.span("step", step=number, algorithm=algorithm.name, prompts=len(indices)) as s:
-                        metrics = algorithm.step(mesh, number, data, indices, uids)
-                        s.set_attribute("meshrl.weight_version", number)
-                        s.set_attribute("meshrl.response_tokens", metrics.get("response_length/mean", 0.0)
-                                        * len(indices) * max(1, cfg.rollout.n))
-                except (ServiceError, ValueError) as e:  # a service failed or answered something unusable
-                    raise StepFailed(f"step {number} failed: {e}") from None
-                metrics["timing_s/step"] = time.perf_counter() - start
-                telemetry.record_step(metrics)
-                last = number == total
-                correct = None
-                if val is not None and (every(cfg.trainer.val_every, number) or last):
-                    held_out, correct = validate(cfg, mesh, val)
-                    metrics.update(held_out)
-                metrics_log.write(number, metrics, correct)
-                if mesh.last_sampled is not None:
-                    metrics_log.write_samples(number, sample_rows(*mesh.last_sampled, cfg.trainer.samples_per_step))
-                    mesh.last_sampled = None
-                if every(cfg.trainer.save_every, number) or last:
-                    checkpoint = save(run_dir, number, mesh, algorithm, sampler, last)
-                    done = number
-                    if last:
-                        link_final_model(run_dir, checkpoint)
+                    metrics = one_step(cfg, mesh, algorithm, number, data, batch, val, metrics_log,
+                                       {"trainer/restarts": restarts})
+                    if every(cfg.trainer.save_every, number) or number == total:
+                        try:
+                            checkpoint = save(run_dir, number, mesh, algorithm, sampler, number == total)
+                        except ServiceError as e:  # a half-written checkpoint is never "latest"
+                            raise StepFailed(f"saving step {number} failed: {e}") from None
+                        done = number
+                        if number == total:
+                            link_final_model(run_dir, checkpoint)
+                except StepFailed as e:
+                    restarts += 1
+                    number, batch = recover(e, restarts, number, batch, services, mesh, algorithm, sampler,
+                                            metrics_log, start_state)
+                    bar.n = number - 1
+                    continue
                 bar.set_postfix({short: f"{metrics[k]:.3f}" for k, short in BAR_KEYS.items() if k in metrics})
+                bar.update(1)
+                number, batch = number + 1, None
         table = finish_report(run_dir)
         if table:
             print(f"\n{algorithm.name} run {run_dir}:\n{table}")

@@ -1,0 +1,74 @@
+"""A run that heals itself: during a 20-step GRPO run the rollout, the reward service and the actor are
+each killed (SIGKILL) at a different step; the orchestrator starts each again (a dead rollout or reward
+service costs its step, a dead actor sends the run back to its last checkpoint), and the run finishes by
+itself with every step logged once and the same final weights as a run nobody touched."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import torch
+from safetensors.torch import load_file
+
+from orchestrator.config import load_config
+from orchestrator.main import run
+
+KILLS = {4: "rollout", 9: "reward", 14: "actor"}  # after this step is logged, kill that service
+
+
+def settings(tiny_lm, arithmetic_data, tmp_path, run_dir) -> list[str]:
+    varied = tmp_path / "varied_reward.py"  # an untrained model scores 0 on the task: no advantages
+    varied.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    return float(len(solution_str) % 3)\n")
+    return [f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}", "data.train_batch_size=4",
+            "rollout.n=2", "rollout.backend=hf", "actor.engine=plain", "reward.workers=1", "trainer.save_every=5",
+            "actor.lr=1e-3", f"reward.function={varied}:compute_score", "trainer.total_steps=20",
+            "trainer.val_every=0", "trainer.logger=[console]", "trainer.trace=", "trainer.max_restarts=3",
+            f"trainer.run_dir={run_dir}"]
+
+
+def service(orchestrator: psutil.Process, name: str) -> psutil.Process:
+    """The service's main process: `meshrl serve actor --role actor ...`, `meshrl serve rollout ...`."""
+    for p in orchestrator.children(recursive=True):
+        cmd = p.cmdline()
+        if "serve" in cmd and cmd[cmd.index("serve") + 1] == ("actor" if name == "actor" else name) and \
+                (name != "actor" or "--role" in cmd and cmd[cmd.index("--role") + 1] == "actor"):
+            return p
+    raise AssertionError(f"no {name} service under the orchestrator")
+
+
+def steps_logged(run_dir) -> list[int]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def test_killed_services_are_started_again_and_the_run_ends_as_if_untouched(tiny_lm, arithmetic_data, tmp_path):
+    chaos, log = tmp_path / "chaos", tmp_path / "chaos.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "grpo",
+                                 *settings(tiny_lm, arithmetic_data, tmp_path, chaos)], stdout=f, stderr=f)
+    orchestrator, killed, deadline = psutil.Process(proc.pid), [], time.monotonic() + 600
+    while proc.poll() is None and time.monotonic() < deadline:  # kills as the steps go by
+        logged = steps_logged(chaos)
+        for step, name in KILLS.items():
+            if name not in killed and logged and max(logged) >= step:
+                service(orchestrator, name).send_signal(signal.SIGKILL)
+                killed.append(name)
+        time.sleep(0.05)
+    out = log.read_text().splitlines()
+    assert proc.wait(60) == 0, "\n".join(out[-40:])
+    assert killed == ["rollout", "reward", "actor"]
+    assert steps_logged(chaos) == list(range(1, 21))  # every step once, the redone ones too
+    last = json.loads((chaos / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["trainer/restarts"] == 3
+    assert sum("died: restart" in line for line in out) == 3
+
+    whole = run("grpo", load_config(None, settings(tiny_lm, arithmetic_data, tmp_path, tmp_path / "whole")))
+    a = load_file(whole / "checkpoints" / "step_20" / "actor" / "hf" / "model.safetensors")
+    b = load_file(chaos / "checkpoints" / "step_20" / "actor" / "hf" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["model.layers.0.mlp.down_proj.weight"],  # and they did move
+                           load_file(tiny_lm / "model.safetensors")["model.layers.0.mlp.down_proj.weight"])
