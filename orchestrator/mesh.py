@@ -158,5 +158,5 @@ def wanted(cfg: Config, roles: set[str]) -> dict[str, tuple[str, list[str]]]:
 def start_mesh(cfg: Config, services: Services, roles: set[str]) -> Mesh:
     """Start (or reach) the services in `roles`: actor, ref, critic, rollout, reward."""
     clients = services.start_all(wanted(cfg, roles))
-    reward = RewardClient(clients["reward"].address) if "reward" in clients else None
+    reward = RewardClient(clients["reward"].address, client=clients["reward"]) if "reward" in clients else None
     return Mesh(cfg, clients, reward)

@@ -79,7 +79,9 @@ class Services:
                 raise RuntimeError(f"the {name} service did not start: {e}") from None
             log.info("started %s service at %s", name, address)
             self.ours[name] = (proc, serve_args)
-        client = Client(address, DESCRIPTORS[name], timeout=timeout)
+        # One retry for a child on loopback: UNAVAILABLE there means it died, and restarting it (trainer.recover)
+        # beats 1.4 s of backoff; a service given by address keeps the client's three, for a flaky network.
+        client = Client(address, DESCRIPTORS[name], timeout=timeout, retries=1 if proc is not None else 3)
         try:
             client.wait_ready(60)
         except TimeoutError as e:

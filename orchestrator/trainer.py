@@ -248,16 +248,14 @@ def recover(error: StepFailed, restarts: int, number: int, batch, services: Serv
     if not dead or restarts > cfg.trainer.max_restarts:
         raise error
     log.warning("%s; %s died: restart %d of %d", error, ", ".join(sorted(dead)), restarts, cfg.trainer.max_restarts)
-    if dead <= {"rollout", "reward"}:
-        mesh.clients.update(services.restart(dead))
-        if "reward" in dead:
-            mesh.reward = RewardClient(mesh.clients["reward"].address)
+    partial = dead <= {"rollout", "reward"}
+    mesh.clients.update(services.restart(dead if partial else set(services.ours)))
+    if "reward" in mesh.clients:
+        mesh.reward = RewardClient(mesh.clients["reward"].address, client=mesh.clients["reward"])
+    if partial:
         if "rollout" in dead and number > 1:  # a new rollout has the base model: give it the actor's weights
             mesh.push_weights(version=number - 1)
         return number, batch
-    mesh.clients.update(services.restart(set(services.ours)))
-    if "reward" in mesh.clients:
-        mesh.reward = RewardClient(mesh.clients["reward"].address)
     step = resume(pathlib.Path(cfg.trainer.run_dir), mesh, algorithm, sampler)
     if step == 0:  # no checkpoint yet: from the start, with the base model the new services loaded
         sampler.load_state_dict(start_state["sampler"])

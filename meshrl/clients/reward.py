@@ -25,9 +25,10 @@ class Scores:
 
 
 class RewardClient:
-    def __init__(self, address: str, token: str | None = None, timeout: float = 600.0):
+    def __init__(self, address: str, token: str | None = None, timeout: float = 600.0, client: Client | None = None):
+        """`client`: an existing Client of the service to use (its channel, retries and deadline)."""
         self.address = address
-        self.client = Client(address, SERVICE, token=token, timeout=timeout)
+        self.client = client or Client(address, SERVICE, token=token, timeout=timeout)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         self.client.wait_ready(timeout)
