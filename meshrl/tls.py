@@ -57,7 +57,7 @@ def credentials(role: str) -> tuple[bytes, bytes, bytes]:
     missing = [n for n in ("ca.pem", f"{role}.pem", f"{role}.key") if not (folder / n).is_file()]
     if missing:
         raise ValueError(f"{VAR}={path}: missing {missing} (make them with `meshrl certs {path}`)")
-    return (folder / "ca.pem").read_bytes(), (folder / f"{role}.key").read_bytes(), (folder / f"{role}.pem").read_bytes()
+    return tuple((folder / name).read_bytes() for name in ("ca.pem", f"{role}.key", f"{role}.pem"))
 
 
 def server_credentials(service_name: str) -> grpc.ServerCredentials | None:
@@ -127,7 +127,8 @@ def make_certs(out: pathlib.Path, hosts: list[str], days: int = 365) -> list[pat
                 names.append(x509.DNSName(h))
         cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, role)]))
                 .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-                .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days))
+                .not_valid_before(now - datetime.timedelta(minutes=5))
+                .not_valid_after(now + datetime.timedelta(days=days))
                 .add_extension(x509.SubjectAlternativeName(names), critical=False)
                 .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
                                                       ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)

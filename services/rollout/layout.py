@@ -26,7 +26,8 @@ def read_prompts(data: DataProto, tokenizer, max_model_len: int, max_new_tokens:
         prompts = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
         bad = [(i, t) for i, p in enumerate(prompts) for t in p if not 0 <= t < vocab_size][:1]
         if bad:
-            raise InvalidArgument(f"row {bad[0][0]}: token id {bad[0][1]} is outside the vocabulary (0..{vocab_size - 1})")
+            row, token = bad[0]
+            raise InvalidArgument(f"row {row}: token id {token} is outside the vocabulary (0..{vocab_size - 1})")
     elif "prompt" in data.non_tensor_batch:
         prompts = []
         for i, messages in enumerate(data.non_tensor_batch["prompt"]):

@@ -59,7 +59,8 @@ def test_roles_callers_and_servers_are_checked(tls_on, monkeypatch):
         with Client(server.address, REWARD, timeout=10) as c:
             with pytest.raises(ServiceError) as e:
                 score(c)
-            assert e.value.code == grpc.StatusCode.PERMISSION_DENIED and "the rollout role may not call" in e.value.details
+            assert e.value.code == grpc.StatusCode.PERMISSION_DENIED
+            assert "the rollout role may not call" in e.value.details
             assert c.call("Describe").backend == "echo"  # any role of the mesh may look
         monkeypatch.setattr(tls, "_role", "actor")
         with Client(server.address, ROLLOUT, timeout=5, retries=0) as c:  # a "rollout" with the reward's certificate
@@ -88,7 +89,8 @@ def test_roles_callers_and_servers_are_checked(tls_on, monkeypatch):
 def test_a_grpo_run_trains_over_mutual_tls(tls_on, tiny_lm, arithmetic_data, tmp_path):
     run = tmp_path / "run"
     done = subprocess.run(
-        [sys.executable, "-m", "meshrl.cli", "grpo", f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}",
+        [sys.executable, "-m", "meshrl.cli", "grpo", f"actor.model={tiny_lm}",
+         f"data.train_files={arithmetic_data['train']}",
          f"trainer.run_dir={run}", "trainer.total_steps=2", "trainer.val_every=0", "trainer.logger=[console]",
          "trainer.trace=", "rollout.backend=hf", "reward.workers=1", "data.train_batch_size=4", "rollout.n=2"],
         env={**os.environ, tls.VAR: str(tls_on)}, capture_output=True, text=True, timeout=600)
