@@ -44,7 +44,9 @@ class Segment:
 
     @classmethod
     def create(cls, size: int, prefix: str = "meshrl") -> "Segment":
-        return cls(f"{prefix}-{uuid.uuid4().hex[:12]}", size)
+        """A new segment named after its creator's process id: what a killed process left is found by it
+        (remove_segments_of)."""
+        return cls(f"{prefix}-{os.getpid()}-{uuid.uuid4().hex[:12]}", size)
 
     def tensor(self, dtype: torch.dtype, shape: list[int], offset: int) -> torch.Tensor:
         """A view of the bytes at offset as a tensor (no copy)."""
@@ -83,3 +85,13 @@ def attach(name: str) -> Segment:
             seg.close()
         seg = _open[name] = Segment(name)
     return seg
+
+
+def remove_segments_of(pid: int) -> list[str]:
+    """Unlink the segments a dead process created (Segment.create names them after it): a process killed
+    with SIGKILL cannot remove its own. Only for a pid known to be dead and not reused."""
+    gone = []
+    for path in SHM_DIR.glob(f"meshrl*-{pid}-*"):
+        path.unlink(missing_ok=True)
+        gone.append(path.name)
+    return gone

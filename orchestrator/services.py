@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 from meshrl.lifeline import child_env
+from meshrl.shm import remove_segments_of
 from meshrl.rpc import Client
 from meshrl.v1 import actor_pb2, reward_pb2, rollout_pb2
 
@@ -104,6 +105,8 @@ class Services:
                 proc.kill()
             proc.wait()
             self.procs.remove(proc)
+            for segment in remove_segments_of(proc.pid):  # a killed rollout cannot remove its own
+                log.info("removed %s, left by the dead %s service", segment, name)
         return self.start_all({name: ("", self.ours.pop(name)[1]) for name in names}, timeout)
 
     def stop(self) -> None:

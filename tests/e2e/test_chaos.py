@@ -4,6 +4,7 @@ service costs its step, a dead actor sends the run back to its last checkpoint),
 itself with every step logged once and the same final weights as a run nobody touched."""
 
 import json
+import pathlib
 import signal
 import subprocess
 import sys
@@ -50,13 +51,15 @@ def test_killed_services_are_started_again_and_the_run_ends_as_if_untouched(tiny
     with open(log, "w") as f:
         proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "grpo",
                                  *settings(tiny_lm, arithmetic_data, tmp_path, chaos)], stdout=f, stderr=f)
-    orchestrator, killed, deadline = psutil.Process(proc.pid), [], time.monotonic() + 600
+    orchestrator, killed, pids, deadline = psutil.Process(proc.pid), [], [], time.monotonic() + 600
     while proc.poll() is None and time.monotonic() < deadline:  # kills as the steps go by
         logged = steps_logged(chaos)
         for step, name in KILLS.items():
             if name not in killed and logged and max(logged) >= step:
-                service(orchestrator, name).send_signal(signal.SIGKILL)
+                victim = service(orchestrator, name)
+                victim.send_signal(signal.SIGKILL)
                 killed.append(name)
+                pids.append(victim.pid)
         time.sleep(0.05)
     out = log.read_text().splitlines()
     assert proc.wait(60) == 0, "\n".join(out[-40:])
@@ -65,6 +68,8 @@ def test_killed_services_are_started_again_and_the_run_ends_as_if_untouched(tiny
     last = json.loads((chaos / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["trainer/restarts"] == 3
     assert sum("died: restart" in line for line in out) == 3
+    assert any("left by the dead rollout service" in line for line in out)  # its staging segment, removed
+    assert not [p for pid in pids for p in pathlib.Path("/dev/shm").glob(f"meshrl*-{pid}-*")]
 
     whole = run("grpo", load_config(None, settings(tiny_lm, arithmetic_data, tmp_path, tmp_path / "whole")))
     a = load_file(whole / "checkpoints" / "step_20" / "actor" / "hf" / "model.safetensors")
