@@ -23,11 +23,12 @@ def read_prompts(data: DataProto, tokenizer, max_model_len: int, max_new_tokens:
             raise InvalidArgument(f"tensor 'input_ids' must be (B, L) integers, got {list(ids.shape)} {ids.dtype}")
         if mask is None or mask.shape != ids.shape:
             raise InvalidArgument("tensor 'attention_mask' must come with input_ids, of the same shape")
+        outside = mask.bool() & ((ids < 0) | (ids >= vocab_size))  # one pass over the tensor, not per token
+        if outside.any():
+            row, col = (int(x) for x in outside.nonzero()[0])
+            raise InvalidArgument(f"row {row}: token id {int(ids[row, col])} is outside the vocabulary "
+                                  f"(0..{vocab_size - 1})")
         prompts = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
-        bad = [(i, t) for i, p in enumerate(prompts) for t in p if not 0 <= t < vocab_size][:1]
-        if bad:
-            row, token = bad[0]
-            raise InvalidArgument(f"row {row}: token id {token} is outside the vocabulary (0..{vocab_size - 1})")
     elif "prompt" in data.non_tensor_batch:
         prompts = []
         for i, messages in enumerate(data.non_tensor_batch["prompt"]):
