@@ -3,6 +3,7 @@ rollout, the reward service and the actor are each killed (SIGKILL) once; for ea
 from the kill to the next step logged, against the run's median step time and the service's start time.
 
     .venv/bin/python bench/recovery_bench.py [--steps 30] [--save-every 5]
+    .venv/bin/python bench/recovery_bench.py --start-times   # each service alone: start to "listening on"
 
 Prints a markdown table for bench/RESULTS.md. Goal (issue 13): recovery < 2 step times + the start time.
 A dead actor costs more: the run goes back to its last checkpoint (up to save_every - 1 steps redone).
@@ -29,13 +30,34 @@ from meshrl.tiny.arithmetic import ArithmeticConfig, make_data  # noqa: E402
 from meshrl.tiny.models import TinyModelConfig, make_model  # noqa: E402
 
 
+def start_times(model: pathlib.Path, repeats: int = 3) -> None:
+    """Seconds from `meshrl serve ...` to its "listening on" line, each service alone, as a run starts it."""
+    from orchestrator.services import launch
+
+    for name, args in [("rollout (hf)", ["rollout", "--backend", "hf", "--model", str(model), "--max-model-len", "64"]),
+                       ("reward", ["reward", "--workers", "1"]),
+                       ("actor (plain, 1 rank)", ["actor", "--model", str(model), "--engine", "plain"])]:
+        seconds = []
+        for _ in range(repeats):
+            t = time.monotonic()
+            proc, _ = launch(args)
+            seconds.append(time.monotonic() - t)
+            proc.terminate()
+            proc.wait()
+        print(f"| {name} | {', '.join(f'{s:.1f}' for s in seconds)} | {statistics.median(seconds):.1f} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--save-every", type=int, default=5)
+    ap.add_argument("--start-times", action="store_true", help="only each service's start time")
     args = ap.parse_args()
     tmp = pathlib.Path(tempfile.mkdtemp())
     model = make_model(tmp / "lm", TinyModelConfig(kind="causal"))
+    if args.start_times:
+        print("| service | seconds to listening (3 starts) | median |\n|---|---|---|")
+        return start_times(model)
     data = make_data(tmp / "data", ArithmeticConfig())
     run_dir, log = tmp / "run", tmp / "run.log"
     kills = {6: "rollout", 13: "reward", 21: "actor"}  # after this step is logged
