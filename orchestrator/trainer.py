@@ -20,6 +20,7 @@ import pathlib
 import time
 from typing import Protocol
 
+import grpc
 import torch
 from tqdm import tqdm
 
@@ -244,9 +245,11 @@ def recover(error: StepFailed, restarts: int, number: int, batch, services: Serv
     the last checkpoint (or the start), since a trained service's state lives only there. Re-raises the
     error when no service of ours died or trainer.max_restarts is spent."""
     cfg = mesh.cfg
-    dead = services.dead()
-    if not dead or restarts > cfg.trainer.max_restarts:
+    if restarts > cfg.trainer.max_restarts:
         raise error
+    dead = services.dead()
+    if not dead:  # none of ours: a rollout or reward service given by address may be down, and come back
+        return wait_for_given(error, restarts, number, batch, services, mesh)
     log.warning("%s; %s died: restart %d of %d", error, ", ".join(sorted(dead)), restarts, cfg.trainer.max_restarts)
     partial = dead <= {"rollout", "reward"}
     mesh.clients.update(services.restart(dead if partial else set(services.ours)))
@@ -263,6 +266,42 @@ def recover(error: StepFailed, restarts: int, number: int, batch, services: Serv
         torch.set_rng_state(start_state["rng"])
     metrics_log.forget_after(step)
     return step + 1, None
+
+
+GIVEN_WAIT = 300.0  # seconds a run waits for a rollout or reward service given by address to answer again
+
+
+def wait_for_given(error: StepFailed, restarts: int, number: int, batch, services: Services,
+                   mesh: Mesh) -> tuple[int, tuple]:
+    """A rollout or reward service given by address that stopped answering (its own supervisor, e.g.
+    docker compose's restart policy, brings it back): wait for it, give a rollout the actor's weights
+    again, and retry the step. Anything else re-raises the error: a trained service given by address
+    holds state this run cannot restore into it safely."""
+    down = {name for name, c in mesh.clients.items() if name not in services.ours and not answers(c)}
+    if not down or not down <= {"rollout", "reward"}:
+        raise error
+    log.warning("%s; %s at %s not answering: waiting up to %.0f s (restart %d of %d)", error, ", ".join(sorted(down)),
+                ", ".join(mesh.clients[n].address for n in sorted(down)), GIVEN_WAIT, restarts,
+                mesh.cfg.trainer.max_restarts)
+    for name in down:
+        try:
+            mesh.clients[name].wait_ready(GIVEN_WAIT)
+        except TimeoutError:
+            raise error from None
+    if "rollout" in down and number > 1:
+        try:
+            mesh.push_weights(version=number - 1)
+        except ServiceError as e:  # it never went away and holds these weights already
+            if e.code != grpc.StatusCode.FAILED_PRECONDITION:
+                raise StepFailed(f"step {number}: pushing weights to the rollout that came back failed: {e}") from None
+    return number, batch
+
+
+def answers(client) -> bool:
+    try:
+        return client.health(timeout=3) == "SERVING"
+    except ServiceError:
+        return False
 
 
 def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:

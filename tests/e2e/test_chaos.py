@@ -77,3 +77,36 @@ def test_killed_services_are_started_again_and_the_run_ends_as_if_untouched(tiny
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert not torch.equal(a["model.layers.0.mlp.down_proj.weight"],  # and they did move
                            load_file(tiny_lm / "model.safetensors")["model.layers.0.mlp.down_proj.weight"])
+
+
+def test_a_reward_service_given_by_address_is_waited_for(tiny_lm, arithmetic_data, tmp_path):
+    """A service the run did not start is not the run's to restart: when it stops answering, the run waits
+    for whoever supervises it (here the test, as docker compose's restart policy would) and retries the step."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    overrides = settings(tiny_lm, arithmetic_data, tmp_path, tmp_path / "given")
+    function = next(o.split("=", 1)[1] for o in overrides if o.startswith("reward.function="))
+    serve = [sys.executable, "-m", "meshrl.cli", "serve", "reward", "--workers", "1", "--function", function,
+             "--port", str(port)]
+    reward = subprocess.Popen(serve, stdout=subprocess.DEVNULL)
+    log = tmp_path / "given.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "grpo", *overrides, "trainer.total_steps=8",
+                                 f"reward.address=127.0.0.1:{port}"], stdout=f, stderr=f)
+    try:
+        deadline = time.monotonic() + 300
+        while max(steps_logged(tmp_path / "given"), default=0) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        reward.send_signal(signal.SIGKILL)
+        reward.wait()
+        time.sleep(2)  # the run finds it gone and waits
+        reward = subprocess.Popen(serve, stdout=subprocess.DEVNULL)
+        assert proc.wait(300) == 0, log.read_text()[-3000:]
+    finally:
+        reward.terminate()
+        reward.wait(60)
+    assert steps_logged(tmp_path / "given") == list(range(1, 9))
+    assert "not answering: waiting" in log.read_text()
