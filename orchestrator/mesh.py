@@ -69,7 +69,6 @@ def serve_args(cfg: Config, role: str) -> list[str]:
 class Mesh:
     cfg: Config
     clients: dict[str, Client]
-    reward: RewardClient | None = None
     last_sampled: tuple | None = None  # (Generate reply, Scores) of the step's training samples, for the
     #   run's sample log; set by trainer.sample_and_score, taken by the trainer after the step
 
@@ -99,7 +98,8 @@ class Mesh:
 
     def score(self, gen: DataProto):
         """The reward service's Scores for a Generate reply (only the columns a scorer reads travel)."""
-        return self.reward.score(reward_request(gen))
+        reward = self.clients["reward"]  # whichever client the service has now (a restart replaces it)
+        return RewardClient(reward.address, client=reward).score(reward_request(gen))
 
     # ---- actor, ref, critic -----------------------------------------------------------
 
@@ -157,6 +157,4 @@ def wanted(cfg: Config, roles: set[str]) -> dict[str, tuple[str, list[str]]]:
 
 def start_mesh(cfg: Config, services: Services, roles: set[str]) -> Mesh:
     """Start (or reach) the services in `roles`: actor, ref, critic, rollout, reward."""
-    clients = services.start_all(wanted(cfg, roles))
-    reward = RewardClient(clients["reward"].address, client=clients["reward"]) if "reward" in clients else None
-    return Mesh(cfg, clients, reward)
+    return Mesh(cfg, services.start_all(wanted(cfg, roles)))

@@ -25,7 +25,6 @@ import torch
 from tqdm import tqdm
 
 from meshrl import telemetry
-from meshrl.clients import RewardClient
 from meshrl.errors import ServiceError
 from meshrl.rpc.token import forget_run_token, run_token
 from orchestrator import preflight
@@ -253,8 +252,6 @@ def recover(error: StepFailed, restarts: int, number: int, batch, services: Serv
     log.warning("%s; %s died: restart %d of %d", error, ", ".join(sorted(dead)), restarts, cfg.trainer.max_restarts)
     partial = dead <= {"rollout", "reward"}
     mesh.clients.update(services.restart(dead if partial else set(services.ours)))
-    if "reward" in mesh.clients:
-        mesh.reward = RewardClient(mesh.clients["reward"].address, client=mesh.clients["reward"])
     if partial:
         if "rollout" in dead and number > 1:  # a new rollout has the base model: give it the actor's weights
             mesh.push_weights(version=number - 1)

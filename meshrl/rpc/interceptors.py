@@ -33,6 +33,37 @@ def _wrap(handler: grpc.RpcMethodHandler, wrap) -> grpc.RpcMethodHandler:
     return handler
 
 
+def short_name(method: str) -> str:
+    """"/meshrl.v1.RolloutService/Generate" -> "RolloutService/Generate"."""
+    service, name = method.rsplit("/", 2)[-2:]
+    return f"{service.rsplit('.', 1)[-1]}/{name}"
+
+
+def _guarded(handler: grpc.RpcMethodHandler, enter, leave=None) -> grpc.RpcMethodHandler:
+    """The handler with enter(context) before its behavior (which may abort the call) and leave() after."""
+    def wrap(behavior, streaming):
+        if streaming:
+            def guarded_stream(request, context):
+                enter(context)
+                try:
+                    yield from behavior(request, context)
+                finally:
+                    if leave:
+                        leave()
+            return guarded_stream
+
+        def guarded(request, context):
+            enter(context)
+            try:
+                return behavior(request, context)
+            finally:
+                if leave:
+                    leave()
+        return guarded
+
+    return _wrap(handler, wrap)
+
+
 def _abort(context: grpc.ServicerContext, error: Exception, method: str):
     if context.code() not in (None, grpc.StatusCode.OK):
         raise error  # the method already aborted with a status of its own
@@ -115,36 +146,18 @@ class CapacityInterceptor(grpc.ServerInterceptor):
         if light(handler_call_details.method):
             return handler
 
-        def wrap(behavior, streaming):
-            def enter(context):
-                with self.lock:
-                    if self.running >= self.limit:
-                        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                      f"the service is busy: {self.running} calls in progress (its limit); retry later")
-                    self.running += 1
+        def enter(context):
+            with self.lock:
+                if self.running >= self.limit:
+                    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                  f"the service is busy: {self.running} calls in progress (its limit); retry later")
+                self.running += 1
 
-            def leave():
-                with self.lock:
-                    self.running -= 1
+        def leave():
+            with self.lock:
+                self.running -= 1
 
-            if streaming:
-                def counted_stream(request, context):
-                    enter(context)
-                    try:
-                        yield from behavior(request, context)
-                    finally:
-                        leave()
-                return counted_stream
-
-            def counted(request, context):
-                enter(context)
-                try:
-                    return behavior(request, context)
-                finally:
-                    leave()
-            return counted
-
-        return _wrap(handler, wrap)
+        return _guarded(handler, enter, leave)
 
 
 class RoleInterceptor(grpc.ServerInterceptor):
@@ -156,28 +169,15 @@ class RoleInterceptor(grpc.ServerInterceptor):
         allowed = POLICY.get(handler_call_details.method)
         if allowed is None:
             return handler
-        name = handler_call_details.method.rsplit("/", 2)[-2].rsplit(".", 1)[-1] + "/" + \
-            handler_call_details.method.rsplit("/", 1)[-1]
+        name = short_name(handler_call_details.method)
 
-        def wrap(behavior, streaming):
-            def check(context):
-                role = caller_role(context)
-                if role not in allowed:
-                    context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                                  f"the {role or 'unidentified'} role may not call {name} (allowed: {sorted(allowed)})")
+        def check(context):
+            role = caller_role(context)
+            if role not in allowed:
+                context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                              f"the {role or 'unidentified'} role may not call {name} (allowed: {sorted(allowed)})")
 
-            if streaming:
-                def checked_stream(request, context):
-                    check(context)
-                    yield from behavior(request, context)
-                return checked_stream
-
-            def checked(request, context):
-                check(context)
-                return behavior(request, context)
-            return checked
-
-        return _wrap(handler, wrap)
+        return _guarded(handler, check)
 
 
 class TracingInterceptor(grpc.ServerInterceptor):
@@ -187,7 +187,7 @@ class TracingInterceptor(grpc.ServerInterceptor):
         method = handler_call_details.method
         if method.startswith(HEALTH_PREFIX):
             return continuation(handler_call_details)
-        name = method.rsplit("/", 2)[-2].rsplit(".", 1)[-1] + "/" + method.rsplit("/", 1)[-1]  # Service/Method
+        name = short_name(method)
 
         def wrap(behavior, streaming):
             def parent(context):
