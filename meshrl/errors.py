@@ -30,7 +30,12 @@ class FailedPrecondition(RuntimeError):
 
 
 class Aborted(RuntimeError):
-    """The request was fine but could not be completed, e.g. a user's reward function failed on a sample."""
+    """The request was fine but could not be completed, e.g. a user's reward function failed on a sample
+    or the caller went away mid-work; `meta` says how far it got, for the service's own bookkeeping."""
+
+    def __init__(self, message: str, meta: dict | None = None):
+        super().__init__(message)
+        self.meta = meta or {}
 
 
 class ServiceError(RuntimeError):

@@ -4,9 +4,14 @@ Every call is: broadcast the command (a meshrl.v1.Value, never pickle), send eac
 rank its part of the batch, every rank runs the same handler method, gather the
 results to rank 0. Bytes ride in uint8 tensors over the process group's CPU
 backend (gloo), so this works the same when the model's collectives use NCCL.
+
+A call whose caller can go away (a cancelled or expired RPC, a service told to
+stop) is watched on rank 0; the engine asks `stop_requested()` between
+micro-batches, every rank at the same point, so all ranks stop together.
 """
 
 import threading
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -17,6 +22,25 @@ from meshrl.dataproto import DataProto
 from meshrl.v1 import data_pb2 as pb
 
 STOP = "stop"
+_alive: Callable[[], bool] | None = None  # rank 0, during a call: False once its caller has gone
+
+
+class Cancelled(RuntimeError):
+    """Rank 0's caller went away; every rank stopped at the same micro-batch. `meta` goes back to rank 0."""
+
+    def __init__(self, message: str, meta: dict | None = None):
+        super().__init__(message)
+        self.meta = meta or {}
+
+
+def stop_requested() -> bool:
+    """Whether rank 0's caller has gone. Collective: every rank calls it at the same points."""
+    flag = int(_alive is not None and not _alive())
+    if dist.get_world_size() > 1:
+        t = torch.tensor([flag], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        flag = int(t)
+    return bool(flag)
 
 
 def _to_bytes(data: DataProto | None) -> bytes:
@@ -75,7 +99,8 @@ def run_command(handler, method: str, args: dict, part: DataProto | None) -> Dat
         out = getattr(handler, method)(args, part)
         return out if out is not None else DataProto()
     except Exception as e:  # noqa: BLE001 - reported to rank 0, which raises it to the caller
-        return DataProto(meta_info={"error": f"{type(e).__name__}: {e}", "error_type": type(e).__name__})
+        return DataProto(meta_info={**getattr(e, "meta", {}), "error": f"{type(e).__name__}: {e}",
+                                    "error_type": type(e).__name__})
 
 
 class Driver:
@@ -85,20 +110,27 @@ class Driver:
         self.group, self.handler = Group(), handler
         self.lock = threading.Lock()
 
-    def call(self, method: str, args: dict | None = None, parts: list[DataProto] | None = None) -> list[DataProto]:
-        """Run `method` on every rank with its part; returns every rank's result (errors raised)."""
+    def call(self, method: str, args: dict | None = None, parts: list[DataProto] | None = None,
+             alive: Callable[[], bool] | None = None) -> list[DataProto]:
+        """Run `method` on every rank with its part; returns every rank's result (errors raised).
+        `alive() == False` (the caller went away) stops the work at the next micro-batch."""
+        global _alive
         args = args or {}
         with self.lock:
             self.group.broadcast(to_value({"method": method, "args": args}, "command").SerializeToString())
             encoded = [_to_bytes(p) for p in parts] if parts else [b""] * self.group.world_size
             mine = _from_bytes(self.group.scatter(encoded))
-            result = run_command(self.handler, method, args, mine)
+            _alive = alive
+            try:
+                result = run_command(self.handler, method, args, mine)
+            finally:
+                _alive = None
             results = [_from_bytes(b) for b in self.group.gather(_to_bytes(result))]
         results = [DataProto() if r is None else r for r in results]  # not `or`: an empty batch is falsy
         errors = [(r, d.meta_info) for r, d in enumerate(results) if "error" in d.meta_info]
         if errors:
             rank, meta = errors[0]
-            raise RankError(rank, meta["error_type"], meta["error"])
+            raise RankError(rank, meta["error_type"], meta["error"], meta)
         return results
 
     def stop(self) -> None:
@@ -107,9 +139,9 @@ class Driver:
 
 
 class RankError(RuntimeError):
-    def __init__(self, rank: int, error_type: str, message: str):
+    def __init__(self, rank: int, error_type: str, message: str, meta: dict | None = None):
         super().__init__(f"rank {rank}: {message}")
-        self.rank, self.error_type = rank, error_type
+        self.rank, self.error_type, self.meta = rank, error_type, meta or {}
 
 
 def follow(handler) -> None:

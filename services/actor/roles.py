@@ -14,6 +14,7 @@ from meshrl.algos.losses import dpo_loss, entropy_from_logits, kl_loss, ppo_poli
 from meshrl.algos.masked import agg_loss, masked_mean
 from meshrl.dataproto import DataProto
 from services.actor.batches import BASE, micro_batches, minibatches, num_minibatches, restore, token_groups, trimmed
+from services.actor.comm import Cancelled
 from services.actor.engine import Engine
 from services.actor.losses import Schedule
 from services.actor.model import forward_response, token_logprobs
@@ -84,9 +85,22 @@ class MetricSum:
 
 def train(engine: Engine, part: DataProto, p: Schedule, total_rows: int, step: int, prefix: str,
           keys: tuple[str, ...], loss_fn, units_fn, unit: int = 1) -> dict[str, float]:
-    """Epochs of mini-batches over this rank's part; one optimizer step per mini-batch."""
-    world = dist.get_world_size()
+    """Epochs of mini-batches over this rank's part; one optimizer step per mini-batch. Cancelled (every
+    rank at the same micro-batch) drops the unfinished mini-batch's gradients and says how many optimizer
+    steps were taken before it."""
     metrics = MetricSum()
+    try:
+        _train(engine, part, p, total_rows, step, prefix, keys, loss_fn, units_fn, unit, metrics)
+    except Cancelled as e:
+        engine.drop_gradients()
+        planned = p.epochs * num_minibatches(total_rows, p.mini_batch_size)
+        raise Cancelled(f"{e} after {metrics.steps} of {planned} optimizer steps",
+                        {"optimizer_steps": metrics.steps, "planned_steps": planned}) from None
+    return metrics.result(prefix)
+
+
+def _train(engine, part, p, total_rows, step, prefix, keys, loss_fn, units_fn, unit, metrics: MetricSum) -> None:
+    world = dist.get_world_size()
     for epoch in range(p.epochs):
         data = part
         if p.shuffle:  # whole units (DPO pairs) stay together
@@ -100,7 +114,6 @@ def train(engine: Engine, part: DataProto, p: Schedule, total_rows: int, step: i
             shares = [u / total if total else 0.0 for u in local]
             micro_metrics = engine.forward_backward(micros, loss_fn, [s * world for s in shares])
             metrics.add_step(list(zip(shares, micro_metrics)), engine.step(), prefix)
-    return metrics.result(prefix)
 
 
 class PolicyRole:

@@ -2,7 +2,10 @@
 
 The caller never sees the world size. Update requests carry a step id: a step
 at or below the last applied one returns that step's answer (or, if older,
-FAILED_PRECONDITION) and changes nothing.
+FAILED_PRECONDITION) and changes nothing. A call whose caller goes away stops at
+the next micro-batch (ABORTED); an Update stopped after some of its optimizer
+steps leaves the weights between two steps, so the service then refuses to
+update, save or push until a checkpoint is loaded.
 """
 
 import json
@@ -12,7 +15,7 @@ import pathlib
 from meshrl.codec import Payload
 from meshrl.codec.values import from_value
 from meshrl.dataproto import DataProto, unpad
-from meshrl.errors import FailedPrecondition, InvalidArgument, MAX_STEP_ADVANCE, check_counter
+from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument, MAX_STEP_ADVANCE, check_counter
 from meshrl import weights
 from meshrl.rpc import Client
 from meshrl.typed import build
@@ -38,6 +41,7 @@ class ActorServicer:
         self.last_step = 0
         self.last_reply: actor_pb2.UpdateResponse | None = None
         self.weight_version = 0
+        self.partial = ""  # why the weights are between two steps (a stopped Update); "" when they are not
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -46,7 +50,8 @@ class ActorServicer:
         return common_pb2.ServiceInfo(
             service="actor", role=self.role, model=args.get("model", ""), world_size=self.world_size,
             backend=args.get("engine", {}).get("engine", EngineConfig.engine), weight_version=self.weight_version,
-            details={"initialized": str(self.init_args is not None).lower(), "last_step": str(self.last_step)})
+            details={"initialized": str(self.init_args is not None).lower(), "last_step": str(self.last_step),
+                     "partial": self.partial})
 
     def Init(self, request: actor_pb2.InitRequest, context) -> common_pb2.ServiceInfo:
         args = self.init_args_from(request.model, _values(request.engine, "engine"), _values(request.optim, "optim"))
@@ -82,20 +87,20 @@ class ActorServicer:
         if not 0 <= msg.temperature < math.inf:
             raise InvalidArgument(f"BatchRequest.temperature must be a finite number >= 0, got {msg.temperature}")
         out = self._compute(request, "logprobs", {"temperature": msg.temperature or 1.0,
-                                                  "with_entropy": msg.with_entropy})
+                                                  "with_entropy": msg.with_entropy}, context)
         return Payload(actor_pb2.BatchResponse(), out)
 
     def ComputeValues(self, request: Payload, context) -> Payload:
         if self.role != "critic":
             raise InvalidArgument(f"the {self.role} role computes log-probs: call ComputeLogProbs")
-        return Payload(actor_pb2.BatchResponse(), self._compute(request, "values", {}))
+        return Payload(actor_pb2.BatchResponse(), self._compute(request, "values", {}, context))
 
-    def _compute(self, request: Payload, method: str, args: dict) -> DataProto:
+    def _compute(self, request: Payload, method: str, args: dict, context) -> DataProto:
         self._require_init()
         data = _data(request)
         batches.validate(data, batches.BASE, self.world_size, **self.limits)
         parts, pad = batches.shard(data.select(list(batches.BASE)), self.world_size)
-        results = self._call(method, args, parts)
+        results = self._call(method, args, parts, context)
         return unpad(DataProto.concat([DataProto(r.batch) for r in results]), pad)
 
     # ---- training -------------------------------------------------------------------
@@ -116,6 +121,7 @@ class ActorServicer:
                 reply.already_applied = True
                 return reply
             raise FailedPrecondition(f"step {msg.step} is older than the last applied step {self.last_step}")
+        self._require_whole()
         name = msg.loss.name
         params_dict = _values(msg.loss.params, "loss.params")
         params = parse_loss(self.role, name, params_dict)
@@ -130,8 +136,15 @@ class ActorServicer:
                 batches.validate(data, (*keys, "rollout_logprobs"), self.world_size)
                 keys.append("rollout_logprobs")
         parts, _ = batches.shard(data.select(keys), self.world_size, unit=2 if name == "dpo" else 1)
-        results = self._call("update", {"loss": name, "params": params_dict, "total_rows": len(data),
-                                        "step": msg.step}, parts)
+        try:
+            results = self._call("update", {"loss": name, "params": params_dict, "total_rows": len(data),
+                                            "step": msg.step}, parts, context)
+        except Aborted as e:
+            if e.meta.get("optimizer_steps"):
+                self.partial = (f"update step {msg.step} was stopped after {e.meta['optimizer_steps']} of its "
+                                f"{e.meta['planned_steps']} optimizer steps (its caller went away)")
+                self.weight_version += 1  # these are not the weights of any version pushed before
+            raise
         reply = actor_pb2.UpdateResponse(metrics=results[0].meta_info, step=msg.step)
         self.last_step, self.last_reply = msg.step, reply
         self.weight_version += 1
@@ -141,6 +154,7 @@ class ActorServicer:
 
     def SaveCheckpoint(self, request: actor_pb2.CheckpointRequest, context) -> actor_pb2.CheckpointResponse:
         self._require_init()
+        self._require_whole()
         path = self._checkpoint_path(request)
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -165,6 +179,7 @@ class ActorServicer:
             raise InvalidArgument(f"checkpoint at {path} is of the {state['role']} role, this service is {self.role}")
         self._call("load", {"path": str(path)})
         self.last_step, self.weight_version, self.last_reply = state["last_step"], state["weight_version"], None
+        self.partial = ""
         return actor_pb2.CheckpointResponse(path=str(path), step=self.last_step)
 
     def _checkpoint_path(self, request) -> pathlib.Path:
@@ -187,6 +202,7 @@ class ActorServicer:
         self._require_init()
         if self.role == "critic":
             raise InvalidArgument("a critic's weights are not a policy: push from the actor")
+        self._require_whole()
         if not request.rollout_address:
             raise InvalidArgument("PushWeightsRequest.rollout_address is empty")
         version = request.version or self.weight_version
@@ -216,10 +232,17 @@ class ActorServicer:
         if self.init_args is None:
             raise FailedPrecondition("the actor service is not initialized: call Init first")
 
-    def _call(self, method: str, args: dict | None = None, parts=None) -> list[DataProto]:
+    def _require_whole(self) -> None:
+        if self.partial:
+            raise FailedPrecondition(f"{self.partial}: the weights are between two steps; LoadCheckpoint first")
+
+    def _call(self, method: str, args: dict | None = None, parts=None, context=None) -> list[DataProto]:
+        """Run `method` on every rank; with the call's context, a caller that goes away stops it (ABORTED)."""
         try:
-            return self.driver.call(method, args, parts)
+            return self.driver.call(method, args, parts, context.is_active if context is not None else None)
         except RankError as e:
+            if e.error_type == "Cancelled":
+                raise Aborted(str(e), e.meta) from None
             cls = InvalidArgument if e.error_type in ("ValueError", "InvalidArgument") else RuntimeError
             raise cls(str(e)) from None
 

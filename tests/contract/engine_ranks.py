@@ -8,8 +8,14 @@ grad norm, log-probs and updated weights to OUT for the test to compare across e
 --share: micro-batches of 2 rows that share their prompt, run once (model.forward_response's share_prompts).
 
 --load skips the update: it loads a checkpoint and writes the log-probs it gives.
+
+--cancel-at K [--rows N] [--mini M]: instead, an SFT update (the actor role's, micro-batches of one row,
+mini-batches of M rows) on the first N rows, whose caller "goes away" at the K-th between-micro-batch
+check (K 0: never); only rank 0 knows, as in the service. Writes the weights before and after and
+what the stop reported.
 """
 
+import itertools
 import json
 import os
 import sys
@@ -18,9 +24,13 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import save_file
 
+from meshrl.dataproto import DataProto
+from services.actor import comm
 from services.actor.config import EngineConfig, OptimConfig
 from services.actor.engine import build_engine
+from services.actor.losses import parse_loss
 from services.actor.model import forward_response, token_logprobs
+from services.actor.roles import ActorRole
 
 B, P, T = 4, 5, 6  # rows, prompt length, response length
 
@@ -45,9 +55,12 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     cfg = EngineConfig(engine=engine_name, mixed_precision="--mixed-precision" in flags,
                        gradient_checkpointing="--grad-ckpt" in flags,
-                       hsdp_replicate=int(flags[flags.index("--hsdp") + 1]) if "--hsdp" in flags else 1)
+                       hsdp_replicate=int(flags[flags.index("--hsdp") + 1]) if "--hsdp" in flags else 1,
+                       micro_batch_size=1)
     engine = build_engine(cfg, model, "causal", OptimConfig(lr=1e-3, grad_clip=0.0))
     full = batch()
+    if "--cancel-at" in flags:
+        return cancelled_update(engine, full, flags, out)
     rows = slice(rank * B // world, (rank + 1) * B // world)
     mine = {k: v[rows] for k, v in full.items()}
     share = "--share" in flags
@@ -82,6 +95,31 @@ def main():
         save_file({k: v.contiguous() for k, v in sd.items()}, os.path.join(out, "weights.safetensors"))
         with open(os.path.join(out, "stats.json"), "w") as f:
             json.dump({"loss": loss.item(), **stats}, f)
+    finish()
+
+
+def cancelled_update(engine, full, flags, out):
+    value = lambda flag, default: int(flags[flags.index(flag) + 1]) if flag in flags else default  # noqa: E731
+    rank, world, rows = dist.get_rank(), dist.get_world_size(), value("--rows", B)
+    mine = {k: v[rank * rows // world:(rank + 1) * rows // world] for k, v in full.items()}
+    before = {k: v.clone() for k, v in engine.full_state_dict().items()}  # on CPU these are the parameters
+    stop_at = value("--cancel-at", 0)
+    if rank == 0 and stop_at:
+        checks = itertools.count(1)
+        comm._alive = lambda: next(checks) < stop_at
+    stats = {}
+    try:
+        ActorRole(engine).update(DataProto(mine), "sft", parse_loss("actor", "sft", {"mini_batch_size": value(
+            "--mini", 2)}), rows, 1)
+    except comm.Cancelled as e:
+        stats = {**e.meta, "message": str(e)}
+    stats["gradients"] = sum(p.grad is not None for p in engine.module.parameters())
+    after = engine.full_state_dict()
+    if rank == 0:
+        save_file({k: v.contiguous() for k, v in before.items()}, os.path.join(out, "before.safetensors"))
+        save_file({k: v.contiguous() for k, v in after.items()}, os.path.join(out, "weights.safetensors"))
+        with open(os.path.join(out, "stats.json"), "w") as f:
+            json.dump(stats, f)
     finish()
 
 

@@ -265,6 +265,55 @@ def test_checkpoints_stay_under_the_root_and_counters_are_bounded(tiny_lm, tmp_p
         s.stop()
 
 
+def long_update(service, step, **call):
+    """An SFT update of 100 epochs x 16 mini-batches (1,600 optimizer steps): a minute or more here."""
+    spec = actor_pb2.LossSpec(name="sft", params={"epochs": to_value(100, "epochs"),
+                                                  "mini_batch_size": to_value(8, "mini_batch_size")})
+    return service.client.call("Update", Payload(actor_pb2.UpdateRequest(step=step, loss=spec), batch(rows=128)),
+                               **call)
+
+
+def test_an_update_whose_caller_goes_away_stops_between_micro_batches(tiny_lm, tmp_path):
+    """An expired Update stops at the next micro-batch: the optimizer steps it took stay, so the service
+    refuses to update, save or push (the weights are between two steps) until a checkpoint is loaded.
+    SIGTERM stops a busy actor the same way, within the server's grace."""
+    import threading
+    import time
+
+    s = Service("--role", "actor", "--model", str(tiny_lm), "--world-size", "1", "--lr", "1e-3",
+                "--micro-batch-size", "2", root=str(tmp_path))
+    try:
+        probe = batch(seed=3)
+        s.call("SaveCheckpoint", actor_pb2.CheckpointRequest(path="c"))
+        saved = s.logprobs(probe)
+        expect(grpc.StatusCode.DEADLINE_EXCEEDED, lambda: long_update(s, 1, timeout=2), "")
+        partial = s.call("Describe").details["partial"]  # Describe waits for nothing: poll until it stopped
+        for _ in range(600):
+            if partial:
+                break
+            time.sleep(0.1)
+            partial = s.call("Describe").details["partial"]
+        taken = int(partial.split(" after ")[1].split()[0])
+        assert 0 < taken < 1600 and "of its 1600 optimizer steps" in partial, partial
+        for call in (lambda: s.update(1, "sft", probe),
+                     lambda: s.call("SaveCheckpoint", actor_pb2.CheckpointRequest(path="d")),
+                     lambda: s.call("PushWeights", actor_pb2.PushWeightsRequest(rollout_address="127.0.0.1:1"))):
+            expect(grpc.StatusCode.FAILED_PRECONDITION, call, "LoadCheckpoint first")
+        s.call("LoadCheckpoint", actor_pb2.CheckpointRequest(path="c"))
+        assert torch.equal(s.logprobs(probe), saved) and s.call("Describe").details["partial"] == ""
+        assert s.update(1, "sft", probe).step == 1  # whole again
+
+        busy = threading.Thread(target=lambda: pytest.raises(ServiceError, long_update, s, 2), daemon=True)
+        busy.start()
+        time.sleep(2)
+        s.proc.terminate()
+        assert s.proc.wait(30) == 0  # the 5 s grace, then the update stops at its next micro-batch
+        busy.join(10)
+    finally:
+        if s.proc.poll() is None:
+            s.stop()
+
+
 def test_offload_and_reload(actor):
     assert actor.call("Offload", actor_pb2.OffloadRequest()).device == "cpu"
     assert actor.call("Reload", actor_pb2.OffloadRequest()).device in ("cpu", "cuda:0")

@@ -29,6 +29,15 @@ def free_port() -> int:
 
 
 def run(world: int, engine: str, model, out: pathlib.Path, *flags: str) -> dict:
+    launch(world, engine, model, out, *flags)
+    result = {"logprobs": load_file(out / "logprobs.safetensors")["logprobs"]}
+    if (out / "stats.json").exists():
+        result["stats"] = json.loads((out / "stats.json").read_text())
+        result["weights"] = load_file(out / "weights.safetensors")
+    return result
+
+
+def launch(world: int, engine: str, model, out: pathlib.Path, *flags: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     port = str(free_port())
     procs = [subprocess.Popen([sys.executable, str(HELPER), engine, str(model), str(out), *flags],
@@ -39,11 +48,6 @@ def run(world: int, engine: str, model, out: pathlib.Path, *flags: str) -> dict:
     logs = [p.communicate(timeout=300)[0] for p in procs]
     for p, log in zip(procs, logs):
         assert p.returncode == 0, log[-3000:]
-    result = {"logprobs": load_file(out / "logprobs.safetensors")["logprobs"]}
-    if (out / "stats.json").exists():
-        result["stats"] = json.loads((out / "stats.json").read_text())
-        result["weights"] = load_file(out / "weights.safetensors")
-    return result
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +107,42 @@ def test_checkpoint_round_trip_and_hf_export(tiny_lm, tmp_path):
     assert lp.shape == (4, T) and torch.allclose(lp, trained["logprobs"], atol=1e-5)
     for k, v in model.state_dict().items():
         assert torch.equal(v, trained["weights"][k]), k
+
+
+def stopped_update(world: int, engine: str, model, out: pathlib.Path, *flags: str) -> dict:
+    launch(world, engine, model, out, *flags)
+    return {"stats": json.loads((out / "stats.json").read_text()), "before": load_file(out / "before.safetensors"),
+            "weights": load_file(out / "weights.safetensors")}
+
+
+def same_weights(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def first_step_only(tiny_lm, tmp_path_factory):
+    """An uncancelled SFT update on rows 0-1 alone: one optimizer step, the first of the 4-row update below."""
+    return stopped_update(1, "plain", tiny_lm, tmp_path_factory.mktemp("first"), "--cancel-at", "0",
+                          "--rows", "2")
+
+
+@pytest.mark.parametrize("stop_at", [3, 4], ids=["between-steps", "mid-mini-batch"])
+def test_a_stopped_update_keeps_only_whole_optimizer_steps(first_step_only, tiny_lm, tmp_path, stop_at):
+    """4 rows, mini-batches of 2 (an optimizer step each), micro-batches of 1: the caller goes away before
+    the 3rd micro-batch (between the steps) or the 4th (halfway into the second step's gradients). Either
+    way the weights are exactly those of the first step alone, and no gradient is left accumulated."""
+    got = stopped_update(1, "plain", tiny_lm, tmp_path, "--cancel-at", str(stop_at))
+    s = got["stats"]
+    assert (s["optimizer_steps"], s["planned_steps"], s["gradients"]) == (1, 2, 0), s
+    assert "after 1 of 2 optimizer steps" in s["message"]
+    assert same_weights(got["weights"], first_step_only["weights"])
+    assert not same_weights(got["weights"], got["before"])
+
+
+def test_every_rank_stops_at_the_same_micro_batch(tiny_lm, tmp_path):
+    """2 FSDP ranks, one mini-batch of 4 rows (2 micro-batches a rank): only rank 0 sees its caller go,
+    after its first micro-batch. Both ranks stop there (no hang on the next collective), drop what they
+    accumulated, and keep the weights they started with."""
+    got = stopped_update(2, "fsdp2", tiny_lm, tmp_path, "--cancel-at", "2", "--mini", "4")
+    assert (got["stats"]["optimizer_steps"], got["stats"]["gradients"]) == (0, 0), got["stats"]
+    assert same_weights(got["weights"], got["before"])

@@ -17,6 +17,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
                                                      set_state_dict)
 
+from services.actor.comm import Cancelled, stop_requested
 from services.actor.config import EngineConfig, OptimConfig
 from services.actor.model import load_model
 
@@ -84,8 +85,12 @@ class Engine:
     def forward(self, micro_batches: list[dict], fn: Callable[[torch.nn.Module, dict], Any]) -> list[Any]:
         """fn(model, micro_batch) for each micro-batch, without gradients."""
         self.module.eval()
+        out = []
         with self.autocast():
-            return [fn(self.module, self._to_device(mb)) for mb in micro_batches]
+            for mb in micro_batches:
+                self.check_stop()
+                out.append(fn(self.module, self._to_device(mb)))
+        return out
 
     def forward_backward(self, micro_batches: list[dict], loss_fn: Callable, weights: list[float]) -> list[dict]:
         """Accumulate gradients of sum_i weights[i] * loss_fn(model, micro_i)[0]; returns each micro's metrics.
@@ -97,11 +102,22 @@ class Engine:
         self.module.train()
         metrics = []
         for mb, w in zip(micro_batches, weights):
+            self.check_stop()
             with self.autocast():
                 loss, m = loss_fn(self.module, self._to_device(mb))
             (loss * w).backward()
             metrics.append(m)
         return metrics
+
+    def check_stop(self) -> None:
+        """Between micro-batches: Cancelled on every rank once rank 0's caller has gone (collective)."""
+        if stop_requested():
+            raise Cancelled("stopped between micro-batches: the caller cancelled or its deadline passed")
+
+    def drop_gradients(self) -> None:
+        """Forget what a stopped mini-batch accumulated: no optimizer step is ever half applied."""
+        if self.optimizer is not None:
+            self.optimizer.zero_grad(set_to_none=True)
 
     def step(self) -> dict[str, float]:
         """Clip, step the optimizer and the schedule; a non-finite gradient norm skips the update."""
