@@ -9,6 +9,7 @@ import os
 
 import torch
 
+from meshrl.errors import Aborted
 from services.rollout.config import RolloutConfig
 from services.rollout.sampling import Completion, Sampling
 
@@ -35,8 +36,8 @@ class VLLMBackend:
         self.llm = LLM(**engine_args(cfg), worker_extension_cls="services.rollout.vllm_ext.WeightLoader")
 
     def generate(self, prompts: list[list[int]], s: Sampling, alive=None) -> list[list[Completion]]:
-        # `alive` is not polled: LLM.generate runs to the end (the servicer refuses a request whose caller
-        # left while it waited; stopping vLLM mid-batch needs its engine loop, not this offline call).
+        """Completions for each prompt. `alive() == False` (the caller cancelled or its deadline passed)
+        aborts every request of the call at the next engine step and raises Aborted."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -46,10 +47,26 @@ class VLLMBackend:
                                  stop_token_ids=s.stop_token_ids or None,
                                  seed=None if s.seed is None else s.seed + i, logprobs=0 if s.logprobs else None)
                   for i in range(len(prompts))]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        ids = self.llm.enqueue([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        outs = self._run(ids, alive)
         return [[Completion(list(c.token_ids),
                             [lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids)] if s.logprobs else None,
                             c.text, c.finish_reason or "length") for c in out.outputs] for out in outs]
+
+    def _run(self, ids: list[str], alive) -> list:
+        """LLM.generate's engine loop (LLM.wait_for_completion), with a check of `alive` between steps.
+        `ids` are the engine's internal ids (what enqueue returns); outputs carry LLM's counter, in
+        prompt order."""
+        engine, done = self.llm.llm_engine, []
+        try:
+            while engine.has_unfinished_requests():
+                if alive is not None and not alive():
+                    raise Aborted("generation stopped: the caller cancelled or its deadline passed")
+                done.extend(out for out in engine.step() if out.finished)
+        except BaseException:
+            engine.abort_request(ids, internal=True)  # what is left of this call: the next starts clean
+            raise
+        return sorted(done, key=lambda out: int(out.request_id))
 
     def load_weights(self, segment: str, refs: list[list]) -> None:
         self.llm.collective_rpc("meshrl_load_weights", args=(segment, refs))
