@@ -4,23 +4,19 @@
 
 An algorithm (policy_gradient, dpo, sft) says which services it needs and which
 of them it trains, and does one step given the step's prompts. Everything else
-lives here, so a run of any algorithm can be killed and resumed the same way:
-checkpoints/step_N/ holds each trained service's checkpoint (actor/, critic/)
-and orchestrator.json (step, data position, RNG state, the algorithm's own
-state such as the KL controller); checkpoints/latest names the newest complete
-one. The weight version the rollout runs is the step number.
+lives here, so a run of any algorithm can be killed and resumed the same way
+(orchestrator.checkpoints) and recovers from lost services the same way
+(orchestrator.recovery). The weight version the rollout runs is the step number.
 """
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import pathlib
 import time
 from typing import Protocol
 
-import grpc
 import torch
 from tqdm import tqdm
 
@@ -28,12 +24,16 @@ from meshrl import telemetry
 from meshrl.errors import ServiceError
 from meshrl.rpc.token import forget_run_token, run_token
 from orchestrator import preflight
+from orchestrator.checkpoints import link_final_model, resume, save
 from orchestrator.config import Config
 from orchestrator.data import PromptDataset, prepare_run, prompt_limit
 from orchestrator.mesh import Mesh, prompt_text, start_mesh, wanted
 from orchestrator.loggers import RunLog
+from orchestrator.recovery import StepFailed, recover, snapshot
 from orchestrator.report import finish_report, standard_error
 from orchestrator.services import Services
+
+__all__ = ["Algorithm", "StepFailed", "Timer", "run", "sample_and_score", "score_metrics"]
 
 log = logging.getLogger(__name__)
 BAR_KEYS = {"critic/score/mean": "score", "critic/acc/mean": "acc", "actor/sft_loss": "loss",
@@ -62,10 +62,6 @@ class Timer(dict):
         with telemetry.span(phase):
             yield
         self[f"timing_s/{phase}"] = self.get(f"timing_s/{phase}", 0.0) + time.perf_counter() - start
-
-
-class StepFailed(RuntimeError):
-    """A step could not finish; says which and where the run can resume from."""
 
 
 def sampling_seed(cfg: Config, number: int) -> int:
@@ -158,44 +154,6 @@ def validate(cfg: Config, mesh: Mesh, data: PromptDataset) -> tuple[dict[str, fl
     return out, correct
 
 
-def save(run_dir: pathlib.Path, number: int, mesh: Mesh, algorithm: Algorithm, sampler, last: bool) -> pathlib.Path:
-    path = run_dir / "checkpoints" / f"step_{number}"
-    for role in algorithm.trained:
-        mesh.save(role, path / role, export_hf=last and role == "actor")
-    state = {"step": number, "sampler": sampler.state_dict(), "algorithm": algorithm.state_dict(),
-             "torch_rng": torch.get_rng_state().tolist()}
-    (path / "orchestrator.json").write_text(json.dumps(state))
-    (run_dir / "checkpoints" / "latest").write_text(path.name)  # written last: a half-saved step is not "latest"
-    return path
-
-
-def resume(run_dir: pathlib.Path, mesh: Mesh, algorithm: Algorithm, sampler) -> int:
-    """Restore the latest checkpoint into the services, the sampler and the algorithm; its step (0: none)."""
-    latest = run_dir / "checkpoints" / "latest"
-    if not latest.is_file():
-        log.info("no checkpoint in %s: starting from step 1", run_dir)
-        return 0
-    path = run_dir / "checkpoints" / latest.read_text().strip()
-    state = json.loads((path / "orchestrator.json").read_text())
-    for role in algorithm.trained:
-        mesh.load(role, path / role)
-    sampler.load_state_dict(state["sampler"])
-    algorithm.load_state_dict(state["algorithm"])
-    torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
-    if mesh.has("rollout"):
-        mesh.push_weights(version=state["step"])
-    log.info("resumed from %s (step %d)", path, state["step"])
-    return state["step"]
-
-
-def link_final_model(run_dir: pathlib.Path, checkpoint: pathlib.Path) -> None:
-    """run_dir/hf -> the last checkpoint's HF export, the folder to hand to the next stage."""
-    link = run_dir / "hf"
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to((checkpoint / "actor" / "hf").relative_to(run_dir))
-
-
 def trace_env(cfg: Config, run_dir: pathlib.Path) -> None:
     """Tracing settings in the environment, which the services this process starts inherit."""
     if cfg.trainer.trace:
@@ -230,75 +188,6 @@ def one_step(cfg: Config, mesh: Mesh, algorithm: Algorithm, number: int, data, b
         metrics_log.write_samples(number, sample_rows(*mesh.last_sampled, cfg.trainer.samples_per_step))
         mesh.last_sampled = None
     return metrics
-
-
-def snapshot(sampler, algorithm: Algorithm) -> dict:
-    return {"sampler": sampler.state_dict(), "algorithm": algorithm.state_dict(), "rng": torch.get_rng_state()}
-
-
-def recover(error: StepFailed, restarts: int, number: int, batch, services: Services, mesh: Mesh,
-            algorithm: Algorithm, sampler, metrics_log: RunLog, start_state: dict) -> tuple[int, tuple | None]:
-    """After a failed step: start the services of ours that died again and say where to go on from, as
-    (step, batch). A dead rollout or reward service costs the step (retried on the same batch, after the
-    actor's weights are pushed to a new rollout); a dead actor, ref or critic sends the whole mesh back to
-    the last checkpoint (or the start), since a trained service's state lives only there. Re-raises the
-    error when no service of ours died or trainer.max_restarts is spent."""
-    cfg = mesh.cfg
-    if restarts > cfg.trainer.max_restarts:
-        raise error
-    dead = services.dead()
-    if not dead:  # none of ours: a rollout or reward service given by address may be down, and come back
-        return wait_for_given(error, restarts, number, batch, services, mesh)
-    log.warning("%s; %s died: restart %d of %d", error, ", ".join(sorted(dead)), restarts, cfg.trainer.max_restarts)
-    partial = dead <= {"rollout", "reward"}
-    mesh.clients.update(services.restart(dead if partial else set(services.ours)))
-    if partial:
-        if "rollout" in dead and number > 1:  # a new rollout has the base model: give it the actor's weights
-            mesh.push_weights(version=number - 1)
-        return number, batch
-    step = resume(pathlib.Path(cfg.trainer.run_dir), mesh, algorithm, sampler)
-    if step == 0:  # no checkpoint yet: from the start, with the base model the new services loaded
-        sampler.load_state_dict(start_state["sampler"])
-        algorithm.load_state_dict(start_state["algorithm"])
-        torch.set_rng_state(start_state["rng"])
-    metrics_log.forget_after(step)
-    return step + 1, None
-
-
-GIVEN_WAIT = 300.0  # seconds a run waits for a rollout or reward service given by address to answer again
-
-
-def wait_for_given(error: StepFailed, restarts: int, number: int, batch, services: Services,
-                   mesh: Mesh) -> tuple[int, tuple]:
-    """A rollout or reward service given by address that stopped answering (its own supervisor, e.g.
-    docker compose's restart policy, brings it back): wait for it, give a rollout the actor's weights
-    again, and retry the step. Anything else re-raises the error: a trained service given by address
-    holds state this run cannot restore into it safely."""
-    down = {name for name, c in mesh.clients.items() if name not in services.ours and not answers(c)}
-    if not down or not down <= {"rollout", "reward"}:
-        raise error
-    log.warning("%s; %s at %s not answering: waiting up to %.0f s (restart %d of %d)", error, ", ".join(sorted(down)),
-                ", ".join(mesh.clients[n].address for n in sorted(down)), GIVEN_WAIT, restarts,
-                mesh.cfg.trainer.max_restarts)
-    for name in down:
-        try:
-            mesh.clients[name].wait_ready(GIVEN_WAIT)
-        except TimeoutError:
-            raise error from None
-    if "rollout" in down and number > 1:
-        try:
-            mesh.push_weights(version=number - 1)
-        except ServiceError as e:  # it never went away and holds these weights already
-            if e.code != grpc.StatusCode.FAILED_PRECONDITION:
-                raise StepFailed(f"step {number}: pushing weights to the rollout that came back failed: {e}") from None
-    return number, batch
-
-
-def answers(client) -> bool:
-    try:
-        return client.health(timeout=3) == "SERVING"
-    except ServiceError:
-        return False
 
 
 def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:

@@ -11,6 +11,7 @@ import sys
 import time
 
 import psutil
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -79,34 +80,41 @@ def test_killed_services_are_started_again_and_the_run_ends_as_if_untouched(tiny
                            load_file(tiny_lm / "model.safetensors")["model.layers.0.mlp.down_proj.weight"])
 
 
-def test_a_reward_service_given_by_address_is_waited_for(tiny_lm, arithmetic_data, tmp_path):
+@pytest.mark.parametrize("name", ["reward", "actor"])
+def test_a_service_given_by_address_is_waited_for(tiny_lm, arithmetic_data, tmp_path, name):
     """A service the run did not start is not the run's to restart: when it stops answering, the run waits
-    for whoever supervises it (here the test, as docker compose's restart policy would) and retries the step."""
+    for whoever supervises it (here the test, as docker compose's restart policy would). A reward service
+    costs the step; an actor comes back with its base weights, so the run loads its last checkpoint (step
+    5) into it and redoes the steps after it."""
     import socket
+
+    from orchestrator.mesh import serve_args
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    overrides = settings(tiny_lm, arithmetic_data, tmp_path, tmp_path / "given")
-    function = next(o.split("=", 1)[1] for o in overrides if o.startswith("reward.function="))
-    serve = [sys.executable, "-m", "meshrl.cli", "serve", "reward", "--workers", "1", "--function", function,
+    run_dir = tmp_path / "given"
+    overrides = [*settings(tiny_lm, arithmetic_data, tmp_path, run_dir), "trainer.total_steps=8"]
+    serve = [sys.executable, "-m", "meshrl.cli", "serve", *serve_args(load_config(None, overrides), name),
              "--port", str(port)]
-    reward = subprocess.Popen(serve, stdout=subprocess.DEVNULL)
-    log = tmp_path / "given.log"
+    given = subprocess.Popen(serve, stdout=subprocess.DEVNULL)
+    log = run_dir.parent / "given.log"
     with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "grpo", *overrides, "trainer.total_steps=8",
-                                 f"reward.address=127.0.0.1:{port}"], stdout=f, stderr=f)
+        proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "grpo", *overrides,
+                                 f"{name}.address=127.0.0.1:{port}"], stdout=f, stderr=f)
     try:
         deadline = time.monotonic() + 300
-        while max(steps_logged(tmp_path / "given"), default=0) < 3 and time.monotonic() < deadline:
+        while max(steps_logged(run_dir), default=0) < 6 and time.monotonic() < deadline:
             time.sleep(0.05)
-        reward.send_signal(signal.SIGKILL)
-        reward.wait()
+        given.send_signal(signal.SIGKILL)
+        given.wait()
         time.sleep(2)  # the run finds it gone and waits
-        reward = subprocess.Popen(serve, stdout=subprocess.DEVNULL)
+        given = subprocess.Popen(serve, stdout=subprocess.DEVNULL)
         assert proc.wait(300) == 0, log.read_text()[-3000:]
     finally:
-        reward.terminate()
-        reward.wait(60)
-    assert steps_logged(tmp_path / "given") == list(range(1, 9))
-    assert "not answering: waiting" in log.read_text()
+        given.terminate()
+        given.wait(60)
+    assert steps_logged(run_dir) == list(range(1, 9))
+    text = log.read_text()
+    assert f"{name} not answering" in text and f"waiting up to 300 s for {name}" in text
+    assert ("resumed from" in text and "step_5" in text) == (name == "actor")

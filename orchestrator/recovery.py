@@ -1,0 +1,109 @@
+"""What a run does after a failed step: find what was lost, bring it back, say where to go on from.
+
+    number, batch = recover(error, restarts, number, batch, services, mesh, algorithm, sampler, log, start)
+
+A service is lost when it died (one of ours), stopped answering (one given by
+address: its own supervisor, e.g. docker compose's restart policy, brings it
+back and the run waits for it), or holds weights between two steps (an Update
+stopped halfway, e.g. when its deadline passed). A lost rollout or reward
+service costs only its step: it is retried on the same prompts, after a new
+rollout is given the actor's weights. A lost trained service (actor, critic)
+sends the whole mesh back to the last checkpoint, or to the start when there is
+none, since a trained service's state lives only there.
+"""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+from typing import TYPE_CHECKING
+
+import grpc
+import torch
+
+from meshrl.errors import ServiceError
+from orchestrator.checkpoints import resume
+from orchestrator.loggers import RunLog
+from orchestrator.mesh import Mesh
+from orchestrator.services import Services
+
+if TYPE_CHECKING:
+    from orchestrator.trainer import Algorithm
+
+log = logging.getLogger(__name__)
+GIVEN_WAIT = 300.0  # seconds a run waits for a service given by address to answer again
+
+
+class StepFailed(RuntimeError):
+    """A step could not finish; says which and where the run can resume from."""
+
+
+def snapshot(sampler, algorithm: Algorithm) -> dict:
+    return {"sampler": sampler.state_dict(), "algorithm": algorithm.state_dict(), "rng": torch.get_rng_state()}
+
+
+def recover(error: StepFailed, restarts: int, number: int, batch, services: Services, mesh: Mesh,
+            algorithm: Algorithm, sampler, metrics_log: RunLog, start_state: dict) -> tuple[int, tuple | None]:
+    """Bring back what the failed step lost; (step, batch) to go on from (batch None: the sampler's next).
+    Re-raises the error when nothing was lost (the failure is the request's, not a service's), when
+    trainer.max_restarts is spent, or when a lost state cannot be restored."""
+    cfg = mesh.cfg
+    if restarts > cfg.trainer.max_restarts:
+        raise error
+    dead = services.dead()
+    down = {name for name, c in mesh.clients.items() if name not in services.ours and not answers(c)}
+    partial = {name for name in algorithm.trained if name not in dead | down and between_steps(mesh, name)}
+    lost = (dead | down | partial) & set(algorithm.trained)
+    if not dead | down | partial:
+        raise error
+    log.warning("%s; %s: restart %d of %d", error, "; ".join(
+        f"{', '.join(sorted(names))} {why}" for names, why in ((dead, "died"), (down, "not answering"),
+                                                              (partial, "stopped between two steps")) if names),
+        restarts, cfg.trainer.max_restarts)
+    if dead or (lost and services.ours):  # with state lost, all of ours start afresh: a start they can go back to
+        mesh.clients.update(services.restart(set(services.ours) if lost else dead))
+    for name in sorted(down):
+        log.warning("waiting up to %.0f s for %s at %s", GIVEN_WAIT, name, mesh.clients[name].address)
+        try:
+            mesh.clients[name].wait_ready(GIVEN_WAIT)
+        except TimeoutError:
+            raise error from None
+    if not lost:
+        if "rollout" in dead | down and number > 1:  # a new rollout has the base model: give it the actor's
+            push_again(mesh, number - 1, error)
+        return number, batch
+    step = resume(pathlib.Path(cfg.trainer.run_dir), mesh, algorithm, sampler)
+    if step == 0:  # no checkpoint: from the start, if every service is where it started
+        moved = [name for name in (*algorithm.trained, "rollout") if name in mesh.clients
+                 and name not in services.ours and mesh[name].call("Describe").weight_version != 0]
+        if moved:
+            raise StepFailed(f"{error}; {', '.join(moved)} (given by address) hold trained weights and there is no "
+                             "checkpoint to go back to: set trainer.save_every to make one") from None
+        sampler.load_state_dict(start_state["sampler"])
+        algorithm.load_state_dict(start_state["algorithm"])
+        torch.set_rng_state(start_state["rng"])
+    metrics_log.forget_after(step)
+    return step + 1, None
+
+
+def push_again(mesh: Mesh, version: int, error: StepFailed) -> None:
+    try:
+        mesh.push_weights(version=version)
+    except ServiceError as e:  # a given rollout that never went away holds these weights already
+        if e.code != grpc.StatusCode.FAILED_PRECONDITION:
+            raise StepFailed(f"{error}; pushing weights to the rollout that came back failed: {e}") from None
+
+
+def answers(client) -> bool:
+    try:
+        return client.health(timeout=3) == "SERVING"
+    except ServiceError:
+        return False
+
+
+def between_steps(mesh: Mesh, role: str) -> bool:
+    """Whether a trained service's weights are between two steps (an Update stopped halfway)."""
+    try:
+        return bool(mesh[role].call("Describe", timeout=10).details.get("partial"))
+    except ServiceError:
+        return False
