@@ -55,3 +55,12 @@ def test_docker_compose_validates_the_files(files):
     args = [a for f in files for a in ("-f", str(ROOT / f))]
     result = subprocess.run(["docker-compose", *args, "config", "-q"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_services_come_back_into_the_same_ipc_namespace():
+    """Docker restarts a service that dies (the run waits for it); actor and rollout join the IPC namespace
+    of a holder that never restarts, so a restarted one still shares /dev/shm with the other."""
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    assert all(services[name].get("restart") == "on-failure" for name in ("actor", "ref", "rollout", "reward"))
+    assert services["shm"]["ipc"] == "shareable" and "restart" not in services["shm"]
+    assert services["actor"]["ipc"] == services["rollout"]["ipc"] == "service:shm"
