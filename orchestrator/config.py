@@ -188,6 +188,9 @@ class RaySection:
     placement_timeout: float = 60.0  # seconds to wait for the cluster to fit a service
     local_cpus: int = 8  # logical CPUs of a local cluster (Ray's count, not cores)
     object_store_bytes: int = 200_000_000  # a local cluster's object store (the services pass no objects)
+    tls: bool = True  # mutual TLS between the placed services and this process: certificates made for the run
+    #   (run_dir/certs; each service gets only its own, in a private folder on its node); a MESHRL_TLS_DIR
+    #   in the environment is used instead
 
 
 @dataclasses.dataclass

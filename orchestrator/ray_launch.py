@@ -9,6 +9,11 @@ actor's first bundle's node, sharing its GPU. In each group a small Ray actor (S
 starts `meshrl serve ...` bound to its node's address, and reports the address it listens on;
 the addresses go into the config (actor.address, ...) and the trainer runs as usual.
 
+The services listen on their node's address, beyond loopback, so they speak mutual TLS (ray.tls,
+default on): the run makes a CA and certificates (run_dir/certs, or MESHRL_TLS_DIR's), and each
+ServiceHost writes only its service's role certificate and key, with the CA's, into a private folder
+on its node; the run's token covers the rest.
+
     ray start --head --port 6379                      # machine 1
     ray start --address HEAD_IP:6379                  # machines 2..n
     meshrl ray grpo --config configs/arithmetic_grpo.yaml ray.address=auto ...
@@ -18,8 +23,11 @@ import dataclasses
 import logging
 import os
 import pathlib
+import shutil
 import subprocess
+import tempfile
 
+from meshrl import tls
 from meshrl.rpc.token import forget_run_token, run_token
 from orchestrator import main as loops
 from orchestrator import preflight, trainer
@@ -38,13 +46,21 @@ class ServiceHost:
     """A Ray actor that runs one `meshrl serve ...` process on its node and stops it on request."""
 
     def __init__(self):
-        self.proc = None
+        self.proc, self.tls_dir = None, None
 
-    def start(self, args: list[str], env: dict[str, str]) -> str:
+    def start(self, args: list[str], env: dict[str, str], certs: dict[str, bytes] | None = None) -> str:
+        """Start the service; `certs` (file name -> bytes) go into a folder only this user can read."""
         import ray
 
         node = ray.get_runtime_context().get_node_id()
         host = next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node)  # the address Ray uses
+        if certs:
+            self.tls_dir = tempfile.mkdtemp(prefix="meshrl-tls-")  # mode 0700
+            for name, data in certs.items():
+                fd = os.open(os.path.join(self.tls_dir, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+            env = {**env, tls.VAR: self.tls_dir}
         try:
             self.proc, address = launch([*args, "--host", host], env={**os.environ, **env})
         except RuntimeError as e:
@@ -58,6 +74,8 @@ class ServiceHost:
                 return self.proc.wait(60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+        if self.tls_dir:
+            shutil.rmtree(self.tls_dir, ignore_errors=True)
         return None if self.proc is None else self.proc.returncode
 
 
@@ -103,7 +121,7 @@ def place(cfg: Config, roles: set[str]) -> Placement:
                 num_cpus=0.01, num_gpus=(rc.gpus_per_rank / (share + 1)) if rc.gpus_per_rank else 0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)).remote()
             hosts[role] = host
-        addresses = ray.get([h.start.remote(serve_args(cfg, r), env) for r, h in hosts.items()])
+        addresses = ray.get([h.start.remote(serve_args(cfg, r), env, role_certs(r)) for r, h in hosts.items()])
     except BaseException:
         release(Placement(groups, hosts))
         raise
@@ -111,6 +129,30 @@ def place(cfg: Config, roles: set[str]) -> Placement:
         getattr(cfg, role).address = address
         log.info("placed %s at %s", role, address)
     return Placement(groups, hosts)
+
+
+def role_certs(role: str) -> dict[str, bytes] | None:
+    """The CA's certificate and the role's own certificate and key (the actor's for ref and critic), from
+    MESHRL_TLS_DIR; None without TLS."""
+    if not tls.enabled():
+        return None
+    name = "rollout" if role == "rollout" else "reward" if role == "reward" else "actor"
+    folder = pathlib.Path(os.environ[tls.VAR])
+    return {f: (folder / f).read_bytes() for f in ("ca.pem", f"{name}.pem", f"{name}.key")}
+
+
+def certs_for_run(cfg: Config) -> bool:
+    """With ray.tls and no MESHRL_TLS_DIR: make the run's certificates (run_dir/certs, naming every node's
+    address) and point this process at them. Whether it did (the caller unsets it after the run)."""
+    import ray
+
+    if not cfg.ray.tls or tls.enabled():
+        return False
+    folder = pathlib.Path(cfg.trainer.run_dir).resolve() / "certs"
+    tls.make_certs(folder, sorted({n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")}))
+    os.environ[tls.VAR] = str(folder)
+    log.info("mutual TLS between the placed services: certificates in %s", folder)
+    return True
 
 
 def release(placement: Placement) -> None:
@@ -143,6 +185,7 @@ def run(algorithm: str, cfg: Config):
         algo = loops.LOOPS[algorithm]()
         trainer.trace_env(cfg, pathlib.Path(cfg.trainer.run_dir))  # the placed services trace like local ones
         token_made = run_token()  # every service is placed by this run: all require its token (in their env)
+        certs_made = certs_for_run(cfg)
         try:
             placement = place(cfg, algo.setup(cfg))  # releases what it placed if it fails
             try:
@@ -152,6 +195,8 @@ def run(algorithm: str, cfg: Config):
         finally:
             if token_made:
                 forget_run_token()
+            if certs_made:
+                os.environ.pop(tls.VAR, None)
     finally:
         if started:
             ray.shutdown()

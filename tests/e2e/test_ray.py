@@ -37,6 +37,8 @@ def test_grpo_runs_on_services_placed_by_ray(cluster, tiny_lm, arithmetic_data, 
     assert steps == [1, 2]
     saved = (run_dir / "config.yaml").read_text()
     assert "address: 127.0.0.1:" in saved  # the trainer used the services Ray placed
+    # over mutual TLS: the run's certificates (its clients then accept only TLS servers of the right role)
+    assert (run_dir / "certs" / "ca.pem").is_file() and "MESHRL_TLS_DIR" not in os.environ
     groups = placement_group_table().values()
     # actor (2 bundles, the rollout inside) and reward: placed, then released at the end
     assert sorted(len(g["bundles"]) for g in groups) == [1, 2]
