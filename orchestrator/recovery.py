@@ -9,7 +9,9 @@ stopped halfway, e.g. when its deadline passed). A lost rollout or reward
 service costs only its step: it is retried on the same prompts, after a new
 rollout is given the actor's weights. A lost trained service (actor, critic)
 sends the whole mesh back to the last checkpoint, or to the start when there is
-none, since a trained service's state lives only there.
+none, since a trained service's state lives only there; the rollout and trained
+services of ours start afresh then (a rollout takes no weights older than its
+own), a reward or ref service only if it died (neither holds state of the run).
 """
 
 from __future__ import annotations
@@ -60,8 +62,9 @@ def recover(error: StepFailed, restarts: int, number: int, batch, services: Serv
         f"{', '.join(sorted(names))} {why}" for names, why in ((dead, "died"), (down, "not answering"),
                                                               (partial, "stopped between two steps")) if names),
         restarts, cfg.trainer.max_restarts)
-    if dead or (lost and services.ours):  # with state lost, all of ours start afresh: a start they can go back to
-        mesh.clients.update(services.restart(set(services.ours) if lost else dead))
+    stateful = set(services.ours) & {*algorithm.trained, "rollout"} if lost else set()
+    if dead | stateful:
+        mesh.clients.update(services.restart(dead | stateful))
     for name in sorted(down):
         log.warning("waiting up to %.0f s for %s at %s", GIVEN_WAIT, name, mesh.clients[name].address)
         try:
@@ -72,7 +75,10 @@ def recover(error: StepFailed, restarts: int, number: int, batch, services: Serv
         if "rollout" in dead | down and number > 1:  # a new rollout has the base model: give it the actor's
             push_again(mesh, number - 1, error)
         return number, batch
-    step = resume(pathlib.Path(cfg.trainer.run_dir), mesh, algorithm, sampler)
+    try:
+        step = resume(pathlib.Path(cfg.trainer.run_dir), mesh, algorithm, sampler)
+    except ServiceError as e:  # e.g. a given rollout refuses weights older than its own
+        raise StepFailed(f"{error}; going back to the last checkpoint failed: {e}") from None
     if step == 0:  # no checkpoint: from the start, if every service is where it started
         moved = [name for name in (*algorithm.trained, "rollout") if name in mesh.clients
                  and name not in services.ours and mesh[name].call("Describe").weight_version != 0]

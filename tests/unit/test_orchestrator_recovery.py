@@ -102,15 +102,16 @@ def test_a_dead_rollout_costs_its_step_and_gets_the_weights(monkeypatch, tmp_pat
 
 
 def test_an_actor_stopped_between_steps_takes_the_run_to_its_checkpoint(monkeypatch, tmp_path):
-    """Alive but holding half an update (its Update's deadline passed): started afresh with the rest of
-    ours, and the run goes on after checkpoint 5."""
+    """Alive but holding half an update (its Update's deadline passed): started afresh with our rollout
+    (which takes no weights older than its own), and the run goes on after checkpoint 5; the reward
+    service holds nothing of the run and is left alone."""
     clients = {"actor": FakeClient("actor", partial="update step 7 was stopped after 1 of 4 optimizer steps"),
                "rollout": FakeClient("rollout"), "reward": FakeClient("reward")}
     mesh, services = setup(clients, ["actor", "rollout", "reward"], checkpoint=5, monkeypatch=monkeypatch,
                            tmp_path=tmp_path)
     log = FakeLog()
     assert go(mesh, services, log=log) == (6, None)
-    assert services.restarted == {"actor", "rollout", "reward"} and log.forgot == 5
+    assert services.restarted == {"actor", "rollout"} and log.forgot == 5
 
 
 def test_a_given_actor_that_comes_back_fresh_restarts_the_run(monkeypatch, tmp_path):
@@ -121,7 +122,7 @@ def test_a_given_actor_that_comes_back_fresh_restarts_the_run(monkeypatch, tmp_p
     mesh, services = setup(clients, ["rollout", "reward"], monkeypatch=monkeypatch, tmp_path=tmp_path)
     algorithm = FakeAlgorithm()
     assert go(mesh, services, algorithm) == (1, None)
-    assert clients["actor"].calls[0] == "wait_ready" and services.restarted == {"rollout", "reward"}
+    assert clients["actor"].calls[0] == "wait_ready" and services.restarted == {"rollout"}
     assert algorithm.state == "start"
 
 
