@@ -17,6 +17,7 @@ import yaml
 from meshrl import hosts
 from meshrl.flags import field_docs
 from meshrl.typed import build
+from services.actor.config import LR_SCHEDULES
 
 
 LOGGERS = ("console", "tensorboard", "wandb", "mlflow")
@@ -45,7 +46,9 @@ class ActorSection:
     #   threads than cores)
     lr: float = 1e-5  # AdamW's learning rate
     weight_decay: float = 0.0  # AdamW's weight decay
-    warmup_steps: int = 0  # linear warm-up steps
+    warmup_steps: int = 0  # training steps of linear warm-up to lr
+    lr_schedule: str = "constant"  # constant, or cosine: decays to min_lr_ratio * lr at trainer.total_steps
+    min_lr_ratio: float = 0.0  # the cosine schedule's floor, as a share of lr
     grad_clip: float = 1.0  # max global gradient norm; 0: no clipping
     mixed_precision: bool = False  # bf16 parameters in forward/backward, fp32 gradient reduction and
     #   master weights
@@ -75,6 +78,9 @@ class ActorSection:
         self.world_size = hosts.world_size(self.world_size)
         if self.threads < 0:
             raise ValueError(f"threads={self.threads} must be >= 0 (0: the cores shared out over the ranks)")
+        if self.lr_schedule not in LR_SCHEDULES or not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES} (got {self.lr_schedule!r}) and "
+                             f"min_lr_ratio in [0, 1] (got {self.min_lr_ratio})")
 
 
 @dataclasses.dataclass

@@ -59,7 +59,8 @@ def serve_args(cfg: Config, role: str) -> list[str]:
         model, world, lr = c.model or a.model, c.world_size, c.lr
     else:
         model, world, lr = a.model, cfg.ref.world_size if role == "ref" else a.world_size, a.lr
-    values = {**dataclasses.asdict(a), "engine": engine_for(a.engine, world), "seed": cfg.trainer.seed, "lr": lr}
+    values = {**dataclasses.asdict(a), "engine": engine_for(a.engine, world), "seed": cfg.trainer.seed, "lr": lr,
+              "total_steps": cfg.trainer.total_steps}  # the schedule advances once per training step
     args = ["actor", "--role", role, "--model", model, "--checkpoint-root", absolute(cfg.trainer.run_dir),
             "--world-size", str(world), "--threads", str(a.threads), *dataclass_args(EngineConfig, values)]
     return args + ([] if role == "ref" else dataclass_args(OptimConfig, values, skip=("betas",)))

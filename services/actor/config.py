@@ -50,12 +50,13 @@ class OptimConfig:
     grad_clip: float = 1.0
     """Max global gradient norm; 0 disables clipping."""
     warmup_steps: int = 0
-    """Optimizer steps of linear warm-up from 0 to lr."""
+    """Updates (training steps) of linear warm-up from lr / warmup_steps to lr."""
     total_steps: int = 0
-    """For the cosine schedule; 0 with cosine is an error."""
+    """Updates in the whole run, for the cosine schedule (0 with cosine is an error)."""
     lr_schedule: str = "constant"
     """"constant" or "cosine" (decays to min_lr_ratio * lr at total_steps)."""
     min_lr_ratio: float = 0.0
+    """The cosine schedule's floor, as a share of lr."""
 
     def __post_init__(self):
         if self.lr_schedule not in LR_SCHEDULES:

@@ -96,6 +96,7 @@ def train(engine: Engine, part: DataProto, p: Schedule, total_rows: int, step: i
         planned = p.epochs * num_minibatches(total_rows, p.mini_batch_size)
         raise Cancelled(f"{e} after {metrics.steps} of {planned} optimizer steps",
                         {"optimizer_steps": metrics.steps, "planned_steps": planned}) from None
+    engine.end_update()
     return metrics.result(prefix)
 
 

@@ -314,6 +314,20 @@ def test_an_update_whose_caller_goes_away_stops_between_micro_batches(tiny_lm, t
             s.stop()
 
 
+def test_the_lr_schedule_advances_once_per_update(tiny_lm, tmp_path):
+    """Warm-up over 2 updates, then cosine to 10% at update 5, as verl counts them: each Update's two
+    optimizer steps (mini-batches of 2 rows) run at that update's rate."""
+    s = Service("--role", "actor", "--model", str(tiny_lm), "--world-size", "1", "--lr", "1e-3", "--warmup-steps", "2",
+                "--total-steps", "5", "--lr-schedule", "cosine", "--min-lr-ratio", "0.1", root=str(tmp_path))
+    try:
+        replies = [s.update(step, "sft", batch(seed=step), mini_batch_size=2) for step in range(1, 6)]
+    finally:
+        s.stop()
+    assert all(r.metrics["actor/num_optimizer_steps"] == 2 for r in replies)
+    # 1e-3 x: 1/2, 2/2 (warm-up), then 0.1 + 0.9 * (1 + cos(pi * k / 3)) / 2 for k = 0, 1, 2
+    assert [r.metrics["actor/lr"] for r in replies] == pytest.approx([5e-4, 1e-3, 1e-3, 7.75e-4, 3.25e-4])
+
+
 def test_offload_and_reload(actor):
     assert actor.call("Offload", actor_pb2.OffloadRequest()).device == "cpu"
     assert actor.call("Reload", actor_pb2.OffloadRequest()).device in ("cpu", "cuda:0")

@@ -13,6 +13,7 @@ out) starts exactly its command and environment, with:
 
 import os
 import pathlib
+import random
 import re
 import socket
 import subprocess
@@ -40,9 +41,18 @@ def interpolate(value, env: dict):
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range: a port picked now and bound later by the service
+    could meanwhile go to an outgoing connection or a port-0 listener (gloo's), which the kernel takes
+    from that range (seen once in CI: "Address already in use")."""
+    low = int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in random.sample(range(max(1024, low - 12000), low), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def load(path: pathlib.Path, env: dict) -> dict:

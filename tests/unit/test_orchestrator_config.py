@@ -23,6 +23,7 @@ def test_defaults_yaml_and_overrides(tmp_path):
     ("", ["actor.lrr=1"], r"unknown key actor.lrr"),
     ("", ["trainer.total_steps=1.5"], r"trainer.total_steps: expected int, got float"),
     ("", ["data.shuffle=maybe"], r"data.shuffle: expected bool"),
+    ("", ["actor.lr_schedule=cosin"], r"lr_schedule must be one of \('constant', 'cosine'\)"),
 ])
 def test_mistakes_name_the_key(tmp_path, text, overrides, match):
     f = tmp_path / "run.yaml"
@@ -84,13 +85,15 @@ def test_the_services_read_back_every_setting_the_run_config_shares_with_them():
                "actor.share_prompts=false", "actor.weight_decay=0.1", "actor.micro_batch_tokens=512",
                "actor.engine=fsdp2", "actor.world_size=2", "actor.lr=3e-6", "rollout.dtype=bfloat16",
                "rollout.tensor_parallel_size=2", "rollout.gpu_memory_utilization=0.5", "rollout.enforce_eager=false",
-               "rollout.backend=hf", "rollout.max_model_len=1024", "trainer.seed=7"]
+               "rollout.backend=hf", "rollout.max_model_len=1024", "trainer.seed=7", "actor.lr_schedule=cosine",
+               "actor.warmup_steps=3", "actor.min_lr_ratio=0.1", "trainer.total_steps=40"]
     cfg = load_config(None, ["actor.model=m", "data.train_files=t", *changed])
     engine = parsed(EngineConfig, serve_args(cfg, "actor"))
     assert (engine.mixed_precision, engine.gradient_checkpointing, engine.hsdp_replicate, engine.share_prompts,
             engine.micro_batch_tokens, engine.engine, engine.seed) == (True, True, 2, False, 512, "fsdp2", 7)
     optim = parsed(OptimConfig, serve_args(cfg, "actor"), skip=("betas",))
     assert (optim.lr, optim.weight_decay) == (3e-6, 0.1)
+    assert (optim.lr_schedule, optim.warmup_steps, optim.min_lr_ratio, optim.total_steps) == ("cosine", 3, 0.1, 40)
     assert "--lr" not in serve_args(cfg, "ref")  # a frozen model has no optimizer
     rollout = parsed(RolloutConfig, serve_args(cfg, "rollout"))
     assert (rollout.model, rollout.dtype, rollout.tensor_parallel_size, rollout.gpu_memory_utilization,

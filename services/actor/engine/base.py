@@ -120,7 +120,7 @@ class Engine:
             self.optimizer.zero_grad(set_to_none=True)
 
     def step(self) -> dict[str, float]:
-        """Clip, step the optimizer and the schedule; a non-finite gradient norm skips the update."""
+        """Clip and step the optimizer; a non-finite gradient norm skips the update."""
         cfg = self.optim_cfg
         grad_norm = self.clip_grad_norm(cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
         lr = self.scheduler.get_last_lr()[0]
@@ -128,9 +128,13 @@ class Engine:
             self.optimizer.zero_grad(set_to_none=True)
             return {"grad_norm": grad_norm, "lr": lr, "skipped": 1.0}
         self.optimizer.step()
-        self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {"grad_norm": grad_norm, "lr": lr, "skipped": 0.0}
+
+    def end_update(self) -> None:
+        """The LR schedule advances once per update (a training step, as verl counts its warm-up and
+        decay), whatever its number of mini-batches and epochs."""
+        self.scheduler.step()
 
     def _to_device(self, mb: dict) -> dict:
         return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in mb.items()}
