@@ -171,7 +171,7 @@ class TrainerSection:
     seed: int = 0  # data order and sampling seeds (step s samples with seed * 1_000_003 + s)
     resume: bool = False  # continue from run_dir/checkpoints/latest
     max_restarts: int = 3  # services this run started that die are started again, this many times in all:
-    #   a dead rollout or reward service and the step is retried; a dead actor, ref or critic and the run
+    #   a dead rollout, reward or ref service and the step is retried; a dead actor or critic and the run
     #   goes on from its last checkpoint; 0: a dead service ends the run
 
     def __post_init__(self):

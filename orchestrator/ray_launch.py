@@ -33,7 +33,7 @@ from orchestrator import main as loops
 from orchestrator import preflight, trainer
 from orchestrator.config import Config
 from orchestrator.mesh import serve_args
-from orchestrator.services import launch
+from orchestrator.services import DESCRIPTORS, launch
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def role_certs(role: str) -> dict[str, bytes] | None:
     MESHRL_TLS_DIR; None without TLS."""
     if not tls.enabled():
         return None
-    name = "rollout" if role == "rollout" else "reward" if role == "reward" else "actor"
+    name = tls.SERVER_ROLE[DESCRIPTORS[role].name]  # the certificate its service presents
     folder = pathlib.Path(os.environ[tls.VAR])
     return {f: (folder / f).read_bytes() for f in ("ca.pem", f"{name}.pem", f"{name}.key")}
 
