@@ -134,7 +134,7 @@ def handoff(tmp: pathlib.Path, args) -> None:
                 runs = []
                 for i in range(args.repeats + 1):  # the first grows the staging segment
                     version += 1
-                    stats = weights.push(client, named, version, transport)
+                    stats = weights.push_state(client, named, version, transport)
                     if i:
                         runs.append(stats)
                 speeds[transport] = size / statistics.median(r["seconds"] for r in runs) / 1e9

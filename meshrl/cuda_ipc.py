@@ -1,10 +1,12 @@
 """CUDA IPC weight handoff for services that share a GPU: hand over a handle, not the bytes.
 
-The sender packs the parameters into one flat CUDA bucket (kept and reused
-across pushes), shares it with torch's CUDA IPC (cudaIpcGetMemHandle under the
-hood), and sends the handle's fields in protobuf: no pickle. The receiver (the
-vLLM worker on the same GPU) opens the handle, views the tensors in place and
-loads them. Needs a GPU; tests skip it elsewhere.
+The sender packs each bucket of parameters (meshrl.weights.plan) into one flat
+CUDA buffer, kept and reused across buckets and pushes, shares it with torch's
+CUDA IPC (cudaIpcGetMemHandle under the hood), and sends the handle's fields in
+protobuf: no pickle. The receiver (the vLLM worker on the same GPU) opens the
+handle, views the tensors in place and loads them before its SendWeights call
+returns, so the next bucket may overwrite the buffer. Needs a GPU; tests skip
+it elsewhere.
 """
 
 import time
@@ -12,16 +14,30 @@ import time
 import torch
 
 from meshrl.v1 import rollout_pb2
-from meshrl.weights import layout, nbytes
 
-_buckets: dict[torch.device, torch.Tensor] = {}  # one reusable bucket per device
+_buffers: dict[torch.device, torch.Tensor] = {}  # one reusable buffer per device
 
 
-def bucket(device: torch.device, size: int) -> torch.Tensor:
-    b = _buckets.get(device)
-    if b is None or b.numel() < size:
-        b = _buckets[device] = torch.empty(size, dtype=torch.uint8, device=device)
-    return b
+class CudaBucket:
+    """The sender's staging buffer on the current GPU, at least `size` bytes."""
+
+    def __init__(self, size: int):
+        self.device = torch.device("cuda", torch.cuda.current_device())
+        flat = _buffers.get(self.device)
+        if flat is None or flat.numel() < size:
+            _buffers.pop(self.device, None)  # free the old one before taking a bigger one
+            flat = _buffers[self.device] = torch.empty(size, dtype=torch.uint8, device=self.device)
+        self.flat = flat
+        self.handle = share(flat.untyped_storage())
+
+    def fill(self, tensors: list[torch.Tensor], bucket) -> rollout_pb2.CudaIpcHandle:
+        """Copy a bucket's tensors in at their refs' offsets (on the device when they are there); the
+        handle to send. Synchronized: the receiver reads it from another process."""
+        for t, ref in zip(tensors, bucket.refs):
+            n = t.numel() * t.element_size()
+            self.flat[ref.offset:ref.offset + n].copy_(t.detach().reshape(-1).view(torch.uint8), non_blocking=True)
+        torch.cuda.synchronize(self.device)
+        return self.handle
 
 
 def share(storage: torch.UntypedStorage) -> rollout_pb2.CudaIpcHandle:
@@ -57,19 +73,3 @@ def views(storage: torch.UntypedStorage, refs: list[list]) -> list[tuple[str, to
     return out
 
 
-def push_cuda_ipc(client, named: dict[str, torch.Tensor], version: int) -> dict[str, float]:
-    start = time.perf_counter()
-    device = next(iter(named.values())).device
-    if device.type != "cuda":
-        device = torch.device("cuda", torch.cuda.current_device())
-    refs, total = layout(named)
-    flat = bucket(device, total)
-    for (name, t), ref in zip(named.items(), refs):
-        flat[ref.offset:ref.offset + nbytes(t)].copy_(t.detach().reshape(-1).view(torch.uint8))
-    torch.cuda.synchronize(device)
-    client.call("BeginWeightUpdate", rollout_pb2.BeginWeightUpdateRequest(
-        version=version, transport="cuda_ipc", total_bytes=total))
-    client.call_stream("SendWeights", iter([rollout_pb2.WeightBucket(
-        version=version, refs=refs, cuda_ipc=share(flat.untyped_storage()))]))
-    client.call("FinishWeightUpdate", rollout_pb2.FinishWeightUpdateRequest(version=version))
-    return {"num_bytes": float(sum(nbytes(t) for t in named.values())), "seconds": time.perf_counter() - start}

@@ -1,19 +1,26 @@
 """Weight handoff, the sender's side and the layout both sides share.
 
-Parameters are laid out in one flat buffer, each at a 64-byte aligned offset
-and described by a TensorRef (HF name, dtype, shape, offset). The sender
-(the actor service, or anyone holding a state dict) pushes them to a rollout
-service in three calls: BeginWeightUpdate, SendWeights (a stream), and
+Parameters travel in buckets of bounded size (DEFAULT_BUCKET_BYTES unless the
+caller says otherwise): each tensor at a 64-byte aligned offset in its bucket,
+described by a TensorRef (HF name, dtype, shape, offset). One transformer block
+never spans two buckets (the receiving engine fuses a block's projections and
+processes a layer only once all its parts arrived). The sender pushes to a
+rollout service with BeginWeightUpdate, one SendWeights call per bucket, and
 FinishWeightUpdate with the new version:
 
-- shm: write the tensors straight into the /dev/shm segment Begin names (one
+- shm: write the bucket straight into the /dev/shm segment Begin names (one
   copy), send only the refs;
-- stream: send the flat buffer's bytes in chunks (for another host);
-- cuda_ipc: share a CUDA bucket by IPC handle (same GPU).
+- stream: send the bucket's bytes in chunks (for another host);
+- cuda_ipc: share a reused CUDA bucket by IPC handle (same GPU).
+
+Tensors are asked for one bucket at a time (`tensors_of`), so a sender that
+gathers them (an FSDP actor) never holds more than one bucket's worth.
 """
 
+import math
 import time
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import torch
 
@@ -25,6 +32,7 @@ from meshrl.v1 import rollout_pb2
 
 ALIGN = 64
 CHUNK_BYTES = 4 << 20
+DEFAULT_BUCKET_BYTES = 512 << 20
 TRANSPORTS = ("shm", "stream", "cuda_ipc")
 
 
@@ -32,14 +40,52 @@ def nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+def aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+@dataclass
+class Bucket:
+    refs: list  # rollout_pb2.TensorRef, offsets from the bucket's start
+    size: int  # bytes, padding included
+
+
+def block_of(name: str) -> str:
+    """What must travel together: a numbered block (model.layers.3) whole, else the parameter's module."""
+    parts = name.split(".")
+    for i, p in enumerate(parts):
+        if p.isdigit():
+            return ".".join(parts[:i + 1])
+    return ".".join(parts[:-1])
+
+
+def plan(specs: list[tuple[str, torch.dtype, list[int]]], bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> list[Bucket]:
+    """Buckets for (name, dtype, shape) specs, in order, each at most bucket_bytes unless one block alone is
+    larger (then that block is a bucket of its own)."""
+    if bucket_bytes < ALIGN:
+        raise ValueError(f"bucket_bytes must be >= {ALIGN}, got {bucket_bytes}")
+    blocks: dict[str, list] = {}
+    for spec in specs:
+        blocks.setdefault(block_of(spec[0]), []).append(spec)
+    buckets, refs, size = [], [], 0
+    for block in blocks.values():
+        need = sum(aligned(math.prod(shape) * dtype.itemsize) for _, dtype, shape in block)
+        if refs and size + need > bucket_bytes:
+            buckets.append(Bucket(refs, size))
+            refs, size = [], 0
+        for name, dtype, shape in block:
+            refs.append(rollout_pb2.TensorRef(name=name, dtype=wire_dtype(dtype, name), shape=list(shape), offset=size))
+            size += aligned(math.prod(shape) * dtype.itemsize)
+    if refs:
+        buckets.append(Bucket(refs, size))
+    return buckets
+
+
 def layout(named: dict[str, torch.Tensor]) -> tuple[list[rollout_pb2.TensorRef], int]:
-    """Refs for each tensor in a flat buffer, and the buffer's size."""
-    refs, offset = [], 0
-    for name, t in named.items():
-        refs.append(rollout_pb2.TensorRef(name=name, dtype=wire_dtype(t.dtype, name), shape=list(t.shape),
-                                          offset=offset))
-        offset += -(-nbytes(t) // ALIGN) * ALIGN
-    return refs, offset
+    """Refs for each tensor in one bucket holding them all, and its size."""
+    (whole,) = plan([(k, t.dtype, list(t.shape)) for k, t in named.items()], bucket_bytes=1 << 62) or \
+        [Bucket([], 0)]
+    return whole.refs, whole.size
 
 
 def ref_dtype(ref: rollout_pb2.TensorRef) -> torch.dtype:
@@ -49,19 +95,15 @@ def ref_dtype(ref: rollout_pb2.TensorRef) -> torch.dtype:
 
 
 def ref_nbytes(ref: rollout_pb2.TensorRef) -> int:
-    n = 1
-    for d in ref.shape:
-        n *= d
-    return n * torch.empty((), dtype=ref_dtype(ref)).element_size()
+    return math.prod(ref.shape) * ref_dtype(ref).itemsize
 
 
-def stream_chunks(named: dict[str, torch.Tensor], refs, total: int,
-                  chunk: int = CHUNK_BYTES) -> Iterator[tuple[int, list[memoryview]]]:
-    """(offset, pieces) of the flat buffer, about `chunk` bytes each (views of the tensors, not copies);
+def stream_chunks(tensors: list[torch.Tensor], refs, chunk: int = CHUNK_BYTES) -> Iterator[tuple[int, list[memoryview]]]:
+    """(offset, pieces) of one bucket, about `chunk` bytes each (views of the tensors, not copies);
     padding between tensors is not sent."""
     pieces, size, start = [], 0, 0
-    for (name, t), ref in zip(named.items(), refs):
-        raw = tensor_bytes(t, name)
+    for t, ref in zip(tensors, refs):
+        raw = tensor_bytes(t, ref.name)
         pos = 0
         while pos < len(raw):
             if not pieces:
@@ -78,32 +120,52 @@ def stream_chunks(named: dict[str, torch.Tensor], refs, total: int,
             pieces, size = [], 0
 
 
-def push(client, named: dict[str, torch.Tensor], version: int, transport: str) -> dict[str, float]:
-    """Send `named` (HF names) to the rollout service behind `client` (a meshrl.rpc.Client)."""
+def push(client, buckets: list[Bucket], tensors_of: Callable[[Bucket], list[torch.Tensor]], version: int,
+         transport: str) -> dict[str, float]:
+    """Send the buckets to the rollout service behind `client` (a meshrl.rpc.Client); tensors_of(bucket)
+    gives a bucket's tensors in its refs' order, on any device, when it is its turn."""
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
-    if transport == "cuda_ipc":
-        from meshrl.cuda_ipc import push_cuda_ipc
-
-        return push_cuda_ipc(client, named, version)
     start = time.perf_counter()
-    refs, total = layout(named)
     begun = client.call("BeginWeightUpdate", rollout_pb2.BeginWeightUpdateRequest(
-        version=version, transport=transport, total_bytes=total))
-    if transport == "shm":
-        seg = attach(begun.shm_segment)
-        for (name, t), ref in zip(named.items(), refs):
-            seg.tensor(t.dtype, list(t.shape), ref.offset).copy_(t.detach())
-        buckets = iter([rollout_pb2.WeightBucket(version=version, refs=refs)])
-    else:
-        def gen():
-            yield rollout_pb2.WeightBucket(version=version, refs=refs)
-            for offset, pieces in stream_chunks(named, refs, total):
-                yield encode_bytes_field(rollout_pb2.WeightBucket(version=version, data_offset=offset), "data", pieces)
-        buckets = gen()
-    client.call_stream("SendWeights", buckets)
+        version=version, transport=transport, total_bytes=sum(b.size for b in buckets),
+        bucket_bytes=max((b.size for b in buckets), default=0)))
+    if transport == "cuda_ipc":
+        from meshrl.cuda_ipc import CudaBucket
+
+        staging = CudaBucket(max(b.size for b in buckets))
+    gather = 0.0
+    for b in buckets:
+        t0 = time.perf_counter()
+        tensors = tensors_of(b)
+        gather += time.perf_counter() - t0
+        if transport == "shm":
+            seg = attach(begun.shm_segment)
+            for t, ref in zip(tensors, b.refs):
+                seg.tensor(t.dtype, list(t.shape), ref.offset).copy_(t.detach())
+            messages = iter([rollout_pb2.WeightBucket(version=version, refs=b.refs)])
+        elif transport == "stream":
+            tensors = [t.detach().cpu() for t in tensors]
+            messages = _stream(version, b, tensors)
+        else:
+            messages = iter([rollout_pb2.WeightBucket(version=version, refs=b.refs, cuda_ipc=staging.fill(tensors, b))])
+        client.call_stream("SendWeights", messages)
     sent = time.perf_counter()
     client.call("FinishWeightUpdate", rollout_pb2.FinishWeightUpdateRequest(version=version))
     done = time.perf_counter()
-    return {"num_bytes": float(sum(nbytes(t) for t in named.values())), "seconds": done - start,
+    return {"num_bytes": float(sum(ref_nbytes(r) for b in buckets for r in b.refs)), "seconds": done - start,
+            "buckets": float(len(buckets)), "gather_seconds": gather,
             "transfer_seconds": sent - start, "load_seconds": done - sent}
+
+
+def _stream(version: int, b: Bucket, tensors: list[torch.Tensor]):
+    yield rollout_pb2.WeightBucket(version=version, refs=b.refs)
+    for offset, pieces in stream_chunks(tensors, b.refs):
+        yield encode_bytes_field(rollout_pb2.WeightBucket(version=version, data_offset=offset), "data", pieces)
+
+
+def push_state(client, named: dict[str, torch.Tensor], version: int, transport: str,
+               bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> dict[str, float]:
+    """push() for a state dict held whole (HF names)."""
+    buckets = plan([(k, t.dtype, list(t.shape)) for k, t in named.items()], bucket_bytes)
+    return push(client, buckets, lambda b: [named[r.name] for r in b.refs], version, transport)

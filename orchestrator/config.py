@@ -115,6 +115,7 @@ class RolloutSection:
     max_new_tokens: int = 16  # response tokens at most
     max_model_len: int = 256  # prompt + response tokens the engine holds per sequence
     weight_transport: str = "shm"  # actor -> rollout: shm (same host), stream (any host), cuda_ipc (same GPU)
+    weight_bucket_mb: int = 512  # weights are gathered, sent and loaded this many MiB at a time
     dtype: str = "float32"  # the engine's weights and compute: float32, bfloat16, float16
     tensor_parallel_size: int = 1  # vllm: GPUs the engine spreads over
     gpu_memory_utilization: float = 0.3  # vllm: share of GPU memory the engine may take

@@ -92,7 +92,8 @@ class Mesh:
     def push_weights(self, version: int) -> float:
         """Actor weights to the rollout (the config's transport); returns the seconds it took."""
         reply = self["actor"].call("PushWeights", actor_pb2.PushWeightsRequest(
-            rollout_address=self["rollout"].address, transport=self.cfg.rollout.weight_transport, version=version))
+            rollout_address=self["rollout"].address, transport=self.cfg.rollout.weight_transport, version=version,
+            bucket_bytes=self.cfg.rollout.weight_bucket_mb << 20))
         return reply.seconds
 
     # ---- reward ----------------------------------------------------------------------

@@ -51,6 +51,8 @@ def check_rollout(cfg: Config) -> None:
         raise ValueError(f"rollout.backend={r.backend} must be one of {BACKENDS}")
     if r.weight_transport not in TRANSPORTS:
         raise ValueError(f"rollout.weight_transport={r.weight_transport} must be one of {TRANSPORTS}")
+    if r.weight_bucket_mb < 1:
+        raise ValueError(f"rollout.weight_bucket_mb={r.weight_bucket_mb} must be >= 1")
     if r.weight_transport == "cuda_ipc" and not (cfg.actor.address and r.address):
         import torch
 

@@ -7,19 +7,25 @@ as DataProtos, metrics in meta_info.
 import pathlib
 import time
 
+from meshrl import weights
 from meshrl.dataproto import DataProto
+from meshrl.errors import ServiceError
+from meshrl.rpc import Client
 from meshrl.typed import build
+from meshrl.v1 import rollout_pb2
 from services.actor.config import EngineConfig, OptimConfig
 from services.actor.engine import build_engine
 from services.actor.losses import parse_loss
 from services.actor.roles import KIND, ROLES
+
+ROLLOUT_SERVICE = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
 
 
 class RankHandler:
     def __init__(self, role: str):
         self.role_name = role
         self.role = None
-        self.full_state: dict = {}
+        self.push_failure = None  # rank 0: the rollout's refusal of the last push
 
     def init(self, args: dict, part=None) -> None:
         engine_cfg = build(EngineConfig, args["engine"], "engine")
@@ -48,9 +54,35 @@ class RankHandler:
     def load(self, args: dict, part=None) -> None:
         self.role.engine.load(args["path"])
 
-    def gather_weights(self, args: dict, part=None) -> None:
-        """Collect the full state dict on rank 0 (kept here for the push; too big to send back as a result)."""
-        self.full_state = self.role.engine.full_state_dict()
+    def push_weights(self, args: dict, part=None) -> DataProto:
+        """Gather the weights bucket by bucket (collective) and, on rank 0, send each to the rollout as it is
+        gathered (meshrl.weights.push): no rank holds more than one bucket of full tensors. A refusal from
+        the rollout is kept in push_failure (rank 0 is the servicer's process) to reach the caller as the
+        rollout said it."""
+        engine = self.role.engine
+        held = engine.weight_tensors()
+        buckets = weights.plan([(k, t.dtype, list(t.shape)) for k, t in held.items()], args["bucket_bytes"])
+        gathered = 0
+
+        def tensors_of(bucket) -> list:
+            nonlocal gathered
+            gathered += 1
+            return engine.gather([held[r.name] for r in bucket.refs])
+
+        self.push_failure = None
+        if engine.rank != 0:
+            for b in buckets:
+                tensors_of(b)
+            return DataProto()
+        try:
+            with Client(args["rollout_address"], ROLLOUT_SERVICE, timeout=600) as rollout:
+                return DataProto(meta_info=weights.push(rollout, buckets, tensors_of, args["version"],
+                                                        args["transport"]))
+        except ServiceError as e:
+            self.push_failure = e
+            for b in buckets[gathered:]:  # the other ranks gather every bucket: stay in step with them
+                tensors_of(b)
+            return DataProto()
 
     def offload(self, args: dict, part=None) -> DataProto:
         return DataProto(meta_info={"device": self.role.engine.offload()})

@@ -17,16 +17,14 @@ from meshrl.codec.values import from_value
 from meshrl.dataproto import DataProto, unpad
 from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument, MAX_STEP_ADVANCE, check_counter
 from meshrl import weights
-from meshrl.rpc import Client
 from meshrl.typed import build
-from meshrl.v1 import actor_pb2, common_pb2, rollout_pb2
+from meshrl.v1 import actor_pb2, common_pb2
 from services.actor import batches
 from services.actor.comm import Driver, RankError
 from services.actor.config import EngineConfig, OptimConfig
 from services.actor.losses import parse_loss
 
 STATE_FILE = "actor_service.json"
-ROLLOUT_SERVICE = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
 
 
 class ActorServicer:
@@ -198,7 +196,7 @@ class ActorServicer:
         return path
 
     def PushWeights(self, request: actor_pb2.PushWeightsRequest, context) -> actor_pb2.PushWeightsResponse:
-        """Gather the full weights on rank 0 and send them to a rollout service (meshrl.weights.push)."""
+        """Gather the weights bucket by bucket and send them to a rollout service (RankHandler.push_weights)."""
         self._require_init()
         if self.role == "critic":
             raise InvalidArgument("a critic's weights are not a policy: push from the actor")
@@ -211,12 +209,20 @@ class ActorServicer:
         if version == 0:
             raise InvalidArgument("nothing to push at version 0: the rollout already has the initial weights "
                                   "(or give PushWeightsRequest.version)")
-        self._call("gather_weights")
-        named, self.driver.handler.full_state = self.driver.handler.full_state, {}
-        with Client(request.rollout_address, ROLLOUT_SERVICE, timeout=600) as rollout:
-            stats = weights.push(rollout, named, version, request.transport or "shm")
-        return actor_pb2.PushWeightsResponse(version=version, num_bytes=int(stats["num_bytes"]),
-                                             seconds=stats["seconds"])
+        transport = request.transport or "shm"
+        if transport not in weights.TRANSPORTS:
+            raise InvalidArgument(f"PushWeightsRequest.transport must be one of {list(weights.TRANSPORTS)}, "
+                                  f"got {transport[:50]!r}")
+        if request.bucket_bytes and request.bucket_bytes < weights.ALIGN:
+            raise InvalidArgument(f"PushWeightsRequest.bucket_bytes must be 0 (the default, "
+                                  f"{weights.DEFAULT_BUCKET_BYTES >> 20} MiB) or >= {weights.ALIGN}")
+        reply = self._call("push_weights", {
+            "rollout_address": request.rollout_address, "transport": transport, "version": version,
+            "bucket_bytes": request.bucket_bytes or weights.DEFAULT_BUCKET_BYTES})[0].meta_info
+        if self.driver.handler.push_failure is not None:
+            raise self.driver.handler.push_failure  # as the rollout said it (a refused version stays refused)
+        return actor_pb2.PushWeightsResponse(version=version, num_bytes=int(reply["num_bytes"]),
+                                             seconds=reply["seconds"])
 
     def Offload(self, request, context) -> actor_pb2.OffloadResponse:
         self._require_init()

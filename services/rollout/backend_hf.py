@@ -90,12 +90,16 @@ class HFBackend:
         return Completion(tokens, None if logprobs is None else logprobs[:len(tokens)],
                           self.tokenizer.decode(tokens, skip_special_tokens=True), finish)
 
-    def load_weights(self, segment: str, refs: list[list]) -> None:
+    def load_weights(self, segment: str, refs: list[list], partial: bool = False) -> None:
         seg = attach(segment)
         self._copy_in((name, seg.tensor(getattr(torch, dtype), shape, offset)) for name, dtype, shape, offset in refs)
 
-    def load_weights_cuda_ipc(self, handle: list, refs: list[list]) -> None:
+    def load_weights_cuda_ipc(self, handle: list, refs: list[list], partial: bool = False) -> None:
         self._copy_in(cuda_ipc.views(cuda_ipc.open_handle(handle), refs))
+        torch.cuda.synchronize()  # done with the sender's bucket on return: it refills it with the next
+
+    def weights_loaded(self) -> None:
+        pass
 
     @torch.no_grad()
     def _copy_in(self, named) -> None:

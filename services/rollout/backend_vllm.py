@@ -68,11 +68,14 @@ class VLLMBackend:
             raise
         return sorted(done, key=lambda out: int(out.request_id))
 
-    def load_weights(self, segment: str, refs: list[list]) -> None:
-        self.llm.collective_rpc("meshrl_load_weights", args=(segment, refs))
+    def load_weights(self, segment: str, refs: list[list], partial: bool = False) -> None:
+        self.llm.collective_rpc("meshrl_load_weights", args=(segment, refs, partial))
 
-    def load_weights_cuda_ipc(self, handle: list, refs: list[list]) -> None:
-        self.llm.collective_rpc("meshrl_load_weights_cuda_ipc", args=(handle, refs))
+    def load_weights_cuda_ipc(self, handle: list, refs: list[list], partial: bool = False) -> None:
+        self.llm.collective_rpc("meshrl_load_weights_cuda_ipc", args=(handle, refs, partial))
+
+    def weights_loaded(self) -> None:
+        self.llm.collective_rpc("meshrl_weights_loaded")
 
     def sleep(self, level: int) -> None:
         self.llm.sleep(level=level)

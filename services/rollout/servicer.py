@@ -1,8 +1,9 @@
 """The RolloutService: Generate, the weight-update protocol, Sleep and WakeUp.
 
 One thing happens at a time (generation, loading weights, sleeping); a Generate
-that arrives while an update is open, or while asleep, is FAILED_PRECONDITION.
-Every reply carries the weight version in use.
+that arrives while an update is open, after a bucketed update was abandoned
+halfway (the weights are torn), or while asleep, is FAILED_PRECONDITION. Every
+reply carries the weight version in use.
 """
 
 import threading
@@ -42,6 +43,7 @@ class RolloutServicer:
         self.backend = backend or make_backend(cfg)
         self.version = 0
         self.sleeping = False
+        self.torn = False  # some buckets of an unfinished update are in the engine
         self.lock = threading.Lock()
 
     def Describe(self, request, context) -> common_pb2.ServiceInfo:
@@ -49,7 +51,8 @@ class RolloutServicer:
             service="rollout", model=self.cfg.model, backend=self.backend.name, weight_version=self.version,
             world_size=self.cfg.tensor_parallel_size,
             details={"sleeping": str(self.sleeping).lower(), "max_model_len": str(self.cfg.max_model_len),
-                     "update_in_progress": str(self.receiver.in_progress).lower()})
+                     "update_in_progress": str(self.receiver.in_progress).lower(),
+                     "torn": str(self.torn).lower()})
 
     def Generate(self, request: Payload, context) -> Payload:
         if request.data is None:
@@ -65,6 +68,9 @@ class RolloutServicer:
         with self.lock:
             if self.receiver.in_progress:
                 raise FailedPrecondition(f"weight update {self.receiver.version} is in progress: finish it first")
+            if self.torn:
+                raise FailedPrecondition("the engine holds part of an abandoned weight update (it was sent in "
+                                         "buckets and never finished): push a complete update first")
             if self.sleeping:
                 raise FailedPrecondition("the rollout engine is asleep: call WakeUp first")
             alive = context.is_active if context is not None else None
@@ -78,7 +84,9 @@ class RolloutServicer:
 
     def BeginWeightUpdate(self, request, context) -> rollout_pb2.WeightUpdateStatus:
         with self.lock:
-            name = self.receiver.begin(request.version, request.transport, request.total_bytes, self.version)
+            self._require_awake("loading weights")
+            name = self.receiver.begin(request.version, request.transport, request.total_bytes,
+                                       request.bucket_bytes, self.version)
             return self._status(shm_segment=name if request.transport == "shm" else "")
 
     @raw_request
@@ -86,20 +94,32 @@ class RolloutServicer:
         # Raw bytes in: each bucket's data is read as a view and copied once, into the staging segment.
         buckets = (decode_bytes_field(rollout_pb2.WeightBucket, part, "data") for part in parts)
         with self.lock:
-            self.receiver.receive(buckets)
+            refs = self.receiver.receive(buckets)
+            if refs:  # one bucket of several: into the engine now, so the next may reuse the staging space
+                self._require_awake("loading weights")
+                self.torn = True
+                self._load(refs, self.receiver.transport, self.receiver.cuda_ipc, partial=True)
             return self._status()
 
     def FinishWeightUpdate(self, request, context) -> rollout_pb2.WeightUpdateStatus:
         with self.lock:
             refs, transport, ipc = self.receiver.finish(request.version)
-            if self.sleeping:
-                raise FailedPrecondition("the rollout engine is asleep: call WakeUp before loading weights")
-            if transport == "cuda_ipc":
-                self.backend.load_weights_cuda_ipc(ipc, refs)
-            else:
-                self.backend.load_weights(self.receiver.segment.name, refs)
-            self.version = request.version
-            return self._status(num_tensors=len(refs))
+            self._require_awake("loading weights")
+            if refs:
+                self._load(refs, transport, ipc)
+            self.backend.weights_loaded()
+            self.torn, self.version = False, request.version
+            return self._status(num_tensors=len(self.receiver.expected))
+
+    def _load(self, refs: list[list], transport: str, ipc: list | None, partial: bool = False) -> None:
+        if transport == "cuda_ipc":
+            self.backend.load_weights_cuda_ipc(ipc, refs, partial)
+        else:
+            self.backend.load_weights(self.receiver.segment.name, refs, partial)
+
+    def _require_awake(self, doing: str) -> None:
+        if self.sleeping:
+            raise FailedPrecondition(f"the rollout engine is asleep: call WakeUp before {doing}")
 
     def Sleep(self, request, context) -> rollout_pb2.SleepResponse:
         with self.lock:

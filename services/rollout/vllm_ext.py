@@ -1,16 +1,18 @@
 """Runs inside vLLM's worker processes (LLM(worker_extension_cls=...)): load weights from shared memory
 or from a CUDA IPC handle.
 
-The rollout service stages a full set of HF-named parameters in a /dev/shm
-segment and calls meshrl_load_weights through llm.collective_rpc with plain
-arguments (no pickled callables); each worker maps the segment and reloads its
-model in place through vLLM's own loading path.
+The rollout service stages a bucket of HF-named parameters (all of them, or one
+transformer block or more of a bucketed update) in a /dev/shm segment and calls
+meshrl_load_weights through llm.collective_rpc with plain arguments (no pickled
+callables); each worker maps the segment and reloads those layers in place
+through vLLM's own loading path; meshrl_weights_loaded ends an update.
 
 Importing this module also shortens how long a worker spins after its last
 command (see shorten_idle_spin).
 """
 
 import collections
+import logging
 
 import torch
 
@@ -47,21 +49,47 @@ def shorten_idle_spin(seconds: float = IDLE_SPIN_S) -> bool:
 shorten_idle_spin()  # this module is imported in each worker when vLLM builds it (worker_extension_cls)
 
 
+class _PartialReload(logging.Filter):
+    """vLLM's in-place reload warns about every layer a call did not load; a bucket of a bucketed update
+    loads only some on purpose (the others keep their weights), so those warnings are dropped then."""
+
+    active = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (self.active and record.levelno == logging.WARNING)
+
+
+_partial = _PartialReload()
+for _name in ("vllm.model_executor.model_loader.reload.layerwise", "vllm.model_executor.model_loader.reload.inplace"):
+    logging.getLogger(_name).addFilter(_partial)
+
+
 class WeightLoader:
-    def meshrl_load_weights(self, segment: str, refs: list[list]) -> int:
-        """refs: [name, dtype name, shape, byte offset] per parameter. Returns how many were loaded."""
+    def meshrl_load_weights(self, segment: str, refs: list[list], partial: bool = False) -> int:
+        """refs: [name, dtype name, shape, byte offset] per parameter; partial: one bucket of several.
+        Returns how many were loaded."""
         seg = attach(segment)
-        self._reload([(name, seg.tensor(getattr(torch, dtype), shape, offset)) for name, dtype, shape, offset in refs])
+        self._reload([(name, seg.tensor(getattr(torch, dtype), shape, offset)) for name, dtype, shape, offset in refs],
+                     partial)
         return len(refs)
 
-    def meshrl_load_weights_cuda_ipc(self, handle: list, refs: list[list]) -> int:
-        """The same, from the sender's CUDA bucket shared by IPC handle (same GPU)."""
-        self._reload(cuda_ipc.views(cuda_ipc.open_handle(handle), refs))
+    def meshrl_load_weights_cuda_ipc(self, handle: list, refs: list[list], partial: bool = False) -> int:
+        """The same, from the sender's CUDA bucket shared by IPC handle (same GPU); done with it on return
+        (the sender reuses the bucket for the next)."""
+        self._reload(cuda_ipc.views(cuda_ipc.open_handle(handle), refs), partial)
+        torch.cuda.synchronize()
         return len(refs)
 
-    def _reload(self, weights: list) -> None:
-        self.model_runner.reload_weights(weights_iterator=iter(weights))
+    def meshrl_weights_loaded(self) -> None:
+        """After the last bucket of an update."""
         refresh_shared_layers(self.model_runner.get_model())
+
+    def _reload(self, weights: list, partial: bool) -> None:
+        _partial.active = partial
+        try:
+            self.model_runner.reload_weights(weights_iterator=iter(weights))
+        finally:
+            _partial.active = False
 
 
 def refresh_shared_layers(model: torch.nn.Module) -> None:

@@ -1,8 +1,12 @@
-"""The receiving side of a weight update: Begin, buckets, Finish; checked, then loaded all at once.
+"""The receiving side of a weight update: Begin, one SendWeights call per bucket, Finish.
 
 Every tensor must name a parameter of the model with its shape, each exactly
-once; Finish loads only a complete, checked set, so a bad update leaves the
-previous weights in use. The staging segment in /dev/shm is kept and reused
+once. An update that fits one bucket is loaded at Finish, and only when
+complete, so a bad one leaves the previous weights in use. An update of several
+buckets is loaded a bucket at a time as each arrives (the servicer does it), so
+memory stays bounded by the bucket, not the model; until such an update is
+finished, the weights in the engine are `torn` (no version's) and generation is
+refused. The staging segment in /dev/shm is one bucket in size, kept and reused
 across updates (growing when needed).
 """
 
@@ -49,16 +53,22 @@ class WeightReceiver:
         self._reset()
 
     def _reset(self) -> None:
-        self.version, self.transport, self.total = 0, "", 0
+        self.version, self.transport, self.total, self.bucket_bytes = 0, "", 0, 0
         self.refs: dict = {}
-        self.data_bytes = 0
+        self.received = 0  # bytes of the tensors announced so far
+        self.data_bytes = 0  # stream: bytes received in this bucket (several buckets) or in all (one)
         self.cuda_ipc: list | None = None  # the sender's bucket handle, for cuda_ipc
 
     @property
     def in_progress(self) -> bool:
         return self.version != 0
 
-    def begin(self, version: int, transport: str, total_bytes: int, current: int) -> str:
+    @property
+    def bucketed(self) -> bool:
+        """Several buckets: each is loaded as it arrives."""
+        return self.bucket_bytes < self.total
+
+    def begin(self, version: int, transport: str, total_bytes: int, bucket_bytes: int, current: int) -> str:
         check_counter(version, "BeginWeightUpdateRequest.version")
         if version <= current:
             raise FailedPrecondition(f"weight version {version} is not newer than the version in use ({current})")
@@ -69,25 +79,37 @@ class WeightReceiver:
         if not 0 < total_bytes <= self.max_bytes:
             raise InvalidArgument(f"total_bytes must be in 1..{self.max_bytes} (this model's weights at 8 bytes "
                                   f"an element), got {total_bytes}")
+        bucket_bytes = bucket_bytes or total_bytes
+        if bucket_bytes > total_bytes:
+            raise InvalidArgument(f"bucket_bytes {bucket_bytes} is more than total_bytes {total_bytes}")
         if self.in_progress:
             log.warning("weight update %d abandoned for %d", self.version, version)
         self._reset()
-        if transport != "cuda_ipc" and (self.segment is None or self.segment.size < total_bytes):  # reuse
+        if transport != "cuda_ipc" and (self.segment is None or self.segment.size < bucket_bytes):  # reuse
             if self.segment is not None:
                 self.segment.unlink()
-            self.segment = Segment.create(total_bytes, prefix="meshrl-rollout")
-        self.version, self.transport, self.total = version, transport, total_bytes
+            self.segment = Segment.create(bucket_bytes, prefix="meshrl-rollout")
+        self.version, self.transport, self.total, self.bucket_bytes = version, transport, total_bytes, bucket_bytes
         return self.segment.name if transport != "cuda_ipc" else ""
 
-    def receive(self, buckets) -> int:
-        """Take a stream of (WeightBucket without data, data view); any bad one abandons the whole update."""
+    def receive(self, buckets) -> list[list]:
+        """Take one SendWeights call's messages, (WeightBucket without data, data view); any bad one abandons
+        the whole update. With several buckets, the checked refs [name, dtype, shape, offset] of this one,
+        to load now; with one, [] (Finish loads)."""
+        start = len(self.refs)
+        if self.bucketed:  # this call's bucket stands alone
+            self.data_bytes, self.cuda_ipc = 0, None
         try:
             for b, data in buckets:
                 self._bucket(b, data)
+            if not self.bucketed:
+                return []
+            refs = list(self.refs.values())[start:]
+            self._check_data(refs)
+            return [plain(r) for r in refs]
         except Exception:
             self._reset()
             raise
-        return len(self.refs)
 
     def _bucket(self, b, data: memoryview) -> None:
         if not self.in_progress:
@@ -104,10 +126,13 @@ class WeightReceiver:
                                       f"the model's is {self.expected[ref.name]}")
             if not ref_dtype(ref).is_floating_point:
                 raise InvalidArgument(f"tensor {ref.name!r}: weights must be floating point")
-            if ref.offset + ref_nbytes(ref) > self.total:
-                raise InvalidArgument(f"tensor {ref.name!r} runs past the {self.total} announced bytes")
+            if ref.offset + ref_nbytes(ref) > self.bucket_bytes:
+                raise InvalidArgument(f"tensor {ref.name!r} runs past the bucket's {self.bucket_bytes} bytes")
             if ref.name in self.refs:
                 raise InvalidArgument(f"tensor {ref.name!r} sent twice")
+            self.received += ref_nbytes(ref)
+            if self.received > self.total:
+                raise InvalidArgument(f"tensors past the {self.total} announced bytes")
             self.refs[ref.name] = ref
         if b.HasField("cuda_ipc"):
             if self.transport != "cuda_ipc":
@@ -117,14 +142,23 @@ class WeightReceiver:
             if self.transport != "stream":
                 raise InvalidArgument(f"bucket data are for the stream transport, not {self.transport}")
             end = b.data_offset + len(data)
-            if end > self.total:
-                raise InvalidArgument(f"data at offset {b.data_offset} runs past the {self.total} announced bytes")
+            if end > self.bucket_bytes:
+                raise InvalidArgument(f"data at offset {b.data_offset} runs past the bucket's {self.bucket_bytes} "
+                                      "bytes")
             self.segment.map[b.data_offset:end] = data
             self.data_bytes += len(data)
 
+    def _check_data(self, refs: list) -> None:
+        """What the bucket (or the whole update) needs before it is loaded."""
+        need = sum(ref_nbytes(r) for r in refs)
+        if self.transport == "stream" and self.data_bytes != need:
+            raise InvalidArgument(f"update incomplete: {self.data_bytes} of {need} bytes received")
+        if self.transport == "cuda_ipc" and self.cuda_ipc is None and refs:
+            raise InvalidArgument("update incomplete: no CUDA IPC handle received")
+
     def finish(self, version: int) -> tuple[list[list], str, list | None]:
-        """(checked refs [name, dtype, shape, offset], transport, CUDA IPC handle fields or None);
-        the update is over either way."""
+        """(refs [name, dtype, shape, offset] still to load: all of them for one bucket, [] for several;
+        transport; CUDA IPC handle fields or None); the update is over either way."""
         try:
             if not self.in_progress:
                 raise FailedPrecondition("no weight update in progress")
@@ -133,14 +167,10 @@ class WeightReceiver:
             missing = sorted(set(self.expected) - set(self.refs))
             if missing:
                 raise InvalidArgument(f"update incomplete: {len(missing)} parameter(s) missing, e.g. {missing[:3]}")
-            need = sum(ref_nbytes(r) for r in self.refs.values())
-            if self.transport == "stream" and self.data_bytes != need:
-                raise InvalidArgument(f"update incomplete: {self.data_bytes} of {need} bytes received")
-            if self.transport == "cuda_ipc" and self.cuda_ipc is None:
-                raise InvalidArgument("update incomplete: no CUDA IPC handle received")
-            refs = [[r.name, str(ref_dtype(r)).removeprefix("torch."), list(r.shape), r.offset]
-                    for r in self.refs.values()]
-            return refs, self.transport, self.cuda_ipc
+            if self.bucketed:
+                return [], self.transport, None
+            self._check_data(list(self.refs.values()))
+            return [plain(r) for r in self.refs.values()], self.transport, self.cuda_ipc
         finally:
             self._reset()
 
@@ -148,3 +178,8 @@ class WeightReceiver:
         if self.segment is not None:
             self.segment.unlink()
             self.segment = None
+
+
+def plain(r) -> list:
+    """A TensorRef as plain values, for the engine's workers (collective_rpc)."""
+    return [r.name, str(ref_dtype(r)).removeprefix("torch."), list(r.shape), r.offset]

@@ -116,7 +116,7 @@ def test_push_new_weights(rollout, tiny_lm, transport):
     probe = chats("5+5=")
     before = generate(rollout, probe, temperature=0.0)
     version = before.msg.weight_version + 1
-    weights.push(rollout, current_weights(tiny_lm, 1.0 + 0.05 * version), version, transport)
+    weights.push_state(rollout, current_weights(tiny_lm, 1.0 + 0.05 * version), version, transport)
     after = generate(rollout, probe, temperature=0.0)
     assert after.msg.weight_version == version == rollout.call("Describe").weight_version
     assert not torch.equal(after.data.batch["rollout_logprobs"], before.data.batch["rollout_logprobs"])
@@ -136,6 +136,8 @@ def test_bad_weight_updates_keep_the_old_weights(rollout, tiny_lm):
             version=version, transport=transport, total_bytes=size))
 
     expect(bad, lambda: begin(v + 1, size=512 << 20), "total_bytes must be in 1..")  # no /dev/shm on a word
+    expect(bad, lambda: rollout.call("BeginWeightUpdate", rollout_pb2.BeginWeightUpdateRequest(
+        version=v + 1, transport="shm", total_bytes=total, bucket_bytes=total + 1)), "is more than total_bytes")
 
     def send(*buckets):
         return rollout.call_stream("SendWeights", buckets)
@@ -165,6 +167,59 @@ def test_bad_weight_updates_keep_the_old_weights(rollout, tiny_lm):
     assert torch.equal(after.data.batch["rollout_logprobs"], before.data.batch["rollout_logprobs"])
 
 
+def test_a_bucketed_push_loads_what_one_bucket_loads(rollout, tiny_lm):
+    probe = chats("6+7=", "9+9=")
+    v = rollout.call("Describe").weight_version
+    named = current_weights(tiny_lm, 1.1)
+    weights.push_state(rollout, named, v + 1, "shm")
+    whole = generate(rollout, probe, temperature=0.0).data.batch["rollout_logprobs"]
+    for i, transport in enumerate(("shm", "stream")):
+        weights.push_state(rollout, current_weights(tiny_lm, 0.8), v + 2 + 2 * i, "shm")
+        stats = weights.push_state(rollout, named, v + 3 + 2 * i, transport, bucket_bytes=1 << 20)
+        assert stats["buckets"] >= 6  # embeddings, 4 blocks, head: each over or near 1 MiB
+        got = generate(rollout, probe, temperature=0.0)
+        assert got.msg.weight_version == v + 3 + 2 * i
+        assert torch.equal(got.data.batch["rollout_logprobs"], whole), transport
+
+
+def test_an_abandoned_bucketed_update_is_refused_until_a_complete_one(rollout, tiny_lm):
+    probe = chats("1+8=")
+    v = rollout.call("Describe").weight_version
+    named = current_weights(tiny_lm, 0.9)
+    buckets = weights.plan([(k, t.dtype, list(t.shape)) for k, t in named.items()], 1 << 20)
+    begun = rollout.call("BeginWeightUpdate", rollout_pb2.BeginWeightUpdateRequest(
+        version=v + 1, transport="stream", total_bytes=sum(b.size for b in buckets),
+        bucket_bytes=max(b.size for b in buckets)))
+    assert begun.in_progress
+    first = buckets[0]
+    rollout.call_stream("SendWeights", weights._stream(v + 1, first, [named[r.name] for r in first.refs]))
+    second = buckets[1]
+    short = iter([rollout_pb2.WeightBucket(version=v + 1, refs=second.refs)])  # refs without their bytes
+    expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: rollout.call_stream("SendWeights", short), "update incomplete")
+    info = rollout.call("Describe")
+    assert info.details["torn"] == "true" and info.details["update_in_progress"] == "false"
+    assert info.weight_version == v
+    expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: generate(rollout, probe), "abandoned weight update")
+    weights.push_state(rollout, named, v + 1, "stream", bucket_bytes=1 << 20)
+    assert rollout.call("Describe").details["torn"] == "false"
+    assert generate(rollout, probe).msg.weight_version == v + 1
+
+
+def test_the_staging_segment_is_one_bucket_not_the_model(tiny_lm):
+    servicer = RolloutServicer(RolloutConfig(model=str(tiny_lm), backend="hf", max_model_len=64))
+    server = Server([servicer]).start()
+    try:
+        with Client(server.address, SERVICE, timeout=120) as client:
+            named = current_weights(tiny_lm, 1.2)
+            buckets = weights.plan([(k, t.dtype, list(t.shape)) for k, t in named.items()], 1 << 20)
+            weights.push_state(client, named, 1, "shm", bucket_bytes=1 << 20)
+            assert servicer.receiver.segment.size == max(b.size for b in buckets)
+            assert servicer.receiver.segment.size < sum(b.size for b in buckets) / 3
+    finally:
+        server.stop(0)
+        servicer.close()
+
+
 def test_sleep_and_wake(rollout):
     assert rollout.call("Sleep", rollout_pb2.SleepRequest(level=1)).sleeping
     expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: generate(rollout, chats("1+2=")), "asleep")
@@ -177,7 +232,7 @@ def test_push_over_cuda_ipc(rollout, tiny_lm):
     probe = chats("4+4=")
     version = rollout.call("Describe").weight_version + 1
     named = {k: v.cuda() for k, v in current_weights(tiny_lm, 0.9).items()}
-    weights.push(rollout, named, version, "cuda_ipc")
+    weights.push_state(rollout, named, version, "cuda_ipc")
     assert generate(rollout, probe).msg.weight_version == version
 
 

@@ -108,14 +108,17 @@ def test_vllm_same_seed_same_tokens(rollout):
     assert a.meta_info["weight_version"] == rollout.call("Describe").weight_version
 
 
-@pytest.mark.parametrize("transport,step", [("shm", 1), ("stream", 2)])
-def test_parity_after_pushing_the_actors_weights(actor, rollout, transport, step):
+@pytest.mark.parametrize("transport,step,bucket", [("shm", 1, 0), ("stream", 2, 0), ("shm", 3, 1 << 20),
+                                                   ("stream", 4, 1 << 20)])
+def test_parity_after_pushing_the_actors_weights(actor, rollout, transport, step, bucket):
+    """bucket 1 MiB: the 2-rank FSDP2 actor gathers and sends a block at a time, and vLLM loads each
+    bucket as it comes (its fused q/k/v and gate/up layers whole, since a block is never split)."""
     sft_step(actor, step)
     pushed = actor.call("PushWeights", actor_pb2.PushWeightsRequest(rollout_address=rollout.address,
-                                                                    transport=transport))
+                                                                    transport=transport, bucket_bytes=bucket))
     assert pushed.version == step and rollout.call("Describe").weight_version == step
     worst, mean = parity(actor, rollout)
-    print(f"parity after {transport} push: max |diff| {worst:.2e}, mean {mean:.2e}")
+    print(f"parity after {transport} push (bucket {bucket or 'whole'}): max |diff| {worst:.2e}, mean {mean:.2e}")
     assert worst < TOLERANCE
     assert generate(rollout).msg.weight_version == step
 
@@ -125,7 +128,7 @@ def test_a_perturbed_weight_fails_parity(actor, rollout, tmp_path):
     named = load_file(tmp_path / "hf" / "model.safetensors")
     named["model.layers.1.mlp.down_proj.weight"] *= 1.05
     version = rollout.call("Describe").weight_version + 1
-    weights.push(rollout, named, version, "shm")
+    weights.push_state(rollout, named, version, "shm")
     worst, mean = parity(actor, rollout)
     print(f"parity with one weight 5% off: max |diff| {worst:.2e}, mean {mean:.2e}")
     assert worst > 10 * TOLERANCE
@@ -211,7 +214,7 @@ def test_pushed_embedding_reaches_the_output_head(request, tied):
         embed += 0.02 * torch.randn(embed.shape, generator=g)
     named = {k: v for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
     version = rollout.call("Describe").weight_version + 1
-    weights.push(rollout, named, version, "shm")
+    weights.push_state(rollout, named, version, "shm")
     gen = generate(rollout, seed=9).data
     mask = gen.batch["response_mask"]
     worst = ((local_logprobs(model, gen) - gen.batch["rollout_logprobs"]).abs() * mask).max().item()

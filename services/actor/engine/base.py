@@ -14,6 +14,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.tensor import DTensor
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
                                                      set_state_dict)
 
@@ -140,6 +141,16 @@ class Engine:
         return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in mb.items()}
 
     # ---- state ------------------------------------------------------------------------
+
+    def weight_tensors(self) -> dict[str, torch.Tensor]:
+        """Every parameter and persistent buffer by HF name, as this rank holds it (sharded DTensors under
+        FSDP2): a push gathers them a bucket at a time (gather). Not collective."""
+        return self.module.state_dict()
+
+    def gather(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Full tensors of some of weight_tensors(), where they are (the accelerator on a GPU); collective
+        for sharded ones (an all-gather each, in the same order on every rank)."""
+        return [t.full_tensor() if isinstance(t, DTensor) else t for t in tensors]
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Every parameter, unsharded, on the CPU of rank 0 (other ranks: {}). Collective."""

@@ -2,11 +2,13 @@
 
 Kept for parity with verl's FSDP backend; FSDP2 is the default. Full state
 dicts are gathered without CPU offload here: with offload, gathering crashed
-rank 0 on these machines (shared NOTES).
+rank 0 on these machines (shared NOTES). A weight push gathers the whole model
+at once here (FSDP1 shards flat parameters, not tensors); fsdp2 gathers a bucket
+at a time.
 """
 
 import torch
-from torch.distributed.checkpoint.state_dict import StateDictOptions
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp import MixedPrecision
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
@@ -30,3 +32,6 @@ class FSDP1Engine(Engine):
 
     def full_state_options(self) -> StateDictOptions:
         return StateDictOptions(full_state_dict=True, cpu_offload=False)
+
+    def weight_tensors(self) -> dict[str, torch.Tensor]:
+        return get_model_state_dict(self.module, options=self.full_state_options())
