@@ -55,12 +55,14 @@ def recover(error: StepFailed, restarts: int, number: int, batch, services: Serv
     dead = services.dead()
     down = {name for name, c in mesh.clients.items() if name not in services.ours and not answers(c)}
     partial = {name for name in algorithm.trained if name not in dead | down and between_steps(mesh, name)}
+    torn = {"rollout"} - dead - down if "rollout" in mesh.clients and torn_weights(mesh) else set()
     lost = (dead | down | partial) & set(algorithm.trained)
-    if not dead | down | partial:
+    if not dead | down | partial | torn:
         raise error
     log.warning("%s; %s: restart %d of %d", error, "; ".join(
         f"{', '.join(sorted(names))} {why}" for names, why in ((dead, "died"), (down, "not answering"),
-                                                              (partial, "stopped between two steps")) if names),
+                                                              (partial, "stopped between two steps"),
+                                                              (torn, "holding half a weight update")) if names),
         restarts, cfg.trainer.max_restarts)
     stateful = set(services.ours) & {*algorithm.trained, "rollout"} if lost else set()
     if dead | stateful:
@@ -72,7 +74,8 @@ def recover(error: StepFailed, restarts: int, number: int, batch, services: Serv
         except TimeoutError:
             raise error from None
     if not lost:
-        if "rollout" in dead | down and number > 1:  # a new rollout has the base model: give it the actor's
+        if "rollout" in dead | down | torn and number > 1:  # a new rollout has the base model (a torn one,
+            #   part of a push that broke off): give it the actor's
             push_again(mesh, number - 1, error)
         return number, batch
     try:
@@ -111,5 +114,13 @@ def between_steps(mesh: Mesh, role: str) -> bool:
     """Whether a trained service's weights are between two steps (an Update stopped halfway)."""
     try:
         return bool(mesh[role].call("Describe", timeout=10).details.get("partial"))
+    except ServiceError:
+        return False
+
+
+def torn_weights(mesh: Mesh) -> bool:
+    """Whether the rollout holds part of a bucketed weight update that broke off (it refuses to generate)."""
+    try:
+        return mesh["rollout"].call("Describe", timeout=10).details.get("torn") == "true"
     except ServiceError:
         return False

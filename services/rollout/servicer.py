@@ -85,8 +85,10 @@ class RolloutServicer:
     def BeginWeightUpdate(self, request, context) -> rollout_pb2.WeightUpdateStatus:
         with self.lock:
             self._require_awake("loading weights")
+            # a torn engine takes its own version again: the sender that broke off pushes what it had
+            floor = self.version - 1 if self.torn else self.version
             name = self.receiver.begin(request.version, request.transport, request.total_bytes,
-                                       request.bucket_bytes, self.version)
+                                       request.bucket_bytes, floor)
             return self._status(shm_segment=name if request.transport == "shm" else "")
 
     @raw_request

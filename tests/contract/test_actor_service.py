@@ -336,6 +336,11 @@ def test_offload_and_reload(actor):
 def test_push_weights_checks_its_request(actor):
     expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: actor.call("PushWeights", actor_pb2.PushWeightsRequest()),
            "rollout_address is empty")
+    somewhere = {"rollout_address": "127.0.0.1:1", "version": 1}
+    expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: actor.call("PushWeights", actor_pb2.PushWeightsRequest(
+        transport="pigeon", **somewhere)), "transport must be one of")
+    expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: actor.call("PushWeights", actor_pb2.PushWeightsRequest(
+        bucket_bytes=8, **somewhere)), "bucket_bytes must be 0")
 
 
 def test_init_over_rpc_ref_and_critic(tiny_lm):

@@ -200,9 +200,10 @@ def test_an_abandoned_bucketed_update_is_refused_until_a_complete_one(rollout, t
     assert info.details["torn"] == "true" and info.details["update_in_progress"] == "false"
     assert info.weight_version == v
     expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: generate(rollout, probe), "abandoned weight update")
-    weights.push_state(rollout, named, v + 1, "stream", bucket_bytes=1 << 20)
+    again = max(v, 1)  # a torn engine takes its own version again, as the sender that broke off resends it
+    weights.push_state(rollout, named, again, "stream", bucket_bytes=1 << 20)
     assert rollout.call("Describe").details["torn"] == "false"
-    assert generate(rollout, probe).msg.weight_version == v + 1
+    assert generate(rollout, probe).msg.weight_version == again
 
 
 def test_the_staging_segment_is_one_bucket_not_the_model(tiny_lm):

@@ -15,9 +15,9 @@ from orchestrator.recovery import StepFailed, recover
 
 
 class FakeClient:
-    def __init__(self, name, answering=True, version=0, partial=""):
+    def __init__(self, name, answering=True, version=0, partial="", torn=False):
         self.name, self.address, self.answering = name, f"127.0.0.1:{hash(name) % 1000 + 1000}", answering
-        self.version, self.partial, self.calls = version, partial, []
+        self.version, self.partial, self.torn, self.calls = version, partial, torn, []
 
     def health(self, timeout=5.0):
         if not self.answering:
@@ -30,7 +30,8 @@ class FakeClient:
     def call(self, method, request=None, timeout=None):
         self.calls.append(method)
         if method == "Describe":
-            return common_pb2.ServiceInfo(weight_version=self.version, details={"partial": self.partial})
+            return common_pb2.ServiceInfo(weight_version=self.version, details={
+                "partial": self.partial, "torn": str(self.torn).lower()})
         return type("Reply", (), {"seconds": 0.0})()
 
 
@@ -99,6 +100,15 @@ def test_a_dead_rollout_costs_its_step_and_gets_the_weights(monkeypatch, tmp_pat
                            tmp_path=tmp_path)
     assert go(mesh, services) == (7, ("batch",))
     assert services.restarted == {"rollout"} and "PushWeights" in clients["actor"].calls
+
+
+def test_a_rollout_left_with_half_a_weight_update_gets_the_weights_again(monkeypatch, tmp_path):
+    """A bucketed push that broke off (a network error, say) leaves a given rollout refusing to generate:
+    it is not restarted, only pushed the actor's weights, and the step is done again."""
+    clients = {"actor": FakeClient("actor"), "rollout": FakeClient("rollout", torn=True), "reward": FakeClient("reward")}
+    mesh, services = setup(clients, ["actor", "reward"], monkeypatch=monkeypatch, tmp_path=tmp_path)
+    assert go(mesh, services) == (7, ("batch",))
+    assert services.restarted == set() and "PushWeights" in clients["actor"].calls
 
 
 def test_an_actor_stopped_between_steps_takes_the_run_to_its_checkpoint(monkeypatch, tmp_path):
