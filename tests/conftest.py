@@ -1,6 +1,19 @@
-"""Shared test fixtures: tiny model folders and data, built once per session (no downloads)."""
+"""Shared test fixtures: tiny model folders and data, built once per session (no downloads); which
+devices the suite may see.
 
-import pytest
+The default suite is the CPU suite, on any machine: where there are GPUs it hides them
+(CUDA_VISIBLE_DEVICES=""), before torch looks, so the services it starts behave as in
+CI (two FSDP ranks on a 1-GPU machine would otherwise be refused). The GPU lane
+(scripts/test_gpu.sh: MESHRL_TEST_GPU=1, tests marked gpu) sees them; its tests
+skip where there is no CUDA.
+"""
+
+import os
+
+if os.environ.get("MESHRL_TEST_GPU") != "1":
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+import pytest  # noqa: E402
 
 from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
 from meshrl.tiny.models import TinyModelConfig, make_model

@@ -45,6 +45,10 @@ def main(argv: list[str]) -> int:
         p.error(str(e))
     if args.threads < 0:
         p.error("--threads must be >= 0")
+    gpus = hosts.gpus()
+    if gpus and args.world_size > gpus:  # NCCL would refuse two ranks on one device, but only at the first call
+        p.error(f"--world-size {args.world_size} puts {args.world_size} ranks on this machine's {gpus} GPU(s), and "
+                f"NCCL refuses two ranks on one device: use --world-size auto (one per GPU) or at most {gpus}")
 
     store = new_store()
     os.environ.update(rank_env(0, args.world_size, store))

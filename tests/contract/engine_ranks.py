@@ -51,7 +51,11 @@ def batch():
 def main():
     engine_name, model, out = sys.argv[1:4]
     flags = sys.argv[4:]
-    dist.init_process_group("gloo")
+    if torch.cuda.is_available():  # as the service's ranks do (services/actor/launch.py): one GPU per rank
+        torch.cuda.set_device(int(os.environ["RANK"]) % torch.cuda.device_count())
+        dist.init_process_group("cpu:gloo,cuda:nccl")
+    else:
+        dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     cfg = EngineConfig(engine=engine_name, mixed_precision="--mixed-precision" in flags,
                        gradient_checkpointing="--grad-ckpt" in flags,
@@ -79,7 +83,7 @@ def main():
         engine.load(flags[flags.index("--load") + 1])
         write_logprobs(engine, micro, logprobs, out)
         return finish()
-    before = torch.cat(engine.forward(micro, logprobs))
+    before = torch.cat(engine.forward(micro, logprobs)).cpu()  # the batch stays on the CPU; results come back
     weights = [float(world)] * len(micro)  # FSDP averages gradients over ranks; undo it
     engine.forward_backward(micro, nll, weights)
     loss = (-(before * mine["response_mask"]).sum() / total_tokens).reshape(1)
@@ -92,7 +96,7 @@ def main():
     if "--export" in flags:
         engine.export_hf(flags[flags.index("--export") + 1])
     if rank == 0:
-        save_file({k: v.contiguous() for k, v in sd.items()}, os.path.join(out, "weights.safetensors"))
+        save_file({k: v.cpu().contiguous() for k, v in sd.items()}, os.path.join(out, "weights.safetensors"))
         with open(os.path.join(out, "stats.json"), "w") as f:
             json.dump({"loss": loss.item(), **stats}, f)
     finish()
@@ -102,7 +106,7 @@ def cancelled_update(engine, full, flags, out):
     value = lambda flag, default: int(flags[flags.index(flag) + 1]) if flag in flags else default  # noqa: E731
     rank, world, rows = dist.get_rank(), dist.get_world_size(), value("--rows", B)
     mine = {k: v[rank * rows // world:(rank + 1) * rows // world] for k, v in full.items()}
-    before = {k: v.clone() for k, v in engine.full_state_dict().items()}  # on CPU these are the parameters
+    before = {k: v.detach().cpu().clone() for k, v in engine.full_state_dict().items()}
     stop_at = value("--cancel-at", 0)
     if rank == 0 and stop_at:
         checks = itertools.count(1)
@@ -117,7 +121,7 @@ def cancelled_update(engine, full, flags, out):
     after = engine.full_state_dict()
     if rank == 0:
         save_file({k: v.contiguous() for k, v in before.items()}, os.path.join(out, "before.safetensors"))
-        save_file({k: v.contiguous() for k, v in after.items()}, os.path.join(out, "weights.safetensors"))
+        save_file({k: v.cpu().contiguous() for k, v in after.items()}, os.path.join(out, "weights.safetensors"))
         with open(os.path.join(out, "stats.json"), "w") as f:
             json.dump(stats, f)
     finish()
@@ -134,7 +138,7 @@ def finish():
 
 
 def write_logprobs(engine, micro, logprobs, out):
-    mine = torch.cat(engine.forward(micro, logprobs))
+    mine = torch.cat(engine.forward(micro, logprobs)).cpu()  # gathered over gloo, as the service does
     gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, mine)
     if dist.get_rank() == 0:

@@ -38,6 +38,8 @@ def run(world: int, engine: str, model, out: pathlib.Path, *flags: str) -> dict:
 
 
 def launch(world: int, engine: str, model, out: pathlib.Path, *flags: str) -> None:
+    if torch.cuda.is_available() and world > torch.cuda.device_count():
+        pytest.skip(f"{world} NCCL ranks need {world} GPUs; this machine has {torch.cuda.device_count()}")
     out.mkdir(parents=True, exist_ok=True)
     port = str(free_port())
     procs = [subprocess.Popen([sys.executable, str(HELPER), engine, str(model), str(out), *flags],

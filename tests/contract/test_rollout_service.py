@@ -228,15 +228,6 @@ def test_sleep_and_wake(rollout):
     assert len(generate(rollout, chats("1+2=")).data) == 1
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA IPC needs a GPU")
-def test_push_over_cuda_ipc(rollout, tiny_lm):
-    probe = chats("4+4=")
-    version = rollout.call("Describe").weight_version + 1
-    named = {k: v.cuda() for k, v in current_weights(tiny_lm, 0.9).items()}
-    weights.push_state(rollout, named, version, "cuda_ipc")
-    assert generate(rollout, probe).msg.weight_version == version
-
-
 def test_cuda_ipc_is_refused_without_a_gpu(rollout):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")

@@ -1,0 +1,126 @@
+"""The GPU lane (scripts/test_gpu.sh; skipped without CUDA): weights handed over on the device.
+
+- cuda_ipc across processes: this process shares CUDA buckets with a rollout
+  service in another (CUDA IPC works only across processes), in one bucket and
+  in 1 MiB buckets (the tiny model is ~11 MiB), and the rollout's log-probs then
+  equal a local forward with those weights;
+- the actor service on NCCL ranks (one per GPU) gathers on the device and pushes
+  over cuda_ipc, with log-prob parity;
+- a GRPO run on the GPU with the HF rollout and cuda_ipc.
+"""
+
+import json
+import subprocess
+import sys
+import tempfile
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from meshrl import weights
+from meshrl.codec import Payload
+from meshrl.dataproto import DataProto
+from meshrl.rpc import Client
+from meshrl.v1 import actor_pb2, rollout_pb2
+from orchestrator.config import load_config
+from orchestrator.main import run
+from services.actor.model import forward_response, token_logprobs
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+ROLLOUT = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
+ACTOR = actor_pb2.DESCRIPTOR.services_by_name["ActorService"]
+TOLERANCE = 1e-3  # fp32 on one GPU; a 5% change of one matrix moves log-probs by ~1e-2
+BASE = ["input_ids", "attention_mask", "position_ids", "responses"]
+
+
+def serve(*args):
+    proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", *args], stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    while line and "listening on" not in line:
+        line = proc.stdout.readline()
+    assert line, "service did not start"
+    return proc, line.split()[-1]
+
+
+@pytest.fixture(scope="module")
+def rollout(tiny_lm):
+    proc, address = serve("rollout", "--model", str(tiny_lm), "--backend", "hf", "--max-model-len", "128")
+    yield Client(address, ROLLOUT, timeout=300)
+    proc.terminate()
+    assert proc.wait(120) == 0
+
+
+def generate(rollout, seed=5):
+    prompts = DataProto(non_tensor_batch={"prompt": [[{"role": "user", "content": f"{a}+{b}="}]
+                                                     for a, b in [(3, 4), (12, 7), (0, 9), (5, 5)]]})
+    sampling = rollout_pb2.SamplingParams(n=2, temperature=1.0, max_new_tokens=16, logprobs=True, seed=seed)
+    return rollout.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=sampling), prompts))
+
+
+def worst_gap(logprobs: torch.Tensor, gen: DataProto) -> float:
+    mask = gen.batch["response_mask"]
+    return ((logprobs.cpu() - gen.batch["rollout_logprobs"]).abs() * mask).max().item()
+
+
+@torch.no_grad()
+def local_logprobs(model_dir, named: dict, gen: DataProto) -> torch.Tensor:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).cuda().eval()
+    model.load_state_dict(named, strict=False)
+    micro = {k: gen.batch[k].cuda() for k in BASE}
+    return token_logprobs(forward_response(model, micro), micro["responses"])
+
+
+@pytest.mark.parametrize("bucket", [0, 1 << 20])
+def test_cuda_ipc_push_from_another_process_gives_parity(rollout, tiny_lm, bucket):
+    version = rollout.call("Describe").weight_version + 1
+    named = {k: (v * (1.0 + 0.01 * version)).cuda() for k, v in load_file(tiny_lm / "model.safetensors").items()}
+    stats = weights.push_state(rollout, named, version, "cuda_ipc", bucket_bytes=bucket or weights.DEFAULT_BUCKET_BYTES)
+    if bucket:
+        assert stats["buckets"] >= 6  # embeddings, 4 blocks, head
+    else:
+        assert stats["buckets"] == 1
+    gen = generate(rollout)
+    assert gen.msg.weight_version == version
+    gap = worst_gap(local_logprobs(tiny_lm, named, gen.data), gen.data)
+    print(f"cuda_ipc push, bucket {bucket or 'whole'}: max |diff| {gap:.2e}")
+    assert gap < TOLERANCE
+
+
+def test_the_actor_on_nccl_ranks_pushes_over_cuda_ipc(rollout, tiny_lm):
+    world = torch.cuda.device_count()
+    proc, address = serve("actor", "--role", "actor", "--model", str(tiny_lm), "--world-size", "auto", "--lr", "1e-3",
+                          "--checkpoint-root", tempfile.gettempdir())
+    try:
+        actor = Client(address, ACTOR, timeout=300)
+        assert actor.call("Describe").world_size == world
+        gen = generate(rollout).data
+        data = gen.select([*BASE, "response_mask"])
+        actor.call("Update", Payload(actor_pb2.UpdateRequest(step=1, loss=actor_pb2.LossSpec(name="sft")), data))
+        version = rollout.call("Describe").weight_version + 1
+        for bucket in (0, 1 << 20):
+            pushed = actor.call("PushWeights", actor_pb2.PushWeightsRequest(
+                rollout_address=rollout.address, transport="cuda_ipc", version=version, bucket_bytes=bucket))
+            assert pushed.version == version
+            after = generate(rollout).data
+            lp = actor.call("ComputeLogProbs", Payload(actor_pb2.BatchRequest(temperature=1.0),
+                                                       after.select(BASE))).data.batch["actor_logprobs"]
+            gap = worst_gap(lp, after)
+            print(f"actor ({world} NCCL ranks) -> rollout over cuda_ipc, bucket {bucket or 'whole'}: max |diff| {gap:.2e}")
+            assert gap < TOLERANCE
+            version += 1
+    finally:
+        proc.terminate()
+        assert proc.wait(120) == 0
+
+
+def test_grpo_on_the_gpu(tiny_lm, arithmetic_data, tmp_path):
+    cfg = load_config(None, [f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}",
+                             f"trainer.run_dir={tmp_path}", "trainer.total_steps=2", "data.train_batch_size=4",
+                             "rollout.n=2", "rollout.backend=hf", "rollout.weight_transport=cuda_ipc",
+                             "rollout.weight_bucket_mb=1", "actor.world_size=auto", "reward.workers=1"])
+    lines = [json.loads(line) for line in (run("grpo", cfg) / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1, 2]
+    assert all(m["rollout/kl_to_actor"] < 1e-3 for m in lines)  # the rollout runs what the actor pushed
