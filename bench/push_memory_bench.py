@@ -1,0 +1,125 @@
+"""Peak host memory of a weight push, by bucket size: the actor service (FSDP2, 2 ranks) pushing a
+~370 MiB model over shm into a rollout service (HF backend).
+
+For each bucket size the actor's ranks and the rollout have their peak RSS reset
+(/proc/PID/clear_refs 5) before the push; the figure is how far the peak rose over
+what the process held before (its shard and optimizer state, or the model), so it
+is what the push itself needed, shared-memory pages it touched included. One push
+before the rows warms both sides up (the rollout's first load makes its
+memory-mapped weights resident). The rollout's staging segment is read from
+/dev/shm. "whole" is one bucket holding the whole model, as every push was
+before buckets; a bucket smaller than a transformer block holds one block.
+
+    .venv/bin/python bench/push_memory_bench.py [--layers 8] [--hidden 1024] [--repeats 3]
+"""
+
+import argparse
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+from safetensors import safe_open
+
+from meshrl import weights
+from meshrl.rpc import Client
+from meshrl.tiny.models import TinyModelConfig, make_model
+from meshrl.v1 import actor_pb2, rollout_pb2
+
+ROLLOUT = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
+ACTOR = actor_pb2.DESCRIPTOR.services_by_name["ActorService"]
+MiB = 1 << 20
+
+
+def serve(*args):
+    proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", *args], stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    while line and "listening on" not in line:
+        line = proc.stdout.readline()
+    assert line, "service did not start"
+    return proc, line.split()[-1]
+
+
+def family(pid: int) -> list[int]:
+    """The process and its descendants (the actor's other ranks)."""
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [pid] + [p for c in out for p in family(int(c))]
+
+
+def status(pid: int, key: str) -> int:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+def reset_peak(pids: list[int]) -> dict[int, int]:
+    for p in pids:
+        pathlib.Path(f"/proc/{p}/clear_refs").write_text("5")
+    return {p: status(p, "VmRSS") for p in pids}
+
+
+def rise(before: dict[int, int]) -> int:
+    """The largest rise of a process's peak RSS over what it held before."""
+    return max(status(p, "VmHWM") - rss for p, rss in before.items())
+
+
+def segment_bytes(pid: int) -> int:
+    return sum(f.stat().st_size for f in pathlib.Path("/dev/shm").glob(f"meshrl-rollout-{pid}-*"))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    tmp = pathlib.Path(tempfile.mkdtemp())
+    model = make_model(tmp / "lm", TinyModelConfig(hidden_size=args.hidden, num_layers=args.layers, num_heads=8,
+                                                  intermediate_size=int(args.hidden * 2.6875)))
+    size = sum(f.stat().st_size for f in model.glob("*.safetensors"))
+    rollout_proc, rollout_address = serve("rollout", "--model", str(model), "--backend", "hf", "--max-model-len", "64")
+    actor_proc, actor_address = serve("actor", "--role", "actor", "--model", str(model), "--world-size", "2",
+                                      "--lr", "1e-4", "--checkpoint-root", str(tmp))
+    actor = Client(actor_address, ACTOR, timeout=600)
+    ranks = family(actor_proc.pid)
+    print(f"model: {size / MiB:,.0f} MiB of safetensors; actor ranks {ranks}, rollout {rollout_proc.pid}\n")
+    print("| bucket | buckets | push s (median) | actor rank peak rise | rollout peak rise | staging segment |")
+    print("|---|---|---|---|---|---|")
+    with safe_open(str(model / "model.safetensors"), framework="pt") as st:
+        specs = [(k, st.get_slice(k).get_dtype(), st.get_slice(k).get_shape()) for k in st.keys()]
+    dtypes = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+    specs = [(k, dtypes[d], s) for k, d, s in specs]
+    version = 1
+    try:
+        actor.call("PushWeights", actor_pb2.PushWeightsRequest(rollout_address=rollout_address, transport="shm",
+                                                               version=version, bucket_bytes=16 * MiB))  # warm-up
+        # smallest first: the rollout's segment only grows, so each row reads its own
+        for bucket_mb in (16, 64, 128, 0):
+            seconds, actor_rise, rollout_rise = [], [], []
+            for _ in range(args.repeats):
+                version += 1
+                before_a, before_r = reset_peak(ranks), reset_peak([rollout_proc.pid])
+                start = time.perf_counter()
+                actor.call("PushWeights", actor_pb2.PushWeightsRequest(
+                    rollout_address=rollout_address, transport="shm", version=version,
+                    bucket_bytes=bucket_mb * MiB if bucket_mb else 1 << 40))
+                seconds.append(time.perf_counter() - start)
+                actor_rise.append(rise(before_a))
+                rollout_rise.append(rise(before_r))
+            n = len(weights.plan(specs, bucket_mb * MiB if bucket_mb else 1 << 40))
+            print(f"| {f'{bucket_mb} MiB' if bucket_mb else 'whole'} | {n} | {statistics.median(seconds):.2f} | "
+                  f"{max(actor_rise) / MiB:,.0f} MiB | {max(rollout_rise) / MiB:,.0f} MiB | "
+                  f"{segment_bytes(rollout_proc.pid) / MiB:,.0f} MiB |", flush=True)
+    finally:
+        for p in (actor_proc, rollout_proc):
+            p.terminate()
+            p.wait(120)
+
+
+if __name__ == "__main__":
+    main()
