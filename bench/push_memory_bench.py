@@ -17,7 +17,6 @@ import argparse
 import pathlib
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -29,19 +28,11 @@ from meshrl import weights
 from meshrl.rpc import Client
 from meshrl.tiny.models import TinyModelConfig, make_model
 from meshrl.v1 import actor_pb2, rollout_pb2
+from orchestrator.services import launch
 
 ROLLOUT = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
 ACTOR = actor_pb2.DESCRIPTOR.services_by_name["ActorService"]
 MiB = 1 << 20
-
-
-def serve(*args):
-    proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", *args], stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    while line and "listening on" not in line:
-        line = proc.stdout.readline()
-    assert line, "service did not start"
-    return proc, line.split()[-1]
 
 
 def family(pid: int) -> list[int]:
@@ -82,9 +73,9 @@ def main():
     model = make_model(tmp / "lm", TinyModelConfig(hidden_size=args.hidden, num_layers=args.layers, num_heads=8,
                                                   intermediate_size=int(args.hidden * 2.6875)))
     size = sum(f.stat().st_size for f in model.glob("*.safetensors"))
-    rollout_proc, rollout_address = serve("rollout", "--model", str(model), "--backend", "hf", "--max-model-len", "64")
-    actor_proc, actor_address = serve("actor", "--role", "actor", "--model", str(model), "--world-size", "2",
-                                      "--lr", "1e-4", "--checkpoint-root", str(tmp))
+    rollout_proc, rollout_address = launch(["rollout", "--model", str(model), "--backend", "hf", "--max-model-len", "64"])
+    actor_proc, actor_address = launch(["actor", "--role", "actor", "--model", str(model), "--world-size", "2",
+                                       "--lr", "1e-4", "--checkpoint-root", str(tmp)])
     actor = Client(actor_address, ACTOR, timeout=600)
     ranks = family(actor_proc.pid)
     print(f"model: {size / MiB:,.0f} MiB of safetensors; actor ranks {ranks}, rollout {rollout_proc.pid}\n")

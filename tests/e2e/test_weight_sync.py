@@ -6,8 +6,6 @@ actor's log-probs of the same sequences; a deliberately perturbed weight breaks 
 
 import os
 import pathlib
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -22,6 +20,7 @@ from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.rpc import Client
 from meshrl.v1 import actor_pb2, rollout_pb2
+from orchestrator.services import launch
 
 ROLLOUT = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
 ACTOR = actor_pb2.DESCRIPTOR.services_by_name["ActorService"]
@@ -29,18 +28,9 @@ TOLERANCE = 1e-4  # max |actor - rollout| log-prob over response tokens; measure
 BASE = ["input_ids", "attention_mask", "position_ids", "responses"]
 
 
-def serve(*args):
-    proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", *args], stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    while line and "listening on" not in line:
-        line = proc.stdout.readline()
-    assert line, "service did not start"
-    return proc, line.split()[-1]
-
-
 def vllm_rollout(model):
     """A vLLM rollout service on `model` for the module's tests; stopped cleanly after them."""
-    proc, address = serve("rollout", "--model", str(model), "--backend", "vllm", "--max-model-len", "128")
+    proc, address = launch(["rollout", "--model", str(model), "--backend", "vllm", "--max-model-len", "128"])
     client = Client(address, ROLLOUT, timeout=300)
     client.pid = proc.pid  # for tests that look at the engine's processes
     yield client
@@ -55,8 +45,8 @@ def rollout(tiny_lm):
 
 @pytest.fixture(scope="module")
 def actor(tiny_lm):
-    proc, address = serve("actor", "--role", "actor", "--model", str(tiny_lm), "--world-size", "2", "--lr", "1e-3",
-                          "--checkpoint-root", tempfile.gettempdir())
+    proc, address = launch(["actor", "--role", "actor", "--model", str(tiny_lm), "--world-size", "2", "--lr", "1e-3",
+                             "--checkpoint-root", tempfile.gettempdir()])
     client = Client(address, ACTOR, timeout=300)
     yield client
     proc.terminate()

@@ -10,8 +10,6 @@
 """
 
 import json
-import subprocess
-import sys
 import tempfile
 
 import pytest
@@ -25,6 +23,7 @@ from meshrl.rpc import Client
 from meshrl.v1 import actor_pb2, rollout_pb2
 from orchestrator.config import load_config
 from orchestrator.main import run
+from orchestrator.services import launch
 from services.actor.model import forward_response, token_logprobs
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -34,18 +33,9 @@ TOLERANCE = 1e-3  # fp32 on one GPU; a 5% change of one matrix moves log-probs b
 BASE = ["input_ids", "attention_mask", "position_ids", "responses"]
 
 
-def serve(*args):
-    proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", *args], stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    while line and "listening on" not in line:
-        line = proc.stdout.readline()
-    assert line, "service did not start"
-    return proc, line.split()[-1]
-
-
 @pytest.fixture(scope="module")
 def rollout(tiny_lm):
-    proc, address = serve("rollout", "--model", str(tiny_lm), "--backend", "hf", "--max-model-len", "128")
+    proc, address = launch(["rollout", "--model", str(tiny_lm), "--backend", "hf", "--max-model-len", "128"])
     yield Client(address, ROLLOUT, timeout=300)
     proc.terminate()
     assert proc.wait(120) == 0
@@ -91,8 +81,8 @@ def test_cuda_ipc_push_from_another_process_gives_parity(rollout, tiny_lm, bucke
 
 def test_the_actor_on_nccl_ranks_pushes_over_cuda_ipc(rollout, tiny_lm):
     world = torch.cuda.device_count()
-    proc, address = serve("actor", "--role", "actor", "--model", str(tiny_lm), "--world-size", "auto", "--lr", "1e-3",
-                          "--checkpoint-root", tempfile.gettempdir())
+    proc, address = launch(["actor", "--role", "actor", "--model", str(tiny_lm), "--world-size", "auto", "--lr", "1e-3",
+                             "--checkpoint-root", tempfile.gettempdir()])
     try:
         actor = Client(address, ACTOR, timeout=300)
         assert actor.call("Describe").world_size == world
