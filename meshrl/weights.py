@@ -34,6 +34,7 @@ ALIGN = 64
 CHUNK_BYTES = 4 << 20
 DEFAULT_BUCKET_BYTES = 512 << 20
 TRANSPORTS = ("shm", "stream", "cuda_ipc")
+DTYPES = ("float32", "bfloat16", "float16")  # what weights may be sent as (a rollout engine's dtypes)
 
 
 def nbytes(t: torch.Tensor) -> int:

@@ -93,7 +93,7 @@ class Mesh:
         """Actor weights to the rollout (the config's transport); returns the seconds it took."""
         reply = self["actor"].call("PushWeights", actor_pb2.PushWeightsRequest(
             rollout_address=self["rollout"].address, transport=self.cfg.rollout.weight_transport, version=version,
-            bucket_bytes=self.cfg.rollout.weight_bucket_mb << 20))
+            bucket_bytes=self.cfg.rollout.weight_bucket_mb << 20, dtype=self.cfg.rollout.dtype))
         return reply.seconds
 
     # ---- reward ----------------------------------------------------------------------

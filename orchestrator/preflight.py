@@ -15,7 +15,7 @@ import importlib.util
 import pathlib
 
 from meshrl import hosts
-from meshrl.weights import TRANSPORTS
+from meshrl.weights import DTYPES, TRANSPORTS
 from orchestrator.config import Config
 from orchestrator.data import check_inputs
 
@@ -51,6 +51,8 @@ def check_rollout(cfg: Config) -> None:
         raise ValueError(f"rollout.backend={r.backend} must be one of {BACKENDS}")
     if r.weight_transport not in TRANSPORTS:
         raise ValueError(f"rollout.weight_transport={r.weight_transport} must be one of {TRANSPORTS}")
+    if r.dtype not in DTYPES:  # the engine's, and what the actor's weights are sent as
+        raise ValueError(f"rollout.dtype={r.dtype} must be one of {DTYPES}")
     if r.weight_bucket_mb < 1:
         raise ValueError(f"rollout.weight_bucket_mb={r.weight_bucket_mb} must be >= 1")
     if r.weight_transport == "cuda_ipc" and not (cfg.actor.address and r.address):

@@ -7,6 +7,8 @@ as DataProtos, metrics in meta_info.
 import pathlib
 import time
 
+import torch
+
 from meshrl import weights
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
@@ -61,13 +63,18 @@ class RankHandler:
         rollout said it."""
         engine = self.role.engine
         held = engine.weight_tensors()
-        buckets = weights.plan([(k, t.dtype, list(t.shape)) for k, t in held.items()], args["bucket_bytes"])
+        cast = getattr(torch, args["dtype"]) if args["dtype"] else None  # the rollout's dtype: half the bytes
+
+        def sent(t: torch.Tensor) -> torch.dtype:
+            return cast if cast is not None and t.dtype.is_floating_point else t.dtype
+
+        buckets = weights.plan([(k, sent(t), list(t.shape)) for k, t in held.items()], args["bucket_bytes"])
         gathered = 0
 
         def tensors_of(bucket) -> list:
             nonlocal gathered
             gathered += 1
-            return engine.gather([held[r.name] for r in bucket.refs])
+            return [t.to(sent(t)) for t in engine.gather([held[r.name] for r in bucket.refs])]
 
         self.push_failure = None
         if engine.rank != 0:

@@ -216,7 +216,10 @@ class ActorServicer:
         if request.bucket_bytes and request.bucket_bytes < weights.ALIGN:
             raise InvalidArgument(f"PushWeightsRequest.bucket_bytes must be 0 (the default, "
                                   f"{weights.DEFAULT_BUCKET_BYTES >> 20} MiB) or >= {weights.ALIGN}")
-        reply = self._call("push_weights", {
+        if request.dtype and request.dtype not in weights.DTYPES:
+            raise InvalidArgument(f"PushWeightsRequest.dtype must be one of {list(weights.DTYPES)} or empty, "
+                                  f"got {request.dtype[:50]!r}")
+        reply = self._call("push_weights", {"dtype": request.dtype,
             "rollout_address": request.rollout_address, "transport": transport, "version": version,
             "bucket_bytes": request.bucket_bytes or weights.DEFAULT_BUCKET_BYTES})[0].meta_info
         if self.driver.handler.push_failure is not None:

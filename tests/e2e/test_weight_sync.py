@@ -210,3 +210,25 @@ def test_pushed_embedding_reaches_the_output_head(request, tied):
     worst = ((local_logprobs(model, gen) - gen.batch["rollout_logprobs"]).abs() * mask).max().item()
     print(f"{'tied' if tied else 'untied'}: max |vLLM - local| log-prob after an embedding push: {worst:.2e}")
     assert worst < TOLERANCE
+
+
+def test_a_push_in_the_rollouts_dtype_halves_the_bytes_and_changes_nothing(actor, tiny_lm):
+    """A bfloat16 rollout rounds what it is sent to bfloat16 either way: sent bfloat16 (rollout.dtype, as a
+    run sends it) it takes half the bytes and generates exactly what it does when sent float32."""
+    proc, address = launch(["rollout", "--model", str(tiny_lm), "--backend", "hf", "--dtype", "bfloat16",
+                            "--max-model-len", "128"])
+    try:
+        rollout = Client(address, ROLLOUT, timeout=300)
+        out = {}
+        for version, dtype in ((1, ""), (2, "bfloat16")):
+            pushed = actor.call("PushWeights", actor_pb2.PushWeightsRequest(
+                rollout_address=address, transport="shm", version=version, dtype=dtype))
+            gen = generate(rollout, seed=5).data
+            out[dtype] = (pushed.num_bytes, gen.batch["responses"], gen.batch["rollout_logprobs"])
+        assert out["bfloat16"][0] * 2 == out[""][0]
+        assert torch.equal(out[""][1], out["bfloat16"][1]) and torch.equal(out[""][2], out["bfloat16"][2])
+        with pytest.raises(ServiceError, match="dtype must be one of"):
+            actor.call("PushWeights", actor_pb2.PushWeightsRequest(rollout_address=address, version=3, dtype="int8"))
+    finally:
+        proc.terminate()
+        assert proc.wait(120) == 0
