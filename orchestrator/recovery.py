@@ -55,7 +55,7 @@ def recover(error: StepFailed, restarts: int, number: int, batch, services: Serv
     dead = services.dead()
     down = {name for name, c in mesh.clients.items() if name not in services.ours and not answers(c)}
     partial = {name for name in algorithm.trained if name not in dead | down and between_steps(mesh, name)}
-    torn = {"rollout"} - dead - down if "rollout" in mesh.clients and torn_weights(mesh) else set()
+    torn = {"rollout"} if "rollout" in mesh.clients and torn_weights(mesh) else set()  # a dead one says nothing
     lost = (dead | down | partial) & set(algorithm.trained)
     if not dead | down | partial | torn:
         raise error
