@@ -9,8 +9,9 @@ LR_SCHEDULES = ("constant", "cosine")
 @dataclasses.dataclass
 class EngineConfig:
     engine: str = "fsdp2"
-    """"fsdp2" (fully_shard, the default), "fsdp1" (the FullyShardedDataParallel wrapper) or "plain"
-    (one process, no sharding: for debugging)."""
+    """"fsdp2" (fully_shard, the default: on several ranks only rank 0 reads the weights, the others
+    build the model on the meta device and receive their shards), "fsdp1" (the FullyShardedDataParallel
+    wrapper; every rank reads the whole model first) or "plain" (one process, no sharding: debugging)."""
     hsdp_replicate: int = 1
     """FSDP2 only: > 1 makes a 2-D mesh (replicate x shard), i.e. HSDP; must divide the world size."""
     mixed_precision: bool = False

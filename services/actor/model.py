@@ -20,6 +20,19 @@ def load_model(path: str, kind: str, dropout: bool = False) -> torch.nn.Module:
     rates are zeroed there and on every Dropout module; the model still trains in train mode, which
     gradient checkpointing needs.
     """
+    cls, config = model_class(path, kind, dropout)
+    return without_dropout(cls.from_pretrained(path, config=config, dtype=torch.float32), dropout)
+
+
+def empty_model(path: str, kind: str, dropout: bool = False) -> torch.nn.Module:
+    """The model load_model builds, on the meta device: its shapes, types and tied weights, no memory.
+    Sharded engines build this on every rank and fill their shards from rank 0's one loaded copy."""
+    cls, config = model_class(path, kind, dropout)
+    with torch.device("meta"):
+        return without_dropout(cls.from_config(config, dtype=torch.float32), dropout)
+
+
+def model_class(path: str, kind: str, dropout: bool) -> tuple[type, object]:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
     if kind not in KINDS:
@@ -27,8 +40,10 @@ def load_model(path: str, kind: str, dropout: bool = False) -> torch.nn.Module:
     config = AutoConfig.from_pretrained(path, **({"num_labels": 1} if kind == "value" else {}))
     if not dropout:
         zero_dropout_config(config)
-    cls = AutoModelForCausalLM if kind == "causal" else AutoModelForTokenClassification
-    model = cls.from_pretrained(path, config=config, dtype=torch.float32)
+    return (AutoModelForCausalLM if kind == "causal" else AutoModelForTokenClassification), config
+
+
+def without_dropout(model: torch.nn.Module, dropout: bool) -> torch.nn.Module:
     if not dropout:
         for m in model.modules():
             if isinstance(m, torch.nn.Dropout):

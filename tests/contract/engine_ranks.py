@@ -96,7 +96,7 @@ def main():
     if "--export" in flags:
         engine.export_hf(flags[flags.index("--export") + 1])
     if rank == 0:
-        save_file({k: v.cpu().contiguous() for k, v in sd.items()}, os.path.join(out, "weights.safetensors"))
+        save_file({k: v.cpu().clone() for k, v in sd.items()}, os.path.join(out, "weights.safetensors"))
         with open(os.path.join(out, "stats.json"), "w") as f:
             json.dump({"loss": loss.item(), **stats}, f)
     finish()
@@ -121,7 +121,7 @@ def cancelled_update(engine, full, flags, out):
     after = engine.full_state_dict()
     if rank == 0:
         save_file({k: v.contiguous() for k, v in before.items()}, os.path.join(out, "before.safetensors"))
-        save_file({k: v.cpu().contiguous() for k, v in after.items()}, os.path.join(out, "weights.safetensors"))
+        save_file({k: v.cpu().clone() for k, v in after.items()}, os.path.join(out, "weights.safetensors"))
         with open(os.path.join(out, "stats.json"), "w") as f:
             json.dump(stats, f)
     finish()

@@ -89,6 +89,18 @@ def test_two_ranks_match_one_process(reference, tiny_lm, tmp_path, engine, flags
     assert_same_step(reference, run(2, engine, tiny_lm, tmp_path, *flags))
 
 
+def test_a_tied_model_sharded_from_rank0_keeps_its_tie(tiny_lm, tmp_path):
+    """fsdp2 ranks other than 0 build the model on the meta device and receive rank 0's weights: a model
+    whose lm_head is its embedding must still train as one tensor there (and its rotary buffers, which no
+    state dict carries, must be rank 0's)."""
+    from meshrl.tiny.models import TinyModelConfig, make_model
+
+    tied = make_model(tmp_path / "tied", TinyModelConfig(tie_word_embeddings=True))
+    one, two = run(1, "plain", tied, tmp_path / "one"), run(2, "fsdp2", tied, tmp_path / "two")
+    assert_same_step(one, two)
+    assert torch.equal(two["weights"]["lm_head.weight"], two["weights"]["model.embed_tokens.weight"])
+
+
 def test_mixed_precision_stays_close(reference, tiny_lm, tmp_path):
     mixed = run(2, "fsdp2", tiny_lm, tmp_path, "--mixed-precision")
     assert mixed["stats"]["loss"] == pytest.approx(reference["stats"]["loss"], rel=1e-2)  # bf16 forward

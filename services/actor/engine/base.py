@@ -20,7 +20,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 
 from services.actor.comm import Cancelled, stop_requested
 from services.actor.config import EngineConfig, OptimConfig
-from services.actor.model import load_model
+from services.actor.model import empty_model, load_model
 
 
 def default_device() -> torch.device:
@@ -42,6 +42,7 @@ def lr_lambda(cfg: OptimConfig) -> Callable[[int], float]:
 
 class Engine:
     name = "base"
+    rank0_loads = False  # several ranks: only rank 0 loads the model, wrap_from_rank0 shares it out
 
     def __init__(self, cfg: EngineConfig, model_path: str, kind: str = "causal", optim: OptimConfig | None = None):
         if not dist.is_initialized():
@@ -50,13 +51,16 @@ class Engine:
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.device = default_device()
         torch.manual_seed(cfg.seed)  # a value head starts from the same weights on every rank
-        model = load_model(model_path, kind, cfg.dropout)
-        self.config = model.config
-        if cfg.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
-        if optim is None:  # a frozen model (the reference policy)
-            model.requires_grad_(False)
-        self.module = self.wrap(model.to(self.device))
+        if self.world_size > 1 and self.rank0_loads:  # one copy of the weights in host memory, not one per rank
+            model = self.prepare(empty_model(model_path, kind, cfg.dropout), optim)
+            full = self.prepare(load_model(model_path, kind, cfg.dropout), optim) if self.rank == 0 else None
+            self.config = model.config
+            self.module = self.wrap_from_rank0(model, full)
+            del full
+        else:
+            model = self.prepare(load_model(model_path, kind, cfg.dropout), optim)
+            self.config = model.config
+            self.module = self.wrap(model.to(self.device))
         self.optimizer = self.scheduler = None
         if optim is not None:
             self.optimizer = torch.optim.AdamW(self.module.parameters(), lr=optim.lr, betas=optim.betas,
@@ -64,9 +68,21 @@ class Engine:
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(optim))
         self.on_device = True
 
+    def prepare(self, model: torch.nn.Module, optim: OptimConfig | None) -> torch.nn.Module:
+        if self.cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        if optim is None:  # a frozen model (the reference policy)
+            model.requires_grad_(False)
+        return model
+
     # ---- what subclasses decide --------------------------------------------------------
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        raise NotImplementedError
+
+    def wrap_from_rank0(self, model: torch.nn.Module, full: torch.nn.Module | None) -> torch.nn.Module:
+        """Several ranks: `model` is on the meta device everywhere, `full` the loaded model on rank 0
+        (None elsewhere). The wrapped model with every rank's part of rank 0's weights. Collective."""
         raise NotImplementedError
 
     def autocast(self):

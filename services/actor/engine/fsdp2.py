@@ -6,6 +6,7 @@ shards within groups of world/replicate ranks and replicates across them.
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -15,6 +16,7 @@ from services.actor.model import layer_classes
 
 class FSDP2Engine(Engine):
     name = "fsdp2"
+    rank0_loads = True
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         world, rep = dist.get_world_size(), self.cfg.hsdp_replicate
@@ -32,3 +34,25 @@ class FSDP2Engine(Engine):
                 fully_shard(module, mesh=mesh, mp_policy=mp)
         fully_shard(model, mesh=mesh, mp_policy=mp)
         return model
+
+    def wrap_from_rank0(self, model: torch.nn.Module, full: torch.nn.Module | None) -> torch.nn.Module:
+        # sharded on the meta device, then given memory for its shards only; rank 0 broadcasts one full
+        # tensor at a time and each rank keeps its shard (verl's and torchtitan's meta-device init)
+        module = self.wrap(model)
+        module.to_empty(device=self.device)
+        set_model_state_dict(module, full.state_dict() if full is not None else {},
+                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        broadcast_unsaved_buffers(module, full)
+        return module
+
+
+def broadcast_unsaved_buffers(module: torch.nn.Module, full: torch.nn.Module | None) -> None:
+    """Buffers outside the state dict (rotary inv_freq, ...) are computed at construction, which the meta
+    device skipped: rank 0's values, copied to every rank. Collective."""
+    saved = set(module.state_dict())
+    source = dict(full.named_buffers()) if full is not None else {}
+    for name, buf in module.named_buffers():
+        if name not in saved:
+            if full is not None:
+                buf.copy_(source[name])
+            dist.broadcast(buf, src=0)
