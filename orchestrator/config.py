@@ -122,6 +122,8 @@ class RolloutSection:
     kv_cache_gb: float = 1.0  # vllm on CPU: KV cache size
     enforce_eager: bool = True  # vllm: no CUDA graphs (starts sooner; false decodes faster on a GPU)
     max_samples: int = 65536  # the rollout refuses a Generate asking for more samples (prompts x n)
+    colocate: bool = False  # one GPU for all: the rollout sleeps while the models train, and the actor,
+    #   ref and critic move their weights and optimizer state to host memory while it generates
 
 
 @dataclasses.dataclass

@@ -11,6 +11,7 @@ A role without an address in the config is started here as a local process;
 one with an address is used as it is (after a health check naming it).
 """
 
+import contextlib
 import dataclasses
 import pathlib
 
@@ -87,10 +88,34 @@ class Mesh:
         sampling = rollout_pb2.SamplingParams(
             n=n or (1 if greedy else r.n), greedy=greedy, temperature=r.temperature, top_p=r.top_p,
             top_k=r.top_k, max_new_tokens=r.max_new_tokens, logprobs=not greedy, seed=seed or 0)
-        return self["rollout"].call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=sampling), prompts)).data
+        with self.colocated_generation():
+            return self["rollout"].call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=sampling),
+                                                            prompts)).data
+
+    @contextlib.contextmanager
+    def colocated_generation(self):
+        """rollout.colocate: the GPU goes to the rollout for a generation and back to the models that train
+        after it, as verl's hybrid engine hands it over. The actor, ref and critic move their weights and
+        optimizer state to host memory (Offload), the rollout wakes, generates and sleeps again (its KV
+        cache freed), and they come back (Reload). A failed generation leaves them where they are: the
+        step's redo swaps again, and a service computes only once its model is back."""
+        if not self.cfg.rollout.colocate:
+            yield
+            return
+        trained = [role for role in ("actor", "ref", "critic") if self.has(role)]
+        for role in trained:
+            self[role].call("Offload", actor_pb2.OffloadRequest())
+        self["rollout"].call("WakeUp", rollout_pb2.SleepRequest())
+        yield
+        self["rollout"].call("Sleep", rollout_pb2.SleepRequest(level=1))
+        for role in trained:
+            self[role].call("Reload", actor_pb2.OffloadRequest())
 
     def push_weights(self, version: int) -> float:
-        """Actor weights to the rollout (the config's transport); returns the seconds it took."""
+        """Actor weights to the rollout (the config's transport); returns the seconds it took. A colocated
+        rollout wakes its weights for it; its KV cache stays freed until it generates."""
+        if self.cfg.rollout.colocate:
+            self["rollout"].call("WakeUp", rollout_pb2.SleepRequest(tags=["weights"]))
         reply = self["actor"].call("PushWeights", actor_pb2.PushWeightsRequest(
             rollout_address=self["rollout"].address, transport=self.cfg.rollout.weight_transport, version=version,
             bucket_bytes=self.cfg.rollout.weight_bucket_mb << 20, dtype=self.cfg.rollout.dtype))

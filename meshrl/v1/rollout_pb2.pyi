@@ -127,13 +127,17 @@ class WeightUpdateStatus(_message.Message):
     def __init__(self, version: _Optional[int] = ..., num_tensors: _Optional[int] = ..., num_bytes: _Optional[int] = ..., shm_segment: _Optional[str] = ..., in_progress: _Optional[bool] = ...) -> None: ...
 
 class SleepRequest(_message.Message):
-    __slots__ = ("level",)
+    __slots__ = ("level", "tags")
     LEVEL_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
     level: int
-    def __init__(self, level: _Optional[int] = ...) -> None: ...
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, level: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SleepResponse(_message.Message):
-    __slots__ = ("sleeping",)
+    __slots__ = ("sleeping", "asleep")
     SLEEPING_FIELD_NUMBER: _ClassVar[int]
+    ASLEEP_FIELD_NUMBER: _ClassVar[int]
     sleeping: bool
-    def __init__(self, sleeping: _Optional[bool] = ...) -> None: ...
+    asleep: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, sleeping: _Optional[bool] = ..., asleep: _Optional[_Iterable[str]] = ...) -> None: ...

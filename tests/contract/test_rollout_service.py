@@ -221,11 +221,30 @@ def test_the_staging_segment_is_one_bucket_not_the_model(tiny_lm):
         servicer.close()
 
 
-def test_sleep_and_wake(rollout):
-    assert rollout.call("Sleep", rollout_pb2.SleepRequest(level=1)).sleeping
-    expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: generate(rollout, chats("1+2=")), "asleep")
+def test_sleep_and_wake(rollout, tiny_lm):
+    """A colocated run's order: asleep while the actor trains, its weights woken alone to take the new ones
+    (refused before), then the rest to generate with them."""
+    probe = chats("1+2=")
+    before = generate(rollout, probe, temperature=0.0)
+    asleep = rollout.call("Sleep", rollout_pb2.SleepRequest(level=1))
+    assert asleep.sleeping and list(asleep.asleep) == ["kv_cache", "weights"]
+    assert rollout.call("Describe").details["sleeping"] == "true"
+    expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: generate(rollout, probe), "asleep")
+    version = before.msg.weight_version + 1
+    expect(grpc.StatusCode.FAILED_PRECONDITION,
+           lambda: weights.push_state(rollout, current_weights(tiny_lm, 1.3), version, "shm"), "WakeUp")
+    half = rollout.call("WakeUp", rollout_pb2.SleepRequest(tags=["weights"]))
+    assert half.sleeping and list(half.asleep) == ["kv_cache"]
+    weights.push_state(rollout, current_weights(tiny_lm, 1.3), version, "shm")
+    expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: generate(rollout, probe), "kv_cache")
+    expect(grpc.StatusCode.INVALID_ARGUMENT,
+           lambda: rollout.call("WakeUp", rollout_pb2.SleepRequest(tags=["optimizer"])), "optimizer")
+    expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: rollout.call("Sleep", rollout_pb2.SleepRequest(level=3)), "level")
     assert not rollout.call("WakeUp", rollout_pb2.SleepRequest()).sleeping
-    assert len(generate(rollout, chats("1+2=")).data) == 1
+    after = generate(rollout, probe, temperature=0.0)
+    assert after.msg.weight_version == version
+    assert not torch.equal(after.data.batch["rollout_logprobs"], before.data.batch["rollout_logprobs"])
+    weights.push_state(rollout, current_weights(tiny_lm), version + 1, "shm")  # as the other tests expect
 
 
 def test_cuda_ipc_is_refused_without_a_gpu(rollout):

@@ -1,5 +1,5 @@
 """The RL loops end to end through real services they start themselves (HF rollout, actor, reward):
-GRPO logs its steps; a run cut and resumed ends bit-identical to an uninterrupted one (GRPO, PPO with
+GRPO logs its steps (colocated: the rollout asleep while the 2-rank actor trains); a run cut and resumed ends bit-identical to an uninterrupted one (GRPO, PPO with
 its critic, REINFORCE++ with an adaptive KL controller)."""
 
 import json
@@ -15,7 +15,8 @@ from orchestrator.main import run
 def test_grpo_runs_steps_and_logs_them(tiny_lm, arithmetic_data, tmp_path):
     cfg = load_config(None, [f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}",
                              f"trainer.run_dir={tmp_path}", "trainer.total_steps=2", "data.train_batch_size=4",
-                             "rollout.n=2", "rollout.backend=hf", "actor.world_size=2", "reward.workers=1"])
+                             "rollout.n=2", "rollout.backend=hf", "actor.world_size=2", "reward.workers=1",
+                             "rollout.colocate=true"])  # sleeps between generations, takes its weights half awake
     run_dir = run("grpo", cfg)
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2]

@@ -101,6 +101,7 @@ class Engine:
     @torch.no_grad()
     def forward(self, micro_batches: list[dict], fn: Callable[[torch.nn.Module, dict], Any]) -> list[Any]:
         """fn(model, micro_batch) for each micro-batch, without gradients."""
+        self.ensure_on_device()
         self.module.eval()
         out = []
         with self.autocast():
@@ -116,6 +117,7 @@ class Engine:
         FSDP averages gradients over ranks, so a weight includes the world size where needed.
         """
         assert self.optimizer is not None, "forward_backward on a frozen engine"
+        self.ensure_on_device()
         self.module.train()
         metrics = []
         for mb, w in zip(micro_batches, weights):
@@ -224,6 +226,12 @@ class Engine:
         self._move(self.device)
         self.on_device = True
         return str(self.device)
+
+    def ensure_on_device(self) -> None:
+        """Compute after an Offload brings the model back first: a caller that never sent Reload (its
+        generation failed halfway, it restarted) gets an answer, not a device mismatch."""
+        if not self.on_device:
+            self.reload()
 
     def _move(self, device: torch.device) -> None:
         self.module.to(device)
