@@ -1,12 +1,12 @@
 """A bare one-process GRPO loop on the main job's task, for bench/peer_bench.py: what the step costs
 with nothing around it (HF generate, one forward-backward, AdamW), the floor the issue measures against.
 
-    PYTHON bench/peer_bare.py MODEL TRAIN.parquet TEST.parquet STEPS OUT.json [--val-every 20]
+    PYTHON bench/peer_bare.py MODEL TRAIN.parquet TEST.parquet STEPS OUT.json [--val-every 20] [--device cuda]
 
 Same settings as bench/peer_trl.py: 32 prompts x 8 samples, up to 8 new tokens, temperature 1, lr 1e-4
 constant, token-mean PPO-clip loss on-policy (the ratio against the pass's own detached log-probs),
 group-normalised advantages, one optimizer step per batch over micro-batches of 64 rows, grad clip 1,
-fp32, no KL. Writes the same JSON as peer_trl.py.
+fp32, no KL. Writes the same JSON as peer_trl.py, plus each step's generation and update seconds.
 """
 
 import json
@@ -23,22 +23,33 @@ from peer_common import accuracy, arguments, correct, encode, rows  # noqa: E402
 PROMPTS, N, NEW_TOKENS, MICRO = 32, 8, 8, 64
 
 
-def step(model, tok, opt, batch: list[dict]) -> None:
-    enc = encode(tok, batch)
+def clock(device: torch.device) -> float:
+    if device.type == "cuda":  # the GPU's work, not its queueing
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def step(model, tok, opt, batch: list[dict]) -> dict[str, float]:
+    """One GRPO step; seconds of its generation and of its update (reward and advantages between)."""
+    device = model.device
+    start = clock(device)
+    enc = encode(tok, batch).to(device)
     with torch.no_grad():
         out = model.generate(**enc, max_new_tokens=NEW_TOKENS, do_sample=True, temperature=1.0, top_k=0,
                              num_return_sequences=N, pad_token_id=tok.pad_token_id)
+    generated = clock(device)
     P = enc["input_ids"].shape[1]
     responses = out[:, P:]
     texts = tok.batch_decode(responses, skip_special_tokens=True)
     truths = [r["ground_truth"] for r in batch for _ in range(N)]
-    rewards = torch.tensor([float(correct(t, truth)) for t, truth in zip(texts, truths)])
+    rewards = torch.tensor([float(correct(t, truth)) for t, truth in zip(texts, truths)], device=device)
     group = rewards.view(-1, N)
     adv = ((group - group.mean(1, keepdim=True)) / (group.std(1, keepdim=True) + 1e-6)).flatten()
     eos = (responses == tok.eos_token_id).int()
     resp_mask = ((eos.cumsum(1) - eos) == 0).float()  # up to the first end-of-sequence; padding after it
     mask = torch.cat([enc["attention_mask"].repeat_interleave(N, 0), resp_mask.long()], 1)
     tokens = resp_mask.sum()
+    update = clock(device)
     opt.zero_grad()
     for i in range(0, len(out), MICRO):
         ids, m = out[i:i + MICRO], mask[i:i + MICRO]
@@ -50,28 +61,31 @@ def step(model, tok, opt, batch: list[dict]) -> None:
         ((loss * resp_mask[i:i + MICRO]).sum() / tokens).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
+    end = clock(device)
+    return {"gen": generated - start, "update": end - update}
 
 
 def main():
     a = arguments()
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(a.model)
-    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32).to(a.device)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     train, test = rows(a.train), rows(a.test)
     order = list(range(len(train)))
     random.Random(0).shuffle(order)
-    val, steps = {0: accuracy(model, tok, test)}, []
+    val, steps, phases = {0: accuracy(model, tok, test)}, [], {"gen": [], "update": []}
     first = time.perf_counter() - T0
     for s in range(1, a.steps + 1):
         start = (s - 1) * PROMPTS % len(order)
         t = time.perf_counter()
-        step(model, tok, opt, [train[i] for i in (order + order)[start:start + PROMPTS]])
-        steps.append(time.perf_counter() - t)
+        for phase, seconds in step(model, tok, opt, [train[i] for i in (order + order)[start:start + PROMPTS]]).items():
+            phases[phase].append(seconds)
+        steps.append(clock(model.device) - t)
         if s % a.val_every == 0:
             val[s] = accuracy(model, tok, test)
-    json.dump({"step_s": steps, "first_step_at_s": first, "val": val, "whole_s": time.perf_counter() - T0,
+    json.dump({"step_s": steps, "phase_s": phases, "first_step_at_s": first, "val": val, "whole_s": time.perf_counter() - T0,
                "threads": torch.get_num_threads()}, open(a.out, "w"))
 
 

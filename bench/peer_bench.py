@@ -38,15 +38,16 @@ def mesh(data: pathlib.Path, model: pathlib.Path, steps: int, out: pathlib.Path,
     whole = time.time() - start
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     first = min(s["start_ns"] for s in load_spans(out) if s["name"] == "step" and s["attributes"]["meshrl.step"] == 1)
-    return {"step_s": [r["timing_s/step"] for r in rows if "timing_s/step" in r], "whole_s": whole,
+    return {"step_s": [r["timing_s/step"] for r in rows if "timing_s/step" in r], "whole_s": whole, "metrics": rows,
             "first_step_at_s": first / 1e9 - start, "val": {r["step"]: r["val/acc/mean"] for r in rows if "val/acc/mean" in r}}
 
 
-def peer(python: str, script: str, data: pathlib.Path, model: pathlib.Path, steps: int, out: pathlib.Path) -> dict:
+def peer(python: str, script: str, data: pathlib.Path, model: pathlib.Path, steps: int, out: pathlib.Path,
+         *flags: str) -> dict:
     """bench/peer_trl.py or bench/peer_bare.py under `python`: their JSON, with the whole command's time."""
     start = time.time()
     subprocess.run([python, script, str(model), str(data / "train.parquet"), str(data / "test.parquet"),
-                    str(steps), str(out)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    str(steps), str(out), *flags], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     result = json.loads(out.read_text())
     result["whole_s"] = time.time() - start
     result["val"] = {int(k): v for k, v in result["val"].items()}

@@ -27,7 +27,7 @@ def encode(tok, batch: list[dict]) -> dict:
 
 
 def accuracy(model, tok, test: list[dict], max_new_tokens: int = 8) -> float:
-    enc = encode(tok, test)
+    enc = encode(tok, test).to(model.device)
     was_training = model.training
     model.eval()
     with torch.no_grad():
@@ -46,4 +46,5 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("steps", type=int)
     ap.add_argument("out")
     ap.add_argument("--val-every", type=int, default=20)
+    ap.add_argument("--device", default="cpu", help="the bare loop's device (cpu, cuda)")
     return ap.parse_args()

@@ -151,6 +151,9 @@ class AlgorithmSection:
     kl_coef: float = 0.001  # the penalty's (initial) coefficient
     kl_target: float = 0.1  # adaptive: the KL it steers to
     kl_horizon: int = 10000  # adaptive: samples over which it adjusts
+    rollout_is: str = "none"  # correct the loss for the rollout sampling from another policy than the one
+    #   trained (its numerics, older weights): token or sequence truncated importance weights
+    rollout_is_cap: float = 2.0  # their upper bound
     dpo_beta: float = 0.1  # DPO's inverse temperature
     dpo_loss: str = "sigmoid"  # sigmoid or ipo
 

@@ -39,7 +39,8 @@ def ppo_params(cfg: Config, reuse: bool = False) -> dict:
             "mini_batch_size": a.mini_batch_size, "clip_ratio_low": a.clip_ratio_low,
             "clip_ratio_high": a.clip_ratio_high, "clip_ratio_c": a.clip_ratio_c, "entropy_coeff": a.entropy_coeff,
             "use_kl_loss": a.use_kl_loss, "kl_loss_coef": a.kl_loss_coef, "kl_loss_type": a.kl_loss_type,
-            "loss_agg_mode": a.loss_agg_mode, "temperature": cfg.rollout.temperature}
+            "loss_agg_mode": a.loss_agg_mode, "temperature": cfg.rollout.temperature,
+            "rollout_is": cfg.algorithm.rollout_is, "rollout_is_cap": cfg.algorithm.rollout_is_cap}
 
 
 def value_params(cfg: Config) -> dict:
@@ -104,7 +105,7 @@ class PolicyGradient:
         batch = gen.select(POLICY_TENSORS)
         mask = batch.batch["response_mask"]
         reuse = on_policy(cfg, len(batch))
-        if reuse:  # the update takes its own log-probs as the old ones, and reports the rollout's distance
+        if reuse or cfg.algorithm.rollout_is != "none":  # reuse: the update reports the rollout's distance
             batch.batch["rollout_logprobs"] = gen.batch["rollout_logprobs"]
         else:
             with t("old_log_prob"):

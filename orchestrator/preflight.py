@@ -15,6 +15,7 @@ import importlib.util
 import pathlib
 
 from meshrl import hosts
+from meshrl.algos.losses import ROLLOUT_IS
 from meshrl.weights import DTYPES, TRANSPORTS
 from orchestrator.config import Config
 from orchestrator.data import check_inputs
@@ -61,6 +62,11 @@ def check_rollout(cfg: Config) -> None:
         if not torch.cuda.is_available():
             raise ValueError("rollout.weight_transport=cuda_ipc needs the actor and rollout on one GPU, and this "
                              "machine has none: use shm (same host) or stream")
+    al = cfg.algorithm  # read by the actor only at the first update, after a whole generation
+    if al.rollout_is not in ROLLOUT_IS:
+        raise ValueError(f"algorithm.rollout_is={al.rollout_is} must be one of {ROLLOUT_IS}")
+    if not al.rollout_is_cap >= 1:
+        raise ValueError(f"algorithm.rollout_is_cap={al.rollout_is_cap} must be >= 1")
     if r.n < 1 or r.max_new_tokens < 1:
         raise ValueError(f"rollout.n={r.n} and rollout.max_new_tokens={r.max_new_tokens} must be >= 1")
     if r.max_new_tokens >= r.max_model_len:

@@ -11,14 +11,46 @@ from meshrl.algos.kl import kl_penalty
 from meshrl.algos.masked import agg_loss, masked_mean
 
 
+ROLLOUT_IS = ("none", "token", "sequence")
+
+
+def rollout_is_weights(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, response_mask: torch.Tensor,
+                       level: str, cap: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """Truncated importance weights of the policy being trained (its old log-probs) against the one that
+    sampled (the rollout's log-probs), for the loss to correct by: the rollout is another engine, or
+    older weights (truncated IS, Yao et al. 2025; verl's rollout correction).
+
+    token: w_t = min(exp(old_t - rollout_t), cap); sequence: one w = min(exp(sum_t (old_t - rollout_t)),
+    cap) for every token of a response. No gradient flows through them. Metrics: their mean, and the
+    share of tokens (or responses) whose weight the cap cut.
+    """
+    if level not in ROLLOUT_IS or level == "none":
+        raise ValueError(f"rollout_is must be token or sequence here, got {level!r}")
+    log_w = (old_logprobs - rollout_logprobs).detach() * response_mask
+    if level == "sequence":
+        log_w = log_w.sum(-1, keepdim=True).expand_as(log_w)
+    raw = log_w.clamp(max=20.0).exp()  # exp() must not overflow; the cap is far below e^20
+    weights = raw.clamp(max=cap)
+    capped = (raw > cap).float()
+    if level == "sequence":
+        rows = response_mask.sum(-1) > 0
+        share = capped[:, 0][rows].mean().item() if rows.any() else 0.0
+    else:
+        share = masked_mean(capped, response_mask).item()
+    return weights, {"actor/rollout_is_mean": masked_mean(weights, response_mask).item(),
+                     "actor/rollout_is_capped_frac": share}
+
+
 def ppo_policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                     response_mask: torch.Tensor, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
-                    clip_ratio_c: float | None = 3.0, loss_agg_mode: str = "token-mean"):
+                    clip_ratio_c: float | None = 3.0, loss_agg_mode: str = "token-mean",
+                    weights: torch.Tensor | None = None):
     """Clipped surrogate (Schulman et al. 2017, arXiv:1707.06347) with separate low/high clip (DAPO,
     arXiv:2503.14476) and dual clip for negative advantages (Ye et al. 2020, arXiv:1912.09729).
 
     ratio = exp(logprobs - old_logprobs); loss_t = max(-A r, -A clip(r, 1-low, 1+high)), and for
-    A < 0 at most -A * clip_ratio_c (None turns dual clip off).
+    A < 0 at most -A * clip_ratio_c (None turns dual clip off). `weights` (rollout_is_weights) scale
+    each token's loss.
     """
     log_ratio = (logprobs - old_logprobs).clamp(-20.0, 20.0)  # exp() must not overflow
     ratio = log_ratio.exp()
@@ -35,6 +67,8 @@ def ppo_policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantag
         metrics["actor/pg_clipfrac_lower"] = masked_mean(((clipped > loss3) & (advantages < 0)).float(),
                                                          response_mask).item()
         clipped = torch.where(advantages < 0, dual, clipped)
+    if weights is not None:
+        clipped = clipped * weights
     loss = agg_loss(clipped, response_mask, loss_agg_mode)
     metrics["actor/pg_loss"] = loss.item()
     return loss, metrics

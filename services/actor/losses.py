@@ -9,7 +9,7 @@ import dataclasses
 import math
 
 from meshrl.algos.kl import KL_ESTIMATORS
-from meshrl.algos.losses import DPO_LOSSES
+from meshrl.algos.losses import DPO_LOSSES, ROLLOUT_IS
 from meshrl.algos.masked import LOSS_AGG_MODES
 from meshrl.typed import build
 
@@ -50,6 +50,12 @@ class PPOParams(Schedule):
     kl_loss_type: str = "k3"
     loss_agg_mode: str = "token-mean"
     temperature: float = 1.0
+    rollout_is: str = "none"
+    """Correct for the rollout sampling from another policy than the one trained (another engine's
+    numerics, older weights): "token" or "sequence" truncated importance weights of the old log-probs
+    against the batch's rollout_logprobs scale each token's loss (meshrl.algos.losses.rollout_is_weights)."""
+    rollout_is_cap: float = 2.0
+    """The weights' upper bound (verl's default threshold)."""
     old_logprobs_key: str = "actor_logprobs"
     """The batch's old log-probs: "actor_logprobs", "rollout_logprobs", or "" for an on-policy update
     (one epoch, one mini-batch): the ratio is taken against the detached log-probs of this very pass,
@@ -60,6 +66,12 @@ class PPOParams(Schedule):
         _one_of("loss_agg_mode", self.loss_agg_mode, LOSS_AGG_MODES)
         _one_of("kl_loss_type", self.kl_loss_type, KL_ESTIMATORS)
         _one_of("old_logprobs_key", self.old_logprobs_key, OLD_LOGPROBS)
+        _one_of("rollout_is", self.rollout_is, ROLLOUT_IS)
+        if self.rollout_is_cap < 1:  # below 1 it would shrink every update, agreeing tokens' too
+            raise ValueError(f"rollout_is_cap must be >= 1, got {self.rollout_is_cap}")
+        if self.rollout_is != "none" and self.old_logprobs_key == "rollout_logprobs":
+            raise ValueError("rollout_is weighs the old log-probs against rollout_logprobs: they cannot be the "
+                             "old log-probs themselves (the weights would all be 1)")
         if not self.old_logprobs_key and self.epochs != 1:
             raise ValueError(f"an on-policy update (old_logprobs_key empty) runs one epoch, not {self.epochs}")
         if self.temperature <= 0:

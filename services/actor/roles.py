@@ -10,7 +10,8 @@ world size, since FSDP averages gradients over ranks.
 import torch
 import torch.distributed as dist
 
-from meshrl.algos.losses import dpo_loss, entropy_from_logits, kl_loss, ppo_policy_loss, sft_loss, value_loss
+from meshrl.algos.losses import (dpo_loss, entropy_from_logits, kl_loss, ppo_policy_loss, rollout_is_weights,
+                                 sft_loss, value_loss)
 from meshrl.algos.masked import agg_loss, masked_mean
 from meshrl.dataproto import DataProto
 from services.actor.batches import BASE, micro_batches, minibatches, num_minibatches, restore, token_groups, trimmed
@@ -149,8 +150,13 @@ class ActorRole(PolicyRole):
                 mask = mb["response_mask"]
                 # on-policy: the old log-probs are this pass's own (same weights), without their gradient
                 old = mb[p.old_logprobs_key] if p.old_logprobs_key else lp.detach()
-                total, m = ppo_policy_loss(lp, old, mb["advantages"], mask, p.clip_ratio_low,
-                                           p.clip_ratio_high, p.clip_ratio_c, p.loss_agg_mode)
+                weights, m = None, {}
+                if p.rollout_is != "none":
+                    weights, m = rollout_is_weights(old, mb["rollout_logprobs"], mask, p.rollout_is,
+                                                    p.rollout_is_cap)
+                total, pm = ppo_policy_loss(lp, old, mb["advantages"], mask, p.clip_ratio_low,
+                                            p.clip_ratio_high, p.clip_ratio_c, p.loss_agg_mode, weights)
+                m.update(pm)
                 if not p.old_logprobs_key and "rollout_logprobs" in mb:
                     m["rollout/kl_to_actor"] = masked_mean((mb["rollout_logprobs"] - old).abs(), mask).item()
                 if p.entropy_coeff:

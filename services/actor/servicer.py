@@ -130,7 +130,7 @@ class ActorServicer:
             if batches.num_minibatches(len(data), params.mini_batch_size) > 1:
                 raise InvalidArgument(f"an on-policy update (old_logprobs_key empty) takes one optimizer step; "
                                       f"mini_batch_size {params.mini_batch_size} splits {len(data)} rows")
-            if "rollout_logprobs" in data.batch:  # reported as rollout/kl_to_actor, as the orchestrator would
+            if "rollout_logprobs" in data.batch and "rollout_logprobs" not in keys:  # for rollout/kl_to_actor
                 batches.validate(data, (*keys, "rollout_logprobs"), self.world_size)
                 keys.append("rollout_logprobs")
         parts, _ = batches.shard(data.select(keys), self.world_size, unit=2 if name == "dpo" else 1)
@@ -260,7 +260,8 @@ def required_tensors(loss: str, params) -> tuple[str, ...]:
     base = (*batches.BASE, "response_mask")
     if loss == "ppo":
         old = (params.old_logprobs_key,) if params.old_logprobs_key else ()
-        return (*base, "advantages", *old) + (("ref_logprobs",) if params.use_kl_loss else ())
+        rollout = ("rollout_logprobs",) if params.rollout_is != "none" else ()
+        return (*base, "advantages", *old, *rollout) + (("ref_logprobs",) if params.use_kl_loss else ())
     if loss == "dpo":
         return (*base, "ref_logprobs")
     if loss == "value":

@@ -16,7 +16,8 @@ def test_grpo_runs_steps_and_logs_them(tiny_lm, arithmetic_data, tmp_path):
     cfg = load_config(None, [f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}",
                              f"trainer.run_dir={tmp_path}", "trainer.total_steps=2", "data.train_batch_size=4",
                              "rollout.n=2", "rollout.backend=hf", "actor.world_size=2", "reward.workers=1",
-                             "rollout.colocate=true"])  # sleeps between generations, takes its weights half awake
+                             "rollout.colocate=true",  # sleeps between generations, takes its weights half awake
+                             "algorithm.rollout_is=token"])
     run_dir = run("grpo", cfg)
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2]
@@ -24,6 +25,8 @@ def test_grpo_runs_steps_and_logs_them(tiny_lm, arithmetic_data, tmp_path):
         assert {"critic/score/mean", "actor/pg_loss", "response_length/mean", "timing_s/gen"} <= set(m)
         assert m["rollout/kl_to_actor"] < 1e-4  # the rollout runs the weights the actor just pushed
         assert "timing_s/old_log_prob" not in m  # on-policy: the update's own pass gives the old log-probs
+        # the rollout samples from the weights being trained: importance weights of ~1, none capped
+        assert m["actor/rollout_is_mean"] == pytest.approx(1.0, abs=1e-4) and m["actor/rollout_is_capped_frac"] == 0
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["rollout"]["n"] == 2
 
 

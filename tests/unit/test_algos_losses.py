@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from meshrl.algos.kl import AdaptiveKLController, FixedKLController, apply_kl_penalty, kl_penalty
-from meshrl.algos.losses import dpo_loss, entropy_from_logits, kl_loss, ppo_policy_loss, sft_loss, value_loss
+from meshrl.algos.losses import (dpo_loss, entropy_from_logits, kl_loss, ppo_policy_loss, rollout_is_weights,
+                                 sft_loss, value_loss)
 from meshrl.algos.masked import agg_loss
 from meshrl.algos.pairs import best_worst_pairs
 
@@ -36,6 +37,26 @@ def test_ppo_clip_by_hand():
     per_token = [-1.2, -0.5, 0.8, 2.2]
     assert loss.item() == pytest.approx(sum(per_token) / 4, rel=1e-5)
     assert m["actor/pg_clipfrac"] == pytest.approx(2 / 4)  # tokens 0 and 2
+
+
+def test_rollout_is_weights_by_hand():
+    old = t([-1.0, -2.0, -0.5], [-1.0, -1.0, 0.0])
+    mask = t([1, 1, 1], [1, 1, 0])
+    w, m = rollout_is_weights(old, old.clone(), mask, "token", 2.0)  # the rollout is the policy: no correction
+    assert torch.equal(w, torch.ones(2, 3)) and m["actor/rollout_is_capped_frac"] == 0.0
+    # log-ratios old - rollout: row 0 [ln 1.5, ln 3, ln 0.5], row 1 [ln 0.25, ln 1.2, (masked) ln 10]
+    rollout = old - torch.log(t([1.5, 3.0, 0.5], [0.25, 1.2, 10.0]))
+    w, m = rollout_is_weights(old, rollout, mask, "token", 2.0)
+    assert torch.allclose(w[0], t(1.5, 2.0, 0.5)) and torch.allclose(w[1, :2], t(0.25, 1.2))
+    assert m["actor/rollout_is_mean"] == pytest.approx((1.5 + 2.0 + 0.5 + 0.25 + 1.2) / 5, rel=1e-6)
+    assert m["actor/rollout_is_capped_frac"] == pytest.approx(1 / 5)  # only the 3; the masked 10 is no token
+    w, m = rollout_is_weights(old, rollout, mask, "sequence", 2.0)  # products: 2.25 (capped), 0.3
+    assert torch.allclose(w, t([2.0] * 3, [0.3] * 3)) and m["actor/rollout_is_capped_frac"] == pytest.approx(0.5)
+    assert not w.requires_grad
+    # the weights scale each token's loss: on-policy (ratio 1) with A = 1 the loss is -mean(w)
+    adv = torch.ones(2, 3)
+    loss, _ = ppo_policy_loss(old, old, adv, mask, weights=w)
+    assert loss.item() == pytest.approx(-(3 * 2.0 + 2 * 0.3) / 5, rel=1e-6)
 
 
 def test_ppo_asymmetric_clip():

@@ -34,6 +34,8 @@ def checked(algorithm, overrides):
     ("grpo", ["rollout.weight_transport=ipc"], r"rollout.weight_transport=ipc must be one of"),
     ("grpo", ["rollout.weight_bucket_mb=0"], r"rollout.weight_bucket_mb=0 must be >= 1"),
     ("grpo", ["rollout.dtype=float8"], r"rollout.dtype=float8 must be one of"),
+    ("grpo", ["algorithm.rollout_is=tis"], r"algorithm.rollout_is=tis must be one of"),
+    ("grpo", ["algorithm.rollout_is_cap=0.5"], r"algorithm.rollout_is_cap=0.5 must be >= 1"),
     ("grpo", ["rollout.backend=sglang"], r"rollout.backend=sglang must be one of"),
     ("grpo", ["rollout.max_new_tokens=300"], r"leaves no room for a prompt in rollout.max_model_len=256"),
     ("grpo", ["data.max_prompt_length=250"], r"data.max_prompt_length=250 \+ rollout.max_new_tokens=16 exceeds"),
