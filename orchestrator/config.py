@@ -179,14 +179,19 @@ class TrainerSection:
     max_restarts: int = 3  # services this run started that die are started again, this many times in all:
     #   a dead rollout, reward or ref service and the step is retried; a dead actor or critic and the run
     #   goes on from its last checkpoint; 0: a dead service ends the run
+    max_staleness: int = 0  # K >= 1: the rollout samples the next K steps while the actor trains this one
+    #   (ppo, grpo, rloo, reinforce; orchestrator/pipeline.py); 0: one phase after the other
+    deterministic: bool = True  # K >= 1: step s is sampled from the weights of step max(last checkpoint,
+    #   s - 1 - K) in every run and after a resume; false: from the newest the rollout has (within K)
 
     def __post_init__(self):
         unknown = sorted(set(self.logger) - set(LOGGERS))
         if unknown:
             raise ValueError(f"logger: unknown {unknown}; known: {list(LOGGERS)}")
         if (self.total_steps < 1 or self.save_every < 0 or self.val_every < 0 or self.samples_per_step < 0
-                or self.max_restarts < 0):
-            raise ValueError("total_steps must be >= 1; save_every, val_every, samples_per_step, max_restarts >= 0")
+                or self.max_restarts < 0 or self.max_staleness < 0):
+            raise ValueError("total_steps must be >= 1; save_every, val_every, samples_per_step, max_restarts, "
+                             "max_staleness >= 0")
 
 
 @dataclasses.dataclass

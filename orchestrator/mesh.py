@@ -73,6 +73,8 @@ class Mesh:
     clients: dict[str, Client]
     last_sampled: tuple | None = None  # (Generate reply, Scores) of the step's training samples, for the
     #   run's sample log; set by trainer.sample_and_score, taken by the trainer after the step
+    producer: object = None  # trainer.max_staleness >= 1: the pipeline.Producer sampling ahead
+    async_metrics: dict = dataclasses.field(default_factory=dict)  # its figures for the step being trained
 
     def has(self, role: str) -> bool:
         return role in self.clients
@@ -116,9 +118,13 @@ class Mesh:
         rollout wakes its weights for it; its KV cache stays freed until it generates."""
         if self.cfg.rollout.colocate:
             self["rollout"].call("WakeUp", rollout_pb2.SleepRequest(tags=["weights"]))
+        if self.producer is not None:  # sampling ahead: steps due the older weights go first
+            self.producer.before_push(version)
         reply = self["actor"].call("PushWeights", actor_pb2.PushWeightsRequest(
             rollout_address=self["rollout"].address, transport=self.cfg.rollout.weight_transport, version=version,
             bucket_bytes=self.cfg.rollout.weight_bucket_mb << 20, dtype=self.cfg.rollout.dtype))
+        if self.producer is not None:
+            self.producer.after_push(version)
         return reply.seconds
 
     # ---- reward ----------------------------------------------------------------------

@@ -67,6 +67,9 @@ def check_rollout(cfg: Config) -> None:
         raise ValueError(f"algorithm.rollout_is={al.rollout_is} must be one of {ROLLOUT_IS}")
     if not al.rollout_is_cap >= 1:
         raise ValueError(f"algorithm.rollout_is_cap={al.rollout_is_cap} must be >= 1")
+    if r.colocate and cfg.trainer.max_staleness:
+        raise ValueError("rollout.colocate gives the GPU to generation and training in turn, and "
+                         "trainer.max_staleness runs them at once: set one of them off")
     if r.n < 1 or r.max_new_tokens < 1:
         raise ValueError(f"rollout.n={r.n} and rollout.max_new_tokens={r.max_new_tokens} must be >= 1")
     if r.max_new_tokens >= r.max_model_len:

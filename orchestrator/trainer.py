@@ -11,10 +11,12 @@ lives here, so a run of any algorithm can be killed and resumed the same way
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import pathlib
 import time
+import types
 from typing import Protocol
 
 import torch
@@ -23,7 +25,7 @@ from tqdm import tqdm
 from meshrl import telemetry
 from meshrl.errors import ServiceError
 from meshrl.rpc.token import forget_run_token, run_token
-from orchestrator import preflight
+from orchestrator import pipeline, preflight
 from orchestrator.checkpoints import link_final_model, resume, save
 from orchestrator.config import Config
 from orchestrator.data import PromptDataset, prepare_run, prompt_limit
@@ -70,13 +72,31 @@ def sampling_seed(cfg: Config, number: int) -> int:
 
 
 def sample_and_score(mesh: Mesh, t: Timer, number: int, prompts):
-    """The first two phases of every RL step: rollout.n responses per prompt (the step's seed), scored."""
-    with t("gen"):
-        gen = mesh.generate(prompts, seed=sampling_seed(mesh.cfg, number))
-    with t("reward"):
-        scored = mesh.score(gen)
+    """The first two phases of every RL step: rollout.n responses per prompt (the step's seed), scored.
+    With trainer.max_staleness >= 1 the producer did them ahead: this waits for them (timing_s/wait_batch),
+    and the step's metrics get their times and staleness (mesh.async_metrics)."""
+    if mesh.producer is not None:
+        with t("wait_batch"):
+            _, _, gen, scored, seconds, version = mesh.producer.take(number)
+        mesh.async_metrics = {**seconds, "async/weight_version": float(version),
+                              "async/staleness": float(number - 1 - version)}
+    else:
+        gen, scored, seconds = sample(mesh, number, prompts)
+        t.update(seconds)
     mesh.last_sampled = (gen, scored)
     return gen, scored
+
+
+def sample(mesh: Mesh, number: int, prompts, on_generated=None) -> tuple:
+    """(gen, scored, timing_s/gen and timing_s/reward) of step `number`; on_generated(number) in between."""
+    t = Timer()
+    with t("gen"):
+        gen = mesh.generate(prompts, seed=sampling_seed(mesh.cfg, number))
+    if on_generated is not None:
+        on_generated(number)
+    with t("reward"):
+        scored = mesh.score(gen)
+    return gen, scored, dict(t)
 
 
 def accuracy(scored) -> float | None:
@@ -171,6 +191,8 @@ def one_step(cfg: Config, mesh: Mesh, algorithm: Algorithm, number: int, data, b
     try:
         with telemetry.span("step", step=number, algorithm=algorithm.name, prompts=len(indices)) as s:
             metrics = algorithm.step(mesh, number, data, indices, uids)
+            metrics.update(mesh.async_metrics)
+            mesh.async_metrics = {}
             s.set_attribute("meshrl.weight_version", number)
             s.set_attribute("meshrl.response_tokens", metrics.get("response_length/mean", 0.0)
                             * len(indices) * max(1, cfg.rollout.n))
@@ -194,11 +216,14 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     """Train; returns the run folder (config.yaml, metrics.jsonl, tensorboard/, checkpoints/, hf,
     curves.png, summary.md)."""
     roles = algorithm.setup(cfg)
+    if cfg.trainer.max_staleness and algorithm.name not in pipeline.ALGORITHMS:
+        raise ValueError(f"trainer.max_staleness={cfg.trainer.max_staleness} samples ahead for "
+                         f"{', '.join(pipeline.ALGORITHMS)}; {algorithm.name} runs synchronously: set it to 0")
     preflight.check(cfg, roles)  # before any service starts
     trace_env(cfg, pathlib.Path(cfg.trainer.run_dir))
     telemetry.setup("meshrl-orchestrator")
     services = Services()
-    done, token_made = 0, False
+    done, token_made, mesh = 0, False, None
     try:
         ours = wanted(cfg, roles)
         if not any(address for address, _ in ours.values()):
@@ -222,13 +247,18 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
             start_state = snapshot(sampler, algorithm)  # where a run without a checkpoint goes back to
             number, batch, restarts = first, None, 0
             while number <= total:
-                batch = batch or sampler.next()
+                if cfg.trainer.max_staleness and mesh.producer is None:  # it draws the batches from here on
+                    before = sampler.state_dict()
+                    mesh.producer = pipeline.start(cfg, mesh, data, sampler, number)
+                batch = batch or (mesh.producer.batch(number) if mesh.producer else sampler.next())
                 try:
                     metrics = one_step(cfg, mesh, algorithm, number, data, batch, val, metrics_log,
                                        {"trainer/restarts": restarts})
                     if every(cfg.trainer.save_every, number) or number == total:
+                        drawn = sampler if mesh.producer is None else \
+                            types.SimpleNamespace(state_dict=functools.partial(mesh.producer.sampler_state, number))
                         try:
-                            checkpoint = save(run_dir, number, mesh, algorithm, sampler, number == total)
+                            checkpoint = save(run_dir, number, mesh, algorithm, drawn, number == total)
                         except ServiceError as e:  # a half-written checkpoint is never "latest"
                             raise StepFailed(f"saving step {number} failed: {e}") from None
                         done = number
@@ -236,6 +266,11 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
                             link_final_model(run_dir, checkpoint)
                 except StepFailed as e:
                     restarts += 1
+                    if mesh.producer is not None:  # nothing sampled ahead survives: draw again from `number`
+                        producer, mesh.producer = mesh.producer, None
+                        producer.stop()
+                        sampler.load_state_dict(producer.states.get(number - 1, before))
+                        batch = None
                     number, batch = recover(e, restarts, number, batch, services, mesh, algorithm, sampler,
                                             metrics_log, start_state)
                     bar.n = number - 1
@@ -250,6 +285,8 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
         raise StepFailed(f"{e}; the last checkpoint is step {done} in {run_dir / 'checkpoints'}"
                          f"{'' if done else ' (none yet)'}: rerun with trainer.resume=true to continue") from None
     finally:
+        if mesh is not None and mesh.producer is not None:
+            mesh.producer.stop()
         services.stop()
         telemetry.shutdown()
         if token_made:

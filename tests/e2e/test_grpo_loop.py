@@ -1,6 +1,7 @@
 """The RL loops end to end through real services they start themselves (HF rollout, actor, reward):
-GRPO logs its steps (colocated: the rollout asleep while the 2-rank actor trains); a run cut and resumed ends bit-identical to an uninterrupted one (GRPO, PPO with
-its critic, REINFORCE++ with an adaptive KL controller)."""
+GRPO logs its steps (colocated: the rollout asleep while the 2-rank actor trains); a run cut and
+resumed ends bit-identical to an uninterrupted one (GRPO, PPO with its critic, REINFORCE++ with an
+adaptive KL controller, GRPO sampling a step ahead)."""
 
 import json
 
@@ -42,6 +43,7 @@ def computed(run_dir) -> list[dict]:
     ("ppo", ["critic.lr=1e-3"]),  # the critic's checkpoint shapes the advantages
     ("reinforce", ["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl=adaptive",  # so does the KL controller
                    "algorithm.kl_coef=0.1", "algorithm.kl_target=0.001", "algorithm.kl_horizon=10"]),
+    ("grpo", ["trainer.max_staleness=1"]),  # sampling one step ahead of the actor, deterministically
 ])
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(algorithm, extra, tiny_lm, arithmetic_data, tmp_path):
     from safetensors.torch import load_file
@@ -60,6 +62,8 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(algorithm, extra, ti
     assert steps == [1, 2, 3, 4]
     for step, (w, r) in enumerate(zip(computed(whole), computed(resumed)), 1):  # where the runs part, if they do
         assert w == r, f"step {step}: " + ", ".join(f"{k} {w[k]!r} != {r.get(k)!r}" for k in w if w[k] != r.get(k))
+    if "trainer.max_staleness=1" in extra:  # steps 2 and 4 were sampled from the weights before the last
+        assert [m["async/staleness"] for m in computed(whole)] == [0.0, 1.0, 0.0, 1.0]
     a = load_file(whole / "checkpoints" / "step_4" / "actor" / "hf" / "model.safetensors")
     b = load_file(resumed / "checkpoints" / "step_4" / "actor" / "hf" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -35,6 +35,7 @@ def checked(algorithm, overrides):
     ("grpo", ["rollout.weight_bucket_mb=0"], r"rollout.weight_bucket_mb=0 must be >= 1"),
     ("grpo", ["rollout.dtype=float8"], r"rollout.dtype=float8 must be one of"),
     ("grpo", ["algorithm.rollout_is=tis"], r"algorithm.rollout_is=tis must be one of"),
+    ("grpo", ["rollout.colocate=true", "trainer.max_staleness=1"], r"runs them at once: set one of them off"),
     ("grpo", ["algorithm.rollout_is_cap=0.5"], r"algorithm.rollout_is_cap=0.5 must be >= 1"),
     ("grpo", ["rollout.backend=sglang"], r"rollout.backend=sglang must be one of"),
     ("grpo", ["rollout.max_new_tokens=300"], r"leaves no room for a prompt in rollout.max_model_len=256"),
@@ -120,3 +121,13 @@ def test_help_lists_every_config_key():
                 "data.max_prompt_length=0", "algorithm.kl_coef=0.001"):
         assert key in out.stdout, key
     assert "reward.batched=false  the function takes lists" in out.stdout
+
+
+@pytest.mark.parametrize("algorithm", ["dpo", "sft"])
+def test_only_the_policy_gradient_loops_sample_ahead(algorithm, base, tmp_path):
+    from orchestrator.main import run
+
+    cfg = load_config(None, [*base, f"trainer.run_dir={tmp_path}", "trainer.max_staleness=1"])
+    with pytest.raises(ValueError, match=f"{algorithm} runs synchronously: set it to 0"):
+        run(algorithm, cfg)
+    assert not any(tmp_path.iterdir())  # refused before anything started or was written
