@@ -3,8 +3,10 @@ accuracy for the same number of steps with K = 0, 1, 2 (issue 15's benchmark).
 
 The main job's GRPO settings (configs/arithmetic_grpo.yaml) from its SFT warm-up (scripts/prepare.sh),
 with the rollout and the actor pinned to disjoint cores, standing in for separate devices: the rollout
-(hf backend, 1 torch thread) on core 0, the actor (one rank, 1 thread) on core 1; the reward service and
-this process (the orchestrator) are not pinned. Each K starts its own rollout and actor. samples/s counts
+(hf backend, 1 torch thread), the reward service and this process (the orchestrator, whose producer
+thread decodes and scores what the rollout sends) on core 0, the actor (one rank, 1 thread) alone on
+core 1. Every K runs with the off-policy correction (algorithm.rollout_is=token; with K=0 its weights are
+~1). Each K starts its own rollout and actor. samples/s counts
 the steps after the first (rows trained / the sum of their step times); accuracy is greedy, on the 500
 held-out problems, after the last step.
 
@@ -44,10 +46,10 @@ def one_run(run_dir: pathlib.Path, model: pathlib.Path, data: pathlib.Path, step
                  f"data.val_files={data / 'test.parquet'}", f"trainer.run_dir={run_dir}",
                  f"trainer.total_steps={steps}", f"trainer.val_every={steps}", "trainer.logger=[]",
                  "actor.threads=1", "actor.world_size=1", f"trainer.max_staleness={k}",
-                 f"trainer.deterministic={str(deterministic).lower()}"]
+                 f"trainer.deterministic={str(deterministic).lower()}", "algorithm.rollout_is=token"]
     cfg = load_config("configs/arithmetic_grpo.yaml", overrides)
     rollout, rollout_address = launch(serve_args(cfg, "rollout"), env={**os.environ, "OMP_NUM_THREADS": "1"})
-    actor, actor_address = launch(serve_args(cfg, "actor"))
+    actor, actor_address = launch(serve_args(cfg, "actor"))  # started on core 0 too, then moved
     try:
         pin(rollout.pid, 0)
         pin(actor.pid, 1)
@@ -84,6 +86,7 @@ def main() -> int:
     model, data = (run_root / "sft" / "hf").absolute(), (run_root / "data").absolute()
     if not (model / "config.json").is_file():
         sys.exit(f"no SFT checkpoint at {model}: run `bash scripts/prepare.sh {run_root}` first")
+    os.sched_setaffinity(0, {0})  # and the reward service this process starts
     results = {k: [] for k in a.staleness}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(a.repeats):

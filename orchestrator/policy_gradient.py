@@ -107,7 +107,7 @@ class PolicyGradient:
         reuse = on_policy(cfg, len(batch))
         if reuse or cfg.algorithm.rollout_is != "none":  # reuse: the update reports the rollout's distance
             batch.batch["rollout_logprobs"] = gen.batch["rollout_logprobs"]
-        else:
+        if not reuse:
             with t("old_log_prob"):
                 batch.batch["actor_logprobs"] = mesh.logprobs("actor", batch)
         if mesh.has("ref"):

@@ -42,7 +42,8 @@ def computed(run_dir) -> list[dict]:
     ("grpo", []),
     ("ppo", ["critic.lr=1e-3"]),  # the critic's checkpoint shapes the advantages
     ("reinforce", ["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl=adaptive",  # so does the KL controller
-                   "algorithm.kl_coef=0.1", "algorithm.kl_target=0.001", "algorithm.kl_horizon=10"]),
+                   "algorithm.kl_coef=0.1", "algorithm.kl_target=0.001", "algorithm.kl_horizon=10",
+                   "algorithm.rollout_is=sequence"]),  # with old log-probs from their own pass
     ("grpo", ["trainer.max_staleness=1"]),  # sampling one step ahead of the actor, deterministically
 ])
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(algorithm, extra, tiny_lm, arithmetic_data, tmp_path):
@@ -62,6 +63,8 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(algorithm, extra, ti
     assert steps == [1, 2, 3, 4]
     for step, (w, r) in enumerate(zip(computed(whole), computed(resumed)), 1):  # where the runs part, if they do
         assert w == r, f"step {step}: " + ", ".join(f"{k} {w[k]!r} != {r.get(k)!r}" for k in w if w[k] != r.get(k))
+    if "algorithm.rollout_is=sequence" in extra:  # weighed against the rollout's log-probs: ~1, same engine
+        assert all(m["actor/rollout_is_mean"] == pytest.approx(1.0, abs=1e-3) for m in computed(whole))
     if "trainer.max_staleness=1" in extra:  # steps 2 and 4 were sampled from the weights before the last
         assert [m["async/staleness"] for m in computed(whole)] == [0.0, 1.0, 0.0, 1.0]
     a = load_file(whole / "checkpoints" / "step_4" / "actor" / "hf" / "model.safetensors")
