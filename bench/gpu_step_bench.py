@@ -23,9 +23,9 @@ import time
 import torch
 
 from peer_bench import mesh, peer
+from push_memory_bench import sized_model
 
 from meshrl.tiny.arithmetic import make_data
-from meshrl.tiny.models import TinyModelConfig, make_model
 
 
 def device_copy_s(nbytes: int, device: torch.device, repeats: int = 5) -> float:
@@ -58,10 +58,8 @@ def main() -> int:
     a = ap.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     tmp = pathlib.Path(tempfile.mkdtemp())
-    model = make_model(tmp / "lm", TinyModelConfig(hidden_size=a.hidden, num_layers=a.layers, num_heads=a.hidden // 64,
-                                                  intermediate_size=int(a.hidden * 2.6875)))
+    model, nbytes = sized_model(tmp / "lm", a.layers, a.hidden)
     data = make_data(tmp / "data")["train"].parent
-    nbytes = sum(f.stat().st_size for f in model.glob("*.safetensors"))
     transport = "cuda_ipc" if device.type == "cuda" else "shm"
     extra = ["trainer.val_every=0", "rollout.backend=hf", f"rollout.weight_transport={transport}",
              "actor.world_size=1"]

@@ -13,10 +13,9 @@ import argparse
 import pathlib
 import tempfile
 
-from push_memory_bench import MiB, family, status
+from push_memory_bench import MiB, family, sized_model, status
 
 from meshrl.rpc import Client
-from meshrl.tiny.models import TinyModelConfig, make_model
 from meshrl.v1 import actor_pb2, common_pb2
 from orchestrator.services import launch
 
@@ -41,9 +40,7 @@ def main():
     ap.add_argument("--world-size", type=int, default=2)
     args = ap.parse_args()
     tmp = pathlib.Path(tempfile.mkdtemp())
-    model = make_model(tmp / "lm", TinyModelConfig(hidden_size=args.hidden, num_layers=args.layers, num_heads=8,
-                                                  intermediate_size=int(args.hidden * 2.6875)))
-    size = sum(f.stat().st_size for f in model.glob("*.safetensors"))
+    model, size = sized_model(tmp / "lm", args.layers, args.hidden)
     world = ["--world-size", str(args.world_size), "--checkpoint-root", str(tmp)]
     print(f"model: {size / MiB:,.0f} MiB of safetensors, {args.world_size} ranks\n")
     print("| engine | rank | peak RSS | RSS after load | peak over the floor |")

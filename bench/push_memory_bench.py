@@ -59,6 +59,13 @@ def rise(before: dict[int, int]) -> int:
     return max(status(p, "VmHWM") - rss for p, rss in before.items())
 
 
+def sized_model(folder: pathlib.Path, layers: int, hidden: int) -> tuple[pathlib.Path, int]:
+    """A fresh Llama of that size (8 heads, Llama's MLP ratio) and its bytes of safetensors."""
+    model = make_model(folder, TinyModelConfig(hidden_size=hidden, num_layers=layers, num_heads=8,
+                                               intermediate_size=int(hidden * 2.6875)))
+    return model, sum(f.stat().st_size for f in model.glob("*.safetensors"))
+
+
 def segment_bytes(pid: int) -> int:
     return sum(f.stat().st_size for f in pathlib.Path("/dev/shm").glob(f"meshrl-rollout-{pid}-*"))
 
@@ -70,9 +77,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     tmp = pathlib.Path(tempfile.mkdtemp())
-    model = make_model(tmp / "lm", TinyModelConfig(hidden_size=args.hidden, num_layers=args.layers, num_heads=8,
-                                                  intermediate_size=int(args.hidden * 2.6875)))
-    size = sum(f.stat().st_size for f in model.glob("*.safetensors"))
+    model, size = sized_model(tmp / "lm", args.layers, args.hidden)
     rollout_proc, rollout_address = launch(["rollout", "--model", str(model), "--backend", "hf", "--max-model-len", "64"])
     actor_proc, actor_address = launch(["actor", "--role", "actor", "--model", str(model), "--world-size", "2",
                                        "--lr", "1e-4", "--checkpoint-root", str(tmp)])
