@@ -1,7 +1,7 @@
 """The RL loops end to end through real services they start themselves (HF rollout, actor, reward):
 GRPO logs its steps (colocated: the rollout asleep while the 2-rank actor trains); a run cut and
 resumed ends bit-identical to an uninterrupted one (GRPO, PPO with its critic, REINFORCE++ with an
-adaptive KL controller, GRPO sampling a step ahead)."""
+adaptive KL controller, PPO sampling a step ahead)."""
 
 import json
 
@@ -44,7 +44,7 @@ def computed(run_dir) -> list[dict]:
     ("reinforce", ["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl=adaptive",  # so does the KL controller
                    "algorithm.kl_coef=0.1", "algorithm.kl_target=0.001", "algorithm.kl_horizon=10",
                    "algorithm.rollout_is=sequence"]),  # with old log-probs from their own pass
-    ("grpo", ["trainer.max_staleness=1"]),  # sampling one step ahead of the actor, deterministically
+    ("ppo", ["critic.lr=1e-3", "trainer.max_staleness=1"]),  # sampling a step ahead, the critic on what trains
 ])
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(algorithm, extra, tiny_lm, arithmetic_data, tmp_path):
     from safetensors.torch import load_file
