@@ -19,6 +19,7 @@ for s before version s - 1 - K is in the rollout, and the rollout loads a push o
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Callable
@@ -37,14 +38,15 @@ def start(cfg, mesh, data, sampler, first: int) -> Producer:
         return indices, uids, data.batch(indices, uids), sampler.state_dict()
 
     t = cfg.trainer
-    return Producer(lambda number, prompts, on_generated: sample(mesh, number, prompts, on_generated), draw,
-                    first, t.total_steps, t.max_staleness, t.save_every, t.deterministic)
+    return Producer(functools.partial(sample, mesh), draw, first, t.total_steps, t.max_staleness, t.save_every,
+                    t.deterministic)
 
 
-def version_for(step: int, staleness: int, save_every: int, total: int) -> int:
-    """v(s) above: the weight version that samples step `step`."""
-    checkpoints = [c for c in range(1, step) if (save_every > 0 and c % save_every == 0) or c == total]
-    return max(checkpoints[-1] if checkpoints else 0, step - 1 - staleness)
+def version_for(step: int, staleness: int, save_every: int) -> int:
+    """v(s) above: the weight version that samples step `step` (the run's last step is a checkpoint too,
+    but no step comes after it)."""
+    last_checkpoint = (step - 1) // save_every * save_every if save_every > 0 else 0
+    return max(last_checkpoint, step - 1 - staleness)
 
 
 class Producer:
@@ -75,8 +77,8 @@ class Producer:
     # ---- the trainer's side --------------------------------------------------------------
 
     def take(self, number: int) -> tuple:
-        """Step `number`'s (indices, uids, gen, scored, seconds by phase, weight version); waits for it. A
-        failure of its sampling is raised here."""
+        """Step `number`'s (gen, scored, seconds by phase, weight version); waits for it. A failure of its
+        sampling is raised here."""
         with self.cond:
             self.cond.wait_for(lambda: number in self.done or self.stopping)
             if number not in self.done:
@@ -84,7 +86,7 @@ class Producer:
             out = self.done.pop(number)
         if isinstance(out, BaseException):
             raise out
-        return (*self.batches[number], *out)
+        return out
 
     def batch(self, number: int) -> tuple:
         """Step `number`'s (indices, uids), once drawn."""
@@ -123,7 +125,7 @@ class Producer:
 
     def version(self, step: int) -> int:
         """The weights that sample `step`, never older than the run's at its first step."""
-        rule = version_for(step, self.k, self.save_every, self.last) if self.deterministic \
+        rule = version_for(step, self.k, self.save_every) if self.deterministic \
             else step - 1 - self.k
         return max(rule, self.first - 1)
 

@@ -77,7 +77,7 @@ def sample_and_score(mesh: Mesh, t: Timer, number: int, prompts):
     and the step's metrics get their times and staleness (mesh.async_metrics)."""
     if mesh.producer is not None:
         with t("wait_batch"):
-            _, _, gen, scored, seconds, version = mesh.producer.take(number)
+            gen, scored, seconds, version = mesh.producer.take(number)
         mesh.async_metrics = {**seconds, "async/weight_version": float(version),
                               "async/staleness": float(number - 1 - version)}
     else:

@@ -11,10 +11,10 @@ from orchestrator.pipeline import Producer, version_for
 
 def test_the_weights_of_each_step_by_hand():
     # K=1, checkpoints at 2 and 4 (and the last, 6): after a checkpoint a step goes back to its weights
-    assert [version_for(s, 1, 2, 6) for s in range(1, 7)] == [0, 0, 2, 2, 4, 4]
+    assert [version_for(s, 1, 2) for s in range(1, 7)] == [0, 0, 2, 2, 4, 4]
     # K=2, no checkpoint before the last: s - 1 - K
-    assert [version_for(s, 2, 0, 6) for s in range(1, 7)] == [0, 0, 0, 1, 2, 3]
-    assert [version_for(s, 0, 0, 4) for s in range(1, 5)] == [0, 1, 2, 3]  # K=0: the synchronous loop
+    assert [version_for(s, 2, 0) for s in range(1, 7)] == [0, 0, 0, 1, 2, 3]
+    assert [version_for(s, 0, 0) for s in range(1, 5)] == [0, 1, 2, 3]  # K=0: the synchronous loop
 
 
 class Rollout:
@@ -64,7 +64,7 @@ def train(k: int, deterministic: bool, steps=8, save_every=0, gen_s=0.01, train_
 @pytest.mark.parametrize("k, save_every", [(1, 0), (2, 0), (1, 3), (3, 4)])
 def test_deterministic_steps_are_sampled_from_the_rules_weights(k, save_every):
     got = train(k, True, save_every=save_every)
-    assert got == {s: version_for(s, k, save_every, 8) for s in range(1, 9)}
+    assert got == {s: version_for(s, k, save_every) for s in range(1, 9)}
 
 
 @pytest.mark.parametrize("k", [1, 2])
