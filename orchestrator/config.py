@@ -124,6 +124,8 @@ class RolloutSection:
     max_samples: int = 65536  # the rollout refuses a Generate asking for more samples (prompts x n)
     colocate: bool = False  # one GPU for all: the rollout sleeps while the models train, and the actor,
     #   ref and critic move their weights and optimizer state to host memory while it generates
+    on_update: str = "wait"  # a push meeting Generate calls in flight: wait for them, or interrupt them
+    #   (they are sent again, on the new weights)
 
 
 @dataclasses.dataclass

@@ -15,12 +15,14 @@ import contextlib
 import dataclasses
 import pathlib
 
+import grpc
 import torch
 
 from meshrl.clients import RewardClient
 from meshrl.codec import Payload
 from meshrl.codec.values import to_value
 from meshrl.dataproto import DataProto
+from meshrl.errors import ServiceError
 from meshrl.flags import dataclass_args
 from meshrl.rpc import Client
 from meshrl.v1 import actor_pb2, rollout_pb2
@@ -67,6 +69,9 @@ def serve_args(cfg: Config, role: str) -> list[str]:
     return args + ([] if role == "ref" else dataclass_args(OptimConfig, values, skip=("betas",)))
 
 
+INTERRUPTED_RESENDS = 3  # a Generate stopped by a weight push is sent again this many times at most
+
+
 @dataclasses.dataclass
 class Mesh:
     cfg: Config
@@ -90,9 +95,15 @@ class Mesh:
         sampling = rollout_pb2.SamplingParams(
             n=n or (1 if greedy else r.n), greedy=greedy, temperature=r.temperature, top_p=r.top_p,
             top_k=r.top_k, max_new_tokens=r.max_new_tokens, logprobs=not greedy, seed=seed or 0)
+        request = Payload(rollout_pb2.GenerateRequest(sampling=sampling), prompts)
         with self.colocated_generation():
-            return self["rollout"].call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=sampling),
-                                                            prompts)).data
+            for attempt in range(INTERRUPTED_RESENDS + 1):
+                try:
+                    return self["rollout"].call("Generate", request).data
+                except ServiceError as e:  # a push interrupted it (rollout.on_update=interrupt): again, on new weights
+                    if e.code != grpc.StatusCode.ABORTED or "interrupted" not in e.details \
+                            or attempt == INTERRUPTED_RESENDS:
+                        raise
 
     @contextlib.contextmanager
     def colocated_generation(self):

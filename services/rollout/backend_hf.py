@@ -30,6 +30,7 @@ class WhileAlive(StoppingCriteria):
 
 class HFBackend:
     name = "hf"
+    concurrent = False  # generate runs one call at a time: the rollout service queues the others
 
     def __init__(self, cfg: RolloutConfig):
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

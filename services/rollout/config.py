@@ -3,6 +3,7 @@
 import dataclasses
 
 BACKENDS = ("vllm", "hf")
+ON_UPDATE = ("wait", "interrupt")
 
 
 @dataclasses.dataclass
@@ -31,9 +32,14 @@ class RolloutConfig:
     """The engine shares its accelerator with the models that train: a run puts it to sleep (weights to
     host memory, KV cache freed) while they train and moves them aside while it generates. vLLM on a
     GPU starts with sleep mode on for it."""
+    on_update: str = "wait"
+    """A weight update that arrives while Generate calls are running: "wait" lets them finish first;
+    "interrupt" stops them at their next token (they end ABORTED, to be sent again) and loads at once."""
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.on_update not in ON_UPDATE:
+            raise ValueError(f"on_update must be one of {ON_UPDATE}, got {self.on_update!r}")
         if self.max_model_len < 2 or self.tensor_parallel_size < 1 or self.max_samples < 1:
             raise ValueError("max_model_len must be >= 2, tensor_parallel_size and max_samples >= 1")

@@ -1,13 +1,18 @@
 """The RolloutService: Generate, the weight-update protocol, Sleep and WakeUp.
 
-One thing happens at a time (generation, loading weights, sleeping); a Generate
-that arrives while an update is open, after a bucketed update was abandoned
-halfway (the weights are torn), or while any part of the engine is asleep, is
-FAILED_PRECONDITION; a sleeping engine takes new weights once its weights are
-awake (WakeUp with tags, as verl wakes vLLM's weights before its KV cache). Every
-reply carries the weight version in use.
+Generate calls run side by side (vLLM batches them together; the HF backend
+takes them in turn). A weight update, Sleep or WakeUp first lets the calls in
+flight finish, or with on_update=interrupt stops them (they end ABORTED, to be
+sent again); a Generate that arrives meanwhile, while an update is open, after
+a bucketed update was abandoned halfway (the weights are torn), or while any
+part of the engine is asleep, is FAILED_PRECONDITION. A sleeping engine takes
+new weights once its weights are awake (WakeUp with tags, as verl wakes vLLM's
+weights before its KV cache). Every reply carries the weight version that
+generated it: one version per call, as the weights never change under a call.
 """
 
+import contextlib
+import dataclasses
 import threading
 
 from transformers import AutoConfig, AutoTokenizer
@@ -23,6 +28,16 @@ from services.rollout.sampling import from_proto
 from services.rollout.weights import WeightReceiver, checkpoint_shapes
 
 SLEEP_PARTS = ("weights", "kv_cache")  # vLLM's sleep tags, in the order an engine wakes them
+
+
+@dataclasses.dataclass(eq=False)
+class Call:
+    """A Generate in flight."""
+    context: object
+    interrupted: int | None = None  # the version of the update that stopped it
+
+    def alive(self) -> bool:
+        return self.interrupted is None and (self.context is None or self.context.is_active())
 
 
 def make_backend(cfg: RolloutConfig):
@@ -48,7 +63,10 @@ class RolloutServicer:
         self.version = 0
         self.asleep: set[str] = set()  # parts of the engine put to sleep (SLEEP_PARTS)
         self.torn = False  # some buckets of an unfinished update are in the engine
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()  # over the state above; held through updates, Sleep and WakeUp
+        self.calls: list[Call] = []  # Generates in flight
+        self.draining = 0  # updates (or Sleeps) waiting for them
+        self.turn = contextlib.nullcontext() if self.backend.concurrent else threading.Lock()
 
     def Describe(self, request, context) -> common_pb2.ServiceInfo:
         return common_pb2.ServiceInfo(
@@ -56,7 +74,8 @@ class RolloutServicer:
             world_size=self.cfg.tensor_parallel_size,
             details={"sleeping": str(bool(self.asleep)).lower(), "max_model_len": str(self.cfg.max_model_len),
                      "update_in_progress": str(self.receiver.in_progress).lower(),
-                     "torn": str(self.torn).lower()})
+                     "torn": str(self.torn).lower(), "generations_in_flight": str(len(self.calls)),
+                     "concurrent": str(self.backend.concurrent).lower()})
 
     def Generate(self, request: Payload, context) -> Payload:
         if request.data is None:
@@ -70,6 +89,9 @@ class RolloutServicer:
         prompts = layout.read_prompts(request.data, self.tokenizer, self.cfg.max_model_len, sampling.max_new_tokens,
                                       self.vocab_size)
         with self.lock:
+            if self.draining:
+                raise FailedPrecondition("a weight update or Sleep is waiting for the generations in flight: "
+                                         "send this after it")
             if self.receiver.in_progress:
                 raise FailedPrecondition(f"weight update {self.receiver.version} is in progress: finish it first")
             if self.torn:
@@ -78,11 +100,22 @@ class RolloutServicer:
             if self.asleep:
                 raise FailedPrecondition(f"the rollout engine is asleep ({', '.join(sorted(self.asleep))}): "
                                          "call WakeUp first")
-            alive = context.is_active if context is not None else None
-            if alive is not None and not alive():  # it waited behind another and its caller left meanwhile
-                raise Aborted("the caller cancelled or its deadline passed before generation started")
-            completions = self.backend.generate(prompts, sampling, alive)
-            version = self.version
+            call, version = Call(context), self.version
+            self.calls.append(call)
+        try:
+            with self.turn:
+                if not call.alive():  # it waited behind another and its caller left (or an update came)
+                    raise Aborted("the caller cancelled or its deadline passed before generation started")
+                completions = self.backend.generate(prompts, sampling, call.alive)
+        except Aborted:
+            if call.interrupted is not None:
+                raise Aborted(f"weight update {call.interrupted} interrupted this generation (the rollout runs "
+                              "with on_update=interrupt): send it again") from None
+            raise
+        finally:
+            with self.lock:
+                self.calls.remove(call)
+                self.lock.notify_all()
         out = layout.build(request.data, prompts, completions, self.pad, sampling.logprobs)
         out.meta_info["weight_version"] = version
         return Payload(rollout_pb2.GenerateResponse(weight_version=version), out)
@@ -94,6 +127,8 @@ class RolloutServicer:
             floor = self.version - 1 if self.torn else self.version
             name = self.receiver.begin(request.version, request.transport, request.total_bytes,
                                        request.bucket_bytes, floor)
+            # checked and open (new Generates are refused): now the ones in flight finish or stop
+            self._quiesce(request.version if self.cfg.on_update == "interrupt" else None)
             return self._status(shm_segment=name if request.transport == "shm" else "")
 
     @raw_request
@@ -124,6 +159,17 @@ class RolloutServicer:
         else:
             self.backend.load_weights(self.receiver.segment.name, refs, partial)
 
+    def _quiesce(self, interrupt: int | None = None) -> None:
+        """With the lock held: until no Generate is in flight, refusing new ones meanwhile. `interrupt`
+        (an update's version) stops those in flight at their next token instead of letting them finish."""
+        for call in self.calls if interrupt is not None else ():
+            call.interrupted = interrupt
+        self.draining += 1
+        try:
+            self.lock.wait_for(lambda: not self.calls)
+        finally:
+            self.draining -= 1
+
     def _require_awake(self, doing: str) -> None:
         if "weights" in self.asleep:
             raise FailedPrecondition(f"the rollout engine's weights are asleep: call WakeUp (tags: weights) "
@@ -133,6 +179,7 @@ class RolloutServicer:
         if request.level > 2:
             raise InvalidArgument(f"SleepRequest.level must be 0, 1 or 2, got {request.level}")
         with self.lock:
+            self._quiesce()
             if self.asleep != set(SLEEP_PARTS):
                 if self.asleep:  # half awake: whole again first, so the engine frees each part once
                     self.backend.wake_up(sorted(self.asleep))
@@ -145,6 +192,7 @@ class RolloutServicer:
         if unknown:
             raise InvalidArgument(f"WakeUp tags must be among {list(SLEEP_PARTS)}, got {sorted(unknown)}")
         with self.lock:
+            self._quiesce()
             parts = [p for p in SLEEP_PARTS if p in self.asleep and (not request.tags or p in request.tags)]
             if parts:
                 self.backend.wake_up(parts)

@@ -300,3 +300,61 @@ def test_sigterm_stops_a_busy_rollout_within_seconds(tiny_lm):
     assert time.monotonic() - start < 12
     t.join(10)
     assert outcome.get("code") in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED)
+
+
+def wait_until(condition, seconds=60):
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("on_update", ["wait", "interrupt"])
+def test_a_push_meets_a_generation_in_flight(tiny_lm, on_update):
+    """A push sent while a long Generate runs. wait: the Generate finishes on the old weights, then the
+    push loads (and a Generate sent meanwhile is refused). interrupt: the Generate ends ABORTED, saying
+    to send it again, and the push loads at once. Either way the next Generate has the new weights."""
+    import threading
+    import time
+
+    servicer = RolloutServicer(RolloutConfig(model=str(tiny_lm), backend="hf", max_model_len=64, on_update=on_update))
+    server = Server([servicer]).start()
+    client, out = Client(server.address, SERVICE, timeout=120), {}
+
+    def long():
+        try:
+            out["long"] = generate(client, chats("1+1=", "2+2="), n=100 if on_update == "wait" else 2000,
+                                   max_new_tokens=40)
+        except ServiceError as e:
+            out["long"] = e
+        out["long_end"] = time.monotonic()
+
+    def push():
+        weights.push_state(client, current_weights(tiny_lm, 1.1), 1, "shm")
+        out["push_end"] = time.monotonic()
+
+    try:
+        first = threading.Thread(target=long)
+        first.start()
+        wait_until(lambda: servicer.calls)
+        second = threading.Thread(target=push)
+        second.start()
+        if on_update == "wait":
+            wait_until(lambda: servicer.draining)
+            expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: generate(client, chats("3+3=")),
+                   "waiting for the generations in flight")
+        first.join(120)
+        second.join(120)
+        if on_update == "wait":
+            assert out["long"].msg.weight_version == 0 and len(out["long"].data) == 200
+            assert out["long_end"] <= out["push_end"]
+        else:
+            assert isinstance(out["long"], ServiceError), "a minute of generation was not interrupted"
+            assert out["long"].code == grpc.StatusCode.ABORTED and "send it again" in out["long"].details
+        assert "push_end" in out and not servicer.calls
+        assert generate(client, chats("3+3=")).msg.weight_version == 1
+    finally:
+        server.stop(0)
+        servicer.close()

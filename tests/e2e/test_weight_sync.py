@@ -160,6 +160,34 @@ def test_a_cancelled_generate_is_aborted_in_the_engine(rollout):
     assert time.monotonic() - start < 20  # the whole batch takes minutes here
 
 
+def test_concurrent_generates_share_the_engine(rollout):
+    """A short seeded Generate sent while a long one runs joins the engine's steps (continuous batching):
+    it returns while the long one is still running, with the samples it gets alone, and the long one
+    then finishes whole."""
+    import threading
+
+    alone = generate(rollout, seed=9).data.batch["responses"]
+    out = {}
+
+    def long():
+        out["long"] = rollout.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=rollout_pb2.SamplingParams(
+            n=50, temperature=1.0, max_new_tokens=100)), prompts())).data
+
+    thread = threading.Thread(target=long)
+    thread.start()
+    while rollout.call("Describe").details["generations_in_flight"] == "0":
+        time.sleep(0.01)
+    start = time.monotonic()
+    short = generate(rollout, seed=9).data.batch["responses"]
+    short_s, overlapped = time.monotonic() - start, thread.is_alive()
+    thread.join(300)
+    print(f"the short Generate took {short_s:.2f} s beside the long one, which took {time.monotonic() - start:.2f} s "
+          "from then on")
+    assert overlapped, "the short Generate waited for the long one to finish"
+    assert torch.equal(short, alone)
+    assert len(out["long"]) == 200 and rollout.call("Describe").details["generations_in_flight"] == "0"
+
+
 def test_sleep_and_wake_keep_the_weights(rollout):
     before = generate(rollout, temperature=0.0, n=1).data.batch["responses"]
     rollout.call("Sleep", rollout_pb2.SleepRequest(level=1))
