@@ -126,6 +126,8 @@ class RolloutSection:
     #   ref and critic move their weights and optimizer state to host memory while it generates
     on_update: str = "wait"  # a push meeting Generate calls in flight: wait for them, or interrupt them
     #   (they are sent again, on the new weights)
+    chunks: int = 1  # a step's prompts go out as this many concurrent Generate calls, each scored as soon
+    #   as it returns (vLLM steps them together; the HF backend takes them in turn)
 
 
 @dataclasses.dataclass

@@ -90,13 +90,15 @@ class Mesh:
     # ---- rollout ---------------------------------------------------------------------
 
     def generate(self, prompts: DataProto, seed: int | None = None, n: int | None = None,
-                 greedy: bool = False) -> DataProto:
+                 greedy: bool = False, colocated: bool = True) -> DataProto:
+        """rollout.n samples of each prompt (greedy: one), prompt i with seed + i. `colocated=False`: the
+        caller holds colocated_generation around this (several concurrent calls, orchestrator.chunks)."""
         r = self.cfg.rollout
         sampling = rollout_pb2.SamplingParams(
             n=n or (1 if greedy else r.n), greedy=greedy, temperature=r.temperature, top_p=r.top_p,
             top_k=r.top_k, max_new_tokens=r.max_new_tokens, logprobs=not greedy, seed=seed or 0)
         request = Payload(rollout_pb2.GenerateRequest(sampling=sampling), prompts)
-        with self.colocated_generation():
+        with self.colocated_generation() if colocated else contextlib.nullcontext():
             for attempt in range(INTERRUPTED_RESENDS + 1):
                 try:
                     return self["rollout"].call("Generate", request).data

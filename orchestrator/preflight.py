@@ -25,7 +25,9 @@ from orchestrator.data import check_inputs
 BACKENDS = ("vllm", "hf")
 ENGINES = ("auto", "fsdp2", "fsdp1", "plain")
 ON_ERROR = ("fail", "score")
+ON_UPDATE = ("wait", "interrupt")
 LOGGER_PACKAGES = {"wandb": "wandb", "mlflow": "mlflow"}
+MAX_CHUNKS = 16  # the rollout serves 16 calls at once (meshrl.rpc.server's max_workers)
 
 
 def check(cfg: Config, roles: set[str], local: bool = True) -> None:
@@ -70,6 +72,10 @@ def check_rollout(cfg: Config) -> None:
     if r.colocate and cfg.trainer.max_staleness:
         raise ValueError("rollout.colocate gives the GPU to generation and training in turn, and "
                          "trainer.max_staleness runs them at once: set one of them off")
+    if r.chunks < 1 or r.chunks > MAX_CHUNKS:
+        raise ValueError(f"rollout.chunks={r.chunks} must be in 1..{MAX_CHUNKS} (concurrent Generate calls a step)")
+    if r.on_update not in ON_UPDATE:
+        raise ValueError(f"rollout.on_update must be one of {ON_UPDATE}, got {r.on_update!r}")
     if r.n < 1 or r.max_new_tokens < 1:
         raise ValueError(f"rollout.n={r.n} and rollout.max_new_tokens={r.max_new_tokens} must be >= 1")
     if r.max_new_tokens >= r.max_model_len:

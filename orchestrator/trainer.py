@@ -25,7 +25,7 @@ from tqdm import tqdm
 from meshrl import telemetry
 from meshrl.errors import ServiceError
 from meshrl.rpc.token import forget_run_token, run_token
-from orchestrator import pipeline, preflight
+from orchestrator import chunks, pipeline, preflight
 from orchestrator.checkpoints import link_final_model, resume, save
 from orchestrator.config import Config
 from orchestrator.data import PromptDataset, prepare_run, prompt_limit
@@ -89,6 +89,10 @@ def sample_and_score(mesh: Mesh, t: Timer, number: int, prompts):
 
 def sample(mesh: Mesh, number: int, prompts, on_generated=None) -> tuple:
     """(gen, scored, timing_s/gen and timing_s/reward) of step `number`; on_generated(number) in between."""
+    if mesh.cfg.rollout.chunks > 1:  # concurrent calls, each scored as it returns
+        gen, scored, seconds = chunks.sample(mesh, prompts, sampling_seed(mesh.cfg, number),
+                                             on_generated and (lambda: on_generated(number)))
+        return gen, scored, {f"timing_s/{k}": v for k, v in seconds.items()}
     t = Timer()
     with t("gen"):
         gen = mesh.generate(prompts, seed=sampling_seed(mesh.cfg, number))

@@ -74,4 +74,4 @@ def build(data: DataProto, prompts: list[list[int]], completions: list[list[Comp
     columns = {k: [v for v in col for _ in range(n)] for k, col in data.non_tensor_batch.items()}
     columns["response_text"] = [c.text for _, c in rows]
     columns["finish_reason"] = [c.finish_reason for _, c in rows]
-    return DataProto(tensors, columns, dict(data.meta_info))
+    return DataProto(tensors, columns, {**data.meta_info, "pad_token_id": pad})

@@ -41,7 +41,8 @@ def changed(run_dir, tiny_lm) -> bool:
 
 @pytest.mark.parametrize("algorithm, extra, expected", [
     ("ppo", ["critic.lr=1e-3", "algorithm.lam=0.95"], {"critic/vf_loss", "actor/pg_loss", "timing_s/values"}),
-    ("rloo", [], {"actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl"}),
+    ("rloo", ["rollout.chunks=2"],  # two Generate calls a step, each scored as it returns
+     {"actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl"}),
     ("reinforce", ["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl=adaptive", "algorithm.kl_coef=0.1",
                    "algorithm.kl_target=0.001", "algorithm.kl_horizon=10"],
      {"actor/pg_loss", "actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff", "timing_s/ref"}),

@@ -19,11 +19,12 @@ from meshrl.codec import Payload
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.rpc import Client
-from meshrl.v1 import actor_pb2, rollout_pb2
+from meshrl.v1 import actor_pb2, reward_pb2, rollout_pb2
 from orchestrator.services import launch
 
 ROLLOUT = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
 ACTOR = actor_pb2.DESCRIPTOR.services_by_name["ActorService"]
+REWARD = reward_pb2.DESCRIPTOR.services_by_name["RewardService"]
 TOLERANCE = 1e-4  # max |actor - rollout| log-prob over response tokens; measured ~5e-7, a 5% weight error ~1e-2
 BASE = ["input_ids", "attention_mask", "position_ids", "responses"]
 
@@ -186,6 +187,37 @@ def test_concurrent_generates_share_the_engine(rollout):
     assert overlapped, "the short Generate waited for the long one to finish"
     assert torch.equal(short, alone)
     assert len(out["long"]) == 200 and rollout.call("Describe").details["generations_in_flight"] == "0"
+
+
+def test_chunked_calls_sample_what_one_call_samples(rollout, tiny_lm, arithmetic_data):
+    """rollout.chunks=3: the step's prompts as three concurrent Generate calls, each scored by a real reward
+    service as it returns, joined: the batch and the scores of one call (prompt i samples with seed + i
+    in whichever call carries it)."""
+    from orchestrator import chunks
+    from orchestrator.config import load_config
+    from orchestrator.data import PromptDataset
+    from orchestrator.mesh import Mesh
+
+    cfg = load_config(None, [f"data.train_files={arithmetic_data['train']}", "rollout.n=3",
+                             "rollout.max_new_tokens=12", "rollout.chunks=3"])
+    reward, address = launch(["reward", "--workers", "0"])
+    try:
+        mesh = Mesh(cfg, {"rollout": rollout, "reward": Client(address, REWARD, timeout=120)})
+        from transformers import AutoTokenizer
+
+        dataset = PromptDataset(cfg.data.train_files, AutoTokenizer.from_pretrained(tiny_lm), 64)
+        prompts = dataset.batch(list(range(7)), [f"u{i}" for i in range(7)])
+        whole = mesh.generate(prompts, seed=11)
+        joined, scored, seconds = chunks.sample(mesh, prompts, 11)
+        assert set(seconds) == {"gen", "reward"}
+        assert set(joined.batch) == set(whole.batch) and len(joined) == 21
+        for k, t in whole.batch.items():
+            assert torch.equal(joined.batch[k], t), k
+        assert list(joined.non_tensor_batch["uid"]) == list(whole.non_tensor_batch["uid"])
+        assert torch.equal(scored.scores, mesh.score(whole).scores)
+    finally:
+        reward.terminate()
+        reward.wait(60)
 
 
 def test_sleep_and_wake_keep_the_weights(rollout):

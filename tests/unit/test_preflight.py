@@ -38,6 +38,8 @@ def checked(algorithm, overrides):
     ("grpo", ["rollout.colocate=true", "trainer.max_staleness=1"], r"runs them at once: set one of them off"),
     ("grpo", ["algorithm.rollout_is_cap=0.5"], r"algorithm.rollout_is_cap=0.5 must be >= 1"),
     ("grpo", ["rollout.backend=sglang"], r"rollout.backend=sglang must be one of"),
+    ("grpo", ["rollout.chunks=0"], r"rollout.chunks=0 must be in 1..16"),
+    ("grpo", ["rollout.on_update=drop"], r"rollout.on_update must be one of"),
     ("grpo", ["rollout.max_new_tokens=300"], r"leaves no room for a prompt in rollout.max_model_len=256"),
     ("grpo", ["data.max_prompt_length=250"], r"data.max_prompt_length=250 \+ rollout.max_new_tokens=16 exceeds"),
     ("grpo", ["reward.on_error=ignore"], r"reward.on_error=ignore must be one of"),

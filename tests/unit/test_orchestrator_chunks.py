@@ -1,0 +1,69 @@
+"""rollout.chunks: a step's Generate replies and Scores, joined from consecutive parts, are what one call
+gives (the rollout's own layout code builds both)."""
+
+import numpy as np
+import pytest
+import torch
+
+from meshrl.clients.reward import Scores
+from meshrl.dataproto import DataProto
+from orchestrator.chunks import join_generations, join_scores, starts
+from services.rollout import layout
+from services.rollout.sampling import Completion
+
+PAD = 0
+
+
+def reply(prompts, completions, version=3):
+    data = DataProto(non_tensor_batch={"uid": [f"u{p[0]}" for p in prompts]})
+    out = layout.build(data, prompts, completions, PAD, with_logprobs=True)
+    out.meta_info["weight_version"] = version
+    return out
+
+
+def completion(tokens):
+    return Completion(tokens, [-0.1 * (i + 1) for i in range(len(tokens))], "t" * len(tokens), "stop")
+
+
+PROMPTS = [[5, 6, 7], [8], [9, 10, 11, 12, 13], [14, 15]]  # of different lengths, so each part pads its own
+SAMPLES = [[completion([20, 21]), completion([22])], [completion([23] * 6), completion([24, 25])],
+           [completion([26]), completion([27, 28, 29])], [completion([30] * 2), completion([31] * 4)]]
+
+
+@pytest.mark.parametrize("cut", [[0, 1, 4], [0, 2, 4], [0, 1, 2, 3, 4]])
+def test_joined_parts_equal_one_reply(cut):
+    whole = reply(PROMPTS, SAMPLES)
+    parts = [reply(PROMPTS[a:b], SAMPLES[a:b]) for a, b in zip(cut, cut[1:])]
+    joined = join_generations(parts)
+    assert set(joined.batch) == set(whole.batch)
+    for k, t in whole.batch.items():
+        assert torch.equal(joined.batch[k], t), k
+    for k, col in whole.non_tensor_batch.items():
+        assert list(joined.non_tensor_batch[k]) == list(col), k
+
+
+def test_the_oldest_weight_version_stands_for_the_joined_batch():
+    parts = [reply(PROMPTS[:2], SAMPLES[:2], version=4), reply(PROMPTS[2:], SAMPLES[2:], version=5)]
+    assert join_generations(parts).meta_info["weight_version"] == 4
+
+
+def test_joined_scores():
+    a = Scores(torch.tensor([1.0, 0.0]), torch.tensor([[0.0, 1.0], [0.0, 0.0]]),
+               {"acc": np.array([True, False], dtype=object), "reward_error": np.array(["", "boom"], dtype=object)},
+               {"reward/num_failed": 1.0, "reward/score/mean": 0.5})
+    b = Scores(torch.tensor([1.0, 1.0, 1.0, 0.0]), torch.tensor([[1.0], [1.0], [1.0], [0.0]]),
+               {"acc": np.array([True] * 3 + [False], dtype=object)},
+               {"reward/num_failed": 0.0, "reward/score/mean": 0.75})
+    s = join_scores([a, b], width=3)
+    assert torch.equal(s.scores, torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0, 0.0]))
+    assert torch.equal(s.token_level_scores, torch.tensor([[0.0, 1.0, 0], [0, 0, 0], [1, 0, 0], [1, 0, 0],
+                                                           [1, 0, 0], [0, 0, 0]]))
+    assert list(s.columns["acc"]) == [True, False, True, True, True, False]
+    assert list(s.columns["reward_error"]) == ["", "boom", None, None, None, None]
+    assert s.metrics == {"reward/num_failed": 1.0, "reward/score/mean": (2 * 0.5 + 4 * 0.75) / 6}
+
+
+def test_starts():
+    assert starts(10, 3) == [0, 3, 6]
+    assert starts(2, 4) == [0, 1]  # never an empty call
+    assert starts(5, 1) == [0]
