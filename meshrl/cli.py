@@ -53,7 +53,7 @@ def cmd_health(args) -> int:
     return 0 if status == "SERVING" else 1
 
 
-SERVICES = ("actor", "rollout", "reward")
+SERVICES = ("actor", "rollout", "reward", "env")
 
 
 def cmd_serve(args) -> int:

@@ -38,6 +38,10 @@ class Aborted(RuntimeError):
         self.meta = meta or {}
 
 
+class ResourceExhausted(RuntimeError):
+    """A limit of the service is reached (e.g. episodes open at once); the caller may retry later."""
+
+
 class ServiceError(RuntimeError):
     """A call to a meshrl service failed; raised by meshrl.rpc.Client."""
 
@@ -53,6 +57,7 @@ STATUS_FOR: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (Aborted, grpc.StatusCode.ABORTED),
+    (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (FileNotFoundError, grpc.StatusCode.NOT_FOUND),
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
     (NotImplementedError, grpc.StatusCode.UNIMPLEMENTED),

@@ -21,8 +21,8 @@ import pathlib
 import grpc
 
 VAR = "MESHRL_TLS_DIR"
-ROLES = ("orchestrator", "actor", "rollout", "reward")
-SERVER_ROLE = {"ActorService": "actor", "RolloutService": "rollout", "RewardService": "reward"}
+ROLES = ("orchestrator", "actor", "rollout", "reward", "env")
+SERVER_ROLE = {"ActorService": "actor", "RolloutService": "rollout", "RewardService": "reward", "EnvService": "env"}
 ANY_NAME = "meshrl"  # every certificate carries it: what `meshrl health` checks against
 
 # method -> roles that may call it; methods not named here are open to any role of the mesh.
@@ -34,6 +34,7 @@ POLICY = {
     **{f"/meshrl.v1.RolloutService/{m}": {"actor"} for m in (
         "BeginWeightUpdate", "SendWeights", "FinishWeightUpdate")},
     "/meshrl.v1.RewardService/Score": {"orchestrator"},
+    **{f"/meshrl.v1.EnvService/{m}": {"orchestrator"} for m in ("Reset", "Step", "Close")},
 }
 
 _role = "orchestrator"  # the role this process calls as; a service sets its own when it starts

@@ -105,7 +105,7 @@ def serve(*servicers, **kwargs) -> Server:
     return Server(list(servicers), **kwargs).start()
 
 
-def run_service(servicer, args, label: str) -> int:
+def run_service(servicer, args, label: str, max_workers: int = 16) -> int:
     """Serve one servicer with the --host/--port/--token flags until SIGTERM, then close it.
 
     Prints "<label> listening on HOST:PORT" once serving: launchers and tests read that line.
@@ -113,7 +113,8 @@ def run_service(servicer, args, label: str) -> int:
     telemetry.setup(f"meshrl-{servicer.SERVICE.name.removesuffix('Service').lower()}")
     tls.set_role(tls.SERVER_ROLE.get(servicer.SERVICE.name, "orchestrator"))  # its own calls (the weight push)
     try:
-        server = Server([servicer], host=args.host, port=args.port, token=args.token or env_token()).start()
+        server = Server([servicer], host=args.host, port=args.port, token=args.token or env_token(),
+                        max_workers=max_workers).start()
         print(f"{label} listening on {server.address}", flush=True)
         server.run_until_signal()
     finally:

@@ -67,14 +67,14 @@ def by_keyword(fn: Callable, names: tuple[str, ...], spec: str) -> Callable:
     return call
 
 
-def find(spec: str) -> Callable:
-    """Import path/to/file.py and return its function `name` (spec "path/to/file.py:name")."""
+def find(spec: str, kind: str = "reward function") -> Callable:
+    """Import path/to/file.py and return its function (or class) `name` (spec "path/to/file.py:name")."""
     path, sep, name = spec.rpartition(":")
     if not sep or not path or not name:
-        raise ValueError(f"function spec {spec!r} must look like path/to/file.py:function_name")
+        raise ValueError(f"{kind} spec {spec!r} must look like path/to/file.py:name")
     file = pathlib.Path(path).expanduser().resolve()
     if not file.is_file():
-        raise ValueError(f"reward function file {str(file)!r} does not exist")
+        raise ValueError(f"{kind} file {str(file)!r} does not exist")
     module_name = f"meshrl_user_reward_{abs(hash(str(file)))}"
     module_spec = importlib.util.spec_from_file_location(module_name, file)
     module = importlib.util.module_from_spec(module_spec)
@@ -85,7 +85,7 @@ def find(spec: str) -> Callable:
         raise ValueError(f"could not import {file}: {type(e).__name__}: {e}") from e
     fn = getattr(module, name, None)
     if not callable(fn):
-        raise ValueError(f"{file} has no function {name!r}")
+        raise ValueError(f"{file} has no {kind.split()[-1]} {name!r}")
     return fn
 
 

@@ -1,0 +1,1 @@
+"""The environment service: Python environments (one object per episode) behind EnvService."""
