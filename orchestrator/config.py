@@ -128,6 +128,12 @@ class RolloutSection:
     #   (they are sent again, on the new weights)
     chunks: int = 1  # a step's prompts go out as this many concurrent Generate calls, each scored as soon
     #   as it returns (vLLM steps them together; the HF backend takes them in turn)
+    multi_turn: bool = False  # every sample is an episode in the environment service (env.*): turns of
+    #   the policy and observations of the environment, trained on the policy's tokens only
+    max_turns: int = 4  # multi-turn: policy turns per episode at most (each up to max_new_tokens)
+    max_response_tokens: int = 0  # multi-turn: the whole response (turns and observations); 0: max_turns
+    #   x max_new_tokens
+    concurrency: int = 64  # multi-turn: episodes played at once
 
 
 @dataclasses.dataclass
@@ -141,6 +147,17 @@ class RewardSection:
     on_error: str = "fail"  # a failed sample: fail (stop the step) or score (error_score, counted in
     #   reward/num_failed and warned about)
     error_score: float = 0.0  # the score of a failed sample with on_error=score
+
+
+@dataclasses.dataclass
+class EnvSection:
+    address: str = ""  # any EnvService server (rollout.multi_turn); empty: start ours with `env`
+    env: str = "services.env.calculator:Calculator"  # package.module:Class or path/to/file.py:Class
+    step_timeout: float = 30.0  # seconds a tool call may take; a slower one ends its episode
+    workers: int = 64  # tool calls our service runs at once
+    reward: str = "env"  # a trajectory's score: env (the environment's rewards, summed), service (the
+    #   reward service on the whole response text) or sum (both)
+    error_score: float = 0.0  # the environment's part of the score of an episode it failed
 
 
 @dataclasses.dataclass
@@ -222,6 +239,7 @@ class Config:
     critic: CriticSection = dataclasses.field(default_factory=CriticSection)
     rollout: RolloutSection = dataclasses.field(default_factory=RolloutSection)
     reward: RewardSection = dataclasses.field(default_factory=RewardSection)
+    env: EnvSection = dataclasses.field(default_factory=EnvSection)
     algorithm: AlgorithmSection = dataclasses.field(default_factory=AlgorithmSection)
     trainer: TrainerSection = dataclasses.field(default_factory=TrainerSection)
     ray: RaySection = dataclasses.field(default_factory=RaySection)

@@ -13,6 +13,7 @@ one with an address is used as it is (after a health check naming it).
 
 import contextlib
 import dataclasses
+import json
 import pathlib
 
 import grpc
@@ -52,6 +53,9 @@ def serve_args(cfg: Config, role: str) -> list[str]:
     if role == "rollout":
         return ["rollout", *dataclass_args(RolloutConfig, {**dataclasses.asdict(cfg.rollout), "model": a.model,
                                                            "seed": cfg.trainer.seed})]
+    if role == "env":
+        e = cfg.env
+        return ["env", "--env", e.env, "--step-timeout", str(e.step_timeout), "--workers", str(e.workers)]
     if role == "reward":
         rw = cfg.reward
         args = ["reward", "--workers", str(rw.workers), "--timeout", str(rw.timeout), "--on-error", rw.on_error,
@@ -80,6 +84,8 @@ class Mesh:
     #   run's sample log; set by trainer.sample_and_score, taken by the trainer after the step
     producer: object = None  # trainer.max_staleness >= 1: the pipeline.Producer sampling ahead
     async_metrics: dict = dataclasses.field(default_factory=dict)  # its figures for the step being trained
+    tokenizer: object = None  # the actor's, for multi-turn observations
+    env_stop: list = dataclasses.field(default_factory=list)  # the environment's turn-ending strings
 
     def has(self, role: str) -> bool:
         return role in self.clients
@@ -90,13 +96,16 @@ class Mesh:
     # ---- rollout ---------------------------------------------------------------------
 
     def generate(self, prompts: DataProto, seed: int | None = None, n: int | None = None,
-                 greedy: bool = False, colocated: bool = True) -> DataProto:
+                 greedy: bool = False, colocated: bool = True, stop: list[str] | None = None,
+                 max_new_tokens: int | None = None) -> DataProto:
         """rollout.n samples of each prompt (greedy: one), prompt i with seed + i. `colocated=False`: the
-        caller holds colocated_generation around this (several concurrent calls, orchestrator.chunks)."""
+        caller holds colocated_generation around this (several concurrent calls, orchestrator.chunks).
+        `stop`, `max_new_tokens`: a multi-turn turn's own (orchestrator.multi_turn)."""
         r = self.cfg.rollout
         sampling = rollout_pb2.SamplingParams(
             n=n or (1 if greedy else r.n), greedy=greedy, temperature=r.temperature, top_p=r.top_p,
-            top_k=r.top_k, max_new_tokens=r.max_new_tokens, logprobs=not greedy, seed=seed or 0)
+            top_k=r.top_k, max_new_tokens=max_new_tokens or r.max_new_tokens, logprobs=not greedy,
+            seed=seed or 0, stop=stop or [])
         request = Payload(rollout_pb2.GenerateRequest(sampling=sampling), prompts)
         with self.colocated_generation() if colocated else contextlib.nullcontext():
             for attempt in range(INTERRUPTED_RESENDS + 1):
@@ -198,9 +207,12 @@ def prompt_text(messages) -> str:
 def wanted(cfg: Config, roles: set[str]) -> dict[str, tuple[str, list[str]]]:
     """{role: (its address, or "" to start it; its `meshrl serve` arguments)} for the roles in `roles`."""
     return {role: (getattr(cfg, role).address, serve_args(cfg, role))
-            for role in ("actor", "ref", "critic", "rollout", "reward") if role in roles}
+            for role in ("actor", "ref", "critic", "rollout", "reward", "env") if role in roles}
 
 
 def start_mesh(cfg: Config, services: Services, roles: set[str]) -> Mesh:
-    """Start (or reach) the services in `roles`: actor, ref, critic, rollout, reward."""
-    return Mesh(cfg, services.start_all(wanted(cfg, roles)))
+    """Start (or reach) the services in `roles`: actor, ref, critic, rollout, reward, env."""
+    mesh = Mesh(cfg, services.start_all(wanted(cfg, roles)))
+    if mesh.has("env"):
+        mesh.env_stop = json.loads(mesh["env"].call("Describe").details.get("stop", "[]"))
+    return mesh

@@ -97,7 +97,8 @@ class PolicyGradient:
             raise ValueError(f"algorithm.adv_estimator must be one of {sorted(ADVANTAGE_ESTIMATORS)}, got {estimator!r}")
         if estimator == "gae" and not self.critic:
             raise ValueError("algorithm.adv_estimator=gae needs a critic: run `meshrl ppo`")
-        return {"actor", "rollout", "reward"} | ({"ref"} if needs_ref else set()) | ({"critic"} if self.critic else set())
+        return {"actor", "rollout", "reward"} | ({"ref"} if needs_ref else set()) | \
+            ({"critic"} if self.critic else set()) | ({"env"} if cfg.rollout.multi_turn else set())
 
     def step(self, mesh: Mesh, number: int, data, indices, uids) -> dict[str, float]:
         cfg, t = mesh.cfg, Timer()

@@ -26,6 +26,7 @@ BACKENDS = ("vllm", "hf")
 ENGINES = ("auto", "fsdp2", "fsdp1", "plain")
 ON_ERROR = ("fail", "score")
 ON_UPDATE = ("wait", "interrupt")
+ENV_REWARDS = ("env", "service", "sum")
 LOGGER_PACKAGES = {"wandb": "wandb", "mlflow": "mlflow"}
 MAX_CHUNKS = 16  # the rollout serves 16 calls at once (meshrl.rpc.server's max_workers)
 
@@ -35,6 +36,8 @@ def check(cfg: Config, roles: set[str], local: bool = True) -> None:
     check_inputs(cfg)
     if "rollout" in roles:
         check_rollout(cfg)
+    if cfg.rollout.multi_turn:
+        check_multi_turn(cfg, roles)
     if "reward" in roles and not cfg.reward.address:
         check_reward(cfg)
     for role in ("actor", "ref", "critic"):
@@ -86,6 +89,24 @@ def check_rollout(cfg: Config) -> None:
         raise ValueError(f"data.max_prompt_length={cfg.data.max_prompt_length} + rollout.max_new_tokens="
                          f"{r.max_new_tokens} exceeds rollout.max_model_len={r.max_model_len}: raise "
                          f"max_model_len or lower one of the others")
+
+
+def check_multi_turn(cfg: Config, roles: set[str]) -> None:
+    r = cfg.rollout
+    if "env" not in roles:
+        raise ValueError("rollout.multi_turn works with ppo, grpo, rloo and reinforce")
+    if r.max_turns < 1 or r.concurrency < 1 or r.max_response_tokens < 0:
+        raise ValueError(f"rollout.max_turns={r.max_turns} and rollout.concurrency={r.concurrency} must be >= 1, "
+                         f"rollout.max_response_tokens={r.max_response_tokens} >= 0")
+    budget = r.max_response_tokens or r.max_turns * r.max_new_tokens
+    if cfg.data.max_prompt_length + budget > r.max_model_len:
+        raise ValueError(f"data.max_prompt_length={cfg.data.max_prompt_length} + a multi-turn response of up to "
+                         f"{budget} tokens (rollout.max_response_tokens, or max_turns x max_new_tokens) exceeds "
+                         f"rollout.max_model_len={r.max_model_len}")
+    if cfg.env.reward not in ENV_REWARDS:
+        raise ValueError(f"env.reward must be one of {ENV_REWARDS}, got {cfg.env.reward!r}")
+    if not cfg.env.address and ":" not in cfg.env.env:
+        raise ValueError(f"env.env={cfg.env.env} must look like package.module:Class or path/to/file.py:Class")
 
 
 def check_reward(cfg: Config) -> None:

@@ -12,7 +12,7 @@ import sys
 from meshrl.lifeline import child_env
 from meshrl.shm import remove_segments_of
 from meshrl.rpc import Client
-from meshrl.v1 import actor_pb2, reward_pb2, rollout_pb2
+from meshrl.v1 import actor_pb2, env_pb2, reward_pb2, rollout_pb2
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +22,7 @@ DESCRIPTORS = {
     "critic": actor_pb2.DESCRIPTOR.services_by_name["ActorService"],
     "rollout": rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"],
     "reward": reward_pb2.DESCRIPTOR.services_by_name["RewardService"],
+    "env": env_pb2.DESCRIPTOR.services_by_name["EnvService"],
 }
 
 

@@ -25,7 +25,7 @@ from tqdm import tqdm
 from meshrl import telemetry
 from meshrl.errors import ServiceError
 from meshrl.rpc.token import forget_run_token, run_token
-from orchestrator import chunks, pipeline, preflight
+from orchestrator import chunks, multi_turn, pipeline, preflight
 from orchestrator.checkpoints import link_final_model, resume, save
 from orchestrator.config import Config
 from orchestrator.data import PromptDataset, prepare_run, prompt_limit
@@ -89,6 +89,11 @@ def sample_and_score(mesh: Mesh, t: Timer, number: int, prompts):
 
 def sample(mesh: Mesh, number: int, prompts, on_generated=None) -> tuple:
     """(gen, scored, timing_s/gen and timing_s/reward) of step `number`; on_generated(number) in between."""
+    if mesh.cfg.rollout.multi_turn:  # episodes in the environment service
+        gen, scored, seconds = multi_turn.sample(mesh, prompts, sampling_seed(mesh.cfg, number), mesh.tokenizer)
+        if on_generated is not None:
+            on_generated(number)
+        return gen, scored, {f"timing_s/{k}": v for k, v in seconds.items()}
     if mesh.cfg.rollout.chunks > 1:  # concurrent calls, each scored as it returns
         gen, scored, seconds = chunks.sample(mesh, prompts, sampling_seed(mesh.cfg, number),
                                              on_generated and (lambda: on_generated(number)))
@@ -239,6 +244,7 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
             val = PromptDataset(cfg.data.val_files, tokenizer, prompt_limit(cfg), key="data.val_files")
         torch.manual_seed(cfg.trainer.seed)
         mesh = start_mesh(cfg, services, roles)
+        mesh.tokenizer = tokenizer
         first = resume(run_dir, mesh, algorithm, sampler) + 1 if cfg.trainer.resume else 1
         done = first - 1
         total = cfg.trainer.total_steps

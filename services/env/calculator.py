@@ -13,7 +13,6 @@ import re
 
 CALL = re.compile(r"<calc>(.*?)(?:</calc>|$)", re.DOTALL)
 INTEGER = re.compile(r"-?\d+")
-STOP = "</calc>"  # the stop string a run generates each turn with
 OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
        ast.Mod: operator.mod}
 MAX_CHARS = 200  # an expression longer than this is refused
@@ -50,6 +49,8 @@ def evaluate(expression: str) -> int:
 
 class Calculator:
     """One episode: the task's ground truth, and how many calls the policy made."""
+
+    STOP = ["</calc>"]  # a run stops each turn there (the service's Describe tells it)
 
     def reset(self, task: dict, seed: int | None = None) -> str:
         truth = task.get("ground_truth")

@@ -1,7 +1,9 @@
 """The EnvService over Python environments: one object per episode, each call under a time limit.
 
 An environment class has reset(task: dict, seed: int | None) -> observation (or (observation, info)) and
-step(action: str) -> (observation, reward, done, info), and optionally close(). Its calls run on a pool
+step(action: str) -> (observation, reward, done, info), optionally close(), and optionally a class
+attribute STOP: the strings that end a policy's turn (a tool call's closing tag), which Describe reports
+(details["stop"], a JSON list) so that a run generates each turn up to them. Its calls run on a pool
 with cfg.step_timeout: one that overruns, raises or returns something else ends its episode, ABORTED
 with what went wrong (a ValueError from the environment is INVALID_ARGUMENT: it refused the action).
 The service survives all of it. Episodes end at done, at Close, or after idle_timeout without a call.
@@ -61,7 +63,8 @@ class EnvServicer:
     def Describe(self, request, context) -> common_pb2.ServiceInfo:
         return common_pb2.ServiceInfo(service="env", backend="python", model=self.cfg.env, details={
             "episodes_open": str(len(self.episodes)), "episodes_started": str(self.started),
-            "max_episodes": str(self.cfg.max_episodes), "step_timeout_s": str(self.cfg.step_timeout)})
+            "max_episodes": str(self.cfg.max_episodes), "step_timeout_s": str(self.cfg.step_timeout),
+            "stop": json.dumps(list(getattr(self.factory, "STOP", [])))})
 
     def Reset(self, request, context) -> env_pb2.EnvReply:
         try:

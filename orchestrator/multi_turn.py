@@ -1,0 +1,271 @@
+"""rollout.multi_turn=true: every sample is an episode in the environment service (env.*).
+
+For each sample: Reset the episode with the row's task, then turn by turn generate (stopping at the
+environment's stop strings, e.g. the calculator's "</calc>"), send the turn's text to Step, and append
+the observation it returns as tokens, until the episode is done, rollout.max_turns turns have been
+taken, or the response holds rollout.max_response_tokens tokens. The policy's tokens keep the ids and
+log-probs they were sampled with (never decoded and encoded again); observations are the tokenizer's
+encoding of their text.
+
+The result is verl's layout, one row per trajectory: `responses` holds every turn and observation,
+`response_mask` is 1 on the policy's tokens and 0 on observations, `rollout_logprobs` is 0 on
+observations; columns `turns`, `turn_spans` ([start, end) of each policy turn in the response),
+`env_reward`, `env_error` and `tool_calls`. The batch's weight version is the oldest any turn used.
+
+Trajectories run side by side (rollout.concurrency at once), so a slow tool holds back only its own
+trajectory; their turns meet in a Batcher, which sends the turns waiting at the same moment to the
+rollout as one Generate call (a few calls in flight). A failing environment call (a crash, a timeout,
+a refused action) ends that trajectory with `env_error` set and reward env.error_score, never the run.
+Which turns share a call depends on the tools' timing, so multi-turn samples are not bit-reproducible.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import logging
+import threading
+import time
+
+import numpy as np
+import torch
+
+from meshrl.algos import masked
+from meshrl.clients.reward import Scores
+from meshrl.codec import Payload
+from meshrl.dataproto import DataProto
+from meshrl.errors import ServiceError
+from meshrl.v1 import env_pb2, rollout_pb2
+
+log = logging.getLogger(__name__)
+MAX_CALLS_IN_FLIGHT = 4  # Generate calls the batcher keeps going at once
+GATHER_S = 0.005  # how long the batcher waits for more turns once one is waiting
+
+
+@dataclasses.dataclass
+class Trajectory:
+    prompt: list[int]
+    task: dict
+    tokens: list[int] = dataclasses.field(default_factory=list)
+    mask: list[int] = dataclasses.field(default_factory=list)  # 1: the policy's token, 0: an observation's
+    logprobs: list[float] = dataclasses.field(default_factory=list)
+    spans: list[list[int]] = dataclasses.field(default_factory=list)  # [start, end) of each policy turn
+    versions: list[int] = dataclasses.field(default_factory=list)
+    env_reward: float = 0.0
+    info: dict = dataclasses.field(default_factory=dict)  # the environment's last info
+    done: bool = False
+    finish: str = "length"  # "stop": the episode ended; "length": a turn or token limit ended it
+    error: str = ""
+
+    def add(self, tokens: list[int], logprobs: list[float] | None, policy: bool) -> None:
+        if policy:
+            self.spans.append([len(self.tokens), len(self.tokens) + len(tokens)])
+        self.tokens += tokens
+        self.mask += [int(policy)] * len(tokens)
+        self.logprobs += logprobs if logprobs is not None else [0.0] * len(tokens)
+
+
+class Batcher:
+    """Turns of many trajectories to the rollout as few Generate calls: the turns waiting together go in
+    one call (input_ids, n=1), up to MAX_CALLS_IN_FLIGHT calls at once."""
+
+    def __init__(self, mesh, stop: list[str], seed: int):
+        self.mesh, self.stop, self.seed = mesh, stop, seed
+        self.waiting: list[tuple[list[int], int, concurrent.futures.Future]] = []
+        self.cond = threading.Condition()
+        self.closed, self.calls = False, 0
+        self.pool = concurrent.futures.ThreadPoolExecutor(MAX_CALLS_IN_FLIGHT, thread_name_prefix="meshrl-turns")
+        self.slots = threading.Semaphore(MAX_CALLS_IN_FLIGHT)
+        self.thread = threading.Thread(target=self._run, name="meshrl-batcher", daemon=True)
+        self.thread.start()
+
+    def generate(self, ids: list[int], max_new: int) -> tuple[list[int], list[float], str, int]:
+        """(tokens, log-probs, text, weight version) of one turn after `ids`."""
+        future = concurrent.futures.Future()
+        with self.cond:
+            self.waiting.append((ids, max_new, future))
+            self.cond.notify_all()
+        return future.result()
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+        self.thread.join(60)
+        self.pool.shutdown(wait=True)
+
+    def _run(self) -> None:
+        while True:
+            self.slots.acquire()  # a free call first, so the turns that arrive meanwhile go in it
+            with self.cond:
+                self.cond.wait_for(lambda: self.waiting or self.closed)
+                if self.closed and not self.waiting:
+                    self.slots.release()
+                    return
+                seen = -1
+                while len(self.waiting) != seen:  # until no turn joined for GATHER_S
+                    seen = len(self.waiting)
+                    self.cond.wait(GATHER_S)
+                batch, self.waiting = self.waiting, []
+                self.calls += 1
+                seed = self.seed * 1009 + self.calls
+            self.pool.submit(self._call, batch, seed)
+
+    def _call(self, batch: list, seed: int) -> None:
+        try:
+            ids = [b[0] for b in batch]
+            width = max(map(len, ids))
+            data = DataProto({"input_ids": torch.tensor([[0] * (width - len(p)) + p for p in ids]),
+                              "attention_mask": torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids])})
+            reply = self.mesh.generate(data, seed=seed, n=1, stop=self.stop,
+                                       max_new_tokens=max(b[1] for b in batch))
+            version = int(reply.meta_info.get("weight_version", 0))
+            for i, (_, max_new, future) in enumerate(batch):
+                n = int(reply.batch["response_mask"][i].sum())
+                n_kept = min(n, max_new)
+                tokens = reply.batch["responses"][i, :n_kept].tolist()
+                logprobs = reply.batch["rollout_logprobs"][i, :n_kept].tolist()
+                text = reply.non_tensor_batch["response_text"][i] if n_kept == n else None
+                future.set_result((tokens, logprobs, text, version))
+        except BaseException as e:  # every turn of the call sees it
+            for _, _, future in batch:
+                if not future.done():
+                    future.set_exception(e)
+        finally:
+            self.slots.release()
+
+
+def task_of(columns: dict, row: int) -> dict:
+    """The episode's task from the row's verl columns."""
+    rm = columns.get("reward_model", [None] * (row + 1))[row]
+    truth = rm.get("ground_truth") if isinstance(rm, dict) else None
+    return {"data_source": columns.get("data_source", [""] * (row + 1))[row], "ground_truth": truth,
+            "extra_info": columns.get("extra_info", [None] * (row + 1))[row]}
+
+
+def jsonable(value):
+    return value.tolist() if hasattr(value, "tolist") else str(value)
+
+
+def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int) -> None:
+    """One episode, filling `traj`. Environment failures end it with traj.error; a rollout failure raises."""
+    r, env = mesh.cfg.rollout, mesh["env"]
+    budget = r.max_response_tokens or r.max_turns * r.max_new_tokens
+    episode = None
+
+    def observe(text: str) -> None:
+        if text:
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            traj.add(ids[:budget - len(traj.tokens)], None, policy=False)
+
+    try:
+        first = env.call("Reset", env_pb2.ResetRequest(task_json=json.dumps(traj.task, default=jsonable),
+                                                       seed=seed))
+        episode = first.episode_id
+        observe(first.observation)
+        for _ in range(r.max_turns):
+            room = budget - len(traj.tokens)
+            if room <= 0:
+                break
+            tokens, logprobs, text, version = batcher.generate(traj.prompt + traj.tokens, min(r.max_new_tokens, room))
+            traj.add(tokens, logprobs, policy=True)
+            traj.versions.append(version)
+            if text is None:  # cut to the token budget: the text of what is kept
+                text = tokenizer.decode(tokens, skip_special_tokens=True)
+            reply = env.call("Step", env_pb2.StepRequest(episode_id=episode, action=text))
+            traj.env_reward += reply.reward
+            traj.info = json.loads(reply.info_json or "{}")
+            if reply.done:
+                traj.done, traj.finish, episode = True, "stop", None
+                break
+            observe(reply.observation)
+    except ServiceError as e:
+        method = e.method.replace("/", ".").rsplit(".", 1)[-1]
+        if method not in ("Reset", "Step"):
+            raise
+        traj.error = f"{method}: {e.code.name}: {e.details}"
+    finally:
+        if episode is not None:  # a limit ended it, or a failure: free it on the environment's side
+            try:
+                env.call("Close", env_pb2.CloseRequest(episode_id=episode))
+            except ServiceError as e:
+                log.debug("closing episode %s failed: %s", episode, e)
+
+
+def sample(mesh, prompts: DataProto, seed: int, tokenizer) -> tuple[DataProto, Scores, dict]:
+    """(gen, scored, {"gen": s, "reward": s}) of one step: rollout.n episodes per prompt."""
+    r, cfg = mesh.cfg.rollout, mesh.cfg
+    start = time.perf_counter()
+    rows = prompts.repeat(r.n, interleave=True)
+    ids, attn = rows.batch["input_ids"], rows.batch["attention_mask"]
+    trajectories = [Trajectory(ids[i][attn[i].bool()].tolist(), task_of(rows.non_tensor_batch, i))
+                    for i in range(len(rows))]
+    batcher = Batcher(mesh, mesh.env_stop, seed)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(r.concurrency, thread_name_prefix="meshrl-episode") as pool:
+            futures = [pool.submit(play, t, mesh, batcher, tokenizer, seed * 100_003 + i)
+                       for i, t in enumerate(trajectories)]
+            for f in futures:
+                f.result()
+    finally:
+        batcher.close()
+    gen = layout(rows, trajectories, tokenizer)
+    generated = time.perf_counter()
+    scored = scores(mesh, gen, trajectories)
+    return gen, scored, {"gen": generated - start, "reward": time.perf_counter() - generated}
+
+
+def layout(rows: DataProto, trajectories: list[Trajectory], tokenizer) -> DataProto:
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    P = max(len(t.prompt) for t in trajectories)
+    T = max(1, max(len(t.tokens) for t in trajectories))
+    prompts = torch.tensor([[pad] * (P - len(t.prompt)) + t.prompt for t in trajectories])
+    prompt_mask = torch.tensor([[0] * (P - len(t.prompt)) + [1] * len(t.prompt) for t in trajectories])
+    responses = torch.tensor([t.tokens + [pad] * (T - len(t.tokens)) for t in trajectories])
+    present = torch.tensor([[1] * len(t.tokens) + [0] * (T - len(t.tokens)) for t in trajectories])
+    attention = torch.cat([prompt_mask, present], 1)
+    tensors = {"prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], 1),
+               "attention_mask": attention, "position_ids": (attention.cumsum(1) - 1).clamp(min=0),
+               "response_mask": torch.tensor([t.mask + [0] * (T - len(t.mask)) for t in trajectories]).float(),
+               "rollout_logprobs": torch.tensor([t.logprobs + [0.0] * (T - len(t.logprobs)) for t in trajectories],
+                                                dtype=torch.float32)}
+    columns = dict(rows.non_tensor_batch)
+    columns.update({
+        "response_text": [tokenizer.decode(t.tokens, skip_special_tokens=True) for t in trajectories],
+        "finish_reason": [t.finish for t in trajectories],
+        "turns": [len(t.spans) for t in trajectories],
+        "turn_spans": [json.dumps(t.spans) for t in trajectories],
+        "env_reward": [t.env_reward for t in trajectories],
+        "env_error": [t.error for t in trajectories],
+        "tool_calls": [int(t.info.get("tool_calls", 0)) for t in trajectories]})
+    versions = [v for t in trajectories for v in t.versions]
+    return DataProto(tensors, {k: np.array(v, dtype=object) for k, v in columns.items()},
+                     {"weight_version": min(versions) if versions else 0, "pad_token_id": pad})
+
+
+def scores(mesh, gen: DataProto, trajectories: list[Trajectory]) -> Scores:
+    """The environment's rewards (env.reward=env), the reward service's (service), or their sum (sum);
+    a trajectory the environment failed gets env.error_score. Metrics: multi_turn/*."""
+    e = mesh.cfg.env
+    failed = [bool(t.error) for t in trajectories]
+    env_scores = torch.tensor([e.error_score if bad else t.env_reward for t, bad in zip(trajectories, failed)],
+                              dtype=torch.float32)
+    service = mesh.score(gen) if e.reward in ("service", "sum") else None
+    total = env_scores if service is None else service.scores + (env_scores if e.reward == "sum" else 0)
+    columns = dict(service.columns) if service is not None else {}
+    if "acc" not in columns and any("acc" in t.info for t in trajectories):
+        columns["acc"] = np.array([bool(t.info.get("acc", False)) for t in trajectories], dtype=object)
+    columns["env_error"] = gen.non_tensor_batch["env_error"]
+    n = len(trajectories)
+    metrics = {**(service.metrics if service is not None else {}),
+               "multi_turn/turns/mean": sum(len(t.spans) for t in trajectories) / n,
+               "multi_turn/tool_calls/mean": float(np.mean(gen.non_tensor_batch["tool_calls"].astype(float))),
+               "multi_turn/done_frac": sum(t.done for t in trajectories) / n,
+               "multi_turn/env_reward/mean": float(sum(t.env_reward for t in trajectories) / n),
+               "multi_turn/num_env_failed": float(sum(failed))}
+    if any(failed):
+        first = next(t.error for t in trajectories if t.error)
+        log.warning("%d of %d episodes failed in the environment and got env.error_score; first: %s",
+                    sum(failed), n, first)
+    return Scores(total, masked.token_level(total, gen.batch["response_mask"]), columns, metrics)
