@@ -72,3 +72,25 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(algorithm, extra, ti
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert not torch.equal(a["model.layers.0.mlp.down_proj.weight"],
                            load_file(tiny_lm / "model.safetensors")["model.layers.0.mlp.down_proj.weight"])
+
+
+def test_multi_turn_grpo_through_the_calculator(tiny_lm, arithmetic_data, tmp_path):
+    """rollout.multi_turn=true: each sample an episode of the calculator environment (our env service,
+    started with the mesh), scored by the environment and the reward service together (env.reward=sum)."""
+    varied = tmp_path / "varied_reward.py"  # the untrained model never answers right: a signal to train on
+    varied.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    return float(len(solution_str) % 3)\n")
+    cfg = load_config(None, [f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}",
+                             f"trainer.run_dir={tmp_path / 'run'}", "trainer.total_steps=2", "data.train_batch_size=4",
+                             "rollout.n=2", "rollout.backend=hf", "actor.engine=plain", "reward.workers=1",
+                             "rollout.multi_turn=true", "rollout.max_turns=3", "rollout.max_new_tokens=6",
+                             "env.reward=sum", f"reward.function={varied}:compute_score"])
+    run_dir = run("grpo", cfg)
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1, 2]
+    for m in lines:
+        assert {"multi_turn/turns/mean", "multi_turn/done_frac", "actor/pg_loss"} <= set(m)
+        assert 1 <= m["multi_turn/turns/mean"] <= 3 and m["multi_turn/num_env_failed"] == 0
+        assert m["rollout/kl_to_actor"] < 1e-4  # the actor sees what the rollout did, observations included
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert samples and "response" in samples[0]
