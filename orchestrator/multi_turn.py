@@ -70,8 +70,8 @@ class Batcher:
     """Turns of many trajectories to the rollout as few Generate calls: the turns waiting together go in
     one call (input_ids, n=1), up to MAX_CALLS_IN_FLIGHT calls at once."""
 
-    def __init__(self, mesh, stop: list[str], seed: int):
-        self.mesh, self.stop, self.seed = mesh, stop, seed
+    def __init__(self, mesh, stop: list[str], seed: int, greedy: bool = False):
+        self.mesh, self.stop, self.seed, self.greedy = mesh, stop, seed, greedy
         self.waiting: list[tuple[list[int], int, concurrent.futures.Future]] = []
         self.cond = threading.Condition()
         self.closed, self.calls = False, 0
@@ -118,14 +118,15 @@ class Batcher:
             width = max(map(len, ids))
             data = DataProto({"input_ids": torch.tensor([[0] * (width - len(p)) + p for p in ids]),
                               "attention_mask": torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids])})
-            reply = self.mesh.generate(data, seed=seed, n=1, stop=self.stop,
+            reply = self.mesh.generate(data, seed=seed, n=1, stop=self.stop, greedy=self.greedy,
                                        max_new_tokens=max(b[1] for b in batch))
             version = int(reply.meta_info.get("weight_version", 0))
             for i, (_, max_new, future) in enumerate(batch):
                 n = int(reply.batch["response_mask"][i].sum())
                 n_kept = min(n, max_new)
                 tokens = reply.batch["responses"][i, :n_kept].tolist()
-                logprobs = reply.batch["rollout_logprobs"][i, :n_kept].tolist()
+                logprobs = reply.batch["rollout_logprobs"][i, :n_kept].tolist() if "rollout_logprobs" in reply.batch \
+                    else [0.0] * n_kept  # greedy (validation): none asked for
                 text = reply.non_tensor_batch["response_text"][i] if n_kept == n else None
                 future.set_result((tokens, logprobs, text, version))
         except BaseException as e:  # every turn of the call sees it
@@ -193,15 +194,16 @@ def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int) -> None
                 log.debug("closing episode %s failed: %s", episode, e)
 
 
-def sample(mesh, prompts: DataProto, seed: int, tokenizer) -> tuple[DataProto, Scores, dict]:
-    """(gen, scored, {"gen": s, "reward": s}) of one step: rollout.n episodes per prompt."""
-    r, cfg = mesh.cfg.rollout, mesh.cfg
+def sample(mesh, prompts: DataProto, seed: int, tokenizer, n: int | None = None,
+           greedy: bool = False) -> tuple[DataProto, Scores, dict]:
+    """(gen, scored, {"gen": s, "reward": s}): n (default rollout.n; greedy: 1) episodes per prompt."""
+    r = mesh.cfg.rollout
     start = time.perf_counter()
-    rows = prompts.repeat(r.n, interleave=True)
+    rows = prompts.repeat(n or (1 if greedy else r.n), interleave=True)
     ids, attn = rows.batch["input_ids"], rows.batch["attention_mask"]
     trajectories = [Trajectory(ids[i][attn[i].bool()].tolist(), task_of(rows.non_tensor_batch, i))
                     for i in range(len(rows))]
-    batcher = Batcher(mesh, mesh.env_stop, seed)
+    batcher = Batcher(mesh, mesh.env_stop, seed, greedy)
     try:
         with concurrent.futures.ThreadPoolExecutor(r.concurrency, thread_name_prefix="meshrl-episode") as pool:
             futures = [pool.submit(play, t, mesh, batcher, tokenizer, seed * 100_003 + i)

@@ -152,6 +152,13 @@ def every(n: int, number: int) -> bool:
     return n > 0 and number % n == 0
 
 
+def answers(mesh: Mesh, prompts, seed: int = 0, n: int | None = None, greedy: bool = False):
+    """Scores of n answers to each prompt (greedy: one): one Generate, or with rollout.multi_turn episodes."""
+    if mesh.cfg.rollout.multi_turn:
+        return multi_turn.sample(mesh, prompts, seed, mesh.tokenizer, n=n, greedy=greedy)[1]
+    return mesh.score(mesh.generate(prompts, seed=seed, n=n, greedy=greedy))
+
+
 def validate(cfg: Config, mesh: Mesh, data: PromptDataset) -> tuple[dict[str, float], list[bool] | None]:
     """Greedy answers to every held-out prompt (val/acc/mean with its standard error val/acc/se,
     val/score/mean); with trainer.val_k > 1 also k sampled answers each: val/acc/mean@k (mean over samples)
@@ -163,21 +170,22 @@ def validate(cfg: Config, mesh: Mesh, data: PromptDataset) -> tuple[dict[str, fl
     for start in range(0, len(rows), size):
         part = rows[start:start + size]
         prompts = data.batch(part, [f"val-{i}" for i in part])
-        greedy.append(mesh.score(mesh.generate(prompts, greedy=True)))
+        greedy.append(answers(mesh, prompts, greedy=True))
         if cfg.trainer.val_k > 1:
-            sampled.append(mesh.score(mesh.generate(prompts, seed=cfg.trainer.seed + 7, n=cfg.trainer.val_k)))
+            sampled.append(answers(mesh, prompts, seed=cfg.trainer.seed + 7, n=cfg.trainer.val_k))
     out["val/score/mean"] = torch.cat([s.scores for s in greedy]).mean().item()
     correct = None
-    if greedy[0].columns.get("acc") is not None:
-        correct = [bool(x) for s in greedy for x in s.columns["acc"]]
+    if any(s.columns.get("acc") is not None for s in greedy):  # an episode cut short reports none: wrong
+        correct = [bool(x) for s in greedy for x in s.columns.get("acc", [False] * len(s.scores))]
         p = sum(correct) / len(correct)
         out["val/acc/mean"], out["val/acc/se"] = p, standard_error(p, len(correct))
     if sampled:
         k = cfg.trainer.val_k
         scores = torch.cat([s.scores for s in sampled]).view(-1, k)  # rows come back prompt by prompt
         out[f"val/score/mean@{k}"] = scores.mean().item()
-        if sampled[0].columns.get("acc") is not None:
-            acc = torch.tensor([bool(x) for s in sampled for x in s.columns["acc"]], dtype=torch.float).view(-1, k)
+        if any(s.columns.get("acc") is not None for s in sampled):
+            acc = torch.tensor([bool(x) for s in sampled for x in s.columns.get("acc", [False] * len(s.scores))],
+                               dtype=torch.float).view(-1, k)
             out[f"val/acc/mean@{k}"] = acc.mean().item()
             out[f"val/acc/best@{k}"] = acc.max(-1).values.mean().item()
     return out, correct

@@ -28,6 +28,8 @@ class ArithmeticConfig:
     max_operand: int = 49  # operands are drawn from 0..max_operand
     ops: str = "+"  # any of + - *
     seed: int = 0  # which problems are drawn
+    tool: bool = False  # the SFT answer is a calculator trace, "<calc>12*7</calc><result>84</result>84" (the
+    #   bundled tool task, services/env/calculator.py); the ground truth stays the number
 
 
 def problems(cfg: ArithmeticConfig) -> tuple[list[tuple], list[tuple]]:
@@ -51,15 +53,16 @@ def problems(cfg: ArithmeticConfig) -> tuple[list[tuple], list[tuple]]:
     return [(a, op, b) for a, op, b in train], [(a, op, b) for a, op, b in test]
 
 
-def rows(items: list[tuple], split: str) -> list[dict]:
+def rows(items: list[tuple], split: str, tool: bool = False) -> list[dict]:
     out = []
     for i, (a, op, b) in enumerate(items):
-        question, answer = f"{a}{op}{b}=", str(OPS[op](a, b))
+        question, truth = f"{a}{op}{b}=", str(OPS[op](a, b))
+        answer = f"<calc>{a}{op}{b}</calc><result>{truth}</result>{truth}" if tool else truth
         out.append({
             "data_source": DATA_SOURCE,
             "prompt": [{"role": "user", "content": question}],
             "ability": "math",
-            "reward_model": {"style": "rule", "ground_truth": answer},
+            "reward_model": {"style": "rule", "ground_truth": truth},
             "extra_info": {"split": split, "index": i, "question": question, "answer": answer},
         })
     return out
@@ -73,5 +76,5 @@ def make_data(out_dir: str | pathlib.Path, cfg: ArithmeticConfig = ArithmeticCon
     paths = {}
     for split, items in (("train", train), ("test", test)):
         paths[split] = out / f"{split}.parquet"
-        pd.DataFrame(rows(items, split)).to_parquet(paths[split], index=False)
+        pd.DataFrame(rows(items, split, cfg.tool)).to_parquet(paths[split], index=False)
     return paths
