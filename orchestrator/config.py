@@ -133,7 +133,7 @@ class RolloutSection:
     max_turns: int = 4  # multi-turn: policy turns per episode at most (each up to max_new_tokens)
     max_response_tokens: int = 0  # multi-turn: the whole response (turns and observations); 0: max_turns
     #   x max_new_tokens
-    concurrency: int = 64  # multi-turn: episodes played at once
+    concurrency: int = 256  # multi-turn: episodes played at once
 
 
 @dataclasses.dataclass
@@ -154,7 +154,7 @@ class EnvSection:
     address: str = ""  # any EnvService server (rollout.multi_turn); empty: start ours with `env`
     env: str = "services.env.calculator:Calculator"  # package.module:Class or path/to/file.py:Class
     step_timeout: float = 30.0  # seconds a tool call may take; a slower one ends its episode
-    workers: int = 64  # tool calls our service runs at once
+    workers: int = 256  # tool calls our service runs at once (at least rollout.concurrency)
     reward: str = "env"  # a trajectory's score: env (the environment's rewards, summed), service (the
     #   reward service on the whole response text) or sum (both)
     error_score: float = 0.0  # the environment's part of the score of an episode it failed

@@ -55,7 +55,8 @@ def serve_args(cfg: Config, role: str) -> list[str]:
                                                            "seed": cfg.trainer.seed})]
     if role == "env":
         e = cfg.env
-        return ["env", "--env", e.env, "--step-timeout", str(e.step_timeout), "--workers", str(e.workers)]
+        workers = max(e.workers, cfg.rollout.concurrency)  # a call beyond them would be RESOURCE_EXHAUSTED
+        return ["env", "--env", e.env, "--step-timeout", str(e.step_timeout), "--workers", str(workers)]
     if role == "reward":
         rw = cfg.reward
         args = ["reward", "--workers", str(rw.workers), "--timeout", str(rw.timeout), "--on-error", rw.on_error,

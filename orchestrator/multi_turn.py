@@ -40,7 +40,7 @@ from meshrl.v1 import env_pb2, rollout_pb2
 
 log = logging.getLogger(__name__)
 MAX_CALLS_IN_FLIGHT = 4  # Generate calls the batcher keeps going at once
-GATHER_S = 0.005  # how long the batcher waits for more turns once one is waiting
+GATHER_S = 0.02  # how long the batcher waits for more turns, once one is waiting, before it sends
 
 
 @dataclasses.dataclass
@@ -67,14 +67,16 @@ class Trajectory:
 
 
 class Batcher:
-    """Turns of many trajectories to the rollout as few Generate calls: the turns waiting together go in
-    one call (input_ids, n=1), up to MAX_CALLS_IN_FLIGHT calls at once."""
+    """Turns of many trajectories to the rollout as few Generate calls (input_ids, n=1), up to
+    MAX_CALLS_IN_FLIGHT at once. A call goes out once every trajectory that could ask for a turn is
+    asking (those in a tool call are not waited for) or no turn has joined for GATHER_S."""
 
     def __init__(self, mesh, stop: list[str], seed: int, greedy: bool = False):
         self.mesh, self.stop, self.seed, self.greedy = mesh, stop, seed, greedy
         self.waiting: list[tuple[list[int], int, concurrent.futures.Future]] = []
         self.cond = threading.Condition()
         self.closed, self.calls = False, 0
+        self.active = self.in_tool = self.generating = 0  # trajectories playing; in a tool call; in a call
         self.pool = concurrent.futures.ThreadPoolExecutor(MAX_CALLS_IN_FLIGHT, thread_name_prefix="meshrl-turns")
         self.slots = threading.Semaphore(MAX_CALLS_IN_FLIGHT)
         self.thread = threading.Thread(target=self._run, name="meshrl-batcher", daemon=True)
@@ -87,6 +89,13 @@ class Batcher:
             self.waiting.append((ids, max_new, future))
             self.cond.notify_all()
         return future.result()
+
+    def count(self, active: int = 0, in_tool: int = 0) -> None:
+        """A trajectory starts or ends (active), or enters or leaves a tool call (in_tool)."""
+        with self.cond:
+            self.active += active
+            self.in_tool += in_tool
+            self.cond.notify_all()
 
     def close(self) -> None:
         with self.cond:
@@ -104,10 +113,12 @@ class Batcher:
                     self.slots.release()
                     return
                 seen = -1
-                while len(self.waiting) != seen:  # until no turn joined for GATHER_S
-                    seen = len(self.waiting)
+                while len(self.waiting) != seen and \
+                        len(self.waiting) < self.active - self.in_tool - self.generating:
+                    seen = len(self.waiting)  # more may come: until none joined for GATHER_S
                     self.cond.wait(GATHER_S)
                 batch, self.waiting = self.waiting, []
+                self.generating += len(batch)
                 self.calls += 1
                 seed = self.seed * 1009 + self.calls
             self.pool.submit(self._call, batch, seed)
@@ -134,6 +145,9 @@ class Batcher:
                 if not future.done():
                     future.set_exception(e)
         finally:
+            with self.cond:
+                self.generating -= len(batch)
+                self.cond.notify_all()
             self.slots.release()
 
 
@@ -160,9 +174,16 @@ def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int) -> None
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
             traj.add(ids[:budget - len(traj.tokens)], None, policy=False)
 
+    def call(method: str, request):
+        batcher.count(in_tool=1)
+        try:
+            return env.call(method, request)
+        finally:
+            batcher.count(in_tool=-1)
+
+    batcher.count(active=1)
     try:
-        first = env.call("Reset", env_pb2.ResetRequest(task_json=json.dumps(traj.task, default=jsonable),
-                                                       seed=seed))
+        first = call("Reset", env_pb2.ResetRequest(task_json=json.dumps(traj.task, default=jsonable), seed=seed))
         episode = first.episode_id
         observe(first.observation)
         for _ in range(r.max_turns):
@@ -174,7 +195,7 @@ def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int) -> None
             traj.versions.append(version)
             if text is None:  # cut to the token budget: the text of what is kept
                 text = tokenizer.decode(tokens, skip_special_tokens=True)
-            reply = env.call("Step", env_pb2.StepRequest(episode_id=episode, action=text))
+            reply = call("Step", env_pb2.StepRequest(episode_id=episode, action=text))
             traj.env_reward += reply.reward
             traj.info = json.loads(reply.info_json or "{}")
             if reply.done:
@@ -187,6 +208,7 @@ def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int) -> None
             raise
         traj.error = f"{method}: {e.code.name}: {e.details}"
     finally:
+        batcher.count(active=-1)
         if episode is not None:  # a limit ended it, or a failure: free it on the environment's side
             try:
                 env.call("Close", env_pb2.CloseRequest(episode_id=episode))
