@@ -2,9 +2,6 @@
 calculator does, and multi-turn episodes play through it. Skipped where node/npm are absent."""
 
 import json
-import pathlib
-import shutil
-import subprocess
 
 import grpc
 import pytest
@@ -15,21 +12,17 @@ from meshrl.v1 import env_pb2
 from services.env.calculator import Calculator
 from services.rollout.config import RolloutConfig
 from services.rollout.servicer import RolloutServicer
+from node_example import needs_node, start
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "node-env"
 SERVICE = env_pb2.DESCRIPTOR.services_by_name["EnvService"]
 
-pytestmark = pytest.mark.skipif(not (shutil.which("node") and shutil.which("npm")), reason="needs node and npm")
+pytestmark = needs_node
 
 
 @pytest.fixture(scope="module")
 def node_env():
-    subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=EXAMPLE, check=True,
-                   capture_output=True, timeout=300)
-    proc = subprocess.Popen(["node", "server.js", "--port", "0"], cwd=EXAMPLE, stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    assert line.startswith("listening on 127.0.0.1:"), line
-    client = Client(line.split()[-1], SERVICE, timeout=60)
+    proc, address = start("node-env")
+    client = Client(address, SERVICE, timeout=60)
     client.wait_ready(30)
     yield client
     proc.terminate()

@@ -4,10 +4,6 @@ Proves the contract is language-agnostic: the server loads protos/ at run time
 with @grpc/grpc-js and reads meshrl's row streams. Skipped where node/npm are absent.
 """
 
-import pathlib
-import shutil
-import subprocess
-
 import grpc
 import pytest
 
@@ -17,20 +13,15 @@ from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.v1 import reward_pb2
 from services.reward.scorers import arithmetic
+from node_example import needs_node, start
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "node-reward"
-
-pytestmark = pytest.mark.skipif(not (shutil.which("node") and shutil.which("npm")), reason="needs node and npm")
+pytestmark = needs_node
 
 
 @pytest.fixture(scope="module")
 def node_server():
-    subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=EXAMPLE, check=True,
-                   capture_output=True, timeout=300)
-    proc = subprocess.Popen(["node", "server.js", "--port", "0"], cwd=EXAMPLE, stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    assert line.startswith("listening on 127.0.0.1:"), line
-    client = RewardClient(line.split()[-1], timeout=60)
+    proc, address = start("node-reward")
+    client = RewardClient(address, timeout=60)
     client.wait_ready(30)
     yield client
     proc.terminate()
