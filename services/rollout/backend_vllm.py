@@ -59,6 +59,7 @@ class VLLMBackend:
         # With a seed, prompt i samples with seed + i: one seed for all would correlate their samples.
         params = [SamplingParams(n=s.n, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                                  max_tokens=s.max_new_tokens, stop=s.stop or None,
+                                 include_stop_str_in_output=True,  # the text of the tokens kept, as HF gives it
                                  stop_token_ids=s.stop_token_ids or None,
                                  seed=None if s.seed is None else s.seed + i, logprobs=0 if s.logprobs else None)
                   for i in range(len(prompts))]

@@ -4,6 +4,7 @@ Parity: after a push, the rollout's log-probs of its own samples match the
 actor's log-probs of the same sequences; a deliberately perturbed weight breaks it.
 """
 
+import json
 import os
 import pathlib
 import tempfile
@@ -218,6 +219,59 @@ def test_chunked_calls_sample_what_one_call_samples(rollout, tiny_lm, arithmetic
     finally:
         reward.terminate()
         reward.wait(60)
+
+
+def test_multi_turn_episodes_on_vllm(rollout, tiny_lm, arithmetic_data):
+    """orchestrator.multi_turn with vLLM: turns end at the environment's stop string, which stays in the
+    turn's tokens and in the text the environment gets (as with HF), observations go in between, and
+    every policy token has its log-prob."""
+    from transformers import AutoTokenizer
+
+    from orchestrator import multi_turn
+    from orchestrator.config import load_config
+    from orchestrator.data import PromptDataset
+    from orchestrator.mesh import Mesh
+    from meshrl.rpc import Server
+    from services.env.config import EnvConfig
+    from services.env.servicer import EnvServicer
+
+    class Tagged:
+        STOP = ["7"]  # a character the tiny model samples often: many turns end at it
+        actions: list[str] = []
+
+        def reset(self, task, seed=None):
+            self.turns = 0
+            return ""
+
+        def step(self, action):
+            Tagged.actions.append(action)
+            self.turns += 1
+            return " ok", 0.5, self.turns >= 3, {"tool_calls": self.turns}
+
+    env = EnvServicer(EnvConfig(), Tagged)
+    server = Server([env]).start()
+    try:
+        cfg = load_config(None, ["rollout.n=2", "rollout.multi_turn=true", "rollout.max_turns=3",
+                                 "rollout.max_new_tokens=12", "rollout.max_response_tokens=60"])
+        mesh = Mesh(cfg, {"rollout": rollout, "env": Client(server.address, EnvServicer.SERVICE, timeout=60)})
+        mesh.env_stop = Tagged.STOP
+        tok = AutoTokenizer.from_pretrained(tiny_lm)
+        prompts = PromptDataset(str(arithmetic_data["train"]), tok, 64).batch(list(range(4)), list("abcd"))
+        gen, scored, _ = multi_turn.sample(mesh, prompts, seed=2, tokenizer=tok)
+        assert list(gen.non_tensor_batch["turns"]) == [3] * 8 and torch.allclose(scored.scores, torch.full((8,), 1.5))
+        stopped = 0
+        for i in range(8):
+            response = gen.batch["responses"][i]
+            for a, b in json.loads(gen.non_tensor_batch["turn_spans"][i]):
+                text = tok.decode(response[a:b].tolist())
+                assert "7" not in text[:-1]  # nothing generated past the stop string
+                stopped += text.endswith("7")
+                assert (gen.batch["rollout_logprobs"][i, a:b] < 0).all()
+        assert stopped > 0  # the stop string ended some turns, and stayed in their tokens
+        assert sum(a.endswith("7") for a in Tagged.actions) == stopped  # and in the text each turn sent
+    finally:
+        server.stop(0)
+        env.close()
 
 
 def test_sleep_and_wake_keep_the_weights(rollout):
