@@ -152,7 +152,8 @@ class RewardSection:
 @dataclasses.dataclass
 class EnvSection:
     address: str = ""  # any EnvService server (rollout.multi_turn); empty: start ours with `env`
-    env: str = "services.env.calculator:Calculator"  # package.module:Class or path/to/file.py:Class
+    module: str = "services.env.calculator:Calculator"  # the environment our service hosts:
+    #   package.module:Class or path/to/file.py:Class
     step_timeout: float = 30.0  # seconds a tool call may take; a slower one ends its episode
     workers: int = 256  # tool calls our service runs at once (at least rollout.concurrency)
     reward: str = "env"  # a trajectory's score: env (the environment's rewards, summed), service (the

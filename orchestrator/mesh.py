@@ -56,7 +56,7 @@ def serve_args(cfg: Config, role: str) -> list[str]:
     if role == "env":
         e = cfg.env
         workers = max(e.workers, cfg.rollout.concurrency)  # a call beyond them would be RESOURCE_EXHAUSTED
-        return ["env", "--env", e.env, "--step-timeout", str(e.step_timeout), "--workers", str(workers)]
+        return ["env", "--env", e.module, "--step-timeout", str(e.step_timeout), "--workers", str(workers)]
     if role == "reward":
         rw = cfg.reward
         args = ["reward", "--workers", str(rw.workers), "--timeout", str(rw.timeout), "--on-error", rw.on_error,

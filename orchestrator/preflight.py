@@ -105,8 +105,8 @@ def check_multi_turn(cfg: Config, roles: set[str]) -> None:
                          f"rollout.max_model_len={r.max_model_len}")
     if cfg.env.reward not in ENV_REWARDS:
         raise ValueError(f"env.reward must be one of {ENV_REWARDS}, got {cfg.env.reward!r}")
-    if not cfg.env.address and ":" not in cfg.env.env:
-        raise ValueError(f"env.env={cfg.env.env} must look like package.module:Class or path/to/file.py:Class")
+    if not cfg.env.address and ":" not in cfg.env.module:
+        raise ValueError(f"env.module={cfg.env.module} must look like package.module:Class or path/to/file.py:Class")
 
 
 def check_reward(cfg: Config) -> None:
