@@ -82,8 +82,8 @@ class Batcher:
         self.thread = threading.Thread(target=self._run, name="meshrl-batcher", daemon=True)
         self.thread.start()
 
-    def generate(self, ids: list[int], max_new: int) -> tuple[list[int], list[float], str, int]:
-        """(tokens, log-probs, text, weight version) of one turn after `ids`."""
+    def generate(self, ids: list[int], max_new: int) -> tuple[list[int], list[float], str | None, int]:
+        """(tokens, log-probs, text (None when cut to max_new), weight version) of one turn after `ids`."""
         future = concurrent.futures.Future()
         with self.cond:
             self.waiting.append((ids, max_new, future))
@@ -129,7 +129,7 @@ class Batcher:
             width = max(map(len, ids))
             data = DataProto({"input_ids": torch.tensor([[0] * (width - len(p)) + p for p in ids]),
                               "attention_mask": torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids])})
-            reply = self.mesh.generate(data, seed=seed, n=1, stop=self.stop, greedy=self.greedy,
+            reply = self.mesh.generate(data, seed=seed, n=1, stop=self.stop, greedy=self.greedy, colocated=False,
                                        max_new_tokens=max(b[1] for b in batch))
             version = int(reply.meta_info.get("weight_version", 0))
             for i, (_, max_new, future) in enumerate(batch):
@@ -226,8 +226,9 @@ def sample(mesh, prompts: DataProto, seed: int, tokenizer, n: int | None = None,
     trajectories = [Trajectory(ids[i][attn[i].bool()].tolist(), task_of(rows.non_tensor_batch, i))
                     for i in range(len(rows))]
     batcher = Batcher(mesh, mesh.env_stop, seed, greedy)
-    try:
-        with concurrent.futures.ThreadPoolExecutor(r.concurrency, thread_name_prefix="meshrl-episode") as pool:
+    try:  # rollout.colocate: the device goes to the rollout for the whole batch of episodes
+        with mesh.colocated_generation(), \
+                concurrent.futures.ThreadPoolExecutor(r.concurrency, thread_name_prefix="meshrl-episode") as pool:
             futures = [pool.submit(play, t, mesh, batcher, tokenizer, seed * 100_003 + i)
                        for i, t in enumerate(trajectories)]
             for f in futures:
