@@ -57,6 +57,9 @@ class HFBackend:
                                   max_new_tokens=s.max_new_tokens, eos_token_id=eos, pad_token_id=self.pad,
                                   return_dict_in_generate=True, output_logits=s.logprobs,
                                   stopping_criteria=StoppingCriteriaList([WhileAlive(alive)]) if alive else None,
+                                  # a row that completes a stop string is done (the batch ends sooner);
+                                  # _completion still cuts it there
+                                  **({"stop_strings": s.stop, "tokenizer": self.tokenizer} if s.stop else {}),
                                   **sampling)
         if alive is not None and not alive():
             raise Aborted("generation stopped: the caller cancelled or its deadline passed")
