@@ -358,3 +358,21 @@ def test_a_push_meets_a_generation_in_flight(tiny_lm, on_update):
     finally:
         server.stop(0)
         servicer.close()
+
+
+def test_a_stop_string_ends_the_response_and_stays_in_it(rollout, tiny_lm):
+    """Each sample stops at the first stop string it completes, which stays in its tokens and its text."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_lm)
+    d = generate(rollout, chats("1+2=", "3+4="), n=40, max_new_tokens=12, seed=4, stop=["5", "ab"]).data
+    stopped = 0
+    for i in range(len(d)):
+        length = int(d.batch["response_mask"][i].sum())
+        text = tok.decode(d.batch["responses"][i, :length].tolist(), skip_special_tokens=True)
+        assert text == d.non_tensor_batch["response_text"][i]
+        cut = min((text.find(s) + len(s) for s in ("5", "ab") if s in text), default=None)
+        if cut is not None:  # the first stop string completed is where it ends
+            assert cut == len(text) and d.non_tensor_batch["finish_reason"][i] == "stop"
+            stopped += 1
+    assert stopped > 0
