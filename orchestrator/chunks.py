@@ -62,6 +62,7 @@ def join_generations(parts: list[DataProto]) -> DataProto:
         return parts[0]
     P = max(p.batch["prompts"].shape[1] for p in parts)
     T = max(p.batch["responses"].shape[1] for p in parts)
+    version = min(q.meta_info.get("weight_version", 0) for q in parts)
     padded = []
     for p in parts:
         b, pad = p.batch, p.meta_info.get("pad_token_id", 0)
@@ -77,8 +78,7 @@ def join_generations(parts: list[DataProto]) -> DataProto:
         unknown = set(b) - set(tensors)
         if unknown:
             raise ValueError(f"the rollout replied with tensors {sorted(unknown)} that chunks cannot join")
-        versions = [q.meta_info.get("weight_version", 0) for q in parts]
-        padded.append(DataProto(tensors, p.non_tensor_batch, {**p.meta_info, "weight_version": min(versions)}))
+        padded.append(DataProto(tensors, p.non_tensor_batch, {**p.meta_info, "weight_version": version}))
     return DataProto.concat(padded)
 
 

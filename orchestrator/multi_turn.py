@@ -35,6 +35,7 @@ from meshrl.algos import masked
 from meshrl.clients.reward import Scores
 from meshrl.codec import Payload
 from meshrl.dataproto import DataProto
+from meshrl.layout import rollout_tensors
 from meshrl.errors import ServiceError
 from meshrl.v1 import env_pb2, rollout_pb2
 
@@ -153,10 +154,12 @@ class Batcher:
 
 def task_of(columns: dict, row: int) -> dict:
     """The episode's task from the row's verl columns."""
-    rm = columns.get("reward_model", [None] * (row + 1))[row]
-    truth = rm.get("ground_truth") if isinstance(rm, dict) else None
-    return {"data_source": columns.get("data_source", [""] * (row + 1))[row], "ground_truth": truth,
-            "extra_info": columns.get("extra_info", [None] * (row + 1))[row]}
+    def cell(name):
+        return columns[name][row] if name in columns else None
+
+    rm = cell("reward_model")
+    return {"data_source": cell("data_source") or "", "ground_truth": rm.get("ground_truth") if isinstance(rm, dict)
+            else None, "extra_info": cell("extra_info")}
 
 
 def jsonable(value):
@@ -243,18 +246,8 @@ def sample(mesh, prompts: DataProto, seed: int, tokenizer, n: int | None = None,
 
 def layout(rows: DataProto, trajectories: list[Trajectory], tokenizer) -> DataProto:
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    P = max(len(t.prompt) for t in trajectories)
-    T = max(1, max(len(t.tokens) for t in trajectories))
-    prompts = torch.tensor([[pad] * (P - len(t.prompt)) + t.prompt for t in trajectories])
-    prompt_mask = torch.tensor([[0] * (P - len(t.prompt)) + [1] * len(t.prompt) for t in trajectories])
-    responses = torch.tensor([t.tokens + [pad] * (T - len(t.tokens)) for t in trajectories])
-    present = torch.tensor([[1] * len(t.tokens) + [0] * (T - len(t.tokens)) for t in trajectories])
-    attention = torch.cat([prompt_mask, present], 1)
-    tensors = {"prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], 1),
-               "attention_mask": attention, "position_ids": (attention.cumsum(1) - 1).clamp(min=0),
-               "response_mask": torch.tensor([t.mask + [0] * (T - len(t.mask)) for t in trajectories]).float(),
-               "rollout_logprobs": torch.tensor([t.logprobs + [0.0] * (T - len(t.logprobs)) for t in trajectories],
-                                                dtype=torch.float32)}
+    tensors = rollout_tensors([t.prompt for t in trajectories], [t.tokens for t in trajectories], pad,
+                              [t.mask for t in trajectories], [t.logprobs for t in trajectories])
     columns = dict(rows.non_tensor_batch)
     columns.update({
         "response_text": [tokenizer.decode(t.tokens, skip_special_tokens=True) for t in trajectories],

@@ -10,6 +10,7 @@ columns repeated; response_text and finish_reason columns.
 import torch
 
 from meshrl.dataproto import DataProto
+from meshrl.layout import rollout_tensors
 from meshrl.errors import InvalidArgument
 from services.rollout.sampling import Completion
 
@@ -57,20 +58,8 @@ def build(data: DataProto, prompts: list[list[int]], completions: list[list[Comp
           with_logprobs: bool) -> DataProto:
     n = len(completions[0])
     rows = [(p, c) for p, cs in zip(prompts, completions) for c in cs]
-    P = max(len(p) for p, _ in rows)
-    T = max(1, max(len(c.token_ids) for _, c in rows))
-    prompt_ids = torch.tensor([[pad] * (P - len(p)) + p for p, _ in rows], dtype=torch.int64)
-    prompt_mask = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p, _ in rows], dtype=torch.int64)
-    responses = torch.tensor([c.token_ids + [pad] * (T - len(c.token_ids)) for _, c in rows], dtype=torch.int64)
-    response_mask = torch.tensor([[1] * len(c.token_ids) + [0] * (T - len(c.token_ids)) for _, c in rows],
-                                 dtype=torch.int64)
-    attention_mask = torch.cat([prompt_mask, response_mask], 1)
-    tensors = {"prompts": prompt_ids, "responses": responses, "input_ids": torch.cat([prompt_ids, responses], 1),
-               "attention_mask": attention_mask, "position_ids": (attention_mask.cumsum(1) - 1).clamp(min=0),
-               "response_mask": response_mask.float()}
-    if with_logprobs:
-        tensors["rollout_logprobs"] = torch.tensor(
-            [c.logprobs + [0.0] * (T - len(c.token_ids)) for _, c in rows], dtype=torch.float32)
+    tensors = rollout_tensors([p for p, _ in rows], [c.token_ids for _, c in rows], pad,
+                              logprobs=[c.logprobs for _, c in rows] if with_logprobs else None)
     columns = {k: [v for v in col for _ in range(n)] for k, col in data.non_tensor_batch.items()}
     columns["response_text"] = [c.text for _, c in rows]
     columns["finish_reason"] = [c.finish_reason for _, c in rows]
