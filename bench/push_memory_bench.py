@@ -1,5 +1,5 @@
-"""Peak host memory of a weight push, by bucket size: the actor service (FSDP2, 2 ranks) pushing a
-~370 MiB model over shm into a rollout service (HF backend).
+"""Peak host memory of a weight push, by bucket size: the actor service (2 ranks, fsdp2 unless
+--engine says fsdp1) pushing a ~370 MiB model over shm into a rollout service (HF backend).
 
 For each bucket size the actor's ranks and the rollout have their peak RSS reset
 (/proc/PID/clear_refs 5) before the push; the figure is how far the peak rose over
@@ -10,10 +10,15 @@ memory-mapped weights resident). The rollout's staging segment is read from
 /dev/shm. "whole" is one bucket holding the whole model, as every push was
 before buckets; a bucket smaller than a transformer block holds one block.
 
-    .venv/bin/python bench/push_memory_bench.py [--layers 8] [--hidden 1024] [--repeats 3]
+The services run with glibc's mmap threshold fixed at 1 MiB (MALLOC_MMAP_THRESHOLD_): by default it
+rises after the first large free, later large buffers come from the heap and stay resident after they
+are freed, and a row would then measure what earlier rows left behind, not what its push needs.
+
+    .venv/bin/python bench/push_memory_bench.py [--layers 8] [--hidden 1024] [--repeats 3] [--engine fsdp1]
 """
 
 import argparse
+import os
 import pathlib
 import statistics
 import subprocess
@@ -75,15 +80,18 @@ def main():
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--engine", default="fsdp2", choices=["fsdp2", "fsdp1"])
     args = ap.parse_args()
+    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(MiB))  # the services inherit it (see above)
     tmp = pathlib.Path(tempfile.mkdtemp())
     model, size = sized_model(tmp / "lm", args.layers, args.hidden)
     rollout_proc, rollout_address = launch(["rollout", "--model", str(model), "--backend", "hf", "--max-model-len", "64"])
     actor_proc, actor_address = launch(["actor", "--role", "actor", "--model", str(model), "--world-size", "2",
-                                       "--lr", "1e-4", "--checkpoint-root", str(tmp)])
+                                       "--lr", "1e-4", "--checkpoint-root", str(tmp), "--engine", args.engine])
     actor = Client(actor_address, ACTOR, timeout=600)
     ranks = family(actor_proc.pid)
-    print(f"model: {size / MiB:,.0f} MiB of safetensors; actor ranks {ranks}, rollout {rollout_proc.pid}\n")
+    print(f"model: {size / MiB:,.0f} MiB of safetensors; {args.engine} actor ranks {ranks}, "
+          f"rollout {rollout_proc.pid}\n")
     print("| bucket | buckets | push s (median) | actor rank peak rise | rollout peak rise | staging segment |")
     print("|---|---|---|---|---|---|")
     with safe_open(str(model / "model.safetensors"), framework="pt") as st:

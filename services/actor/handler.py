@@ -74,7 +74,7 @@ class RankHandler:
         def tensors_of(bucket) -> list:
             nonlocal gathered
             gathered += 1
-            return [t.to(sent(t)) for t in engine.gather([held[r.name] for r in bucket.refs])]
+            return [t.to(sent(t)) for t in engine.gather(held, [r.name for r in bucket.refs])]
 
         self.push_failure = None
         if engine.rank != 0:

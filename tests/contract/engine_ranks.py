@@ -1,6 +1,7 @@
 """One rank of an engine check, run as a subprocess per rank (torchrun-style env: RANK, WORLD_SIZE,
 MASTER_PORT). Forward, one forward-backward + step on a fixed batch, then rank 0 writes the loss,
-grad norm, log-probs and updated weights to OUT for the test to compare across engines.
+grad norm, log-probs and updated weights (from the full state dict, and as a weight push gathers
+them) to OUT for the test to compare across engines.
 
     python tests/contract/engine_ranks.py ENGINE MODEL OUT [--mixed-precision] [--grad-ckpt] [--hsdp N]
         [--save CKPT_DIR] [--export HF_DIR] [--load CKPT_DIR] [--share]
@@ -25,6 +26,7 @@ import torch.distributed as dist
 from safetensors.torch import save_file
 
 from meshrl.dataproto import DataProto
+from meshrl.weights import plan
 from services.actor import comm
 from services.actor.config import EngineConfig, OptimConfig
 from services.actor.engine import build_engine
@@ -91,15 +93,25 @@ def main():
     stats = engine.step()
     write_logprobs(engine, micro, logprobs, out)
     sd = engine.full_state_dict()
+    pushed = gather_as_pushed(engine)
     if "--save" in flags:
         engine.save(flags[flags.index("--save") + 1])
     if "--export" in flags:
         engine.export_hf(flags[flags.index("--export") + 1])
     if rank == 0:
         save_file({k: v.cpu().clone() for k, v in sd.items()}, os.path.join(out, "weights.safetensors"))
+        save_file(pushed, os.path.join(out, "pushed.safetensors"))
         with open(os.path.join(out, "stats.json"), "w") as f:
             json.dump({"loss": loss.item(), **stats}, f)
     finish()
+
+
+def gather_as_pushed(engine) -> dict:
+    """The weights as a push gathers them: the smallest buckets (one block each), one bucket at a time."""
+    held = engine.weight_tensors()
+    buckets = plan([(k, t.dtype, list(t.shape)) for k, t in held.items()], bucket_bytes=64)
+    names = [[r.name for r in b.refs] for b in buckets]
+    return {n: t.detach().cpu().clone() for ns in names for n, t in zip(ns, engine.gather(held, ns))}
 
 
 def cancelled_update(engine, full, flags, out):

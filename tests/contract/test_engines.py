@@ -34,6 +34,7 @@ def run(world: int, engine: str, model, out: pathlib.Path, *flags: str) -> dict:
     if (out / "stats.json").exists():
         result["stats"] = json.loads((out / "stats.json").read_text())
         result["weights"] = load_file(out / "weights.safetensors")
+        result["pushed"] = load_file(out / "pushed.safetensors")
     return result
 
 
@@ -70,6 +71,9 @@ def assert_same_step(a: dict, b: dict):
         total, off = total + diff.numel(), off + int((diff > 1e-5).sum())
     assert off / total < 1e-3, f"{off} of {total} weights differ by more than 1e-5"
     assert torch.allclose(a["logprobs"], b["logprobs"], atol=1e-5)
+    for run in (a, b):  # a push, gathering a block at a time, sends exactly the state dict's weights
+        assert run["pushed"].keys() == run["weights"].keys()
+        assert all(torch.equal(run["pushed"][k], run["weights"][k]) for k in run["weights"])
 
 
 def test_plain_engine_learns(reference):

@@ -161,14 +161,15 @@ class Engine:
     # ---- state ------------------------------------------------------------------------
 
     def weight_tensors(self) -> dict[str, torch.Tensor]:
-        """Every parameter and persistent buffer by HF name, as this rank holds it (sharded DTensors under
-        FSDP2): a push gathers them a bucket at a time (gather). Not collective."""
+        """Every parameter and persistent buffer by HF name, with its full shape and dtype, as this rank
+        holds it (sharded DTensors under FSDP2): a push gathers them a bucket at a time (gather). Not
+        collective."""
         return self.module.state_dict()
 
-    def gather(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Full tensors of some of weight_tensors(), where they are (the accelerator on a GPU); collective
-        for sharded ones (an all-gather each, in the same order on every rank)."""
-        return [t.full_tensor() if isinstance(t, DTensor) else t for t in tensors]
+    def gather(self, held: dict[str, torch.Tensor], names: list[str]) -> list[torch.Tensor]:
+        """Full tensors of some of weight_tensors() (`held`), where they are (the accelerator on a GPU);
+        collective for sharded ones (an all-gather each, in the same order on every rank)."""
+        return [held[n].full_tensor() if isinstance(held[n], DTensor) else held[n] for n in names]
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Every parameter, unsharded, on the CPU of rank 0 (other ranks: {}). Collective."""

@@ -2,13 +2,16 @@
 
 Kept for parity with verl's FSDP backend; FSDP2 is the default. Full state
 dicts are gathered without CPU offload here: with offload, gathering crashed
-rank 0 on these machines (shared NOTES). A weight push gathers the whole model
-at once here (FSDP1 shards flat parameters, not tensors); fsdp2 gathers a bucket
-at a time.
+rank 0 on these machines (shared NOTES). A weight push gathers one FSDP unit at
+a time (summon_full_params of that unit alone): a bucket never splits a
+transformer block and each block is a unit, so no rank holds more than a
+bucket's worth of full tensors, as with fsdp2.
 """
 
+import functools
+
 import torch
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp import MixedPrecision
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
@@ -16,16 +19,26 @@ from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 from services.actor.engine.base import Engine
 from services.actor.model import layer_classes
 
+WRAPPED = "_fsdp_wrapped_module."
+
 
 class FSDP1Engine(Engine):
     name = "fsdp1"
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        # FSDP1 flattens parameters into shards of a flat buffer: what a push announces (full shapes and
+        # dtypes, HF names) is read here, while the model is whole
+        self.full_specs = {k: (v.dtype, v.shape) for k, v in model.state_dict().items()}
         mp = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=torch.float32) \
             if self.cfg.mixed_precision else None
         device_id = self.device  # on CPU too: without it FSDP1 looks for an accelerator and refuses
-        return FSDP(model, auto_wrap_policy=ModuleWrapPolicy(layer_classes(model)), mixed_precision=mp,
-                    device_id=device_id, use_orig_params=True)
+        module = FSDP(model, auto_wrap_policy=ModuleWrapPolicy(layer_classes(model)), mixed_precision=mp,
+                      device_id=device_id, use_orig_params=True)
+        # each unit under its HF prefix, the longest first (a block's names before the root's)
+        units = [(name.replace(WRAPPED, ""), m)
+                 for name, m in module.named_modules() if isinstance(m, FSDP)]
+        self.units = sorted(units, key=lambda u: -len(u[0]))
+        return module
 
     def clip_grad_norm(self, max_norm: float) -> float:
         return float(self.module.clip_grad_norm_(max_norm))
@@ -34,4 +47,21 @@ class FSDP1Engine(Engine):
         return StateDictOptions(full_state_dict=True, cpu_offload=False)
 
     def weight_tensors(self) -> dict[str, torch.Tensor]:
-        return get_model_state_dict(self.module, options=self.full_state_options())
+        """Shapes and dtypes only (meta tensors): gather() reads the values unit by unit."""
+        return {k: torch.empty(shape, dtype=dtype, device="meta") for k, (dtype, shape) in self.full_specs.items()}
+
+    def gather(self, held: dict[str, torch.Tensor], names: list[str]) -> list[torch.Tensor]:
+        """Each unit the names fall in, unsharded alone in turn (collective, the same order on every rank);
+        copies of the named tensors, since the unit reshards on leaving."""
+        by_unit: dict[int, list[str]] = {}
+        for n in names:
+            i = next(i for i, (prefix, _) in enumerate(self.units) if not prefix or n.startswith(prefix + "."))
+            by_unit.setdefault(i, []).append(n)
+        out = {}
+        for i, wanted in by_unit.items():
+            prefix, unit = self.units[i]
+            with FSDP.summon_full_params(unit, recurse=False, writeback=False):
+                for n in wanted:
+                    rel = n[len(prefix) + 1:] if prefix else n
+                    out[n] = functools.reduce(getattr, rel.split("."), unit.module).detach().clone()
+        return [out[n] for n in names]
