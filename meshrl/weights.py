@@ -11,7 +11,9 @@ FinishWeightUpdate with the new version:
 - shm: write the bucket straight into the /dev/shm segment Begin names (one
   copy), send only the refs;
 - stream: send the bucket's bytes in chunks (for another host);
-- cuda_ipc: share a reused CUDA bucket by IPC handle (same GPU).
+- cuda_ipc: share a reused CUDA bucket by IPC handle (same GPU); a sender on
+  several GPUs shares a copy on each (`share`), and each receiving process
+  reads the one on its own GPU.
 
 Tensors are asked for one bucket at a time (`tensors_of`), so a sender that
 gathers them (an FSDP actor) never holds more than one bucket's worth.
@@ -122,19 +124,22 @@ def stream_chunks(tensors: list[torch.Tensor], refs, chunk: int = CHUNK_BYTES) -
 
 
 def push(client, buckets: list[Bucket], tensors_of: Callable[[Bucket], list[torch.Tensor]], version: int,
-         transport: str) -> dict[str, float]:
+         transport: str, share: Callable[[Bucket, list[torch.Tensor]], list] | None = None) -> dict[str, float]:
     """Send the buckets to the rollout service behind `client` (a meshrl.rpc.Client); tensors_of(bucket)
-    gives a bucket's tensors in its refs' order, on any device, when it is its turn."""
+    gives a bucket's tensors in its refs' order, on any device, when it is its turn. cuda_ipc: share(bucket,
+    tensors) gives the CudaIpcHandles of the bucket's copies, one per GPU, the first this process's (by
+    default: one copy, in this process's reused CUDA bucket)."""
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
     start = time.perf_counter()
     begun = client.call("BeginWeightUpdate", rollout_pb2.BeginWeightUpdateRequest(
         version=version, transport=transport, total_bytes=sum(b.size for b in buckets),
         bucket_bytes=max((b.size for b in buckets), default=0)))
-    if transport == "cuda_ipc":
+    if transport == "cuda_ipc" and share is None:
         from meshrl.cuda_ipc import CudaBucket
 
         staging = CudaBucket(max(b.size for b in buckets))
+        share = lambda b, tensors: [staging.fill(tensors, b)]  # noqa: E731
     gather = 0.0
     for b in buckets:
         t0 = time.perf_counter()
@@ -149,7 +154,9 @@ def push(client, buckets: list[Bucket], tensors_of: Callable[[Bucket], list[torc
             tensors = [t.detach().cpu() for t in tensors]
             messages = _stream(version, b, tensors)
         else:
-            messages = iter([rollout_pb2.WeightBucket(version=version, refs=b.refs, cuda_ipc=staging.fill(tensors, b))])
+            first, *copies = share(b, tensors)
+            messages = iter([rollout_pb2.WeightBucket(version=version, refs=b.refs, cuda_ipc=first,
+                                                      cuda_ipc_copies=copies)])
         client.call_stream("SendWeights", messages)
     sent = time.perf_counter()
     client.call("FinishWeightUpdate", rollout_pb2.FinishWeightUpdateRequest(version=version))

@@ -73,7 +73,7 @@ class TensorRef(_message.Message):
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[_Union[_data_pb2.DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class CudaIpcHandle(_message.Message):
-    __slots__ = ("device", "handle", "storage_size_bytes", "storage_offset_bytes", "ref_counter_handle", "ref_counter_offset", "event_handle", "event_sync_required")
+    __slots__ = ("device", "handle", "storage_size_bytes", "storage_offset_bytes", "ref_counter_handle", "ref_counter_offset", "event_handle", "event_sync_required", "device_uuid")
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     HANDLE_FIELD_NUMBER: _ClassVar[int]
     STORAGE_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +82,7 @@ class CudaIpcHandle(_message.Message):
     REF_COUNTER_OFFSET_FIELD_NUMBER: _ClassVar[int]
     EVENT_HANDLE_FIELD_NUMBER: _ClassVar[int]
     EVENT_SYNC_REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_UUID_FIELD_NUMBER: _ClassVar[int]
     device: int
     handle: bytes
     storage_size_bytes: int
@@ -90,21 +91,24 @@ class CudaIpcHandle(_message.Message):
     ref_counter_offset: int
     event_handle: bytes
     event_sync_required: bool
-    def __init__(self, device: _Optional[int] = ..., handle: _Optional[bytes] = ..., storage_size_bytes: _Optional[int] = ..., storage_offset_bytes: _Optional[int] = ..., ref_counter_handle: _Optional[bytes] = ..., ref_counter_offset: _Optional[int] = ..., event_handle: _Optional[bytes] = ..., event_sync_required: _Optional[bool] = ...) -> None: ...
+    device_uuid: str
+    def __init__(self, device: _Optional[int] = ..., handle: _Optional[bytes] = ..., storage_size_bytes: _Optional[int] = ..., storage_offset_bytes: _Optional[int] = ..., ref_counter_handle: _Optional[bytes] = ..., ref_counter_offset: _Optional[int] = ..., event_handle: _Optional[bytes] = ..., event_sync_required: _Optional[bool] = ..., device_uuid: _Optional[str] = ...) -> None: ...
 
 class WeightBucket(_message.Message):
-    __slots__ = ("version", "refs", "data_offset", "data", "cuda_ipc")
+    __slots__ = ("version", "refs", "data_offset", "data", "cuda_ipc", "cuda_ipc_copies")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     REFS_FIELD_NUMBER: _ClassVar[int]
     DATA_OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     CUDA_IPC_FIELD_NUMBER: _ClassVar[int]
+    CUDA_IPC_COPIES_FIELD_NUMBER: _ClassVar[int]
     version: int
     refs: _containers.RepeatedCompositeFieldContainer[TensorRef]
     data_offset: int
     data: bytes
     cuda_ipc: CudaIpcHandle
-    def __init__(self, version: _Optional[int] = ..., refs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., data_offset: _Optional[int] = ..., data: _Optional[bytes] = ..., cuda_ipc: _Optional[_Union[CudaIpcHandle, _Mapping]] = ...) -> None: ...
+    cuda_ipc_copies: _containers.RepeatedCompositeFieldContainer[CudaIpcHandle]
+    def __init__(self, version: _Optional[int] = ..., refs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., data_offset: _Optional[int] = ..., data: _Optional[bytes] = ..., cuda_ipc: _Optional[_Union[CudaIpcHandle, _Mapping]] = ..., cuda_ipc_copies: _Optional[_Iterable[_Union[CudaIpcHandle, _Mapping]]] = ...) -> None: ...
 
 class FinishWeightUpdateRequest(_message.Message):
     __slots__ = ("version",)

@@ -6,8 +6,10 @@ as DataProtos, metrics in meta_info.
 
 import pathlib
 import time
+from typing import Callable
 
 import torch
+import torch.distributed as dist
 
 from meshrl import weights
 from meshrl.dataproto import DataProto
@@ -15,6 +17,7 @@ from meshrl.errors import ServiceError
 from meshrl.rpc import Client
 from meshrl.typed import build
 from meshrl.v1 import rollout_pb2
+from services.actor.comm import Group
 from services.actor.config import EngineConfig, OptimConfig
 from services.actor.engine import build_engine
 from services.actor.losses import parse_loss
@@ -60,7 +63,11 @@ class RankHandler:
         """Gather the weights bucket by bucket (collective) and, on rank 0, send each to the rollout as it is
         gathered (meshrl.weights.push): no rank holds more than one bucket of full tensors. A refusal from
         the rollout is kept in push_failure (rank 0 is the servicer's process) to reach the caller as the
-        rollout said it."""
+        rollout said it.
+
+        cuda_ipc from several ranks (a GPU each): every rank has the gathered bucket on its GPU, so each
+        shares its own copy and rank 0 sends all the handles; a rollout worker on one of these GPUs
+        reads it there (verl's per-device handoff), not across the GPUs."""
         engine = self.role.engine
         held = engine.weight_tensors()
         cast = getattr(torch, args["dtype"]) if args["dtype"] else None  # the rollout's dtype: half the bytes
@@ -76,19 +83,25 @@ class RankHandler:
             gathered += 1
             return [t.to(sent(t)) for t in engine.gather(held, [r.name for r in bucket.refs])]
 
+        share = per_gpu_share(buckets) if args["transport"] == "cuda_ipc" and engine.world_size > 1 else None
+
+        def follow(todo) -> None:  # what the other ranks do for each bucket, rank 0 alongside them
+            for b in todo:
+                tensors = tensors_of(b)
+                if share is not None:
+                    share(b, tensors)
+
         self.push_failure = None
         if engine.rank != 0:
-            for b in buckets:
-                tensors_of(b)
+            follow(buckets)
             return DataProto()
         try:
             with Client(args["rollout_address"], ROLLOUT_SERVICE, timeout=600) as rollout:
                 return DataProto(meta_info=weights.push(rollout, buckets, tensors_of, args["version"],
-                                                        args["transport"]))
+                                                        args["transport"], share))
         except ServiceError as e:
             self.push_failure = e
-            for b in buckets[gathered:]:  # the other ranks gather every bucket: stay in step with them
-                tensors_of(b)
+            follow(buckets[gathered:])  # the other ranks gather (and share) every bucket: stay in step
             return DataProto()
 
     def offload(self, args: dict, part=None) -> DataProto:
@@ -96,3 +109,23 @@ class RankHandler:
 
     def reload(self, args: dict, part=None) -> DataProto:
         return DataProto(meta_info={"device": self.role.engine.reload()})
+
+
+def per_gpu_share(buckets: list) -> Callable:
+    """share(bucket, tensors) for meshrl.weights.push, called by every rank in step: each copies the bucket
+    into its own reused CUDA buffer and shares it; rank 0 gets every rank's handle, its own first."""
+    from meshrl.cuda_ipc import CudaBucket
+
+    staging, group, sent = CudaBucket(max(b.size for b in buckets)), Group(), [0]
+
+    def share(bucket, tensors: list) -> list:
+        if sent[0]:
+            # rank 0 asks for the next bucket only after the rollout loaded the last (SendWeights returns
+            # then): until every rank is past this point, no buffer may be refilled. NCCL all-gathers
+            # return before they finish, so the gather above is no such point.
+            dist.barrier()
+        sent[0] += 1
+        handles = group.gather(staging.fill(tensors, bucket).SerializeToString())
+        return [rollout_pb2.CudaIpcHandle.FromString(h) for h in handles] if handles is not None else []
+
+    return share

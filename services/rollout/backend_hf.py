@@ -98,8 +98,8 @@ class HFBackend:
         seg = attach(segment)
         self._copy_in((name, seg.tensor(getattr(torch, dtype), shape, offset)) for name, dtype, shape, offset in refs)
 
-    def load_weights_cuda_ipc(self, handle: list, refs: list[list], partial: bool = False) -> None:
-        self._copy_in(cuda_ipc.views(cuda_ipc.open_handle(handle), refs))
+    def load_weights_cuda_ipc(self, copies: list, refs: list[list], partial: bool = False) -> None:
+        self._copy_in(cuda_ipc.views(cuda_ipc.open_copy(copies), refs))
         torch.cuda.synchronize()  # done with the sender's bucket on return: it refills it with the next
 
     def weights_loaded(self) -> None:

@@ -104,9 +104,10 @@ class VLLMBackend:
         with self.engine_lock:
             self.llm.collective_rpc("meshrl_load_weights", args=(segment, refs, partial))
 
-    def load_weights_cuda_ipc(self, handle: list, refs: list[list], partial: bool = False) -> None:
+    def load_weights_cuda_ipc(self, copies: list, refs: list[list], partial: bool = False) -> None:
+        """Every worker (one per GPU of a tensor-parallel engine) reads the sender's copy on its own GPU."""
         with self.engine_lock:
-            self.llm.collective_rpc("meshrl_load_weights_cuda_ipc", args=(handle, refs, partial))
+            self.llm.collective_rpc("meshrl_load_weights_cuda_ipc", args=(copies, refs, partial))
 
     def weights_loaded(self) -> None:
         with self.engine_lock:

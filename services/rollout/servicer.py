@@ -154,6 +154,7 @@ class RolloutServicer:
             return self._status(num_tensors=len(self.receiver.expected))
 
     def _load(self, refs: list[list], transport: str, ipc: list | None, partial: bool = False) -> None:
+        """ipc: for cuda_ipc, the handles of the bucket's copies (one per sender GPU)."""
         if transport == "cuda_ipc":
             self.backend.load_weights_cuda_ipc(ipc, refs, partial)
         else:

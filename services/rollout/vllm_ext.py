@@ -73,10 +73,11 @@ class WeightLoader:
                      partial)
         return len(refs)
 
-    def meshrl_load_weights_cuda_ipc(self, handle: list, refs: list[list], partial: bool = False) -> int:
-        """The same, from the sender's CUDA bucket shared by IPC handle (same GPU); done with it on return
-        (the sender reuses the bucket for the next)."""
-        self._reload(cuda_ipc.views(cuda_ipc.open_handle(handle), refs), partial)
+    def meshrl_load_weights_cuda_ipc(self, copies: list, refs: list[list], partial: bool = False) -> int:
+        """The same, from the sender's CUDA bucket shared by IPC handle: its copy on this worker's GPU where
+        it has one (meshrl.cuda_ipc.pick), so each tensor-parallel worker reads its own GPU and keeps its
+        shard of each tensor; done with it on return (the sender reuses the bucket for the next)."""
+        self._reload(cuda_ipc.views(cuda_ipc.open_copy(copies), refs), partial)
         torch.cuda.synchronize()
         return len(refs)
 

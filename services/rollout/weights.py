@@ -57,7 +57,7 @@ class WeightReceiver:
         self.refs: dict = {}
         self.received = 0  # bytes of the tensors announced so far
         self.data_bytes = 0  # stream: bytes received in this bucket (several buckets) or in all (one)
-        self.cuda_ipc: list | None = None  # the sender's bucket handle, for cuda_ipc
+        self.cuda_ipc: list | None = None  # cuda_ipc: the handles of the sender's bucket, a copy per GPU
 
     @property
     def in_progress(self) -> bool:
@@ -134,10 +134,12 @@ class WeightReceiver:
             if self.received > self.total:
                 raise InvalidArgument(f"tensors past the {self.total} announced bytes")
             self.refs[ref.name] = ref
+        if b.cuda_ipc_copies and not b.HasField("cuda_ipc"):
+            raise InvalidArgument("WeightBucket.cuda_ipc_copies without WeightBucket.cuda_ipc")
         if b.HasField("cuda_ipc"):
             if self.transport != "cuda_ipc":
                 raise InvalidArgument(f"a CUDA IPC handle came for the {self.transport} transport")
-            self.cuda_ipc = handle_fields(b.cuda_ipc)
+            self.cuda_ipc = [handle_fields(h) for h in (b.cuda_ipc, *b.cuda_ipc_copies)]
         if len(data):
             if self.transport != "stream":
                 raise InvalidArgument(f"bucket data are for the stream transport, not {self.transport}")
@@ -158,7 +160,8 @@ class WeightReceiver:
 
     def finish(self, version: int) -> tuple[list[list], str, list | None]:
         """(refs [name, dtype, shape, offset] still to load: all of them for one bucket, [] for several;
-        transport; CUDA IPC handle fields or None); the update is over either way."""
+        transport; CUDA IPC handles [UUID, fields] of the bucket's copies, or None); the update is over
+        either way."""
         try:
             if not self.in_progress:
                 raise FailedPrecondition("no weight update in progress")

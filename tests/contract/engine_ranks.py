@@ -16,6 +16,7 @@ check (K 0: never); only rank 0 knows, as in the service. Writes the weights bef
 what the stop reported.
 """
 
+import hashlib
 import itertools
 import json
 import os
@@ -25,11 +26,14 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import save_file
 
+from meshrl import cuda_ipc
 from meshrl.dataproto import DataProto
+from meshrl.v1 import rollout_pb2
 from meshrl.weights import plan
 from services.actor import comm
 from services.actor.config import EngineConfig, OptimConfig
 from services.actor.engine import build_engine
+from services.actor.handler import per_gpu_share
 from services.actor.losses import parse_loss
 from services.actor.model import forward_response, token_logprobs
 from services.actor.roles import ActorRole
@@ -93,7 +97,7 @@ def main():
     stats = engine.step()
     write_logprobs(engine, micro, logprobs, out)
     sd = engine.full_state_dict()
-    pushed = gather_as_pushed(engine)
+    pushed = gather_as_pushed(engine, out)
     if "--save" in flags:
         engine.save(flags[flags.index("--save") + 1])
     if "--export" in flags:
@@ -106,12 +110,47 @@ def main():
     finish()
 
 
-def gather_as_pushed(engine) -> dict:
-    """The weights as a push gathers them: the smallest buckets (one block each), one bucket at a time."""
+def gather_as_pushed(engine, out) -> dict:
+    """The weights as a push gathers them: the smallest buckets (one block each), one bucket at a time.
+    On several ranks, each bucket also goes through the per-GPU cuda_ipc sharing (services.actor.handler.
+    per_gpu_share) with a CPU stand-in for the CUDA buffer; rank 0 writes, per bucket, the handles' GPU
+    names in the order it got them and whether every rank's copy held rank 0's bytes (shared.json)."""
     held = engine.weight_tensors()
     buckets = plan([(k, t.dtype, list(t.shape)) for k, t in held.items()], bucket_bytes=64)
-    names = [[r.name for r in b.refs] for b in buckets]
-    return {n: t.detach().cpu().clone() for ns in names for n, t in zip(ns, engine.gather(held, ns))}
+    share = None
+    if engine.world_size > 1:
+        cuda_ipc.CudaBucket = CpuBucket  # per_gpu_share imports it when called
+        share = per_gpu_share(buckets)
+    pushed, shared = {}, []
+    for b in buckets:
+        names = [r.name for r in b.refs]
+        tensors = engine.gather(held, names)
+        pushed.update({n: t.detach().cpu().clone() for n, t in zip(names, tensors)})
+        if share is not None:
+            handles = share(b, tensors)
+            if engine.rank == 0:
+                shared.append({"gpus": [h.device_uuid for h in handles],
+                               "same": all(h.handle == digest(tensors) for h in handles)})
+    if engine.rank == 0 and share is not None:
+        with open(os.path.join(out, "shared.json"), "w") as f:
+            json.dump(shared, f)
+    return pushed
+
+
+def digest(tensors) -> bytes:
+    return hashlib.sha256(b"".join(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+                                   for t in tensors)).digest()
+
+
+class CpuBucket:
+    """Stands in for meshrl.cuda_ipc.CudaBucket on CPU: its 'handle' names this rank and digests the bytes."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def fill(self, tensors, bucket) -> rollout_pb2.CudaIpcHandle:
+        return rollout_pb2.CudaIpcHandle(device=dist.get_rank(), device_uuid=f"rank-{dist.get_rank()}",
+                                         handle=digest(tensors))
 
 
 def cancelled_update(engine, full, flags, out):

@@ -35,6 +35,8 @@ def run(world: int, engine: str, model, out: pathlib.Path, *flags: str) -> dict:
         result["stats"] = json.loads((out / "stats.json").read_text())
         result["weights"] = load_file(out / "weights.safetensors")
         result["pushed"] = load_file(out / "pushed.safetensors")
+        if (out / "shared.json").exists():
+            result["shared"] = json.loads((out / "shared.json").read_text())
     return result
 
 
@@ -90,7 +92,10 @@ def test_plain_engine_learns(reference):
                          ids=["fsdp2", "fsdp1", "hsdp", "fsdp2-gradient-checkpointing", "fsdp2-shared-prompts",
                               "fsdp1-shared-prompts"])
 def test_two_ranks_match_one_process(reference, tiny_lm, tmp_path, engine, flags):
-    assert_same_step(reference, run(2, engine, tiny_lm, tmp_path, *flags))
+    two = run(2, engine, tiny_lm, tmp_path, *flags)
+    assert_same_step(reference, two)
+    # a cuda_ipc push from both ranks: rank 0 sends both ranks' copies of each bucket, its own first
+    assert two["shared"] and all(s == {"gpus": ["rank-0", "rank-1"], "same": True} for s in two["shared"])
 
 
 def test_a_tied_model_sharded_from_rank0_keeps_its_tie(tiny_lm, tmp_path):

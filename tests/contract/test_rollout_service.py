@@ -160,6 +160,13 @@ def test_bad_weight_updates_keep_the_old_weights(rollout, tiny_lm):
     begin(v + 1, "stream")
     send(rollout_pb2.WeightBucket(version=v + 1, refs=refs))
     expect(bad, lambda: finish(v + 1), "update incomplete: 0 of")
+    begin(v + 1)
+    handle = rollout_pb2.CudaIpcHandle(device=0, handle=b"h", device_uuid="GPU-x")
+    expect(bad, lambda: send(rollout_pb2.WeightBucket(version=v + 1, refs=refs, cuda_ipc=handle)),
+           "CUDA IPC handle came for the shm transport")
+    begin(v + 1)
+    expect(bad, lambda: send(rollout_pb2.WeightBucket(version=v + 1, refs=refs, cuda_ipc_copies=[handle])),
+           "cuda_ipc_copies without WeightBucket.cuda_ipc")
     expect(bad, lambda: begin(v + 1, "carrier-pigeon"), "transport must be one of")
     expect(bad, lambda: begin(2**63 - 1), "BeginWeightUpdateRequest.version must be in 1..")  # used to pin it
     after = generate(rollout, probe, temperature=0.0)

@@ -5,7 +5,8 @@
   in 1 MiB buckets (the tiny model is ~11 MiB), and the rollout's log-probs then
   equal a local forward with those weights;
 - the actor service on NCCL ranks (one per GPU) gathers on the device and pushes
-  over cuda_ipc, with log-prob parity;
+  over cuda_ipc, with log-prob parity (on several GPUs each rank shares its own
+  copy and the rollout reads the one on its GPU);
 - a GRPO run on the GPU with the HF rollout and cuda_ipc.
 """
 
