@@ -1,0 +1,43 @@
+"""The tool task's learning recipe (tests/e2e/test_tool_learning.py) with its knobs as arguments: a fresh
+tiny model, SFT on calculator traces for SFT_STEPS, then GRPO_STEPS of multi-turn GRPO with the calculator
+(configs/calculator_grpo.yaml, batch 16) and the held-out greedy gain, in a temporary folder.
+
+    .venv/bin/python bench/tool_recipe.py SFT_STEPS GRPO_STEPS [override ...]
+    .venv/bin/python bench/tool_recipe.py 100 20 actor.lr=1e-4
+"""
+
+import pathlib
+import sys
+import tempfile
+import time
+
+from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
+from meshrl.tiny.models import TinyModelConfig, make_model
+from orchestrator.config import load_config
+from orchestrator.main import run
+from orchestrator.report import gain_line, held_out_gain
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def main():
+    sft_steps, grpo_steps, extra = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+    tmp = pathlib.Path(tempfile.mkdtemp())
+    start = time.time()
+    model = make_model(tmp / "model", TinyModelConfig())
+    data = make_data(tmp / "data", ArithmeticConfig(ops="*", max_operand=99, tool=True))
+    common = ["actor.engine=plain", "actor.world_size=1", "trainer.trace="]
+    sft = run("sft", load_config(str(ROOT / "configs/arithmetic_sft.yaml"), [
+        *common, f"actor.model={model}", f"data.train_files={data['train']}", f"trainer.run_dir={tmp / 'sft'}",
+        f"trainer.total_steps={sft_steps}"]))
+    warm = time.time()
+    grpo = run("grpo", load_config(str(ROOT / "configs/calculator_grpo.yaml"), [
+        *common, f"actor.model={sft / 'hf'}", f"data.train_files={data['train']}", f"data.val_files={data['test']}",
+        f"trainer.run_dir={tmp / 'grpo'}", f"trainer.total_steps={grpo_steps}", f"trainer.val_every={grpo_steps}",
+        "data.train_batch_size=16", *extra]))
+    print(f"SFT {sft_steps} steps, GRPO {grpo_steps} steps {extra}: {gain_line(held_out_gain(grpo))}; "
+          f"SFT {warm - start:.0f} s, GRPO {time.time() - warm:.0f} s; run in {grpo}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
