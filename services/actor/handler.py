@@ -116,15 +116,16 @@ def per_gpu_share(buckets: list) -> Callable:
     into its own reused CUDA buffer and shares it; rank 0 gets every rank's handle, its own first."""
     from meshrl.cuda_ipc import CudaBucket
 
-    staging, group, sent = CudaBucket(max(b.size for b in buckets)), Group(), [0]
+    staging, group, first = CudaBucket(max(b.size for b in buckets)), Group(), True
 
     def share(bucket, tensors: list) -> list:
-        if sent[0]:
+        nonlocal first
+        if not first:
             # rank 0 asks for the next bucket only after the rollout loaded the last (SendWeights returns
             # then): until every rank is past this point, no buffer may be refilled. NCCL all-gathers
             # return before they finish, so the gather above is no such point.
             dist.barrier()
-        sent[0] += 1
+        first = False
         handles = group.gather(staging.fill(tensors, bucket).SerializeToString())
         return [rollout_pb2.CudaIpcHandle.FromString(h) for h in handles] if handles is not None else []
 

@@ -34,10 +34,11 @@ class FSDP1Engine(Engine):
         device_id = self.device  # on CPU too: without it FSDP1 looks for an accelerator and refuses
         module = FSDP(model, auto_wrap_policy=ModuleWrapPolicy(layer_classes(model)), mixed_precision=mp,
                       device_id=device_id, use_orig_params=True)
-        # each unit under its HF prefix, the longest first (a block's names before the root's)
-        units = [(name.replace(WRAPPED, ""), m)
-                 for name, m in module.named_modules() if isinstance(m, FSDP)]
-        self.units = sorted(units, key=lambda u: -len(u[0]))
+        # each unit under its HF prefix, and each name's unit: the longest prefix it has (a block's, else
+        # the root's "")
+        units = sorted(((name.replace(WRAPPED, ""), m) for name, m in module.named_modules() if isinstance(m, FSDP)),
+                       key=lambda u: -len(u[0]))
+        self.unit_of = {n: next((p, m) for p, m in units if not p or n.startswith(p + ".")) for n in self.full_specs}
         return module
 
     def clip_grad_norm(self, max_norm: float) -> float:
@@ -53,13 +54,12 @@ class FSDP1Engine(Engine):
     def gather(self, held: dict[str, torch.Tensor], names: list[str]) -> list[torch.Tensor]:
         """Each unit the names fall in, unsharded alone in turn (collective, the same order on every rank);
         copies of the named tensors, since the unit reshards on leaving."""
-        by_unit: dict[int, list[str]] = {}
+        by_unit: dict[str, list[str]] = {}
         for n in names:
-            i = next(i for i, (prefix, _) in enumerate(self.units) if not prefix or n.startswith(prefix + "."))
-            by_unit.setdefault(i, []).append(n)
+            by_unit.setdefault(self.unit_of[n][0], []).append(n)
         out = {}
-        for i, wanted in by_unit.items():
-            prefix, unit = self.units[i]
+        for prefix, wanted in by_unit.items():
+            unit = self.unit_of[wanted[0]][1]
             with FSDP.summon_full_params(unit, recurse=False, writeback=False):
                 for n in wanted:
                     rel = n[len(prefix) + 1:] if prefix else n
