@@ -10,6 +10,7 @@ reward), the data, the algorithm and the trainer.
 
 import dataclasses
 import pathlib
+import re
 import typing
 
 import yaml
@@ -23,10 +24,30 @@ from services.actor.config import LR_SCHEDULES
 LOGGERS = ("console", "tensorboard", "wandb", "mlflow")
 
 
+class NumbersLoader(yaml.SafeLoader):
+    """YAML as users write numbers: PyYAML follows YAML 1.1, where `1e-5` (no dot) is a string; YAML 1.2,
+    JSON and Python read it as a float, and so do verl's configs (OmegaConf). Everything else is SafeLoader."""
+
+
+NumbersLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                   |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                   |\.[0-9_]+(?:[eE][-+][0-9]+)?
+                   |[-+]?\.(?:inf|Inf|INF)
+                   |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
+def read_yaml(text: str):
+    return yaml.load(text, Loader=NumbersLoader)
+
+
 @dataclasses.dataclass
 class DataSection:
     train_files: str = ""  # parquet in verl's schema
     val_files: str = ""  # held-out parquet, same schema; empty: no validation
+    prompt_key: str = "prompt"  # the column holding each prompt: chat messages, or a string (one user message)
     max_prompt_length: int = 0  # prompt tokens (chat template applied); longer prompts are dropped and
     #   counted; 0: whatever fits rollout.max_model_len - rollout.max_new_tokens
     train_batch_size: int = 16  # prompts per step (each sampled rollout.n times)
@@ -276,12 +297,7 @@ def apply_override(raw: dict, override: str) -> None:
     hints = typing.get_type_hints(SECTIONS[section])
     if name not in hints:
         raise ValueError(f"override {override!r}: unknown key {section}.{name}; known: {sorted(hints)}")
-    value = yaml.safe_load(text) if text.strip() else ""
-    if hints[name] is float and isinstance(value, str):
-        try:
-            value = float(value)  # YAML 1.1 reads "1e-5" as a string
-        except ValueError:
-            pass
+    value = read_yaml(text) if text.strip() else ""
     if hints[name] is str and not isinstance(value, str) and value is not None:
         value = text.strip()  # model=123 is a path, not a number
     raw.setdefault(section, {})
@@ -296,7 +312,7 @@ def load_config(path: str | None, overrides: list[str] = ()) -> Config:
         file = pathlib.Path(path)
         if not file.is_file():
             raise ValueError(f"config file {path} not found")
-        raw = yaml.safe_load(file.read_text()) or {}
+        raw = read_yaml(file.read_text()) or {}
     for o in overrides:
         apply_override(raw, o)
     return from_dict(raw)

@@ -1,7 +1,8 @@
 """Prompts for the algorithm loops: verl-schema parquet in, left-padded DataProto batches out.
 
-Each row's `prompt` (chat messages) is rendered with the tokenizer's chat
-template; rows whose prompt exceeds max_prompt_length tokens are dropped and
+Each row's prompt (the `prompt` column, or the one data.prompt_key names: chat
+messages, or a plain string, which is one user message) is rendered with the
+tokenizer's chat template; anything else stops the run naming the row; rows whose prompt exceeds max_prompt_length tokens are dropped and
 counted. The sampler walks the rows in a seeded order, epoch after epoch, and
 its position is part of a checkpoint, so a resumed run sees the same batches.
 """
@@ -14,6 +15,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from meshrl.chat import as_messages, render
 from meshrl.dataproto import DataProto
 
 log = logging.getLogger(__name__)
@@ -43,12 +45,14 @@ class PromptDataset:
             raise ValueError(f"data file(s) not found: {missing}")
         frame = pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
         if prompt_key not in frame.columns:
-            raise ValueError(f"column {prompt_key!r} is missing from {paths}; columns: {list(frame.columns)}")
+            raise ValueError(f"{key}: column {prompt_key!r} is missing from {paths} (data.prompt_key names the "
+                             f"prompt column); columns: {list(frame.columns)}")
         self.rows, self.prompt_ids = [], []
         lengths = []
-        for record in frame.to_dict("records"):
-            messages = _plain(record[prompt_key])
-            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        for number, record in enumerate(frame.to_dict("records")):
+            where = f"{key} row {number} ({prompt_key!r})"
+            messages = as_messages(_plain(record[prompt_key]), where)
+            text = render(tokenizer, messages, where)
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
             lengths.append(len(ids))
             if len(ids) > max_prompt_length:
@@ -150,5 +154,5 @@ def prepare_run(cfg) -> tuple[pathlib.Path, object, PromptDataset, Sampler]:
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
     tokenizer = AutoTokenizer.from_pretrained(cfg.actor.model)
-    data = PromptDataset(cfg.data.train_files, tokenizer, prompt_limit(cfg))
+    data = PromptDataset(cfg.data.train_files, tokenizer, prompt_limit(cfg), cfg.data.prompt_key)
     return run_dir, tokenizer, data, Sampler(len(data), cfg.data.train_batch_size, cfg.trainer.seed, cfg.data.shuffle)

@@ -249,7 +249,8 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
         run_dir, tokenizer, data, sampler = prepare_run(cfg)
         val = None
         if cfg.data.val_files and "rollout" in roles:
-            val = PromptDataset(cfg.data.val_files, tokenizer, prompt_limit(cfg), key="data.val_files")
+            val = PromptDataset(cfg.data.val_files, tokenizer, prompt_limit(cfg), cfg.data.prompt_key,
+                                key="data.val_files")
         torch.manual_seed(cfg.trainer.seed)
         mesh = start_mesh(cfg, services, roles)
         mesh.tokenizer = tokenizer

@@ -1,16 +1,18 @@
 """Prompts in, verl's rollout layout out.
 
 In: input_ids + attention_mask (left padded), or a `prompt` column of chat
-messages rendered with the tokenizer's chat template. Out, n rows per prompt
-(adjacent): prompts (left padded), responses (right padded), input_ids,
-attention_mask, position_ids, response_mask, rollout_logprobs; the input's
-columns repeated; response_text and finish_reason columns.
+messages (a plain string is one user message) rendered with the tokenizer's
+chat template. Out, n rows per prompt (adjacent): prompts (left padded),
+responses (right padded), input_ids, attention_mask, position_ids,
+response_mask, rollout_logprobs; the input's columns repeated; response_text
+and finish_reason columns.
 """
 
 import torch
 
 from meshrl.dataproto import DataProto
 from meshrl.layout import rollout_tensors
+from meshrl.chat import as_messages, render
 from meshrl.errors import InvalidArgument
 from services.rollout.sampling import Completion
 
@@ -32,14 +34,11 @@ def read_prompts(data: DataProto, tokenizer, max_model_len: int, max_new_tokens:
         prompts = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
     elif "prompt" in data.non_tensor_batch:
         prompts = []
-        for i, messages in enumerate(data.non_tensor_batch["prompt"]):
-            if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-                raise InvalidArgument(f"row {i}: prompt must be a list of chat messages ({{role, content}})")
+        for i, prompt in enumerate(data.non_tensor_batch["prompt"]):
             try:
-                text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            except Exception as e:  # noqa: BLE001 - the template is the model's, the messages the caller's
-                raise InvalidArgument(f"row {i}: the chat template cannot render this prompt: "
-                                      f"{type(e).__name__}: {e}") from None
+                text = render(tokenizer, as_messages(prompt, f"row {i}"), f"row {i}")
+            except ValueError as e:
+                raise InvalidArgument(str(e)) from None
             prompts.append(tokenizer(text, add_special_tokens=False)["input_ids"])
     else:
         raise InvalidArgument("Generate needs input_ids + attention_mask tensors or a 'prompt' column of chat messages")

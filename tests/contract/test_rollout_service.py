@@ -101,10 +101,19 @@ def test_a_prompt_sampled_n_times_runs_once_with_the_same_results(rollout, tiny_
     (DataProto({"input_ids": torch.zeros(2, 3, dtype=torch.long), "attention_mask": torch.tensor([[1, 1, 1], [0, 0, 0]])}),
      {}, "row 1: empty prompt"),
     (DataProto(non_tensor_batch={"text": ["hi"]}), {}, "needs input_ids + attention_mask"),
-    (DataProto(non_tensor_batch={"prompt": ["hi"]}), {}, "row 0: prompt must be a list of chat messages"),
+    (DataProto(non_tensor_batch={"prompt": [5]}), {}, "row 0: a prompt is a string or a non-empty list"),
+    (DataProto(non_tensor_batch={"prompt": [[{"content": "hi"}]]}), {}, "row 0: message 0 must be a mapping"),
 ])
 def test_bad_generate_requests(rollout, data, sampling, match):
     expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: generate(rollout, data, **sampling), match)
+
+
+def test_a_string_prompt_is_one_user_message(rollout):
+    """OpenRLHF/TRL data hold prompts as text: the model gets that text as a user turn, not its characters
+    as messages (a chat template iterates over whatever it is given)."""
+    as_text = generate(rollout, DataProto(non_tensor_batch={"prompt": ["3+4="]}), temperature=0.0).data
+    as_chat = generate(rollout, chats("3+4="), temperature=0.0).data
+    assert torch.equal(as_text.batch["prompts"], as_chat.batch["prompts"])
 
 
 def current_weights(tiny_lm, scale=1.0):

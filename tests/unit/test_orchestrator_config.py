@@ -15,6 +15,16 @@ def test_defaults_yaml_and_overrides(tmp_path):
     assert cfg.data.train_files == "123" and cfg.critic.clip_range_value == 0.5  # untouched default
 
 
+def test_yaml_reads_numbers_as_users_write_them(tmp_path):
+    """YAML 1.1 (PyYAML) reads 1e-5 as a string; verl users write it in every config."""
+    f = tmp_path / "run.yaml"
+    f.write_text("actor:\n  lr: 1e-5\n  weight_decay: 1E2\n  min_lr_ratio: .5\ncritic:\n  lr: +3e-6\n")
+    cfg = load_config(str(f), ["rollout.temperature=7e-1"])
+    assert (cfg.actor.lr, cfg.actor.weight_decay, cfg.actor.min_lr_ratio) == (1e-5, 100.0, 0.5)
+    assert cfg.critic.lr == 3e-6 and cfg.rollout.temperature == 0.7
+    assert load_config(None, ["actor.model=1e5"]).actor.model == "1e5"  # a str field keeps the text
+
+
 @pytest.mark.parametrize("text,overrides,match", [
     ("actr:\n  lr: 1\n", [], r"unknown config section\(s\) \['actr'\]"),
     ("actor:\n  learning_rate: 1\n", [], r"actor: unknown key\(s\) \['learning_rate'\]"),

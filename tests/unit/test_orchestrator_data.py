@@ -5,6 +5,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from meshrl.chat import as_messages
 from orchestrator.data import PromptDataset, Sampler
 
 
@@ -61,3 +62,42 @@ def test_sampler_is_seeded_covers_each_epoch_and_resumes():
     assert [again.next() for _ in range(5)] == nxt
     with pytest.raises(ValueError, match="batch_size must be in 1..10"):
         Sampler(10, 11, seed=0)
+
+
+def test_string_prompts_are_one_user_message(arithmetic_data, tokenizer, tmp_path):
+    """OpenRLHF/TRL-style text prompts (here under data.prompt_key's name) render as a user turn, exactly as
+    the same prompt given as chat messages; the rows keep them as messages for the sample log."""
+    frame = pd.read_parquet(arithmetic_data["test"]).head(4)
+    frame["question"] = [p[-1]["content"] for p in frame["prompt"]]
+    path = tmp_path / "text.parquet"
+    frame.drop(columns=["prompt"]).to_parquet(path)
+    as_text = PromptDataset(str(path), tokenizer, 64, prompt_key="question")
+    as_chat = PromptDataset(arithmetic_data["test"], tokenizer, 64)
+    assert as_text.prompt_ids == as_chat.prompt_ids[:4]
+    assert as_text.rows[0]["prompt"] == [{"role": "user", "content": frame["question"][0]}]
+    with pytest.raises(ValueError, match="column 'prompt' is missing .*data.prompt_key"):
+        PromptDataset(str(path), tokenizer, 64)
+
+
+@pytest.mark.parametrize("bad,match", [
+    ([{"role": None, "content": "1+1="}], r"message 0 must be a mapping with 'role'"),
+    ([{"role": "robot", "content": "1+1="}], r"message 0 has role 'robot'"),
+])
+def test_a_prompt_the_template_cannot_take_names_its_row(arithmetic_data, tokenizer, tmp_path, bad, match):
+    frame = pd.read_parquet(arithmetic_data["test"]).head(4)
+    frame["prompt"] = [bad if i == 2 else list(p) for i, p in enumerate(frame["prompt"])]
+    path = tmp_path / "bad.parquet"
+    frame.to_parquet(path)
+    with pytest.raises(ValueError, match=r"data.train_files row 2 \('prompt'\): " + match):
+        PromptDataset(str(path), tokenizer, 64)
+
+
+@pytest.mark.parametrize("bad,match", [
+    (7, "a prompt is a string or a non-empty list of chat messages"), ([], "a prompt is a string or a non-empty list"),
+    ("", "the prompt is an empty string"), ([{"role": "user", "content": 5}], "message 0's content must be text"),
+    (["1+1="], "message 0 must be a mapping"),
+])
+def test_as_messages_refuses_what_no_template_renders(bad, match):
+    with pytest.raises(ValueError, match=r"^here: " + match):
+        as_messages(bad, "here")
+    assert as_messages("1+1=", "here") == [{"role": "user", "content": "1+1="}]

@@ -1,0 +1,38 @@
+"""What a prompt may be, checked once for every side that renders one with a chat template.
+
+A prompt is a list of chat messages ({role, content}) as verl's parquet holds
+them, or a plain string as OpenRLHF and TRL data hold it, which is one user
+message. Anything else is refused with the row named: a chat template iterates
+over whatever it is given, so a string passed as messages renders as garbage
+without an error.
+"""
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def as_messages(prompt, where: str) -> list[dict]:
+    """The prompt as chat messages; ValueError naming `where` (e.g. "data.train_files row 3") otherwise."""
+    if isinstance(prompt, str):
+        if not prompt:
+            raise ValueError(f"{where}: the prompt is an empty string")
+        return [{"role": "user", "content": prompt}]
+    if not isinstance(prompt, (list, tuple)) or not prompt:
+        raise ValueError(f"{where}: a prompt is a string or a non-empty list of chat messages "
+                         f"({{role, content}}), got {type(prompt).__name__}")
+    for i, m in enumerate(prompt):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) \
+                or "content" not in m and "tool_calls" not in m:
+            raise ValueError(f"{where}: message {i} must be a mapping with 'role' and 'content', got {m!r:.80}")
+        if m["role"] not in ROLES:
+            raise ValueError(f"{where}: message {i} has role {m['role']!r}; known: {list(ROLES)}")
+        if m.get("content") is not None and not isinstance(m["content"], (str, list)):
+            raise ValueError(f"{where}: message {i}'s content must be text, got {type(m['content']).__name__}")
+    return list(prompt)
+
+
+def render(tokenizer, messages: list[dict], where: str) -> str:
+    """The prompt text the model is sent: the tokenizer's chat template with the generation prompt."""
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception as e:  # noqa: BLE001 - the template is the model's, the messages the caller's
+        raise ValueError(f"{where}: the chat template cannot render this prompt: {type(e).__name__}: {e}") from None
