@@ -5,8 +5,11 @@
         log.write(step, metrics, correct) # ... and val.jsonl: which held-out problems were answered right
         log.write_samples(step, rows)     # samples.jsonl always: prompt, response, score, extras
 
-metrics.jsonl, val.jsonl and samples.jsonl are appended (a resumed run continues them).
-TensorBoard gets scalars and a text table of the samples; Weights & Biases
+metrics.jsonl, val.jsonl and samples.jsonl are appended (a resumed run continues them). Every step is
+logged once: a run that goes back to a checkpoint (in-run recovery, or trainer.resume) first drops what
+was logged after it from the files, starts TensorBoard's events again there (purge_step), and does not
+send W&B and MLflow, which cannot take points back, a step they already have (the redone step's values
+match the first reading in a deterministic run; the files keep the redone ones). TensorBoard gets scalars and a text table of the samples; Weights & Biases
 and MLflow get the same through their own clients. Both run offline by
 default, writing under the run folder (run_dir/wandb, run_dir/mlruns); their
 usual environment variables (WANDB_MODE, WANDB_PROJECT, MLFLOW_TRACKING_URI)
@@ -46,10 +49,19 @@ def samples_markdown(rows: list[dict]) -> str:
 
 
 class TensorBoardSink:
-    def __init__(self, run_dir: pathlib.Path, config: dict, name: str):
+    can_purge = True  # TensorBoard hides events at and after a purge step written later
+
+    def __init__(self, run_dir: pathlib.Path, config: dict, name: str, purge_step: int | None = None):
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(str(run_dir / "tensorboard"))
+        self.folder = str(run_dir / "tensorboard")
+        self.writer = SummaryWriter(self.folder, purge_step=purge_step)
+
+    def purge_after(self, step: int) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer.close()
+        self.writer = SummaryWriter(self.folder, purge_step=step + 1)
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
         for k, v in values.items():
@@ -65,7 +77,9 @@ class TensorBoardSink:
 
 
 class WandbSink:
-    def __init__(self, run_dir: pathlib.Path, config: dict, name: str):
+    can_purge = False
+
+    def __init__(self, run_dir: pathlib.Path, config: dict, name: str, purge_step: int | None = None):
         import wandb
 
         # resume="allow" with the folder's own id: a resumed run continues the same W&B run
@@ -89,7 +103,9 @@ class WandbSink:
 
 
 class MlflowSink:
-    def __init__(self, run_dir: pathlib.Path, config: dict, name: str):
+    can_purge = False
+
+    def __init__(self, run_dir: pathlib.Path, config: dict, name: str, purge_step: int | None = None):
         import mlflow
 
         self.mlflow = mlflow
@@ -131,13 +147,24 @@ def flatten(tree: dict, prefix: str = "") -> dict:
 
 
 class RunLog:
+    """`after`: this run goes on from step `after` (a resume; -1: a fresh run in this folder), so what the
+    folder logged past it is dropped first; None: append to whatever is there."""
+
     def __init__(self, run_dir: pathlib.Path, loggers: list[str] = ("tensorboard",), config: dict | None = None,
-                 name: str = "run"):
+                 name: str = "run", after: int | None = None):
         self.run_dir = run_dir
+        self.logged_through = -1  # the sinks that cannot take points back already have steps up to this
+        purge = None
+        if after is not None:
+            self.logged_through = self._drop_after(after)
+            purge = after + 1 if self.logged_through > after else None
         self.file = open(run_dir / "metrics.jsonl", "a")
         self.samples_file = open(run_dir / "samples.jsonl", "a")
         # preflight.check has made sure the packages the loggers need are installed
-        self.sinks = [SINKS[key](run_dir, config or {}, name) for key in loggers if key in SINKS]
+        self.sinks = [SINKS[key](run_dir, config or {}, name, purge) for key in loggers if key in SINKS]
+
+    def _sinks_for(self, step: int) -> list:
+        return [s for s in self.sinks if s.can_purge or step > self.logged_through]
 
     def write(self, step: int, metrics: dict, correct: list[bool] | None = None) -> None:
         self.file.write(json.dumps({"step": step, **metrics}) + "\n")
@@ -146,22 +173,32 @@ class RunLog:
             with open(self.run_dir / "val.jsonl", "a") as f:  # of two steps needs no more (report.py)
                 f.write(json.dumps({"step": step, "correct": "".join("01"[c] for c in correct)}) + "\n")
         values = scalars(metrics)
-        for sink in self.sinks:
+        for sink in self._sinks_for(step):
             sink.metrics(step, values)
 
-    def forget_after(self, step: int) -> None:
-        """Drop what was logged for steps after `step` (a run going back to its checkpoint redoes them),
-        so that every step is in metrics.jsonl, val.jsonl and samples.jsonl once."""
-        self.file.close()
-        self.samples_file.close()
+    def _drop_after(self, step: int) -> int:
+        """Drop the lines of steps after `step` from the jsonl files; the last step they held (-1: none)."""
+        last = -1
         for name in ("metrics.jsonl", "val.jsonl", "samples.jsonl"):
             path = self.run_dir / name
             if path.is_file():
-                keep = [line for line in path.read_text().splitlines(keepends=True)
-                        if json.loads(line)["step"] <= step]
-                path.write_text("".join(keep))
+                lines = path.read_text().splitlines(keepends=True)
+                steps = [json.loads(line)["step"] for line in lines]
+                last = max([last, *steps])
+                path.write_text("".join(line for line, s in zip(lines, steps) if s <= step))
+        return last
+
+    def forget_after(self, step: int) -> None:
+        """Drop what was logged for steps after `step` (a run going back to its checkpoint redoes them),
+        so that every step is logged once."""
+        self.file.close()
+        self.samples_file.close()
+        self.logged_through = max(self.logged_through, self._drop_after(step))
         self.file = open(self.run_dir / "metrics.jsonl", "a")
         self.samples_file = open(self.run_dir / "samples.jsonl", "a")
+        for sink in self.sinks:
+            if sink.can_purge:
+                sink.purge_after(step)
 
     def write_samples(self, step: int, rows: list[dict]) -> None:
         if not rows:
@@ -170,7 +207,7 @@ class RunLog:
         for r in rows:
             self.samples_file.write(json.dumps({"step": step, **r}) + "\n")
         self.samples_file.flush()
-        for sink in self.sinks:
+        for sink in self._sinks_for(step):
             sink.samples(step, rows)
 
     def close(self) -> None:

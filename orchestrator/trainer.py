@@ -257,7 +257,10 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
         first = resume(run_dir, mesh, algorithm, sampler) + 1 if cfg.trainer.resume else 1
         done = first - 1
         total = cfg.trainer.total_steps
-        with RunLog(run_dir, cfg.trainer.logger, dataclasses.asdict(cfg), algorithm.name) as metrics_log, \
+        # every step is logged once: what the folder holds past where this run starts is dropped (a fresh
+        # run starts with validation at step 0, so it keeps nothing)
+        with RunLog(run_dir, cfg.trainer.logger, dataclasses.asdict(cfg), algorithm.name,
+                    after=first - 1 if first > 1 else -1) as metrics_log, \
                 tqdm(total=total, initial=first - 1, desc=algorithm.name, unit="step",
                      disable="console" not in cfg.trainer.logger) as bar:
             if val is not None and first == 1:

@@ -89,3 +89,36 @@ def test_run_log_writes_jsonl_tensorboard_wandb_and_mlflow_offline(tmp_path, mon
         run_id, "critic/score/mean")
     assert [(m.step, m.value) for m in history] == [(1, 0.5), (2, 1.0)]
     assert list((tmp_path / "mlruns").rglob("samples/step_000002.json"))
+
+
+def test_a_resumed_run_logs_each_step_once_everywhere(tmp_path, monkeypatch):
+    """A run cut after step 3 resumes from its step-1 checkpoint and redoes steps 2 and 3: the files hold
+    each step once (the redone values), TensorBoard purges the old points, MLflow keeps one point per step."""
+    for var in ("WANDB_MODE", "WANDB_PROJECT", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME"):
+        monkeypatch.delenv(var, raising=False)
+    loggers = ["tensorboard", "mlflow"]
+    with RunLog(tmp_path, loggers, {}, "grpo", after=-1) as log:
+        for step in range(4):
+            log.write(step, {"critic/score/mean": float(step)}, [True] if step == 0 else None)
+            log.write_samples(step, [{"prompt": "p", "response": "r"}])
+    with RunLog(tmp_path, loggers, {}, "grpo", after=1) as log:
+        for step in (2, 3):
+            log.write(step, {"critic/score/mean": 10.0 + step})
+            log.write_samples(step, [{"prompt": "p", "response": "again"}])
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(m["step"], m["critic/score/mean"]) for m in metrics] == [(0, 0.0), (1, 1.0), (2, 12.0), (3, 13.0)]
+    samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert [(s["step"], s["response"]) for s in samples] == [(0, "r"), (1, "r"), (2, "again"), (3, "again")]
+    import mlflow
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_id = (tmp_path / "mlruns_run_id").read_text()
+    history = mlflow.MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri()).get_metric_history(
+        run_id, "critic/score/mean")
+    assert sorted(m.step for m in history) == [0, 1, 2, 3]
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("critic/score/mean")] == [(0, 0), (1, 1), (2, 12), (3, 13)]
+    with RunLog(tmp_path, [], after=-1):  # a fresh run in the same folder starts the files afresh
+        pass
+    assert (tmp_path / "metrics.jsonl").read_text() == "" and not (tmp_path / "val.jsonl").read_text()
