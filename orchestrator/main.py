@@ -45,6 +45,9 @@ def main(argv: list[str], runner=run, prog: str = "meshrl") -> int:
     algorithm, cfg = parse(argv, prog)
     try:
         run_dir = runner(algorithm, cfg)
+    except trainer.RunInterrupted as e:
+        print(f"{prog} {algorithm}: {e}", file=sys.stderr)
+        return 130  # as a shell reports a command ended by SIGINT
     except (ValueError, FileNotFoundError, RuntimeError, ServiceError) as e:
         # what went wrong, in one line; the services' own logs hold their details
         print(f"{prog} {algorithm}: error: {e}", file=sys.stderr)

@@ -27,9 +27,11 @@ DESCRIPTORS = {
 
 
 def spawn(serve_args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
-    """`meshrl serve ...` as a child that dies with this process (meshrl.lifeline)."""
+    """`meshrl serve ...` as a child that dies with this process (meshrl.lifeline). It runs in a session of
+    its own: Ctrl-C in the terminal interrupts the orchestrator alone, which then stops its services in
+    order, rather than every service dying under a call in flight and the run blaming the first it called."""
     return subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", *serve_args],
-                            stdout=subprocess.PIPE, text=True, env=child_env(env))
+                            stdout=subprocess.PIPE, text=True, env=child_env(env), start_new_session=True)
 
 
 def launch(serve_args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:

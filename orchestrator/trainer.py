@@ -35,7 +35,7 @@ from orchestrator.recovery import StepFailed, recover, snapshot
 from orchestrator.report import finish_report, standard_error
 from orchestrator.services import Services
 
-__all__ = ["Algorithm", "StepFailed", "Timer", "run", "sample_and_score", "score_metrics"]
+__all__ = ["Algorithm", "RunInterrupted", "StepFailed", "Timer", "run", "sample_and_score", "score_metrics"]
 
 log = logging.getLogger(__name__)
 BAR_KEYS = {"critic/score/mean": "score", "critic/acc/mean": "acc", "actor/sft_loss": "loss",
@@ -229,6 +229,15 @@ def one_step(cfg: Config, mesh: Mesh, algorithm: Algorithm, number: int, data, b
     return metrics
 
 
+class RunInterrupted(Exception):
+    """Ctrl-C (SIGINT): the run stopped where it was, its services stopped after it."""
+
+
+def resume_hint(run_dir: pathlib.Path, done: int) -> str:
+    return (f"the last checkpoint is step {done} in {run_dir / 'checkpoints'}{'' if done else ' (none yet)'}: "
+            "rerun with trainer.resume=true to continue")
+
+
 def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     """Train; returns the run folder (config.yaml, metrics.jsonl, tensorboard/, checkpoints/, hf,
     curves.png, summary.md)."""
@@ -241,6 +250,7 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     telemetry.setup("meshrl-orchestrator")
     services = Services()
     done, token_made, mesh = 0, False, None
+    run_dir = pathlib.Path(cfg.trainer.run_dir)
     try:
         ours = wanted(cfg, roles)
         if not any(address for address, _ in ours.values()):
@@ -304,8 +314,11 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
         if table:
             print(f"\n{algorithm.name} run {run_dir}:\n{table}")
     except StepFailed as e:
-        raise StepFailed(f"{e}; the last checkpoint is step {done} in {run_dir / 'checkpoints'}"
-                         f"{'' if done else ' (none yet)'}: rerun with trainer.resume=true to continue") from None
+        raise StepFailed(f"{e}; {resume_hint(run_dir, done)}") from None
+    except KeyboardInterrupt:  # the services run in sessions of their own: they are still up, and stop below
+        if (run_dir / "metrics.jsonl").is_file():
+            finish_report(run_dir)  # the curves so far
+        raise RunInterrupted(f"interrupted by the user; {resume_hint(run_dir, done)}") from None
     finally:
         if mesh is not None and mesh.producer is not None:
             mesh.producer.stop()

@@ -1,5 +1,6 @@
 """A killed orchestrator takes its services with it: kill -9 mid-run leaves no actor, rank, rollout,
-reward service or worker behind (meshrl.lifeline)."""
+reward service or worker behind (meshrl.lifeline); Ctrl-C is reported as an interrupt, with the resume
+hint, and the services stop after the orchestrator."""
 
 import os
 import signal
@@ -8,6 +9,43 @@ import sys
 import time
 
 import psutil
+
+
+def wait_for_step_one(orchestrator, run):
+    deadline = time.time() + 240
+    while not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").read_text().strip():
+        assert orchestrator.poll() is None and time.time() < deadline, "the run did not reach step 1"
+        time.sleep(0.5)
+
+
+def test_ctrl_c_is_an_interrupt_not_a_service_failure(tiny_lm, arithmetic_data, tmp_path):
+    """The terminal sends SIGINT to its whole foreground process group; the services must not be in it (they
+    died first, and the run reported "RewardService.Score ... Connection refused")."""
+    run = tmp_path / "run"
+    orchestrator = subprocess.Popen(  # its own group, standing for the terminal's foreground group
+        [sys.executable, "-m", "meshrl.cli", "grpo", f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}",
+         f"trainer.run_dir={run}", "trainer.total_steps=1000", "trainer.val_every=0", "trainer.logger=[console]",
+         "trainer.trace=", "rollout.backend=hf", "reward.workers=1", "data.train_batch_size=4", "rollout.n=2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    family = []
+    try:
+        wait_for_step_one(orchestrator, run)
+        family = psutil.Process(orchestrator.pid).children(recursive=True)
+        os.killpg(orchestrator.pid, signal.SIGINT)
+        _, err = orchestrator.communicate(timeout=120)
+        last = err.strip().splitlines()[-1]
+        assert orchestrator.returncode == 130, err[-3000:]
+        assert "interrupted by the user" in last and "trainer.resume=true" in last, last
+        assert "Connection refused" not in err and "error" not in last, err[-3000:]
+        assert not psutil.wait_procs(family, timeout=60)[1]  # and the services stopped after it
+    finally:
+        if orchestrator.poll() is None:
+            orchestrator.kill()
+        for p in family:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
 
 
 def test_services_die_with_a_killed_orchestrator(tiny_lm, arithmetic_data, tmp_path):
@@ -19,10 +57,7 @@ def test_services_die_with_a_killed_orchestrator(tiny_lm, arithmetic_data, tmp_p
          "rollout.n=2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     family = []
     try:
-        deadline = time.time() + 240
-        while not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").read_text().strip():
-            assert orchestrator.poll() is None and time.time() < deadline, "the run did not reach step 1"
-            time.sleep(0.5)
+        wait_for_step_one(orchestrator, run)
         family = psutil.Process(orchestrator.pid).children(recursive=True)
         names = " ".join(" ".join(p.cmdline()[3:5]) for p in family)
         assert len(family) >= 4 and "serve actor" in names and "serve rollout" in names, names  # + rank 1, reward
