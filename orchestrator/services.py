@@ -55,6 +55,8 @@ class Services:
         self.clients: dict[str, Client] = {}
         self.spawned: dict[str, subprocess.Popen] = {}  # started, not yet waited for
         self.ours: dict[str, tuple[subprocess.Popen, list[str]]] = {}  # started here and ready: (process, args)
+        self.given_token: str | None = None  # the token for services given by address ("": none; None: the
+        #   environment's, as for ours)
 
     def start(self, name: str, address: str, serve_args: list[str], timeout: float = 600) -> Client:
         """Use the service at `address`, or start `meshrl serve <serve_args>` and use that."""
@@ -85,7 +87,8 @@ class Services:
             self.ours[name] = (proc, serve_args)
         # One retry for a child on loopback: UNAVAILABLE there means it died, and restarting it (trainer.recover)
         # beats 1.4 s of backoff; a service given by address keeps the client's three, for a flaky network.
-        client = Client(address, DESCRIPTORS[name], timeout=timeout, retries=1 if proc is not None else 3)
+        client = Client(address, DESCRIPTORS[name], timeout=timeout, retries=1 if proc is not None else 3,
+                        token=None if proc is not None else self.given_token)
         try:
             client.wait_ready(60)
         except TimeoutError as e:

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from meshrl import telemetry
 from meshrl.errors import ServiceError
-from meshrl.rpc.token import forget_run_token, run_token
+from meshrl.rpc.token import PEER_VAR, forget_run_token, run_token
 from orchestrator import chunks, multi_turn, pipeline, preflight
 from orchestrator.checkpoints import link_final_model, resume, save
 from orchestrator.config import Config
@@ -253,8 +253,14 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     run_dir = pathlib.Path(cfg.trainer.run_dir)
     try:
         ours = wanted(cfg, roles)
-        if not any(address for address, _ in ours.values()):
-            token_made = run_token()  # every service is ours: none answers a caller without the run's token
+        token_made = run_token()  # the services this run starts answer no caller without the run's token
+        given = {role for role, (address, _) in ours.items() if address}
+        if token_made and given:  # ... which services given by address are never sent (meshrl.rpc.token)
+            services.given_token = ""
+            if "rollout" in given:
+                os.environ[PEER_VAR] = ""  # the actor's weight push to it
+            log.info("%s given by address: called without a token (set MESHRL_TOKEN to share one with them)",
+                     ", ".join(sorted(given)))
         services.spawn_all(ours)  # they start while this process reads the data
         run_dir, tokenizer, data, sampler = prepare_run(cfg)
         val = None

@@ -4,15 +4,18 @@ is readable by every user of the machine).
 MESHRL_TOKEN holds the token, or MESHRL_TOKEN_FILE names a file holding it. Servers require it and
 clients send it when it is set; the services an orchestrator starts inherit its environment, so one
 export covers a whole run (orchestrator, services, the actor's weight push, `meshrl health`).
-Where neither is set and a run starts every service itself, it makes a token of its own (run_token):
-an anonymous caller on the same machine then cannot train, checkpoint or push weights.
+Where neither is set, a run makes a token of its own for the services it starts (run_token): an
+anonymous caller on the same machine then cannot train, checkpoint or push weights. A token the run
+made is never sent to a service given by address (that would hand a stranger the keys to the run's own
+services): those are called without one (MESHRL_PEER_TOKEN="" tells the actor so for its weight push),
+unless the user sets MESHRL_TOKEN, which then covers every service.
 """
 
 import os
 import pathlib
 import secrets
 
-VAR, FILE_VAR = "MESHRL_TOKEN", "MESHRL_TOKEN_FILE"
+VAR, FILE_VAR, PEER_VAR = "MESHRL_TOKEN", "MESHRL_TOKEN_FILE", "MESHRL_PEER_TOKEN"
 
 
 def env_token() -> str | None:
@@ -31,6 +34,13 @@ def env_token() -> str | None:
     return token
 
 
+def peer_token() -> str | None:
+    """The token a service sends on its own calls to other services (the actor's weight push):
+    MESHRL_PEER_TOKEN when set ("" sends none), else the service's own."""
+    peer = os.environ.get(PEER_VAR)
+    return peer if peer is not None else env_token()
+
+
 def run_token() -> bool:
     """A random token in this process's environment (which the services it starts inherit; only its own
     user can read /proc/PID/environ) unless one is set; True when it made one (drop it with
@@ -43,3 +53,4 @@ def run_token() -> bool:
 
 def forget_run_token() -> None:
     os.environ.pop(VAR, None)
+    os.environ.pop(PEER_VAR, None)
