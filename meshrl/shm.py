@@ -3,16 +3,48 @@
 Reusing one segment is ~10x faster than a fresh one per update (fresh pages must
 be faulted in; shared NOTES), so a writer keeps its segment and only grows it.
 Tensors are views into the mapping; no pickle, no copy on the reading side.
+
+Who may write where (the weight push): the rollout creates and owns its staging
+segment, and the actor writes into the segment the rollout's BeginWeightUpdate
+reply names. A name from the wire is not trusted: an actor once wrote 11.8 MB
+into whatever /dev/shm file a rollout named. So the owner `seal`s its segment at
+each update: the segment's last SEAL_BYTES hold a magic and a fresh random nonce,
+and the reply carries the nonce (WeightUpdateStatus.shm_nonce). The writer
+(`open_sealed`) writes only into a segment that
+- is named like ours (WEIGHT_SEGMENT: meshrl-rollout-PID-12 hex digits),
+- is a regular file directly in /dev/shm, owned by this user, with one link, not
+  reached through a symlink (O_NOFOLLOW; checked with fstat on the open file, and
+  that same file is what gets mapped, so nothing can be swapped in between),
+- holds the nonce of this update: proof that it was made (or re-stamped) for this
+  push. A caller of another user cannot read a segment's nonce (mode 0600), so it
+  cannot point us at a live segment of another run; one of the same user could
+  write anywhere anyway.
+The other design, the actor creating the segment and naming it to the rollout,
+would move the same question to the rollout's side (a rollout reading whatever
+file an actor names into its weights) and need a second staging segment for the
+stream transport; sealing keeps one segment, owned by the side that keeps it
+across updates. The seal sits at the end, not the start, so every reader's offsets
+(refs count from byte 0) stay as they are.
 """
 
+import errno
+import hmac
 import mmap
 import os
 import pathlib
+import re
+import secrets
+import stat
 import uuid
 
 import torch
 
 SHM_DIR = pathlib.Path("/dev/shm")
+WEIGHT_PREFIX = "meshrl-rollout"  # the weight-staging segments a rollout creates (Segment.create names them)
+WEIGHT_SEGMENT = re.compile(rf"{WEIGHT_PREFIX}-[0-9]+-[0-9a-f]{{12}}")
+SEAL_BYTES = 64  # at the end of a weight segment: SEAL_MAGIC, the nonce, zeros
+SEAL_MAGIC = b"meshrl-seal-v1\0\0"
+NONCE_BYTES = 32
 
 
 class Segment:
@@ -32,9 +64,7 @@ class Segment:
             if size is not None and os.fstat(fd).st_size < size:
                 os.ftruncate(fd, size)
             self.size = os.fstat(fd).st_size
-            # MAP_POPULATE maps every page now, in one call, instead of one fault per 4 KiB page later
-            self.map = mmap.mmap(fd, self.size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)) \
-                if self.size else None
+            self.map = _map(fd, self.size)
         except BaseException:
             if created:  # a segment that could not be sized or mapped is not left in /dev/shm
                 self.path.unlink(missing_ok=True)
@@ -47,6 +77,13 @@ class Segment:
         """A new segment named after its creator's process id: what a killed process left is found by it
         (remove_segments_of)."""
         return cls(f"{prefix}-{os.getpid()}-{uuid.uuid4().hex[:12]}", size)
+
+    @classmethod
+    def _of_fd(cls, name: str, fd: int, size: int) -> "Segment":
+        """The segment open as `fd` (already checked by the caller), mapped whole."""
+        seg = cls.__new__(cls)
+        seg.name, seg.path, seg.size, seg.map = name, SHM_DIR / name, size, _map(fd, size)
+        return seg
 
     def tensor(self, dtype: torch.dtype, shape: list[int], offset: int) -> torch.Tensor:
         """A view of the bytes at offset as a tensor (no copy)."""
@@ -73,6 +110,11 @@ class Segment:
         self.path.unlink(missing_ok=True)
 
 
+def _map(fd: int, size: int) -> mmap.mmap | None:
+    # MAP_POPULATE maps every page now, in one call, instead of one fault per 4 KiB page later
+    return mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)) if size else None
+
+
 _open: dict[str, Segment] = {}
 
 
@@ -85,6 +127,63 @@ def attach(name: str) -> Segment:
             seg.close()
         seg = _open[name] = Segment(name)
     return seg
+
+
+def seal(seg: Segment) -> bytes:
+    """Stamp a fresh nonce into the weight segment's last SEAL_BYTES (its owner, at each update's Begin);
+    returns the nonce, for the reply that names the segment."""
+    if seg.size <= SEAL_BYTES:
+        raise ValueError(f"segment {seg.name!r} of {seg.size} bytes has no room for its seal")
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    seg.map[seg.size - SEAL_BYTES:seg.size] = (SEAL_MAGIC + nonce).ljust(SEAL_BYTES, b"\0")
+    return nonce
+
+
+_sealed: dict[str, tuple[tuple[int, int, int], Segment]] = {}  # name -> ((device, inode, size), mapping)
+
+
+def open_sealed(name: str, nonce: bytes) -> Segment:
+    """The weight segment `name` for writing, only if it is ours and sealed with `nonce` (see the module's
+    docstring); ValueError otherwise, before a byte is written. Its `size` leaves out the seal. The mapping
+    is kept across updates while the file stays the same (device, inode, size)."""
+    if not WEIGHT_SEGMENT.fullmatch(name):
+        raise ValueError(f"shared-memory segment {name[:100]!r} is not named like a meshrl weight segment "
+                         f"({WEIGHT_PREFIX}-PID-HEX)")
+    if len(nonce) != NONCE_BYTES:
+        raise ValueError(f"no seal for shared-memory segment {name!r} (shm_nonce of {len(nonce)} bytes, not "
+                         f"{NONCE_BYTES}): an older rollout? Use the stream transport")
+    fd = _open_own(name)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1 or st.st_size <= SEAL_BYTES:
+            raise ValueError(f"shared-memory segment {name!r} is not a regular file of this user's with one link "
+                             "and room for a seal")
+        key = (st.st_dev, st.st_ino, st.st_size)
+        known = _sealed.get(name)
+        if known is None or known[0] != key or known[1].map is None:
+            if known is not None:
+                known[1].close()
+            _sealed[name] = (key, Segment._of_fd(name, fd, st.st_size))
+        seg = _sealed[name][1]
+    finally:
+        os.close(fd)
+    if not hmac.compare_digest(bytes(seg.map[st.st_size - SEAL_BYTES:st.st_size - SEAL_BYTES + len(SEAL_MAGIC)
+                                             + NONCE_BYTES]), SEAL_MAGIC + nonce):
+        raise ValueError(f"shared-memory segment {name!r} is not sealed for this update (its nonce differs)")
+    seg.size = st.st_size - SEAL_BYTES  # tensors may not reach into the seal
+    return seg
+
+
+def _open_own(name: str) -> int:
+    """Open /dev/shm/name for writing without following a symlink or blocking on a FIFO."""
+    try:
+        return os.open(SHM_DIR / name, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except FileNotFoundError:
+        raise ValueError(f"no shared-memory segment {name!r}") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ValueError(f"shared-memory segment {name!r} is a symlink") from None
+        raise ValueError(f"cannot open shared-memory segment {name!r}: {e.strerror}") from None
 
 
 def remove_segments_of(pid: int) -> list[str]:

@@ -9,7 +9,8 @@ rollout service with BeginWeightUpdate, one SendWeights call per bucket, and
 FinishWeightUpdate with the new version:
 
 - shm: write the bucket straight into the /dev/shm segment Begin names (one
-  copy), send only the refs;
+  copy), send only the refs; only a segment of ours sealed for this update
+  (Begin's shm_nonce; meshrl.shm.open_sealed) is written, any other refused;
 - stream: send the bucket's bytes in chunks (for another host);
 - cuda_ipc: share a reused CUDA bucket by IPC handle (same GPU); a sender on
   several GPUs shares a copy on each (`share`), and each receiving process
@@ -29,7 +30,7 @@ import torch
 from meshrl.codec.dtypes import TO_TORCH, wire_dtype
 from meshrl.codec.frame import tensor_bytes
 from meshrl.codec.rawbytes import encode_bytes_field
-from meshrl.shm import attach
+from meshrl.shm import open_sealed
 from meshrl.v1 import rollout_pb2
 
 ALIGN = 64
@@ -146,7 +147,7 @@ def push(client, buckets: list[Bucket], tensors_of: Callable[[Bucket], list[torc
         tensors = tensors_of(b)
         gather += time.perf_counter() - t0
         if transport == "shm":
-            seg = attach(begun.shm_segment)
+            seg = _sealed_segment(client, begun)
             for t, ref in zip(tensors, b.refs):
                 seg.tensor(t.dtype, list(t.shape), ref.offset).copy_(t.detach())
             messages = iter([rollout_pb2.WeightBucket(version=version, refs=b.refs)])
@@ -164,6 +165,16 @@ def push(client, buckets: list[Bucket], tensors_of: Callable[[Bucket], list[torc
     return {"num_bytes": float(sum(ref_nbytes(r) for b in buckets for r in b.refs)), "seconds": done - start,
             "buckets": float(len(buckets)), "gather_seconds": gather,
             "transfer_seconds": sent - start, "load_seconds": done - sent}
+
+
+def _sealed_segment(client, begun):
+    """The segment Begin named, if it is ours and sealed for this update: a rollout's word is not enough
+    to write into a file (meshrl.shm's docstring)."""
+    try:
+        return open_sealed(begun.shm_segment, begun.shm_nonce)
+    except ValueError as e:
+        raise ValueError(f"the rollout at {client.address} named a segment the push refused to write into: "
+                         f"{e}") from None
 
 
 def _stream(version: int, b: Bucket, tensors: list[torch.Tensor]):

@@ -117,18 +117,20 @@ class FinishWeightUpdateRequest(_message.Message):
     def __init__(self, version: _Optional[int] = ...) -> None: ...
 
 class WeightUpdateStatus(_message.Message):
-    __slots__ = ("version", "num_tensors", "num_bytes", "shm_segment", "in_progress")
+    __slots__ = ("version", "num_tensors", "num_bytes", "shm_segment", "in_progress", "shm_nonce")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     NUM_TENSORS_FIELD_NUMBER: _ClassVar[int]
     NUM_BYTES_FIELD_NUMBER: _ClassVar[int]
     SHM_SEGMENT_FIELD_NUMBER: _ClassVar[int]
     IN_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    SHM_NONCE_FIELD_NUMBER: _ClassVar[int]
     version: int
     num_tensors: int
     num_bytes: int
     shm_segment: str
     in_progress: bool
-    def __init__(self, version: _Optional[int] = ..., num_tensors: _Optional[int] = ..., num_bytes: _Optional[int] = ..., shm_segment: _Optional[str] = ..., in_progress: _Optional[bool] = ...) -> None: ...
+    shm_nonce: bytes
+    def __init__(self, version: _Optional[int] = ..., num_tensors: _Optional[int] = ..., num_bytes: _Optional[int] = ..., shm_segment: _Optional[str] = ..., in_progress: _Optional[bool] = ..., shm_nonce: _Optional[bytes] = ...) -> None: ...
 
 class SleepRequest(_message.Message):
     __slots__ = ("level", "tags")

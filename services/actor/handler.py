@@ -103,6 +103,9 @@ class RankHandler:
             self.push_failure = e
             follow(buckets[gathered:])  # the other ranks gather (and share) every bucket: stay in step
             return DataProto()
+        except Exception:  # e.g. a segment refused (meshrl.shm.open_sealed): in step first, then reported
+            follow(buckets[gathered:])
+            raise
 
     def offload(self, args: dict, part=None) -> DataProto:
         return DataProto(meta_info={"device": self.role.engine.offload()})

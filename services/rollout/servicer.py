@@ -129,7 +129,8 @@ class RolloutServicer:
                                        request.bucket_bytes, floor)
             # checked and open (new Generates are refused): now the ones in flight finish or stop
             self._quiesce(request.version if self.cfg.on_update == "interrupt" else None)
-            return self._status(shm_segment=name if request.transport == "shm" else "")
+            shm = request.transport == "shm"
+            return self._status(shm_segment=name if shm else "", shm_nonce=self.receiver.nonce if shm else b"")
 
     @raw_request
     def SendWeights(self, parts, context) -> rollout_pb2.WeightUpdateStatus:

@@ -7,7 +7,8 @@ buckets is loaded a bucket at a time as each arrives (the servicer does it), so
 memory stays bounded by the bucket, not the model; until such an update is
 finished, the weights in the engine are `torn` (no version's) and generation is
 refused. The staging segment in /dev/shm is one bucket in size, kept and reused
-across updates (growing when needed).
+across updates (growing when needed); each update seals it anew (meshrl.shm.seal), and
+Begin's reply carries the nonce, without which the sender does not write into it.
 """
 
 import logging
@@ -18,7 +19,7 @@ from safetensors import safe_open
 
 from meshrl.cuda_ipc import handle_fields
 from meshrl.errors import FailedPrecondition, InvalidArgument, check_counter
-from meshrl.shm import Segment
+from meshrl.shm import SEAL_BYTES, WEIGHT_PREFIX, Segment, seal
 from meshrl.weights import ALIGN, TRANSPORTS, ref_dtype, ref_nbytes
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class WeightReceiver:
         numel = sum(math.prod(shape) for shape in expected.values())
         self.max_bytes = (numel * (2 if self.skip else 1) * 8 + ALIGN * (len(expected) + 1)) or ALIGN
         self.segment: Segment | None = None
+        self.nonce = b""  # the segment's seal for the update in progress (shm, stream)
         self.version = 0  # the update in progress; 0 when none
         self._reset()
 
@@ -85,10 +87,12 @@ class WeightReceiver:
         if self.in_progress:
             log.warning("weight update %d abandoned for %d", self.version, version)
         self._reset()
-        if transport != "cuda_ipc" and (self.segment is None or self.segment.size < bucket_bytes):  # reuse
-            if self.segment is not None:
+        if transport != "cuda_ipc" and (self.segment is None or self.segment.size - SEAL_BYTES < bucket_bytes):
+            if self.segment is not None:  # else reuse
                 self.segment.unlink()
-            self.segment = Segment.create(bucket_bytes, prefix="meshrl-rollout")
+            self.segment = Segment.create(bucket_bytes + SEAL_BYTES, prefix=WEIGHT_PREFIX)
+        # a fresh seal per update: a sender holding an older one (an abandoned update) writes no more
+        self.nonce = seal(self.segment) if transport != "cuda_ipc" else b""
         self.version, self.transport, self.total, self.bucket_bytes = version, transport, total_bytes, bucket_bytes
         return self.segment.name if transport != "cuda_ipc" else ""
 

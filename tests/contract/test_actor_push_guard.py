@@ -1,0 +1,96 @@
+"""The actor's weight push against rollouts that misbehave (fake RolloutServices, tests/contract/fake_rollout.py):
+it writes only into a /dev/shm segment of ours sealed for this push (issue 27, item 7), and a push stops
+with its caller (item 14)."""
+
+import hashlib
+import os
+import pathlib
+import secrets
+import sys
+import threading
+import time
+
+import grpc
+import pytest
+
+from meshrl.errors import ServiceError
+from meshrl.rpc import serve
+from meshrl.shm import SHM_DIR, WEIGHT_PREFIX, Segment, seal
+from meshrl.v1 import actor_pb2
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from fake_rollout import FakeRollout  # noqa: E402
+from test_actor_service import Service  # noqa: E402
+
+VICTIM_BYTES = 16 << 20  # more than the tiny model's 11.8 MB: a push fits into it whole
+
+
+@pytest.fixture(scope="module")
+def actor(tiny_lm, tmp_path_factory):
+    s = Service("--role", "actor", "--model", str(tiny_lm), "--world-size", "2", root=str(tmp_path_factory.mktemp("r")))
+    yield s
+    s.stop()
+
+
+def push(actor, rollout_address: str, timeout: float = 60, **request):
+    msg = actor_pb2.PushWeightsRequest(rollout_address=rollout_address, version=1, **request)
+    return actor.client.call("PushWeights", msg, timeout=timeout)
+
+
+def digest(path: pathlib.Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def sealed_victim(name: str | None = None) -> tuple[pathlib.Path, bytes]:
+    """A file in /dev/shm full of random bytes and sealed (so only the check under test can refuse it);
+    our naming unless `name` is given."""
+    seg = Segment.create(VICTIM_BYTES, prefix=WEIGHT_PREFIX) if name is None else Segment(name, VICTIM_BYTES)
+    seg.map[:] = os.urandom(VICTIM_BYTES)
+    nonce = seal(seg)
+    seg.close()
+    return seg.path, nonce
+
+
+def our_name() -> str:
+    return f"{WEIGHT_PREFIX}-{os.getpid()}-{secrets.token_hex(6)}"
+
+
+def test_a_push_writes_only_into_a_segment_of_ours_sealed_for_it(actor):
+    """A rollout names the segment to write into; an outsider's names a victim. Refused, each alone: a file
+    not of our naming, a symlink or a second link of our naming to a sealed file, and a segment of ours
+    sealed for another update (a nonce the outsider cannot read). The victims' bytes stay as they were; a
+    segment sealed for this push is written."""
+    made: list[pathlib.Path] = []
+    try:
+        other, other_nonce = sealed_victim(f"victim-{secrets.token_hex(6)}")  # not our naming
+        live, _ = sealed_victim()  # ours, sealed for an update the outsider knows nothing of
+        target, target_nonce = sealed_victim()
+        link, hard = SHM_DIR / our_name(), SHM_DIR / our_name()
+        made += [other, live, target, link, hard]
+        link.symlink_to(other)
+        os.link(target, hard)
+        cases = {"not our naming": (other.name, other_nonce), "a symlink": (link.name, other_nonce),
+                 "a second link": (hard.name, target_nonce), "sealed for another update": (live.name, os.urandom(32))}
+        before = {p: digest(p) for p in (other, live, target)}
+        for case, (name, nonce) in cases.items():
+            server = serve(FakeRollout(name, nonce), port=0)
+            try:
+                with pytest.raises(ServiceError) as e:
+                    push(actor, server.address)
+                assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT, (case, e.value)
+                assert "refused" in e.value.details and name in e.value.details, (case, e.value.details)
+            finally:
+                server.stop(0)
+            assert {p: digest(p) for p in before} == before, case  # nothing was written anywhere
+        good, nonce = sealed_victim()  # a positive control: sealed for this push, so written
+        made.append(good)
+        unwritten = digest(good)
+        server = serve(FakeRollout(good.name, nonce), port=0)
+        try:
+            assert push(actor, server.address).num_bytes > 0
+        finally:
+            server.stop(0)
+        assert digest(good) != unwritten
+    finally:
+        for p in made:
+            p.unlink(missing_ok=True)
