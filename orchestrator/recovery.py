@@ -95,6 +95,26 @@ def recover(error: StepFailed, restarts: int, number: int, batch, services: Serv
     return step + 1, None
 
 
+def check_not_ahead(mesh: Mesh, trained: tuple[str, ...], step: int) -> None:
+    """At a run's start (step: the last one done, 0 for a fresh run): a trained service that has applied a
+    later step, or a rollout holding a later weight version, would refuse this run's updates and pushes
+    one by one; say so once, with the fix. Such a service was trained or pushed by another run (or by a
+    caller without the run's token: services the run starts require it)."""
+    ahead = []
+    for role in (*trained, "rollout"):
+        if role not in mesh.clients:
+            continue
+        info = mesh[role].call("Describe")
+        done = info.weight_version if role == "rollout" else int(info.details.get("last_step", "0") or 0)
+        if done > step:
+            what = "weight version" if role == "rollout" else "step"
+            ahead.append(f"{role} at {mesh[role].address} holds {what} {done}")
+    if ahead:
+        raise ValueError(f"{'; '.join(ahead)}, ahead of this run (at step {step}): it was trained or pushed by "
+                         "another run. Restart it, or resume the run that trained it (trainer.run_dir of that run, "
+                         "trainer.resume=true)")
+
+
 def push_again(mesh: Mesh, version: int, error: StepFailed) -> None:
     try:
         mesh.push_weights(version=version)

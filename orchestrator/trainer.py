@@ -31,7 +31,7 @@ from orchestrator.config import Config
 from orchestrator.data import PromptDataset, prepare_run, prompt_limit
 from orchestrator.mesh import Mesh, prompt_text, start_mesh, wanted
 from orchestrator.loggers import RunLog
-from orchestrator.recovery import StepFailed, recover, snapshot
+from orchestrator.recovery import StepFailed, check_not_ahead, recover, snapshot
 from orchestrator.report import finish_report, standard_error
 from orchestrator.services import Services
 
@@ -271,6 +271,7 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
         mesh = start_mesh(cfg, services, roles)
         mesh.tokenizer = tokenizer
         first = resume(run_dir, mesh, algorithm, sampler) + 1 if cfg.trainer.resume else 1
+        check_not_ahead(mesh, algorithm.trained, first - 1)
         done = first - 1
         total = cfg.trainer.total_steps
         # every step is logged once: what the folder holds past where this run starts is dropped (a fresh

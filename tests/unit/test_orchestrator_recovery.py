@@ -143,3 +143,24 @@ def test_trained_weights_with_no_checkpoint_to_go_back_to_are_an_error(monkeypat
     mesh, services = setup(clients, [], monkeypatch=monkeypatch, tmp_path=tmp_path)
     with pytest.raises(StepFailed, match="actor, rollout .* no checkpoint to go back to: set trainer.save_every"):
         go(mesh, services)
+
+
+class AheadClient(FakeClient):
+    def __init__(self, name, version=0, last_step=0):
+        super().__init__(name, version=version)
+        self.last_step = last_step
+
+    def call(self, method, request=None, timeout=None):
+        return common_pb2.ServiceInfo(weight_version=self.version, details={"last_step": str(self.last_step)})
+
+
+def test_a_service_ahead_of_the_run_stops_it_at_the_start_with_the_fix(tmp_path):
+    """An actor that applied step 10000 (another run, or a stranger's Update) or a rollout at version
+    2^53-1 would refuse every update or push of this run one by one: one line at the start instead."""
+    cfg = load_config(None, [f"trainer.run_dir={tmp_path}"])
+    fine = Mesh(cfg, {"actor": AheadClient("actor", last_step=5), "rollout": AheadClient("rollout", version=5)})
+    recovery.check_not_ahead(fine, ("actor",), 5)  # a resumed run at its checkpoint
+    ahead = Mesh(cfg, {"actor": AheadClient("actor", last_step=10000), "rollout": AheadClient("rollout", 2**53 - 1)})
+    with pytest.raises(ValueError, match=r"actor at .* holds step 10000; rollout at .* holds weight version "
+                                         r"9007199254740991, ahead of this run \(at step 0\).*Restart it"):
+        recovery.check_not_ahead(ahead, ("actor",), 0)
