@@ -18,6 +18,7 @@ import yaml
 from meshrl import hosts
 from meshrl.flags import field_docs
 from meshrl.typed import build
+from orchestrator import verl_keys
 from services.actor.config import LR_SCHEDULES
 
 
@@ -275,13 +276,17 @@ def from_dict(raw: dict) -> Config:
         raise ValueError(f"a config is a mapping of sections, got {type(raw).__name__}")
     unknown = sorted(set(raw) - set(SECTIONS))
     if unknown:
-        raise ValueError(f"unknown config section(s) {unknown}; known: {sorted(SECTIONS)}")
+        raise ValueError(f"unknown config section(s) {unknown}; known: {sorted(SECTIONS)}"
+                         f"{verl_keys.hints({k: raw[k] for k in unknown if isinstance(raw[k], dict)})}")
     sections = {}
     for name, cls in SECTIONS.items():
         values = raw.get(name) or {}
         if not isinstance(values, dict):
             raise ValueError(f"{name}: a section is a mapping of keys, got {values!r}")
-        sections[name] = build(cls, values, name)
+        try:
+            sections[name] = build(cls, values, name)
+        except ValueError as e:
+            raise ValueError(f"{e}{verl_keys.hints({name: values})}") from None
     return Config(**sections)
 
 
@@ -289,14 +294,15 @@ def apply_override(raw: dict, override: str) -> None:
     """Set `section.key=value` in raw; the value is read as YAML and fitted to the field's type."""
     key, sep, text = override.partition("=")
     parts = key.strip().split(".")
+    verl = verl_keys.hint(key.strip())
     if not sep or len(parts) != 2 or not all(parts):
-        raise ValueError(f"override {override!r} must look like section.key=value")
+        raise ValueError(f"override {override!r} must look like section.key=value{verl}")
     section, name = parts
     if section not in SECTIONS:
-        raise ValueError(f"override {override!r}: unknown section {section!r}; known: {sorted(SECTIONS)}")
+        raise ValueError(f"override {override!r}: unknown section {section!r}; known: {sorted(SECTIONS)}{verl}")
     hints = typing.get_type_hints(SECTIONS[section])
     if name not in hints:
-        raise ValueError(f"override {override!r}: unknown key {section}.{name}; known: {sorted(hints)}")
+        raise ValueError(f"override {override!r}: unknown key {section}.{name}; known: {sorted(hints)}{verl}")
     value = read_yaml(text) if text.strip() else ""
     if hints[name] is str and not isinstance(value, str) and value is not None:
         value = text.strip()  # model=123 is a path, not a number

@@ -11,7 +11,10 @@ they must be.
 """
 
 import ast
+import dataclasses
 import importlib.util
+import logging
+import math
 import pathlib
 
 from meshrl import hosts
@@ -19,6 +22,8 @@ from meshrl.algos.losses import ROLLOUT_IS
 from meshrl.weights import DTYPES, TRANSPORTS
 from orchestrator.config import Config
 from orchestrator.data import check_inputs
+
+log = logging.getLogger(__name__)
 
 # The services' own choices (services/*/config.py), which the orchestrator may not import: the
 # services refuse the same values, only later.
@@ -34,6 +39,10 @@ MAX_CHUNKS = 16  # the rollout serves 16 calls at once (meshrl.rpc.server's max_
 def check(cfg: Config, roles: set[str], local: bool = True) -> None:
     """local: the services start on this machine (not placed by Ray), so its GPUs bound their ranks."""
     check_inputs(cfg)
+    check_run_dir(cfg)
+    check_numbers(cfg, roles)
+    check_addresses(cfg, roles)
+    warn_unread(cfg, roles)
     if "rollout" in roles:
         check_rollout(cfg)
     if cfg.rollout.multi_turn:
@@ -49,6 +58,64 @@ def check(cfg: Config, roles: set[str], local: bool = True) -> None:
         if name in cfg.trainer.logger and importlib.util.find_spec(package) is None:
             raise ValueError(f"trainer.logger includes {name}, but the {package} package is not installed "
                              f"(pip install {'mlflow-skinny' if name == 'mlflow' else name})")
+
+
+def check_run_dir(cfg: Config) -> None:
+    """A run folder that is named, a folder, and keeps its checkpoints inside it (the services it starts
+    write them only under it: a symlinked checkpoints/ would fail at the first save)."""
+    if not cfg.trainer.run_dir.strip():
+        raise ValueError("trainer.run_dir is empty: name the run's folder (e.g. runs/my_run)")
+    run_dir = pathlib.Path(cfg.trainer.run_dir).expanduser()
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"trainer.run_dir={cfg.trainer.run_dir} is a file, not a folder")
+    checkpoints = run_dir / "checkpoints"
+    if checkpoints.is_symlink() or checkpoints.exists() and run_dir.resolve() not in checkpoints.resolve().parents:
+        raise ValueError(f"{checkpoints} is a link to {checkpoints.resolve()}: the services write checkpoints only "
+                         "inside trainer.run_dir; remove the link (or point trainer.run_dir where they should go)")
+
+
+def check_numbers(cfg: Config, roles: set[str]) -> None:
+    """Every number is finite, and the ones a service would take only to fail on are in range."""
+    for section in dataclasses.fields(cfg):
+        values = getattr(cfg, section.name)
+        for f in dataclasses.fields(values):
+            v = getattr(values, f.name)
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ValueError(f"{section.name}.{f.name}={v} must be a finite number")
+    for role in ("actor", "critic"):
+        if role in roles and not getattr(cfg, role).address:
+            lr = getattr(cfg, role).lr
+            if not lr > 0:
+                raise ValueError(f"{role}.lr={lr} must be > 0")
+    if "rollout" in roles:
+        r = cfg.rollout
+        if r.temperature < 0:
+            raise ValueError(f"rollout.temperature={r.temperature} must be >= 0 (0: greedy)")
+        if not 0 < r.top_p <= 1 or r.top_k == 0 or r.top_k < -1:
+            raise ValueError(f"rollout.top_p={r.top_p} must be in (0, 1] and rollout.top_k={r.top_k} -1 (off) or >= 1")
+
+
+def check_addresses(cfg: Config, roles: set[str]) -> None:
+    """HOST:PORT with a port a socket can have: a bad one otherwise shows only as a service not answering."""
+    for role in sorted(roles):
+        address = getattr(getattr(cfg, role, None), "address", "")
+        if not address:
+            continue
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ValueError(f"{role}.address={address} must be HOST:PORT with a port in 1..65535")
+
+
+def warn_unread(cfg: Config, roles: set[str]) -> None:
+    """Settings of a section whose service this run does not use (rollout.* for sft) do nothing: say so."""
+    for section in ("ref", "critic", "rollout", "reward", "env"):
+        if section in roles:
+            continue
+        values, default = getattr(cfg, section), type(getattr(cfg, section))()
+        changed = [f.name for f in dataclasses.fields(values) if getattr(values, f.name) != getattr(default, f.name)]
+        if changed:
+            log.warning("%s: set, but this run uses no %s service, so they do nothing",
+                        ", ".join(f"{section}.{k}" for k in changed), section)
 
 
 def check_rollout(cfg: Config) -> None:

@@ -50,6 +50,16 @@ def checked(algorithm, overrides):
     ("grpo", ["reward.batched=true"], r"reward.batched=true applies to a user function"),
     ("grpo", ["reward.function=/no/such/file.py:compute_score"], r"file /no/such/file.py not found"),
     ("grpo", ["reward.function=no_colon.py"], r"must look like path/to/file.py:function_name"),
+    ("grpo", ["trainer.run_dir="], r"trainer.run_dir is empty"),
+    ("grpo", ["actor.lr=nan"], r"actor.lr: expected float, got str 'nan'"),
+    ("grpo", ["actor.lr=.nan"], r"actor.lr=nan must be a finite number"),
+    ("grpo", ["actor.lr=-1"], r"actor.lr=-1.0 must be > 0"),
+    ("ppo", ["critic.lr=0"], r"critic.lr=0.0 must be > 0"),
+    ("grpo", ["rollout.temperature=-1"], r"rollout.temperature=-1.0 must be >= 0"),
+    ("grpo", ["rollout.top_p=0"], r"rollout.top_p=0.0 must be in \(0, 1\]"),
+    ("grpo", ["algorithm.kl_coef=.inf"], r"algorithm.kl_coef=inf must be a finite number"),
+    ("grpo", ["reward.address=127.0.0.1:70000"], r"reward.address=127.0.0.1:70000 must be HOST:PORT with a port"),
+    ("grpo", ["rollout.address=localhost"], r"rollout.address=localhost must be HOST:PORT"),
 ])
 def test_bad_settings_are_one_line_errors(base, algorithm, extra, match):
     with pytest.raises(ValueError, match=match) as e:
@@ -137,3 +147,43 @@ def test_only_the_policy_gradient_loops_sample_ahead(algorithm, base, tmp_path):
     with pytest.raises(ValueError, match=f"{algorithm} runs synchronously: set it to 0"):
         run(algorithm, cfg)
     assert not any(tmp_path.iterdir())  # refused before anything started or was written
+
+
+def test_a_symlinked_checkpoints_folder_is_refused_before_the_first_save(base, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (run / "checkpoints").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match=r"checkpoints is a link to .*elsewhere: the services write checkpoints"):
+        checked("grpo", [*base, f"trainer.run_dir={run}"])
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match=r"trainer.run_dir=.*file is a file, not a folder"):
+        checked("grpo", [*base, f"trainer.run_dir={tmp_path / 'file'}"])
+
+
+def test_settings_no_service_of_the_run_reads_are_warned_about(base, caplog):
+    with caplog.at_level("WARNING"):
+        checked("sft", [*base, "rollout.temperature=0.5", "critic.lr=1e-3"])
+    assert "critic.lr: set, but this run uses no critic service" in caplog.text
+    assert "rollout.n, rollout.temperature: set, but this run uses no rollout service" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        checked("grpo", base)
+    assert "do nothing" not in caplog.text
+
+
+@pytest.mark.parametrize("override,match", [
+    ("actor_rollout_ref.actor.optim.lr=1e-6", r"verl's actor_rollout_ref.actor.optim.lr is actor.lr here"),
+    ("trainer.save_freq=5", r"unknown key trainer.save_freq.*verl's trainer.save_freq is trainer.save_every here"),
+    ("actor_rollout_ref.rollout.foo=1", r"a verl key: `meshrl grpo --help` lists ours"),
+])
+def test_verl_keys_get_a_hint_naming_ours(override, match, tmp_path):
+    with pytest.raises(ValueError, match=match):
+        load_config(None, [override])
+    f = tmp_path / "verl.yaml"
+    f.write_text("actor_rollout_ref:\n  rollout:\n    n: 8\ntrainer:\n  total_training_steps: 3\n")
+    with pytest.raises(ValueError, match=r"unknown config section.*verl's actor_rollout_ref.rollout.n is rollout.n"):
+        load_config(str(f))
+    f.write_text("trainer:\n  total_training_steps: 3\n")
+    with pytest.raises(ValueError, match=r"verl's trainer.total_training_steps is trainer.total_steps here"):
+        load_config(str(f))
