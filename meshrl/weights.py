@@ -17,7 +17,9 @@ FinishWeightUpdate with the new version:
   reads the one on its own GPU.
 
 Tensors are asked for one bucket at a time (`tensors_of`), so a sender that
-gathers them (an FSDP actor) never holds more than one bucket's worth.
+gathers them (an FSDP actor) never holds more than one bucket's worth. Each call
+to the rollout has a deadline scaled by the bytes it moves (`call_timeout`),
+never past the sender's own.
 """
 
 import math
@@ -38,6 +40,11 @@ CHUNK_BYTES = 4 << 20
 DEFAULT_BUCKET_BYTES = 512 << 20
 TRANSPORTS = ("shm", "stream", "cuda_ipc")
 DTYPES = ("float32", "bfloat16", "float16")  # what weights may be sent as (a rollout engine's dtypes)
+# A call to the rollout may take CALL_BASE_SECONDS beyond its bytes (Begin waits for the generations in
+# flight with rollout.on_update=wait), and its bytes may move as slowly as FLOOR_BYTES_PER_SECOND: far
+# below what was measured (stream 0.6 GB/s, shm 3.7 GB/s; shared NOTES).
+CALL_BASE_SECONDS = 120.0
+FLOOR_BYTES_PER_SECOND = 16 << 20
 
 
 def nbytes(t: torch.Tensor) -> int:
@@ -102,6 +109,12 @@ def ref_nbytes(ref: rollout_pb2.TensorRef) -> int:
     return math.prod(ref.shape) * ref_dtype(ref).itemsize
 
 
+def call_timeout(num_bytes: int, deadline: float | None = None) -> float:
+    """Seconds a call moving num_bytes may take; never past `deadline` (time.monotonic()), if given."""
+    seconds = CALL_BASE_SECONDS + num_bytes / FLOOR_BYTES_PER_SECOND
+    return seconds if deadline is None else max(0.001, min(seconds, deadline - time.monotonic()))
+
+
 def stream_chunks(tensors: list[torch.Tensor], refs, chunk: int = CHUNK_BYTES) -> Iterator[tuple[int, list[memoryview]]]:
     """(offset, pieces) of one bucket, about `chunk` bytes each (views of the tensors, not copies);
     padding between tensors is not sent."""
@@ -125,17 +138,20 @@ def stream_chunks(tensors: list[torch.Tensor], refs, chunk: int = CHUNK_BYTES) -
 
 
 def push(client, buckets: list[Bucket], tensors_of: Callable[[Bucket], list[torch.Tensor]], version: int,
-         transport: str, share: Callable[[Bucket, list[torch.Tensor]], list] | None = None) -> dict[str, float]:
+         transport: str, share: Callable[[Bucket, list[torch.Tensor]], list] | None = None,
+         deadline: float | None = None) -> dict[str, float]:
     """Send the buckets to the rollout service behind `client` (a meshrl.rpc.Client); tensors_of(bucket)
     gives a bucket's tensors in its refs' order, on any device, when it is its turn. cuda_ipc: share(bucket,
     tensors) gives the CudaIpcHandles of the bucket's copies, one per GPU, the first this process's (by
-    default: one copy, in this process's reused CUDA bucket)."""
+    default: one copy, in this process's reused CUDA bucket). deadline (time.monotonic()): when the
+    sender's own caller stops waiting."""
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
     start = time.perf_counter()
+    total, largest = sum(b.size for b in buckets), max((b.size for b in buckets), default=0)
     begun = client.call("BeginWeightUpdate", rollout_pb2.BeginWeightUpdateRequest(
-        version=version, transport=transport, total_bytes=sum(b.size for b in buckets),
-        bucket_bytes=max((b.size for b in buckets), default=0)))
+        version=version, transport=transport, total_bytes=total, bucket_bytes=largest),
+        timeout=call_timeout(largest, deadline))  # the rollout may make (fault in) a segment this large
     if transport == "cuda_ipc" and share is None:
         from meshrl.cuda_ipc import CudaBucket
 
@@ -158,9 +174,10 @@ def push(client, buckets: list[Bucket], tensors_of: Callable[[Bucket], list[torc
             first, *copies = share(b, tensors)
             messages = iter([rollout_pb2.WeightBucket(version=version, refs=b.refs, cuda_ipc=first,
                                                       cuda_ipc_copies=copies)])
-        client.call_stream("SendWeights", messages)
+        client.call_stream("SendWeights", messages, timeout=call_timeout(b.size, deadline))
     sent = time.perf_counter()
-    client.call("FinishWeightUpdate", rollout_pb2.FinishWeightUpdateRequest(version=version))
+    client.call("FinishWeightUpdate", rollout_pb2.FinishWeightUpdateRequest(version=version),
+                timeout=call_timeout(total, deadline))  # one bucket is loaded whole here
     done = time.perf_counter()
     return {"num_bytes": float(sum(ref_nbytes(r) for b in buckets for r in b.refs)), "seconds": done - start,
             "buckets": float(len(buckets)), "gather_seconds": gather,

@@ -7,7 +7,9 @@ backend (gloo), so this works the same when the model's collectives use NCCL.
 
 A call whose caller can go away (a cancelled or expired RPC, a service told to
 stop) is watched on rank 0; the engine asks `stop_requested()` between
-micro-batches, every rank at the same point, so all ranks stop together.
+micro-batches (a weight push between buckets), every rank at the same point, so
+all ranks stop together. A call waiting its turn behind another is dropped, not
+run, when its caller leaves meanwhile.
 """
 
 import threading
@@ -41,6 +43,13 @@ def stop_requested() -> bool:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         flag = int(t)
     return bool(flag)
+
+
+def caller_alive() -> bool:
+    """Rank 0 only, not collective: whether the caller of the call running now is still there (for what
+    rank 0 alone waits on, e.g. the rollout during a weight push)."""
+    alive = _alive
+    return alive is None or alive()
 
 
 def _to_bytes(data: DataProto | None) -> bytes:
@@ -116,7 +125,8 @@ class Driver:
         `alive() == False` (the caller went away) stops the work at the next micro-batch."""
         global _alive
         args = args or {}
-        with self.lock:
+        self._take_turn(method, alive)
+        try:
             self.group.broadcast(to_value({"method": method, "args": args}, "command").SerializeToString())
             encoded = [_to_bytes(p) for p in parts] if parts else [b""] * self.group.world_size
             mine = _from_bytes(self.group.scatter(encoded))
@@ -126,12 +136,25 @@ class Driver:
             finally:
                 _alive = None
             results = [_from_bytes(b) for b in self.group.gather(_to_bytes(result))]
+        finally:
+            self.lock.release()
         results = [DataProto() if r is None else r for r in results]  # not `or`: an empty batch is falsy
         errors = [(r, d.meta_info) for r, d in enumerate(results) if "error" in d.meta_info]
         if errors:
             rank, meta = errors[0]
             raise RankError(rank, meta["error_type"], meta["error"], meta)
         return results
+
+    def _take_turn(self, method: str, alive: Callable[[], bool] | None) -> None:
+        """Hold the lock; a caller who leaves while the call waits (a push queued behind a stalled one)
+        gets it dropped, not run after they left."""
+        while not self.lock.acquire(timeout=0.1):
+            if alive is not None and not alive():
+                raise RankError(0, Cancelled.__name__, f"{method}: its caller went away while it waited for "
+                                                       "the call before it")
+        if alive is not None and not alive():
+            self.lock.release()
+            raise RankError(0, Cancelled.__name__, f"{method}: its caller went away before it started")
 
     def stop(self) -> None:
         with self.lock:

@@ -4,7 +4,9 @@ Arguments arrive as plain values (checked on rank 0 already); results go back
 as DataProtos, metrics in meta_info.
 """
 
+import contextlib
 import pathlib
+import threading
 import time
 from typing import Callable
 
@@ -17,7 +19,7 @@ from meshrl.errors import ServiceError
 from meshrl.rpc import Client
 from meshrl.typed import build
 from meshrl.v1 import rollout_pb2
-from services.actor.comm import Group
+from services.actor.comm import Cancelled, Group, caller_alive, stop_requested
 from services.actor.config import EngineConfig, OptimConfig
 from services.actor.engine import build_engine
 from services.actor.losses import parse_loss
@@ -63,7 +65,8 @@ class RankHandler:
         """Gather the weights bucket by bucket (collective) and, on rank 0, send each to the rollout as it is
         gathered (meshrl.weights.push): no rank holds more than one bucket of full tensors. A refusal from
         the rollout is kept in push_failure (rank 0 is the servicer's process) to reach the caller as the
-        rollout said it.
+        rollout said it. The push stops with its caller: every rank before each bucket, and a call to the
+        rollout in flight at once (send_to_rollout).
 
         cuda_ipc from several ranks (a GPU each): every rank has the gathered bucket on its GPU, so each
         shares its own copy and rank 0 sends all the handles; a rollout worker on one of these GPUs
@@ -80,6 +83,9 @@ class RankHandler:
 
         def tensors_of(bucket) -> list:
             nonlocal gathered
+            if stop_requested():  # collective: every rank asks before each bucket
+                raise Cancelled(f"weight push stopped before bucket {gathered + 1} of {len(buckets)}: its caller "
+                                "went away")
             gathered += 1
             return [t.to(sent(t)) for t in engine.gather(held, [r.name for r in bucket.refs])]
 
@@ -96,9 +102,9 @@ class RankHandler:
             follow(buckets)
             return DataProto()
         try:
-            with Client(args["rollout_address"], ROLLOUT_SERVICE, timeout=600) as rollout:
-                return DataProto(meta_info=weights.push(rollout, buckets, tensors_of, args["version"],
-                                                        args["transport"], share))
+            return DataProto(meta_info=send_to_rollout(args, buckets, tensors_of, share))
+        except Cancelled:
+            raise  # every rank stopped at the same bucket
         except ServiceError as e:
             self.push_failure = e
             follow(buckets[gathered:])  # the other ranks gather (and share) every bucket: stay in step
@@ -112,6 +118,38 @@ class RankHandler:
 
     def reload(self, args: dict, part=None) -> DataProto:
         return DataProto(meta_info={"device": self.role.engine.reload()})
+
+
+def send_to_rollout(args: dict, buckets: list, tensors_of: Callable, share: Callable | None) -> dict:
+    """Rank 0's side of a push (meshrl.weights.push): each call to the rollout has a deadline scaled by its
+    bytes and bounded by the caller's (args["seconds_left"]; None: the caller set none)."""
+    left = args.get("seconds_left")
+    deadline = time.monotonic() + left if left is not None else None
+    total = sum(b.size for b in buckets)
+    with Client(args["rollout_address"], ROLLOUT_SERVICE, timeout=weights.call_timeout(total, deadline)) as rollout, \
+            cut_when_caller_leaves(rollout):
+        return weights.push(rollout, buckets, tensors_of, args["version"], args["transport"], share, deadline)
+
+
+@contextlib.contextmanager
+def cut_when_caller_leaves(client: Client):
+    """Close the client's channel (which ends its call in flight, CANCELLED) once the push's caller is gone:
+    a stalled rollout must not hold the actor, and every call behind it, until a deadline."""
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.1):
+            if not caller_alive():
+                client.close()
+                return
+
+    watcher = threading.Thread(target=watch, name="push-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
 
 
 def per_gpu_share(buckets: list) -> Callable:

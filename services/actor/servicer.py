@@ -196,7 +196,8 @@ class ActorServicer:
         return path
 
     def PushWeights(self, request: actor_pb2.PushWeightsRequest, context) -> actor_pb2.PushWeightsResponse:
-        """Gather the weights bucket by bucket and send them to a rollout service (RankHandler.push_weights)."""
+        """Gather the weights bucket by bucket and send them to a rollout service (RankHandler.push_weights);
+        it stops with its caller, as Update does (ABORTED), and never waits on the rollout past its deadline."""
         self._require_init()
         if self.role == "critic":
             raise InvalidArgument("a critic's weights are not a policy: push from the actor")
@@ -221,7 +222,8 @@ class ActorServicer:
                                   f"got {request.dtype[:50]!r}")
         reply = self._call("push_weights", {"dtype": request.dtype,
             "rollout_address": request.rollout_address, "transport": transport, "version": version,
-            "bucket_bytes": request.bucket_bytes or weights.DEFAULT_BUCKET_BYTES})[0].meta_info
+            "bucket_bytes": request.bucket_bytes or weights.DEFAULT_BUCKET_BYTES,
+            "seconds_left": context.time_remaining() if context is not None else None}, None, context)[0].meta_info
         if self.driver.handler.push_failure is not None:
             raise self.driver.handler.push_failure  # as the rollout said it (a refused version stays refused)
         return actor_pb2.PushWeightsResponse(version=version, num_bytes=int(reply["num_bytes"]),

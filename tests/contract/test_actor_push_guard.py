@@ -94,3 +94,59 @@ def test_a_push_writes_only_into_a_segment_of_ours_sealed_for_it(actor):
     finally:
         for p in made:
             p.unlink(missing_ok=True)
+
+
+def test_a_push_stops_with_its_caller_and_holds_up_nothing(actor):
+    """A push to a stalled rollout whose caller leaves (a 3 s deadline) stops: its call to the rollout is cut,
+    a push queued behind it whose caller left too is dropped, not run, and the next push runs at once."""
+    stall = threading.Event()
+    stalled, quiet = FakeRollout(stall=stall), FakeRollout()
+    servers = [serve(stalled, port=0), serve(quiet, port=0)]
+    try:
+        first = threading.Thread(target=lambda: pytest.raises(ServiceError, push, actor, servers[0].address,
+                                                              timeout=3, transport="stream"), daemon=True)
+        first.start()
+        for _ in range(100):  # until the first push is at the stalled rollout (it holds the actor's ranks)
+            if stalled.calls:
+                break
+            time.sleep(0.05)
+        with pytest.raises(ServiceError) as e:  # queued behind it; its caller leaves first
+            push(actor, servers[1].address, timeout=1, transport="stream")
+        assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+        first.join(10)
+        assert stalled.left.wait(10), "the actor's call to the stalled rollout was not cut"
+        start = time.monotonic()
+        assert push(actor, servers[1].address, timeout=30, transport="stream").num_bytes > 0
+        assert time.monotonic() - start < 10
+        assert quiet.calls == ["BeginWeightUpdate", "SendWeights", "FinishWeightUpdate"]  # the dropped one: none
+        assert actor.call("Describe").details["partial"] == ""  # a stopped push leaves the weights whole
+    finally:
+        stall.set()
+        for s in servers:
+            s.stop(0)
+
+
+def test_sigterm_stops_an_actor_stuck_in_a_push(tiny_lm, tmp_path):
+    """The caller of a push to a stalled rollout still waits (no deadline of its own for minutes): SIGTERM
+    stops the service within its grace, not after the push's deadline."""
+    s = Service("--role", "actor", "--model", str(tiny_lm), "--world-size", "1", root=str(tmp_path))
+    stall = threading.Event()
+    stalled = FakeRollout(stall=stall)
+    server = serve(stalled, port=0)
+    try:
+        waiting = threading.Thread(target=lambda: pytest.raises(ServiceError, push, s, server.address, timeout=300,
+                                                                transport="stream"), daemon=True)
+        waiting.start()
+        for _ in range(100):
+            if stalled.calls:
+                break
+            time.sleep(0.05)
+        start = time.monotonic()
+        s.proc.terminate()
+        assert s.proc.wait(60) == 0
+        assert time.monotonic() - start < 20  # the server's 5 s grace, then the push stops
+    finally:
+        stall.set()
+        server.stop(0)
+        if s.proc.poll() is None:
+            s.proc.kill()
