@@ -41,6 +41,8 @@ def cmd_health(args) -> int:
     from meshrl import tls
 
     metadata = (("authorization", f"Bearer {args.token}"),) if args.token else ()
+    if tls.enabled():
+        tls.set_role(tls.folder_role())  # inside a service's container: the only key there is its own
     with tls.channel(args.address, None, []) as channel:  # TLS (any mesh role's certificate) when configured
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
@@ -77,8 +79,15 @@ def cmd_certs(args) -> int:
     """A private CA and a certificate per role, for MESHRL_TLS_DIR (meshrl.tls)."""
     from meshrl.tls import make_certs
 
+    from meshrl.tls import split_by_role
+
     for path in make_certs(pathlib.Path(args.out), [h for h in args.hosts.split(",") if h], args.days):
         print(path)
+    if args.per_role:
+        for folder in split_by_role(pathlib.Path(args.out)):
+            print(folder)
+        print(f"MESHRL_TLS_DIR={pathlib.Path(args.out).resolve()}/ROLE for each service, orchestrator/ for the run")
+        return 0
     print(f"export MESHRL_TLS_DIR={pathlib.Path(args.out).resolve()}  # every process of the run, servers and "
           "clients; a host needs ca.pem and the .pem/.key of the roles it runs")
     return 0
@@ -147,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hosts", default="", help="comma-separated names or IPs the services are reached by, "
                                                "beyond localhost and 127.0.0.1")
     p.add_argument("--days", type=int, default=365, help="validity")
+    p.add_argument("--per-role", action="store_true", help="a folder per role holding only its own key and the "
+                                                           "CA certificate (one per container or host)")
     p.set_defaults(fn=cmd_certs)
 
     p = sub.add_parser("report", help="a run's summary table and curves.png, written again from its files")

@@ -137,3 +137,29 @@ def make_certs(out: pathlib.Path, hosts: list[str], days: int = 365) -> list[pat
         save(f"{role}.pem", cert.public_bytes(serialization.Encoding.PEM), secret=False)
         save(f"{role}.key", pem_key(key), secret=True)
     return written
+
+
+def split_by_role(out: pathlib.Path) -> list[pathlib.Path]:
+    """out/<role>/ holding ca.pem and that role's certificate and key only, for a deployment that hands
+    each container (or host) its own folder: the reward service, which runs user code, then holds no key
+    but its own and cannot present itself as the orchestrator. The keys at the top are removed."""
+    folders = []
+    for role in ROLES:
+        folder = out / role
+        folder.mkdir(mode=0o755, exist_ok=True)
+        for name, secret in (("ca.pem", False), (f"{role}.pem", False), (f"{role}.key", True)):
+            fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if secret else 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write((out / name).read_bytes())
+        folders.append(folder)
+    for role in ROLES:
+        (out / f"{role}.key").unlink()
+    return folders
+
+
+def folder_role() -> str:
+    """The role whose key MESHRL_TLS_DIR holds (the orchestrator's where it holds all): what a tool run in
+    a service's container, such as `meshrl health`, presents."""
+    folder = pathlib.Path(os.environ.get(VAR, ""))
+    held = [role for role in ROLES if (folder / f"{role}.key").is_file()]
+    return "orchestrator" if "orchestrator" in held or not held else held[0]

@@ -7,7 +7,7 @@
 #   MESHRL      the meshrl command (default .venv/bin/meshrl; `meshrl` inside the image)
 #   SEED        the model's initialization, which problems are held out, the SFT data order (default 0)
 #   SFT_STEPS   SFT steps (default: configs/arithmetic_sft.yaml's)
-#   CERTS       if set, a folder for the mesh's TLS certificates (`meshrl certs`), made once
+#   CERTS       if set, a folder for the mesh's TLS certificates, one subfolder per role (`meshrl certs --per-role`), made once
 set -euo pipefail
 cd "$(dirname "$0")/.."
 run="${1:-runs/default}"
@@ -19,8 +19,8 @@ if [ "$(cat "$run/recipe" 2>/dev/null)" != "$recipe" ]; then
     rm -rf "$run/model" "$run/data" "$run/sft"
     echo "$recipe" > "$run/recipe"
 fi
-if [ -n "${CERTS:-}" ] && [ ! -f "$CERTS/ca.pem" ]; then
-    $meshrl certs "$CERTS" > /dev/null
+if [ -n "${CERTS:-}" ] && [ ! -f "$CERTS/orchestrator/ca.pem" ]; then
+    $meshrl certs "$CERTS" --per-role > /dev/null  # a folder per role: each container mounts its own
 fi
 [ -f "$run/model/config.json" ] || $meshrl make-model "$run/model" --seed "$seed"
 # the default task (make-data's defaults): sums of 0..49, 2,000 to train on, 500 held out

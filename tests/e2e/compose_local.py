@@ -4,7 +4,8 @@ For the test that the file users run is the file that works (no Docker engine he
 the file (YAML anchors and merge keys, `${VAR:-default}` interpolation), and for each service
 that is built from this repository (`build: .`; external images such as the collector are left
 out) starts exactly its command and environment, with:
-  - volumes: each container path replaced by a local folder (`/runs` -> tmp/runs);
+  - volumes: each service's container paths replaced by the local folder of the host path it mounts
+    (`./runs:/runs` -> tmp/runs, `./certs/actor:/certs` -> tmp/certs/actor);
   - ports: `--host 0.0.0.0 --port N` -> 127.0.0.1 and a free port; `service:N` -> 127.0.0.1:port;
   - the image's working directory (/app) -> this checkout, `meshrl` -> this checkout's .venv/bin;
   - depends_on conditions: service_completed_successfully (waits for exit 0),
@@ -75,18 +76,18 @@ class LocalCompose:
             cmd = s["command"]
             if "--port" in cmd:
                 self.ports[(name, cmd[cmd.index("--port") + 1])] = str(free_port())
-        self.volumes = {}
-        for s in self.services.values():
+        self.volumes: dict[str, dict[str, str]] = {}  # service -> {container path: local folder}
+        for name, s in self.services.items():
             for v in s.get("volumes") or []:
-                _, container = v.split(":")[:2]
-                self.volumes[container] = str(workdir / container.strip("/").replace("/", "_"))
+                host, container = v.split(":")[:2]
+                self.volumes.setdefault(name, {})[container] = str(workdir / host.removeprefix("./").strip("/"))
 
     def _local(self, text: str, service: str) -> str:
         for (name, port), local in self.ports.items():
             text = text.replace(f"{name}:{port}", f"127.0.0.1:{local}")
             if name == service:
                 text = text.replace(f"127.0.0.1:{port}", f"127.0.0.1:{local}")
-        for container, local in self.volumes.items():
+        for container, local in self.volumes.get(service, {}).items():
             if text == container or text.startswith(container + "/") or ("=" + container) in text:
                 text = text.replace(container, local)
         return text
@@ -108,7 +109,7 @@ class LocalCompose:
         return env
 
     def start(self, name: str) -> None:
-        for c in self.volumes.values():
+        for c in self.volumes.get(name, {}).values():
             pathlib.Path(c).mkdir(parents=True, exist_ok=True)
         log = open(self.workdir / f"{name}.log", "w")
         self.procs[name] = subprocess.Popen(self.command(name, self.services[name]["command"]), cwd=ROOT,

@@ -6,6 +6,7 @@ docker-compose where that tool is installed, and a wrong command fails clearly i
 import json
 import shutil
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -18,7 +19,7 @@ COMPOSE = ROOT / "docker-compose.yml"
 @pytest.mark.slow
 def test_the_compose_file_runs_grpo_through_its_services(tmp_path):
     compose = LocalCompose(COMPOSE, tmp_path, env={"SFT_STEPS": "20", "GRPO_STEPS": "2"})
-    assert {"prepare", "actor", "ref", "rollout", "reward", "orchestrator"} <= set(compose.services)
+    assert {"prepare", "actor", "rollout", "reward", "orchestrator"} <= set(compose.services)
     try:
         code = compose.up(until="orchestrator")
     finally:
@@ -31,7 +32,7 @@ def test_the_compose_file_runs_grpo_through_its_services(tmp_path):
     services = {json.loads(line)["service"] for f in (run_dir / "traces").glob("*.jsonl")
                 for line in f.read_text().splitlines()}
     assert {"meshrl-orchestrator", "meshrl-actor", "meshrl-rollout", "meshrl-reward"} <= services
-    assert (tmp_path / "runs" / "default" / "certs" / "orchestrator.pem").is_file()  # it all ran over mutual TLS
+    assert (tmp_path / "certs" / "orchestrator" / "orchestrator.pem").is_file()  # it all ran over mutual TLS
 
 
 def test_a_wrong_command_fails_clearly(tmp_path):
@@ -61,6 +62,28 @@ def test_services_come_back_into_the_same_ipc_namespace():
     """Docker restarts a service that dies (the run waits for it); actor and rollout join the IPC namespace
     of a holder that never restarts, so a restarted one still shares /dev/shm with the other."""
     services = yaml.safe_load(COMPOSE.read_text())["services"]
-    assert all(services[name].get("restart") == "on-failure" for name in ("actor", "ref", "rollout", "reward"))
+    assert all(services[name].get("restart") == "on-failure" for name in ("actor", "rollout", "reward"))
     assert services["shm"]["ipc"] == "shareable" and "restart" not in services["shm"]
     assert services["actor"]["ipc"] == services["rollout"]["ipc"] == "service:shm"
+
+
+def test_each_container_holds_only_its_own_roles_key():
+    """The reward container runs user code: with every role's key it could present the orchestrator's
+    certificate and pass every policy check. Keys live outside the shared runs volume, a folder per role."""
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    role = {"actor": "actor", "rollout": "rollout", "reward": "reward", "orchestrator": "orchestrator"}
+    for name, own in role.items():
+        mounts = services[name]["volumes"]
+        certs = [m for m in mounts if m.split(":")[1] == "/certs"]
+        assert certs == [f"./certs/{own}:/certs:ro"], (name, mounts)
+        assert not any(m.split(":")[0] in ("./certs", ".") for m in mounts), (name, mounts)
+        assert services[name]["environment"]["MESHRL_TLS_DIR"] == "/certs"
+
+
+def test_certs_per_role_hold_one_key_each(tmp_path):
+    subprocess.run([sys.executable, "-m", "meshrl.cli", "certs", str(tmp_path), "--per-role"], check=True,
+                   capture_output=True)
+    assert not list(tmp_path.glob("*.key"))  # none left where every container could read them
+    for role in ("orchestrator", "actor", "rollout", "reward", "env"):
+        assert sorted(p.name for p in (tmp_path / role).iterdir()) == sorted(["ca.pem", f"{role}.pem", f"{role}.key"])
+        assert (tmp_path / role / f"{role}.key").stat().st_mode & 0o077 == 0
