@@ -1,4 +1,5 @@
-"""Client for any meshrl service: deadlines on every call, retries on UNAVAILABLE.
+"""Client for any meshrl service: deadlines on every call, retries on UNAVAILABLE and on a busy
+server's refusal (RESOURCE_EXHAUSTED with a retry-after hint), with backoff.
 
     reward = Client("127.0.0.1:50051", reward_pb2.DESCRIPTOR.services_by_name["RewardService"])
     reward.wait_ready(30)
@@ -8,6 +9,7 @@ Methods whose messages carry a batch take and return a Payload; others take and
 return the plain message. Large batches are streamed both ways automatically.
 """
 
+import random
 import time
 from typing import Iterable
 
@@ -19,19 +21,32 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from meshrl import telemetry, tls
 from meshrl.codec.payload import Payload, data_field_number
 from meshrl.errors import ServiceError
+from meshrl.rpc.interceptors import RETRY_AFTER
 from meshrl.rpc.methods import client_call, message_class, method_path
 from meshrl.rpc.server import MAX_MESSAGE_BYTES, channel_options
 from meshrl.rpc.token import env_token
 
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
+MAX_JITTER = 5.0  # seconds: the widest random spread added to a busy server's hint
+
+
+def retry_after(error: grpc.RpcError) -> float | None:
+    """The seconds a busy server's refusal asks to wait (trailing metadata); None on any other error."""
+    if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    trailing = getattr(error, "trailing_metadata", lambda: None)() or ()
+    hint = dict(trailing).get(RETRY_AFTER)
+    return int(hint) / 1000 if hint is not None and str(hint).isdigit() else None
 
 
 class Client:
     def __init__(self, address: str, service: ServiceDescriptor, *, token: str | None = None,
-                 timeout: float = 60.0, retries: int = 3, backoff: float = 0.2,
+                 timeout: float = 60.0, retries: int = 3, backoff: float = 0.2, busy_retries: int = 10,
                  max_message_bytes: int = MAX_MESSAGE_BYTES):
+        """retries: tries again after UNAVAILABLE; busy_retries: after a busy server's refusal (any
+        method: that refusal comes before the method runs); both within the call's deadline."""
         self.address, self.service = address, service
-        self.timeout, self.retries, self.backoff = timeout, retries, backoff
+        self.timeout, self.retries, self.backoff, self.busy_retries = timeout, retries, backoff, busy_retries
         token = env_token() if token is None else token  # "" sends none
         self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self.channel = tls.channel(address, service.name, channel_options(max_message_bytes))
@@ -39,7 +54,7 @@ class Client:
 
     def call(self, method: str, request: Payload | Message | None = None, *,
              timeout: float | None = None) -> Payload | Message:
-        """Call `method`; retries UNAVAILABLE with backoff within one overall deadline."""
+        """Call `method`; retries UNAVAILABLE and busy refusals with backoff within one overall deadline."""
         if method not in self._calls:
             raise ValueError(f"{self.service.full_name} has no method {method!r}; "
                              f"it has {sorted(self._calls)}")
@@ -53,16 +68,24 @@ class Client:
             return self._call_with_retries(method, request, deadline, metadata)
 
     def _call_with_retries(self, method: str, request, deadline: float, metadata):
-        for attempt in range(self.retries + 1):
+        unavailable = busy = 0  # retries so far of each kind
+        while True:
             try:
                 return self._calls[method](request, max(0.001, deadline - time.monotonic()), metadata)
             except grpc.RpcError as e:
-                retry = e.code() in RETRYABLE and attempt < self.retries
-                pause = self.backoff * 2**attempt
-                if not retry or time.monotonic() + pause >= deadline:
+                hint = retry_after(e)
+                if hint is not None and busy < self.busy_retries:
+                    # full jitter on top of the hint: callers refused together come back spread out
+                    pause = hint + random.uniform(0, min(MAX_JITTER, self.backoff * 2**busy))
+                    busy += 1
+                elif e.code() in RETRYABLE and unavailable < self.retries:
+                    pause = self.backoff * 2**unavailable
+                    unavailable += 1
+                else:
+                    pause = None
+                if pause is None or time.monotonic() + pause >= deadline:
                     raise ServiceError(self.address, f"{self.service.name}.{method}", e.code(), e.details()) from None
                 time.sleep(pause)
-        raise AssertionError("unreachable")
 
     def call_stream(self, method: str, messages: Iterable[Message | bytes], *, timeout: float | None = None) -> Message:
         """Send a stream of plain messages (no batch), or of their bytes already encoded (see

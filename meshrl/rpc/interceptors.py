@@ -4,6 +4,7 @@ server span per call that continues the caller's trace (when tracing is on)."""
 import hmac
 import logging
 import threading
+import time
 
 import grpc
 
@@ -133,31 +134,70 @@ def light(method: str) -> bool:
     return method.startswith(LIGHT) or method.endswith("/Describe")
 
 
-class CapacityInterceptor(grpc.ServerInterceptor):
-    """At most `limit` work calls at once; one more is RESOURCE_EXHAUSTED at once instead of queueing.
-    The server's pool is larger than `limit`, so health checks, reflection and Describe always find a
-    thread: 16 calls stalled on a dead peer once made every health check time out."""
+RETRY_AFTER = "retry-after-ms"  # trailing metadata of a capacity refusal: when to try again (meshrl.rpc.Client)
+MAX_HINT = 5.0  # seconds: a hint past this is a guess, and a retry then only costs one quick refusal
 
-    def __init__(self, limit: int):
-        self.limit, self.running, self.lock = limit, 0, threading.Lock()
+
+class CapacityInterceptor(grpc.ServerInterceptor):
+    """At most `limit` work calls at once; up to `queue` more wait (in order, at most `wait` seconds or
+    the call's deadline) for a slot; past that a call is RESOURCE_EXHAUSTED with a retry-after hint.
+    Refusing at once cost goodput under load (issue 27: with 100 clients 97.5% were refused, 54 ok
+    calls/s against 377/s when calls queued); an unbounded queue would hold threads and callers for
+    ever. The server's pool has threads for running and waiting calls and more, so health checks,
+    reflection and Describe always find one: 16 calls stalled on a dead peer once made every health
+    check time out."""
+
+    def __init__(self, limit: int, queue: int, wait: float):
+        self.limit, self.queue, self.wait = limit, queue, wait
+        self.running, self.waiting = 0, 0
+        self.cond = threading.Condition()
+        self.call_seconds = 0.1  # moving average of how long a work call holds its slot, for the hint
 
     def intercept_service(self, continuation, handler_call_details):
         handler = continuation(handler_call_details)
         if light(handler_call_details.method):
             return handler
+        started = []
 
         def enter(context):
-            with self.lock:
-                if self.running >= self.limit:
-                    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                  f"the service is busy: {self.running} calls in progress (its limit); retry later")
-                self.running += 1
+            self._acquire(context)
+            started.append(time.monotonic())
 
         def leave():
-            with self.lock:
+            with self.cond:
                 self.running -= 1
+                self.call_seconds += 0.2 * (time.monotonic() - started[0] - self.call_seconds)
+                self.cond.notify()
 
         return _guarded(handler, enter, leave)
+
+    def _acquire(self, context) -> None:
+        """A slot for this call, waiting in the queue when there is room; else abort with the hint."""
+        with self.cond:
+            if self.running < self.limit and not self.waiting:  # no overtaking the calls already waiting
+                self.running += 1
+                return
+            if self.waiting < self.queue:
+                remaining = context.time_remaining()
+                deadline = time.monotonic() + min(self.wait, self.wait if remaining is None else remaining)
+                self.waiting += 1
+                try:
+                    while self.running >= self.limit and self.cond.wait(max(0.0, deadline - time.monotonic())):
+                        pass
+                finally:
+                    self.waiting -= 1
+                if self.running < self.limit:
+                    self.running += 1
+                    return
+            self._refuse(context)
+
+    def _refuse(self, context) -> None:
+        """RESOURCE_EXHAUSTED, with when a slot may be free: the calls waiting share `limit` slots."""
+        hint_ms = round(1000 * min(MAX_HINT, max(0.05, self.call_seconds * (self.waiting + 1) / self.limit)))
+        context.set_trailing_metadata(((RETRY_AFTER, str(hint_ms)),))
+        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                      f"the service is busy: {self.running} calls in progress and {self.waiting} waiting "
+                      f"(its limits); retry after {hint_ms} ms")
 
 
 class RoleInterceptor(grpc.ServerInterceptor):

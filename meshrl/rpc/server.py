@@ -25,7 +25,8 @@ from meshrl.rpc.token import env_token
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 256 << 20  # batches stream in 4 MB parts; this bounds one odd message
-LIGHT_RESERVE = 4  # threads beyond max_workers kept for health, reflection and Describe
+LIGHT_RESERVE = 4  # threads beyond the work calls' kept for health, reflection and Describe
+QUEUE_WAIT = 1.5  # seconds a call past the limit waits for a slot before RESOURCE_EXHAUSTED
 
 
 def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
@@ -35,19 +36,23 @@ def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[st
 
 class Server:
     def __init__(self, servicers: list, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                 max_workers: int = 16, max_message_bytes: int = MAX_MESSAGE_BYTES):
+                 max_workers: int = 16, max_message_bytes: int = MAX_MESSAGE_BYTES, queue: int | None = None,
+                 queue_wait: float = QUEUE_WAIT):
+        """max_workers: work calls at once; queue (default: as many) more wait up to queue_wait seconds."""
+        queue = max_workers if queue is None else queue
         interceptors = [TokenInterceptor(token)] if token else []
         credentials = tls.server_credentials(servicers[0].SERVICE.name) if servicers else None
         if credentials is not None:
             interceptors.append(RoleInterceptor())
-        interceptors.append(CapacityInterceptor(max_workers))
+        interceptors.append(CapacityInterceptor(max_workers, queue, queue_wait))
         if telemetry.enabled():
             interceptors.append(TracingInterceptor())  # outside the error mapping: the span sees the status
         interceptors.append(ErrorInterceptor())
         # gRPC shares a port with any server already on it by default (SO_REUSEPORT), which splits
         # connections between the two: a second server must fail to bind instead.
         options = [*channel_options(max_message_bytes), ("grpc.so_reuseport", 0)]
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers + LIGHT_RESERVE),
+        # a thread per running and per waiting call, and the light calls' reserve
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers + queue + LIGHT_RESERVE),
                                    interceptors=interceptors, options=options)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)

@@ -236,18 +236,19 @@ def test_concurrent_clients(server):
 
 
 def test_busy_work_never_starves_health_or_describe():
-    """Calls beyond the work limit are refused at once (RESOURCE_EXHAUSTED), not queued; health checks
-    and Describe answer from their own threads while every work thread is stuck."""
+    """With no queue (queue=0), calls beyond the work limit are refused at once (RESOURCE_EXHAUSTED); health
+    checks and Describe answer from their own threads while every work thread is stuck (with a queue:
+    tests/contract/test_overload.py)."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    s = serve(EchoScorer(), max_workers=3)
+    s = serve(EchoScorer(), max_workers=3, queue=0)
     slow = Payload(reward_pb2.ScoreRequest(), DataProto({"x": torch.ones(1, 1)}, meta_info={"sleep": 4}))
     stuck = [threading.Thread(target=lambda: Client(s.address, SERVICE, timeout=30).call("Score", slow))
              for _ in range(3)]
     for t in stuck:
         t.start()
     time.sleep(0.5)
-    with Client(s.address, SERVICE, timeout=3) as c:
+    with Client(s.address, SERVICE, timeout=3, busy_retries=0) as c:
         with pytest.raises(ServiceError) as e:
             score(c, DataProto({"x": torch.ones(1, 1)}))
         assert e.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and "busy: 3 calls" in e.value.details
