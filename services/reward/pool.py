@@ -11,16 +11,12 @@ same way. The service never hangs and never crashes because of a function.
 import collections
 import dataclasses
 import logging
-import os
 import selectors
-import signal
-import subprocess
-import sys
 import threading
 import time
 from typing import Any
 
-from services.reward.frames import read_frame, write_frame
+from meshrl.pipes import Child, read_frame, write_frame
 from services.reward.functions import Args
 
 log = logging.getLogger(__name__)
@@ -36,28 +32,13 @@ class Outcome:
     timed_out: bool = False
 
 
-class Worker:
+class Worker(Child):
     def __init__(self, spec: str, batched: bool):
-        task_r, self.task_w = os.pipe()
-        self.res_r, res_w = os.pipe()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "services.reward.worker", spec, "1" if batched else "0", str(task_r), str(res_w)],
-            pass_fds=(task_r, res_w), start_new_session=True)  # own group: kill takes its children too
-        os.close(task_r)
-        os.close(res_w)
+        super().__init__("services.reward.worker", [spec, "1" if batched else "0"])
         self.ready = False
         self.job: list[int] | None = None  # sample indices of the chunk in hand
         self.done = 0  # of job
         self.deadline = 0.0
-
-    def kill(self) -> int | None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        for fd in (self.task_w, self.res_r):
-            os.close(fd)
-        return self.proc.wait()
 
 
 class WorkerPool:

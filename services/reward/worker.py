@@ -10,7 +10,7 @@ import os
 import sys
 import traceback
 
-from services.reward.frames import read_frame, write_frame
+from meshrl.pipes import read_frame, write_frame
 from services.reward.functions import check_result, load
 
 
