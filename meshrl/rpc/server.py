@@ -5,10 +5,17 @@
 
 A servicer names its proto service in a SERVICE attribute, e.g.
 `SERVICE = reward_pb2.DESCRIPTOR.services_by_name["RewardService"]`.
+
+Beyond loopback a server speaks TLS (MESHRL_TLS_DIR) unless told otherwise (insecure_bind, the
+--insecure-bind flag or MESHRL_INSECURE_BIND=1): a plain port there lets any machine that reaches it
+call it, and a token would cross the network in clear text.
 """
 
+import ipaddress
 import logging
+import os
 import signal
+import sys
 import threading
 from concurrent import futures
 
@@ -29,6 +36,29 @@ LIGHT_RESERVE = 4  # threads beyond the work calls' kept for health, reflection 
 QUEUE_WAIT = 1.5  # seconds a call past the limit waits for a slot before RESOURCE_EXHAUSTED
 
 
+INSECURE_BIND_VAR = "MESHRL_INSECURE_BIND"  # =1: serve beyond loopback without TLS (as --insecure-bind)
+
+
+def is_loopback(host: str) -> bool:
+    """127.x.x.x, ::1 or localhost; anything else (0.0.0.0, ::, an address, another name) reaches further."""
+    host = host.strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve anywhere
+        return False
+
+
+def check_bind(host: str, tls_on: bool, insecure_bind: bool = False) -> None:
+    """ValueError for a bind beyond loopback without TLS that nobody asked for."""
+    if tls_on or is_loopback(host) or insecure_bind or os.environ.get(INSECURE_BIND_VAR) == "1":
+        return
+    raise ValueError(f"refusing to serve on {host or 'every address'} without TLS: any machine that reaches the "
+                     "port could call it, and a token would travel in clear text. Set MESHRL_TLS_DIR (`meshrl "
+                     f"certs`), bind 127.0.0.1, or accept it with --insecure-bind (or {INSECURE_BIND_VAR}=1)")
+
+
 def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
     return [("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes)]
@@ -37,11 +67,14 @@ def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[st
 class Server:
     def __init__(self, servicers: list, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
                  max_workers: int = 16, max_message_bytes: int = MAX_MESSAGE_BYTES, queue: int | None = None,
-                 queue_wait: float = QUEUE_WAIT):
-        """max_workers: work calls at once; queue (default: as many) more wait up to queue_wait seconds."""
+                 queue_wait: float = QUEUE_WAIT, insecure_bind: bool = False):
+        """max_workers: work calls at once; queue (default: as many) more wait up to queue_wait seconds;
+        insecure_bind: serve beyond loopback without TLS (else ValueError, see check_bind)."""
         queue = max_workers if queue is None else queue
         interceptors = [TokenInterceptor(token)] if token else []
         credentials = tls.server_credentials(servicers[0].SERVICE.name) if servicers else None
+        check_bind(host, credentials is not None, insecure_bind)
+        self._open = credentials is None and not token  # anyone who reaches the port may call
         if credentials is not None:
             interceptors.append(RoleInterceptor())
         interceptors.append(CapacityInterceptor(max_workers, queue, queue_wait))
@@ -57,6 +90,7 @@ class Server:
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         names = []
+        self._servicers = servicers
         for servicer in servicers:
             service = servicer.SERVICE
             self._server.add_generic_rpc_handlers((service_handler(servicer, service),))
@@ -77,10 +111,24 @@ class Server:
 
     def start(self) -> "Server":
         self._server.start()
-        for name in ["", *self.service_names]:
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.set_serving(True)
+        for servicer in self._servicers:
+            watch = getattr(servicer, "watch_health", None)
+            if watch is not None:  # a servicer that can lose the means to work says so (env workers)
+                watch(self.set_serving)
         log.info("serving %s on %s", ", ".join(self.service_names), self.address)
+        if self._open:
+            who = "any local user" if is_loopback(self.address.rpartition(":")[0]) else "anyone who reaches it"
+            log.warning("%s on %s has no token and no TLS: %s can call it; set MESHRL_TOKEN (or "
+                        "MESHRL_TOKEN_FILE) or MESHRL_TLS_DIR to close it", ", ".join(self.service_names),
+                        self.address, who)
         return self
+
+    def set_serving(self, serving: bool) -> None:
+        """Health SERVING or NOT_SERVING for the whole server (ignored once it is stopping)."""
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ["", *self.service_names]:
+            self.health.set(name, status)
 
     def stop(self, grace: float = 5.0) -> None:
         """Report NOT_SERVING, refuse new calls, let running ones finish for `grace` seconds."""
@@ -111,15 +159,20 @@ def serve(*servicers, **kwargs) -> Server:
 
 
 def run_service(servicer, args, label: str, max_workers: int = 16) -> int:
-    """Serve one servicer with the --host/--port/--token flags until SIGTERM, then close it.
+    """Serve one servicer with the --host/--port/--token/--insecure-bind flags until SIGTERM, then close it.
 
-    Prints "<label> listening on HOST:PORT" once serving: launchers and tests read that line.
+    Prints "<label> listening on HOST:PORT" once serving: launchers and tests read that line; a bind
+    that check_bind refuses is one line on stderr and exit code 2.
     """
     telemetry.setup(f"meshrl-{servicer.SERVICE.name.removesuffix('Service').lower()}")
     tls.set_role(tls.SERVER_ROLE.get(servicer.SERVICE.name, "orchestrator"))  # its own calls (the weight push)
     try:
-        server = Server([servicer], host=args.host, port=args.port, token=args.token or env_token(),
-                        max_workers=max_workers).start()
+        try:
+            server = Server([servicer], host=args.host, port=args.port, token=args.token or env_token(),
+                            max_workers=max_workers, insecure_bind=getattr(args, "insecure_bind", False)).start()
+        except ValueError as e:  # the user's flags or environment: one line, not a traceback
+            print(f"{label}: {e}", file=sys.stderr)
+            return 2
         print(f"{label} listening on {server.address}", flush=True)
         server.run_until_signal()
     finally:
