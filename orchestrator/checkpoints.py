@@ -1,8 +1,9 @@
 """A run's checkpoints: what save writes (each trained service's own checkpoint and orchestrator.json),
 what resume restores, and the run folder's link to the final model.
 
-checkpoints/step_N/ holds actor/, critic/ (the services write them, DCP) and
-orchestrator.json (step, data position, RNG state, the algorithm's own state);
+checkpoints/step_N/ holds actor/, critic/ (the services write them, DCP, each signed
+with an integrity.json the service checks before loading: services/actor/integrity.py)
+and orchestrator.json (step, data position, RNG state, the algorithm's own state);
 checkpoints/latest names the newest complete one.
 """
 

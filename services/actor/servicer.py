@@ -5,13 +5,16 @@ at or below the last applied one returns that step's answer (or, if older,
 FAILED_PRECONDITION) and changes nothing. A call whose caller goes away stops at
 the next micro-batch (ABORTED); an Update stopped after some of its optimizer
 steps leaves the weights between two steps, so the service then refuses to
-update, save or push until a checkpoint is loaded.
+update, save or push until a checkpoint is loaded. Checkpoints carry an integrity
+record (services/actor/integrity.py): LoadCheckpoint loads only a folder a save
+signed, checked before any rank reads it.
 """
 
 import json
 import math
 import pathlib
 
+from meshrl.flags import settings_json
 from meshrl.codec import Payload
 from meshrl.codec.values import from_value
 from meshrl.dataproto import DataProto, unpad
@@ -19,7 +22,7 @@ from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument, MAX_STEP
 from meshrl import weights
 from meshrl.typed import build
 from meshrl.v1 import actor_pb2, common_pb2
-from services.actor import batches
+from services.actor import batches, integrity
 from services.actor.comm import Driver, RankError
 from services.actor.config import EngineConfig, OptimConfig
 from services.actor.losses import parse_loss
@@ -49,7 +52,14 @@ class ActorServicer:
             service="actor", role=self.role, model=args.get("model", ""), world_size=self.world_size,
             backend=args.get("engine", {}).get("engine", EngineConfig.engine), weight_version=self.weight_version,
             details={"initialized": str(self.init_args is not None).lower(), "last_step": str(self.last_step),
-                     "partial": self.partial})
+                     "partial": self.partial, "settings": self._settings()})
+
+    def _settings(self) -> str:
+        """Engine and optimizer settings in effect, defaults filled in ("{}" before Init)."""
+        if self.init_args is None:
+            return "{}"
+        return settings_json(build(EngineConfig, self.init_args["engine"], "engine"),
+                             build(OptimConfig, self.init_args["optim"], "optim"))
 
     def Init(self, request: actor_pb2.InitRequest, context) -> common_pb2.ServiceInfo:
         args = self.init_args_from(request.model, _values(request.engine, "engine"), _values(request.optim, "optim"))
@@ -158,9 +168,11 @@ class ActorServicer:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as e:  # a file in the way, a full disk: the caller's path, named
             raise InvalidArgument(f"cannot make the checkpoint folder {request.path[:200]!r}: {e.strerror}") from None
+        before = self._checked(integrity.snapshot, path)
         self._call("save", {"path": str(path), "export_hf": request.export_hf})
         (path / STATE_FILE).write_text(json.dumps({"last_step": self.last_step, "weight_version": self.weight_version,
                                                    "role": self.role}))
+        self._checked(lambda p: integrity.sign(p, before, integrity.checkpoint_key()), path)  # last: over it all
         return actor_pb2.CheckpointResponse(path=str(path), step=self.last_step)
 
     def LoadCheckpoint(self, request: actor_pb2.CheckpointRequest, context) -> actor_pb2.CheckpointResponse:
@@ -168,6 +180,8 @@ class ActorServicer:
         path = self._checkpoint_path(request)
         if not (path / STATE_FILE).is_file():
             raise InvalidArgument(f"no actor checkpoint at {path} (missing {STATE_FILE})")
+        # before anything in it is read: DCP unpickles its metadata, and a planted pickle runs
+        self._checked(lambda p: integrity.verify(p, integrity.checkpoint_key()), path)
         try:
             state = json.loads((path / STATE_FILE).read_text())
             state = {k: state[k] for k in ("last_step", "weight_version", "role")}
@@ -179,6 +193,14 @@ class ActorServicer:
         self.last_step, self.weight_version, self.last_reply = state["last_step"], state["weight_version"], None
         self.partial = ""
         return actor_pb2.CheckpointResponse(path=str(path), step=self.last_step)
+
+    @staticmethod
+    def _checked(check, path: pathlib.Path):
+        """check(path), its ValueError (an unsigned or altered folder, an unsafe key file) refused by name."""
+        try:
+            return check(path)
+        except ValueError as e:
+            raise FailedPrecondition(f"checkpoint at {path} refused: {e}") from None
 
     def _checkpoint_path(self, request) -> pathlib.Path:
         """The request's path under the checkpoint root (relative paths are taken from it), symlinks and

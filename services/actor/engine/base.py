@@ -6,6 +6,7 @@ roles bring the losses). Subclasses only decide how the model is wrapped
 (sharded or not) and the few operations that depend on it.
 """
 
+import contextlib
 import json
 import math
 import pathlib
@@ -14,6 +15,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.tensor import DTensor
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
                                                      set_state_dict)
@@ -27,6 +29,20 @@ def default_device() -> torch.device:
     if torch.cuda.is_available():
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def _dcp_errors(doing: str, path: pathlib.Path):
+    """DCP's CheckpointException is a BaseException: it passed the ranks' `except Exception`, so a rank died of
+    a malformed checkpoint and rank 0's call was never answered (its caller waited out its deadline). Every
+    rank gets the same exception (DCP gathers them), so every rank raises this one and stays in the group."""
+    try:
+        yield
+    except CheckpointException as e:
+        first = next(iter(e.failures.values()), None)
+        cause = first[0] if isinstance(first, tuple) else first
+        raise RuntimeError(f"DCP could not {doing} the checkpoint at {path}: {type(cause).__name__}: "
+                           f"{str(cause)[:500]}") from None
 
 
 def lr_lambda(cfg: OptimConfig) -> Callable[[int], float]:
@@ -179,7 +195,8 @@ class Engine:
     def save(self, path: str | pathlib.Path) -> None:
         """Sharded checkpoint (DCP) of model and optimizer, plus the schedule. Collective."""
         path = pathlib.Path(path)
-        dcp.save(self._dcp_state(), checkpoint_id=str(path / "dcp"))
+        with _dcp_errors("save", path):
+            dcp.save(self._dcp_state(), checkpoint_id=str(path / "dcp"))
         if self.rank == 0 and self.scheduler is not None:
             (path / "scheduler.json").write_text(json.dumps(self.scheduler.state_dict()))
         dist.barrier()
@@ -189,7 +206,8 @@ class Engine:
         if not (path / "dcp").is_dir():
             raise FileNotFoundError(f"no checkpoint at {path} (expected {path / 'dcp'})")
         state = self._dcp_state()
-        dcp.load(state, checkpoint_id=str(path / "dcp"))
+        with _dcp_errors("load", path):
+            dcp.load(state, checkpoint_id=str(path / "dcp"))
         if self.optimizer is not None:
             set_state_dict(self.module, self.optimizer, model_state_dict=state["model"],
                            optim_state_dict=state["optim"])
