@@ -93,3 +93,7 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token", default=None, help="require this bearer token on every call but health; "
                         "better MESHRL_TOKEN or MESHRL_TOKEN_FILE in the environment (a command line is readable "
                         "by every user of the machine)")
+    parser.add_argument("--insecure-bind", action="store_true",
+                        help="allow a --host beyond loopback without TLS (MESHRL_TLS_DIR): any machine that "
+                        "reaches the port can call the service, and a token travels in clear text; also "
+                        "MESHRL_INSECURE_BIND=1")

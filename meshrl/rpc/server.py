@@ -74,7 +74,8 @@ class Server:
         interceptors = [TokenInterceptor(token)] if token else []
         credentials = tls.server_credentials(servicers[0].SERVICE.name) if servicers else None
         check_bind(host, credentials is not None, insecure_bind)
-        self._open = credentials is None and not token  # anyone who reaches the port may call
+        # who may call when nothing checks the caller, for the warning at start
+        self._open_to = None if credentials or token else "any local user" if is_loopback(host) else "anyone"
         if credentials is not None:
             interceptors.append(RoleInterceptor())
         interceptors.append(CapacityInterceptor(max_workers, queue, queue_wait))
@@ -117,11 +118,10 @@ class Server:
             if watch is not None:  # a servicer that can lose the means to work says so (env workers)
                 watch(self.set_serving)
         log.info("serving %s on %s", ", ".join(self.service_names), self.address)
-        if self._open:
-            who = "any local user" if is_loopback(self.address.rpartition(":")[0]) else "anyone who reaches it"
+        if self._open_to:
             log.warning("%s on %s has no token and no TLS: %s can call it; set MESHRL_TOKEN (or "
                         "MESHRL_TOKEN_FILE) or MESHRL_TLS_DIR to close it", ", ".join(self.service_names),
-                        self.address, who)
+                        self.address, self._open_to)
         return self
 
     def set_serving(self, serving: bool) -> None:

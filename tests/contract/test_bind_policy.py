@@ -1,0 +1,87 @@
+"""Who can reach a service started by hand (issue 27, item 9): a bind beyond loopback without TLS is
+refused unless asked for (--insecure-bind or MESHRL_INSECURE_BIND=1), and a loopback service with neither
+token nor TLS says at start that any local user can call it."""
+
+import logging
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from meshrl.rpc import Client, Server, serve
+from meshrl.rpc.server import INSECURE_BIND_VAR, is_loopback
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from echo_service import SERVICE, EchoScorer  # noqa: E402
+
+
+@pytest.fixture
+def plain_env(monkeypatch):
+    """No TLS, no token, no opt-in, whatever the caller's environment holds."""
+    for var in ("MESHRL_TLS_DIR", "MESHRL_TOKEN", "MESHRL_TOKEN_FILE", INSECURE_BIND_VAR):
+        monkeypatch.delenv(var, raising=False)
+    return {k: v for k, v in os.environ.items()}
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.3.2.1", "localhost", "LocalHost", "::1", "[::1]"])
+def test_loopback_hosts(host):
+    assert is_loopback(host)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "[::]", "", "10.0.0.5", "192.168.1.2", "example.com",
+                                  "localhost.example.com", "::ffff:10.0.0.1"])
+def test_hosts_beyond_loopback(host):
+    assert not is_loopback(host)
+
+
+@pytest.mark.parametrize("token", [None, "s3cret"])  # a token alone would travel in clear text
+def test_a_bind_beyond_loopback_without_tls_is_refused(plain_env, token):
+    with pytest.raises(ValueError, match=r"0\.0\.0\.0 without TLS.*--insecure-bind.*MESHRL_INSECURE_BIND=1"):
+        Server([EchoScorer()], host="0.0.0.0", token=token)
+
+
+def test_the_opt_in_serves_beyond_loopback(plain_env, monkeypatch):
+    for kwargs in ({"insecure_bind": True}, {}):
+        if not kwargs:
+            monkeypatch.setenv(INSECURE_BIND_VAR, "1")
+        server = serve(EchoScorer(), host="0.0.0.0", **kwargs)
+        try:
+            with Client(f"127.0.0.1:{server.port}", SERVICE, timeout=10) as c:
+                assert c.call("Describe").backend == "echo"
+        finally:
+            server.stop(0)
+
+
+def test_an_open_loopback_service_warns_once(plain_env, caplog):
+    with caplog.at_level(logging.WARNING, logger="meshrl.rpc.server"):
+        server = serve(EchoScorer())
+        server.stop(0)
+        closed = serve(EchoScorer(), token="s3cret")
+        closed.stop(0)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "any local user can call it" in warnings[0] and "MESHRL_TOKEN" in warnings[0]
+    assert server.address in warnings[0]
+
+
+def test_meshrl_serve_names_the_flag(plain_env):
+    cmd = [sys.executable, "-m", "meshrl.cli", "serve", "reward", "--workers", "0", "--host", "0.0.0.0"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=plain_env)
+    assert out.returncode == 2, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert "without TLS" in last and "--insecure-bind" in last, last
+    assert "Traceback" not in out.stderr
+
+
+def test_meshrl_serve_with_the_flag_listens_everywhere(plain_env):
+    cmd = [sys.executable, "-m", "meshrl.cli", "serve", "reward", "--workers", "0", "--host", "0.0.0.0",
+           "--insecure-bind"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=plain_env)
+    try:
+        line = proc.stdout.readline()
+        assert "listening on 0.0.0.0:" in line, proc.stderr.read() if proc.poll() is not None else line
+    finally:
+        proc.terminate()
+        proc.wait(30)
