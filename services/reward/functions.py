@@ -19,14 +19,13 @@ extra per-sample values (numbers, bools, strings) beside it.
 """
 
 import functools
-import importlib.util
 import inspect
 import math
-import pathlib
-import sys
 from typing import Any, Callable
 
 import numpy as np
+
+from meshrl.loading import from_file
 
 Args = tuple[Any, str, Any, Any]  # (data_source, solution_str, ground_truth, extra_info)
 PARAMS = ("data_source", "solution_str", "ground_truth", "extra_info")
@@ -40,7 +39,7 @@ def load(spec: str, batched: bool = False) -> Callable:
         from services.reward.scorers import default_compute_score
 
         return default_compute_score
-    return by_keyword(find(spec), BATCHED_PARAMS if batched else PARAMS, spec)
+    return by_keyword(from_file(spec), BATCHED_PARAMS if batched else PARAMS, spec)
 
 
 def by_keyword(fn: Callable, names: tuple[str, ...], spec: str) -> Callable:
@@ -65,28 +64,6 @@ def by_keyword(fn: Callable, names: tuple[str, ...], spec: str) -> Callable:
         return fn(**{n: a for n, a in zip(names, args) if n in passed})
 
     return call
-
-
-def find(spec: str, kind: str = "reward function") -> Callable:
-    """Import path/to/file.py and return its function (or class) `name` (spec "path/to/file.py:name")."""
-    path, sep, name = spec.rpartition(":")
-    if not sep or not path or not name:
-        raise ValueError(f"{kind} spec {spec!r} must look like path/to/file.py:name")
-    file = pathlib.Path(path).expanduser().resolve()
-    if not file.is_file():
-        raise ValueError(f"{kind} file {str(file)!r} does not exist")
-    module_name = f"meshrl_user_reward_{abs(hash(str(file)))}"
-    module_spec = importlib.util.spec_from_file_location(module_name, file)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[module_name] = module  # dataclasses and pickling-free helpers in user code need it
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as e:
-        raise ValueError(f"could not import {file}: {type(e).__name__}: {e}") from e
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        raise ValueError(f"{file} has no {kind.split()[-1]} {name!r}")
-    return fn
 
 
 def check_result(result: Any) -> tuple[float, dict[str, Any]]:

@@ -1,7 +1,11 @@
 """The environment service over a real gRPC server: the calculator's episodes, bad requests, and
-environments that crash, hang or answer nonsense (the service survives each; the episode ends)."""
+environments that crash, hang, kill their process or answer nonsense (the service survives each; the
+episode ends, and a hung or dead worker process is replaced)."""
 
 import json
+import pathlib
+import sys
+import threading
 import time
 
 import grpc
@@ -14,29 +18,12 @@ from orchestrator.services import launch
 from services.env.config import EnvConfig
 from services.env.servicer import EnvServicer
 
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from env_scripted import Scripted  # noqa: E402
+
 SERVICE = env_pb2.DESCRIPTOR.services_by_name["EnvService"]
-
-
-class Scripted:
-    """Does what the action says: crash, refuse, hang, or answer with a wrong type."""
-
-    def reset(self, task, seed=None):
-        return f"task {task.get('n', 0)} seed {seed}", {"ready": True}
-
-    def step(self, action):
-        if action == "crash":
-            raise RuntimeError("the tool fell over")
-        if action == "refuse":
-            raise ValueError("no such tool")
-        if action == "hang":
-            time.sleep(5)
-        if action == "bad-type":
-            return 42, 0.0, False, {}
-        if action == "bad-reward":
-            return "x", float("nan"), False, {}
-        if action == "short":
-            return "x", 0.0
-        return f"echo {action}", 0.5, action == "done", {"len": len(action)}
+SCRIPTED = f"{pathlib.Path(__file__).with_name('env_scripted.py')}:Scripted"  # loaded in the worker processes
+GRACE = 5.0  # seconds a stopping server gives calls in flight (meshrl.rpc.server.run_until_signal)
 
 
 def serve(factory=None, **cfg):
@@ -47,7 +34,7 @@ def serve(factory=None, **cfg):
 
 @pytest.fixture(scope="module")
 def scripted():
-    servicer, server, client = serve(Scripted, step_timeout=1.0, max_episodes=8, max_action_chars=100)
+    servicer, server, client = serve(env=SCRIPTED, step_timeout=1.0, max_episodes=8, max_action_chars=100)
     yield client
     server.stop(0)
     servicer.close()
@@ -93,15 +80,19 @@ def test_a_calculator_episode():
 
 
 def test_reset_passes_the_task_and_seed(scripted):
-    r = reset(scripted, {"n": 3}, seed=9)
-    assert r.observation == "task 3 seed 9" and json.loads(r.info_json) == {"ready": True}
+    r = reset(scripted, {"n": 3}, seed=2**64 - 1)
+    assert r.observation == f"task 3 seed {2**64 - 1}" and json.loads(r.info_json) == {"ready": True}
+    assert json.loads(scripted.call("Describe").details["stop"]) == ["</tool>"]
     ok = step(scripted, r.episode_id, "hello")
     assert (ok.observation, ok.reward, ok.done) == ("echo hello", 0.5, False) and json.loads(ok.info_json) == {"len": 5}
     assert scripted.call("Close", env_pb2.CloseRequest(episode_id=r.episode_id)).closed
 
 
-@pytest.mark.parametrize("task_json, match", [("{not json", "task_json is not JSON"),
-                                              ("[1, 2]", "must be a JSON object")])
+@pytest.mark.parametrize("task_json, match", [
+    ("{not json", "task_json is not JSON"),
+    ("[1, 2]", "must be a JSON object"),
+    ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", "task_json is nested too deeply"),  # once INTERNAL
+])
 def test_bad_tasks(scripted, task_json, match):
     expect(grpc.StatusCode.INVALID_ARGUMENT,
            lambda: scripted.call("Reset", env_pb2.ResetRequest(task_json=task_json)), match)
@@ -128,7 +119,7 @@ def test_a_failing_step_ends_its_episode_and_the_service_goes_on(scripted, actio
 
 
 def test_episode_limit_and_idle_episodes():
-    servicer, server, client = serve(Scripted, max_episodes=2, idle_timeout=0.3)
+    servicer, server, client = serve(env=SCRIPTED, max_episodes=2, idle_timeout=0.3)
     try:
         a, b = reset(client), reset(client)
         expect(grpc.StatusCode.RESOURCE_EXHAUSTED, lambda: reset(client), "2 episodes are open")
@@ -163,3 +154,109 @@ def test_a_bad_env_spec_is_named():
         EnvServicer(EnvConfig(env="services.env.calculator:Nope"))
     with pytest.raises(ValueError, match="must look like"):
         EnvConfig(env="no_colon")
+
+
+def test_hung_steps_are_stopped_and_later_episodes_run():
+    """--workers 2 and 3 steps that never return: each ends at --step-timeout, and the service still
+    serves (a hung step once kept its thread: two made every later Reset ABORTED)."""
+    servicer, server, client = serve(env=SCRIPTED, workers=2, step_timeout=1.0)
+    try:
+        for _ in range(3):
+            r = reset(client)
+            expect(grpc.StatusCode.ABORTED, lambda: step(client, r.episode_id, "forever"),
+                   "took longer than --step-timeout 1 s")
+        r = reset(client, {"n": 1})
+        assert r.observation == "task 1 seed None" and step(client, r.episode_id, "done").done
+        assert client.health(SERVICE.full_name) == "SERVING"
+        assert client.call("Describe").details["workers_replaced"] == "3"
+    finally:
+        server.stop(0)
+        servicer.close()
+
+
+def test_episodes_of_a_replaced_worker_are_lost_with_a_clear_status():
+    servicer, server, client = serve(env=SCRIPTED, processes=1, step_timeout=1.0)
+    try:
+        hung, beside = reset(client), reset(client)  # one worker process: both live in it
+        expect(grpc.StatusCode.ABORTED, lambda: step(client, hung.episode_id, "forever"), "--step-timeout")
+        expect(grpc.StatusCode.ABORTED, lambda: step(client, beside.episode_id, "hi"),
+               "episode lost: its worker was replaced after a hung step")
+        expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: step(client, beside.episode_id, "hi"), "no episode")
+        fresh = reset(client)
+        assert step(client, fresh.episode_id, "hi").observation == "echo hi"
+    finally:
+        server.stop(0)
+        servicer.close()
+
+
+def test_a_tool_that_kills_its_process_ends_only_its_episode(scripted):
+    r = reset(scripted)
+    expect(grpc.StatusCode.ABORTED, lambda: step(scripted, r.episode_id, "exit"), "worker process died")
+    other = reset(scripted)
+    assert step(scripted, other.episode_id, "done").done
+
+
+def test_health_is_not_serving_while_no_worker_can_start(monkeypatch):
+    servicer, server, client = serve(env=SCRIPTED, workers=1, step_timeout=1.0)
+    try:
+        assert client.health(SERVICE.full_name) == "SERVING"
+        monkeypatch.setenv("MESHRL_TEST_ENV_BROKEN", "1")  # the replacement worker cannot load the environment
+        r = reset(client)
+        expect(grpc.StatusCode.ABORTED, lambda: step(client, r.episode_id, "forever"), "--step-timeout")
+        wait_for(lambda: client.health(SERVICE.full_name) == "NOT_SERVING", 20)
+        expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: reset(client), "broken on purpose")
+        monkeypatch.delenv("MESHRL_TEST_ENV_BROKEN")  # it retries, and serves again once one starts
+        wait_for(lambda: client.health(SERVICE.full_name) == "SERVING", 30)
+        assert step(client, reset(client).episode_id, "done").done
+    finally:
+        server.stop(0)
+        servicer.close()
+
+
+def test_sigterm_with_hung_steps_ends_within_the_grace():
+    proc, address = launch(["env", "--env", SCRIPTED, "--workers", "2", "--step-timeout", "300"])
+    client = Client(address, SERVICE, timeout=120, retries=0)
+    errors = []
+
+    def hang():
+        try:
+            step(client, reset(client).episode_id, "forever")
+        except ServiceError as e:
+            errors.append(e.code)
+
+    threads = [threading.Thread(target=hang) for _ in range(2)]
+    try:
+        for t in threads:
+            t.start()
+        wait_for(lambda: client.call("Describe").details["episodes_open"] == "2", 20)
+        time.sleep(0.5)  # both steps are in the environment now
+        start = time.monotonic()
+        proc.terminate()
+        assert proc.wait(GRACE + 25) == 0
+        assert time.monotonic() - start < GRACE + 5
+        for t in threads:
+            t.join(10)
+        assert len(errors) == 2  # the hung calls ended too
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_class_object_runs_in_this_process():
+    """Tests may hand the servicer a class (no file to load): its episodes run in this process."""
+    servicer, server, client = serve(Scripted)
+    try:
+        r = reset(client, {"n": 2})
+        assert r.observation == "task 2 seed None" and step(client, r.episode_id, "done").done
+        assert json.loads(client.call("Describe").details["stop"]) == ["</tool>"]
+    finally:
+        server.stop(0)
+        servicer.close()
+
+
+def wait_for(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.1)

@@ -1,0 +1,45 @@
+"""User code named by a spec: "package.module:name" or "path/to/file.py:name" (a reward function, an
+environment class). Shared by the services that run it, which never import each other."""
+
+import importlib
+import importlib.util
+import pathlib
+import sys
+from typing import Callable
+
+
+def load_named(spec: str, kind: str) -> Callable:
+    """The callable `name` of spec "package.module:name" or "path/to/file.py:name"; ValueError naming
+    what is wrong otherwise (`kind` says what it is, for the message)."""
+    path, _, name = spec.rpartition(":")
+    if path.endswith(".py"):
+        return from_file(spec, kind)
+    try:
+        obj = getattr(importlib.import_module(path), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ValueError(f"{kind} {spec!r} cannot be loaded: {type(e).__name__}: {e}") from e
+    if not callable(obj):
+        raise ValueError(f"{kind} {spec!r} is not callable")
+    return obj
+
+
+def from_file(spec: str, kind: str = "reward function") -> Callable:
+    """Import path/to/file.py and return its function (or class) `name` (spec "path/to/file.py:name")."""
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path or not name:
+        raise ValueError(f"{kind} spec {spec!r} must look like path/to/file.py:name")
+    file = pathlib.Path(path).expanduser().resolve()
+    if not file.is_file():
+        raise ValueError(f"{kind} file {str(file)!r} does not exist")
+    module_name = f"meshrl_user_{abs(hash(str(file)))}"
+    module_spec = importlib.util.spec_from_file_location(module_name, file)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_name] = module  # dataclasses and pickling-free helpers in user code need it
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as e:
+        raise ValueError(f"could not import {file}: {type(e).__name__}: {e}") from e
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise ValueError(f"{file} has no {kind.split()[-1]} {name!r}")
+    return fn
