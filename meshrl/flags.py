@@ -10,6 +10,7 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import json
 import io
 import textwrap
 import tokenize
@@ -72,7 +73,7 @@ def dataclass_args(cls, values: dict, skip: tuple[str, ...] = ()) -> list[str]:
     without keeping its own copy of them."""
     out = []
     for f in dataclasses.fields(cls):
-        if f.name in skip or f.name not in values:
+        if f.name in skip or f.name not in values or values[f.name] is None:  # None: the field's default
             continue
         value, flag = values[f.name], f.name.replace("_", "-")
         if f.type is bool:
@@ -97,3 +98,12 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
                         help="allow a --host beyond loopback without TLS (MESHRL_TLS_DIR): any machine that "
                         "reaches the port can call the service, and a token travels in clear text; also "
                         "MESHRL_INSECURE_BIND=1")
+
+
+def settings_json(*configs) -> str:
+    """A service's effective settings (its config dataclasses, merged) as JSON, for its Describe reply's
+    details["settings"]: a run given the service by address compares them with its own config."""
+    merged = {}
+    for config in configs:
+        merged.update(dataclasses.asdict(config))
+    return json.dumps(merged, default=str, sort_keys=True)

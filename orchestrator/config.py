@@ -225,6 +225,9 @@ class TrainerSection:
     #   goes on from its last checkpoint; 0: a dead service ends the run
     max_staleness: int = 0  # K >= 1: the rollout samples the next K steps while the actor trains this one
     #   (ppo, grpo, rloo, reinforce; orchestrator/pipeline.py); 0: one phase after the other
+    given_settings: str = "refuse"  # services given by address that run with other settings than this config
+    #   (lr, micro-batching, the rollout's backend and dtype, ...): refuse (stop before the first step, naming
+    #   each) or adopt (use theirs; run_dir/config.yaml records them)
     deterministic: bool = True  # K >= 1: step s is sampled from the weights of step max(last checkpoint,
     #   s - 1 - K) in every run and after a resume; false: from the newest the rollout has (within K)
 

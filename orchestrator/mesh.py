@@ -30,6 +30,7 @@ from meshrl.v1 import actor_pb2, rollout_pb2
 from orchestrator.config import Config
 from orchestrator.services import Services
 from services.actor.config import EngineConfig, OptimConfig
+from services.reward.config import RewardConfig
 from services.rollout.config import RolloutConfig
 
 POLICY_INPUTS = ["input_ids", "attention_mask", "position_ids", "responses"]
@@ -45,33 +46,46 @@ def engine_for(engine: str, world: int) -> str:
     return engine if engine != "auto" else "plain" if world == 1 else "fsdp2"
 
 
-def serve_args(cfg: Config, role: str) -> list[str]:
-    """`meshrl serve ...` arguments of a role (actor, ref, critic, rollout, reward) from the config. The
-    actor's and rollout's flags are written from the services' own config classes (meshrl.flags), so a
-    setting the run config shares with them by name reaches them."""
+def settings(cfg: Config, role: str) -> dict:
+    """The settings (service config field -> value) a role gets from the run config: what serve_args
+    writes as flags for a service the run starts, and what one given by address must report (Describe)."""
     a = cfg.actor
     if role == "rollout":
-        return ["rollout", *dataclass_args(RolloutConfig, {**dataclasses.asdict(cfg.rollout), "model": a.model,
-                                                           "seed": cfg.trainer.seed})]
+        return {**_fields(RolloutConfig, dataclasses.asdict(cfg.rollout)), "model": a.model, "seed": cfg.trainer.seed}
+    if role == "reward":
+        return _fields(RewardConfig, dataclasses.asdict(cfg.reward))
+    if role == "critic":
+        world, lr = cfg.critic.world_size, cfg.critic.lr
+    else:
+        world, lr = cfg.ref.world_size if role == "ref" else a.world_size, a.lr
+    values = {**dataclasses.asdict(a), "engine": engine_for(a.engine, world), "seed": cfg.trainer.seed, "lr": lr,
+              "total_steps": cfg.trainer.total_steps}  # the schedule advances once per training step
+    engine = _fields(EngineConfig, values)
+    return engine if role == "ref" else {**engine, **_fields(OptimConfig, values, skip=("betas",))}
+
+
+def _fields(cls, values: dict, skip: tuple[str, ...] = ()) -> dict:
+    return {f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values and f.name not in skip}
+
+
+def serve_args(cfg: Config, role: str) -> list[str]:
+    """`meshrl serve ...` arguments of a role (actor, ref, critic, rollout, reward, env) from the config,
+    written from the services' own config classes (meshrl.flags)."""
+    a = cfg.actor
+    if role == "rollout":
+        return ["rollout", *dataclass_args(RolloutConfig, settings(cfg, role))]
     if role == "env":
         e = cfg.env
         workers = max(e.workers, cfg.rollout.concurrency)  # a call beyond them would be RESOURCE_EXHAUSTED
         return ["env", "--env", e.module, "--step-timeout", str(e.step_timeout), "--workers", str(workers)]
     if role == "reward":
-        rw = cfg.reward
-        args = ["reward", "--workers", str(rw.workers), "--timeout", str(rw.timeout), "--on-error", rw.on_error,
-                "--error-score", str(rw.error_score)]
-        return args + (["--function", rw.function] if rw.function else []) + (["--batched"] if rw.batched else [])
-    if role == "critic":
-        c = cfg.critic
-        model, world, lr = c.model or a.model, c.world_size, c.lr
-    else:
-        model, world, lr = a.model, cfg.ref.world_size if role == "ref" else a.world_size, a.lr
-    values = {**dataclasses.asdict(a), "engine": engine_for(a.engine, world), "seed": cfg.trainer.seed, "lr": lr,
-              "total_steps": cfg.trainer.total_steps}  # the schedule advances once per training step
+        return ["reward", *dataclass_args(RewardConfig, settings(cfg, role))]
+    model = cfg.critic.model or a.model if role == "critic" else a.model
+    world = {"critic": cfg.critic.world_size, "ref": cfg.ref.world_size}.get(role, a.world_size)
+    values = settings(cfg, role)
     args = ["actor", "--role", role, "--model", model, "--checkpoint-root", absolute(cfg.trainer.run_dir),
             "--world-size", str(world), "--threads", str(a.threads), *dataclass_args(EngineConfig, values)]
-    return args + ([] if role == "ref" else dataclass_args(OptimConfig, values, skip=("betas",)))
+    return args + ([] if role == "ref" else dataclass_args(OptimConfig, values))
 
 
 INTERRUPTED_RESENDS = 3  # a Generate stopped by a weight push is sent again this many times at most

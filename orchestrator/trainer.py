@@ -26,8 +26,9 @@ from meshrl import telemetry
 from meshrl.errors import ServiceError
 from meshrl.rpc.token import PEER_VAR, forget_run_token, run_token
 from orchestrator import chunks, multi_turn, pipeline, preflight
+from orchestrator.agreement import agree
 from orchestrator.checkpoints import link_final_model, resume, save
-from orchestrator.config import Config
+from orchestrator.config import Config, save_config
 from orchestrator.data import PromptDataset, prepare_run, prompt_limit
 from orchestrator.mesh import Mesh, prompt_text, start_mesh, wanted
 from orchestrator.loggers import RunLog
@@ -255,6 +256,10 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
         ours = wanted(cfg, roles)
         token_made = run_token()  # the services this run starts answer no caller without the run's token
         given = {role for role, (address, _) in ours.items() if address}
+        if token_made and "actor" in given and "rollout" in set(ours) - given:
+            raise ValueError("actor.address is given and this run starts the rollout, which requires the run's "
+                             "token, so the actor's weight push would be refused: set MESHRL_TOKEN (or "
+                             "MESHRL_TOKEN_FILE) for the run and for that actor service")
         if token_made and given:  # ... which services given by address are never sent (meshrl.rpc.token)
             services.given_token = ""
             if "rollout" in given:
@@ -269,6 +274,8 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
                                 key="data.val_files")
         torch.manual_seed(cfg.trainer.seed)
         mesh = start_mesh(cfg, services, roles)
+        if agree(cfg, mesh, {role for role, (address, _) in ours.items() if address}):
+            save_config(cfg, run_dir / "config.yaml")  # what was really used
         mesh.tokenizer = tokenizer
         first = resume(run_dir, mesh, algorithm, sampler) + 1 if cfg.trainer.resume else 1
         check_not_ahead(mesh, algorithm.trained, first - 1)

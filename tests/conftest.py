@@ -5,13 +5,16 @@ The default suite is the CPU suite, on any machine: where there are GPUs it hide
 (CUDA_VISIBLE_DEVICES=""), before torch looks, so the services it starts behave as in
 CI (two FSDP ranks on a 1-GPU machine would otherwise be refused). The GPU lane
 (scripts/test_gpu.sh: MESHRL_TEST_GPU=1, tests marked gpu) sees them; its tests
-skip where there is no CUDA.
+skip where there is no CUDA. The actor's checkpoint key file (services/actor/integrity.py) goes to a
+folder of the session's own (XDG_CONFIG_HOME), not the user's home.
 """
 
 import os
+import tempfile
 
 if os.environ.get("MESHRL_TEST_GPU") != "1":
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="meshrl-test-config-")
 
 import pytest  # noqa: E402
 

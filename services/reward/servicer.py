@@ -1,5 +1,6 @@
 """The RewardService: decode the request, score, encode the reply. Nothing else lives here."""
 
+from meshrl.flags import settings_json
 from meshrl.codec import Payload
 from meshrl.errors import InvalidArgument
 from meshrl.v1 import common_pb2, reward_pb2
@@ -19,7 +20,8 @@ class RewardServicer:
         cfg = self.cfg
         return common_pb2.ServiceInfo(
             service="reward", backend=cfg.backend, model=cfg.model or cfg.function or "builtin",
-            details={"workers": str(cfg.workers), "timeout": str(cfg.timeout), "on_error": cfg.on_error})
+            details={"workers": str(cfg.workers), "timeout": str(cfg.timeout), "on_error": cfg.on_error,
+                     "settings": settings_json(cfg)})
 
     def Score(self, request: Payload, context) -> Payload:
         if request.data is None:

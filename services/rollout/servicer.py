@@ -17,6 +17,7 @@ import threading
 
 from transformers import AutoConfig, AutoTokenizer
 
+from meshrl.flags import settings_json
 from meshrl.codec import Payload
 from meshrl.codec.rawbytes import decode_bytes_field
 from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument
@@ -75,7 +76,7 @@ class RolloutServicer:
             details={"sleeping": str(bool(self.asleep)).lower(), "max_model_len": str(self.cfg.max_model_len),
                      "update_in_progress": str(self.receiver.in_progress).lower(),
                      "torn": str(self.torn).lower(), "generations_in_flight": str(len(self.calls)),
-                     "concurrent": str(self.backend.concurrent).lower()})
+                     "concurrent": str(self.backend.concurrent).lower(), "settings": settings_json(self.cfg)})
 
     def Generate(self, request: Payload, context) -> Payload:
         if request.data is None:

@@ -81,12 +81,16 @@ def test_killed_services_are_started_again_and_the_run_ends_as_if_untouched(tiny
 
 
 @pytest.mark.parametrize("name", ["reward", "actor"])
-def test_a_service_given_by_address_is_waited_for(tiny_lm, arithmetic_data, tmp_path, name):
+def test_a_service_given_by_address_is_waited_for(tiny_lm, arithmetic_data, tmp_path, name, monkeypatch):
     """A service the run did not start is not the run's to restart: when it stops answering, the run waits
     for whoever supervises it (here the test, as docker compose's restart policy would). A reward service
     costs the step; an actor comes back with its base weights, so the run loads its last checkpoint (step
-    5) into it and redoes the steps after it."""
+    5) into it and redoes the steps after it. The given actor pushes into the run's own rollout, which
+    requires the run's token: the user shares one with it (MESHRL_TOKEN)."""
     import socket
+
+    if name == "actor":
+        monkeypatch.setenv("MESHRL_TOKEN", "shared-with-the-given-actor")
 
     from orchestrator.mesh import serve_args
 
