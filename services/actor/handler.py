@@ -17,6 +17,7 @@ from meshrl import weights
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.rpc import Client
+from meshrl.rpc.token import peer_token
 from meshrl.typed import build
 from meshrl.v1 import rollout_pb2
 from services.actor.comm import Cancelled, Group, caller_alive, stop_requested
@@ -126,7 +127,8 @@ def send_to_rollout(args: dict, buckets: list, tensors_of: Callable, share: Call
     left = args.get("seconds_left")
     deadline = time.monotonic() + left if left is not None else None
     total = sum(b.size for b in buckets)
-    with Client(args["rollout_address"], ROLLOUT_SERVICE, timeout=weights.call_timeout(total, deadline)) as rollout, \
+    with Client(args["rollout_address"], ROLLOUT_SERVICE, timeout=weights.call_timeout(total, deadline),
+                token=peer_token()) as rollout, \
             cut_when_caller_leaves(rollout):
         return weights.push(rollout, buckets, tensors_of, args["version"], args["transport"], share, deadline)
 

@@ -224,8 +224,10 @@ class ActorServicer:
         if self.role == "critic":
             raise InvalidArgument("a critic's weights are not a policy: push from the actor")
         self._require_whole()
-        if not request.rollout_address:
-            raise InvalidArgument("PushWeightsRequest.rollout_address is empty")
+        host, sep, port = request.rollout_address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise InvalidArgument(f"PushWeightsRequest.rollout_address={request.rollout_address[:200]!r} must be "
+                                  "HOST:PORT with a port in 1..65535")
         version = request.version or self.weight_version
         if request.version:
             check_counter(version, "PushWeightsRequest.version")

@@ -334,8 +334,9 @@ def test_offload_and_reload(actor):
 
 
 def test_push_weights_checks_its_request(actor):
-    expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: actor.call("PushWeights", actor_pb2.PushWeightsRequest()),
-           "rollout_address is empty")
+    for address in ("", "127.0.0.1:70000", "rollout", "127.0.0.1:x"):  # port 70000 was dialled (as 4464)
+        expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: actor.call("PushWeights", actor_pb2.PushWeightsRequest(
+            rollout_address=address, version=1)), "must be HOST:PORT with a port in 1..65535")
     somewhere = {"rollout_address": "127.0.0.1:1", "version": 1}
     expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: actor.call("PushWeights", actor_pb2.PushWeightsRequest(
         transport="pigeon", **somewhere)), "transport must be one of")
