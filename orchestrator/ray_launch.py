@@ -99,6 +99,10 @@ def place(cfg: Config, roles: set[str]) -> Placement:
     groups, hosts = {}, {}
     # environment the services need from this process (tracing, vLLM's CPU cache size)
     env = {k: v for k, v in os.environ.items() if k.startswith(("MESHRL_", "OTEL_", "VLLM_"))}
+    if not tls.enabled():  # ray.tls=false is the user's explicit choice of plain gRPC beyond loopback
+        env["MESHRL_INSECURE_BIND"] = "1"
+        log.warning("ray.tls=false: the services listen on their nodes' addresses without TLS (the run's token "
+                    "travels in clear text)")
     try:
         for role in sorted(roles, key=lambda r: r != "actor"):  # the actor first: others may join its group
             if role in rc.colocate:
