@@ -12,7 +12,6 @@ import itertools
 import pathlib
 import random
 
-import pandas as pd
 
 DATA_SOURCE = "arithmetic"
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
@@ -70,6 +69,8 @@ def rows(items: list[tuple], split: str, tool: bool = False) -> list[dict]:
 
 def make_data(out_dir: str | pathlib.Path, cfg: ArithmeticConfig = ArithmeticConfig()) -> dict[str, pathlib.Path]:
     """Write train.parquet and test.parquet into out_dir; returns their paths."""
+    import pandas as pd  # here: `meshrl --help` reads ArithmeticConfig without pandas
+
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     train, test = problems(cfg)

@@ -9,10 +9,7 @@ body with a one-logit sequence-classification head, for reward-model tests.
 import dataclasses
 import pathlib
 
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
 
-from meshrl.tiny.tokenizer import save_tokenizer
 
 KINDS = ("causal", "reward")
 
@@ -36,6 +33,11 @@ class TinyModelConfig:
 
 def make_model(out_dir: str | pathlib.Path, cfg: TinyModelConfig = TinyModelConfig()) -> pathlib.Path:
     """Write a model folder (config, safetensors, tokenizer) that from_pretrained and vLLM can load."""
+    import torch  # here, not at the top: `meshrl --help` reads TinyModelConfig without torch
+    from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
+
+    from meshrl.tiny.tokenizer import save_tokenizer
+
     if cfg.kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {cfg.kind!r}")
     if cfg.hidden_size % cfg.num_heads or cfg.num_heads % cfg.num_kv_heads:
@@ -61,5 +63,5 @@ def make_model(out_dir: str | pathlib.Path, cfg: TinyModelConfig = TinyModelConf
     return out
 
 
-def num_parameters(model: torch.nn.Module) -> int:
+def num_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
