@@ -13,14 +13,17 @@ import pathlib
 
 log = logging.getLogger(__name__)
 
-# Panels of curves.png, first present name wins per panel.
+# Panels of curves.png: per panel, the first name whose values move (a flat line says nothing: on an
+# on-policy step actor/ppo_kl is 0 by construction), else the first present.
 CURVES = [
     ("reward", ["critic/score/mean"]),
     ("held-out accuracy", ["val/acc/mean", "val/score/mean"]),
     ("policy loss", ["actor/pg_loss", "actor/dpo_loss", "actor/sft_loss"]),
-    ("KL / clip", ["actor/ppo_kl", "actor/pg_clipfrac", "actor/kl_loss"]),
+    ("KL / clip", ["actor/ppo_kl", "actor/pg_clipfrac", "rollout/kl_to_actor", "actor/kl_loss"]),
     ("value loss", ["critic/vf_loss"]),
     ("response length", ["response_length/mean"]),
+    ("turns per episode", ["multi_turn/turns/mean"]),
+    ("tool calls per episode", ["multi_turn/tool_calls/mean"]),
 ]
 SUMMARY_KEYS = ["critic/score/mean", "critic/acc/mean", "val/acc/mean", "val/score/mean",
                 "actor/pg_loss", "actor/dpo_loss", "actor/sft_loss", "critic/vf_loss", "response_length/mean",
@@ -78,17 +81,24 @@ def series(rows: list[dict], key: str) -> list[tuple[int, float]]:
     return [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
 
 
+def choose_panels(rows: list[dict]) -> list[tuple[str, str]]:
+    """(title, metric) of each panel the run has something to show in (CURVES)."""
+    panels = []
+    for title, keys in CURVES:
+        present = [k for k in keys if series(rows, k)]
+        moving = [k for k in present if len({round(v, 12) for _, v in series(rows, k)}) > 1]
+        if present:
+            panels.append((title, (moving or present)[0]))
+    return panels
+
+
 def plot_curves(rows: list[dict], path: pathlib.Path) -> bool:
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on servers
     import matplotlib.pyplot as plt
 
-    panels = []
-    for title, keys in CURVES:
-        key = next((k for k in keys if series(rows, k)), None)
-        if key:
-            panels.append((title, key))
+    panels = choose_panels(rows)
     if not panels:
         return False
     cols = min(3, len(panels))

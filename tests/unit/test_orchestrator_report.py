@@ -72,3 +72,18 @@ def test_tensorboard_events_are_written(tmp_path):
 
 def test_cli_lists_exactly_the_orchestrator_loops():
     assert list(ALGORITHMS) == list(LOOPS)
+
+
+def test_curves_show_what_moves_and_the_multi_turn_panels():
+    """On the default on-policy path actor/ppo_kl is 0 at every step: the KL / clip panel shows the clip
+    fraction (or kl_to_actor) instead; multi-turn runs get their turns and tool calls drawn."""
+    from orchestrator.report import choose_panels
+
+    rows = [{"step": s, "actor/ppo_kl": 0.0, "actor/pg_clipfrac": 0.01 * s, "multi_turn/turns/mean": 1 + s / 10,
+             "multi_turn/tool_calls/mean": s / 10} for s in range(1, 5)]
+    panels = dict(choose_panels(rows))
+    assert panels["KL / clip"] == "actor/pg_clipfrac"
+    assert panels["turns per episode"] == "multi_turn/turns/mean"
+    assert panels["tool calls per episode"] == "multi_turn/tool_calls/mean"
+    flat = [{"step": s, "actor/ppo_kl": 0.0} for s in range(1, 5)]
+    assert dict(choose_panels(flat)) == {"KL / clip": "actor/ppo_kl"}  # nothing moves: still drawn
