@@ -5,9 +5,12 @@ response, so the logits that predict response token t sit at position
 L - T - 1 + t (T = response length, L = sequence length).
 """
 
+import logging
+
 import torch
 import torch.nn.functional as F
 
+log = logging.getLogger(__name__)
 KINDS = ("causal", "value")
 
 
@@ -21,7 +24,20 @@ def load_model(path: str, kind: str, dropout: bool = False) -> torch.nn.Module:
     gradient checkpointing needs.
     """
     cls, config = model_class(path, kind, dropout)
-    return without_dropout(cls.from_pretrained(path, config=config, dtype=torch.float32), dropout)
+    if kind != "value":
+        return without_dropout(cls.from_pretrained(path, config=config, dtype=torch.float32), dropout)
+    # A value head on an LM checkpoint: the head is new and the LM head unused, as intended, so transformers'
+    # warning table of both (the red "LOAD REPORT") would only alarm; one line says the same.
+    loader = logging.getLogger("transformers.modeling_utils")
+    level = loader.level
+    loader.setLevel(logging.ERROR)
+    try:
+        model, info = cls.from_pretrained(path, config=config, dtype=torch.float32, output_loading_info=True)
+    finally:
+        loader.setLevel(level)
+    log.info("value model from %s: new %s, unused %s", path, sorted(info.get("missing_keys", [])),
+             sorted(info.get("unexpected_keys", [])))
+    return without_dropout(model, dropout)
 
 
 def empty_model(path: str, kind: str, dropout: bool = False) -> torch.nn.Module:

@@ -83,3 +83,10 @@ def test_prompts_are_shared_only_where_enough_rows_repeat_one():
     first, inverse = prompt_sharing(grouped([6, 3], [[1, 2, 5], [3, 4]]), 5)
     assert first.tolist() == [0, 3] or first.tolist() == [3, 0]
     assert inverse[first].tolist() == [0, 1] and inverse.tolist()[:3] == [inverse[0]] * 3
+
+
+def test_a_value_model_loads_without_transformers_warning_table(tiny_lm, capfd):
+    """The critic's head is new and the LM head unused by design: no red LOAD REPORT on the console."""
+    model = load_model(str(tiny_lm), "value")
+    assert model.score.weight.shape[0] == 1
+    assert "LOAD REPORT" not in capfd.readouterr().err
