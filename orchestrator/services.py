@@ -8,6 +8,7 @@ and it is stopped when the run ends.
 import logging
 import subprocess
 import sys
+import threading
 
 from meshrl.lifeline import child_env
 from meshrl.shm import remove_segments_of
@@ -26,12 +27,19 @@ DESCRIPTORS = {
 }
 
 
+# vLLM logs every engine step's figures at INFO to stdout: under a run's progress bar that is noise, and
+# on stdout, which is read here only up to the "listening on" line, it would fill the pipe. A user who
+# sets either variable keeps theirs.
+QUIET = {"VLLM_LOGGING_LEVEL": "WARNING", "VLLM_LOGGING_STREAM": "ext://sys.stderr"}
+
+
 def spawn(serve_args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
     """`meshrl serve ...` as a child that dies with this process (meshrl.lifeline). It runs in a session of
     its own: Ctrl-C in the terminal interrupts the orchestrator alone, which then stops its services in
     order, rather than every service dying under a call in flight and the run blaming the first it called."""
     return subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", *serve_args],
-                            stdout=subprocess.PIPE, text=True, env=child_env(env), start_new_session=True)
+                            stdout=subprocess.PIPE, text=True, env={**QUIET, **child_env(env)},
+                            start_new_session=True)
 
 
 def launch(serve_args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
@@ -46,7 +54,14 @@ def listening(proc: subprocess.Popen, serve_args: list[str]) -> tuple[subprocess
         line = proc.stdout.readline()
     if not line:
         raise RuntimeError(f"`meshrl serve {' '.join(serve_args)}` did not start (exit code {proc.wait()})")
+    # what it prints from now on goes to this process's stderr: a pipe nobody reads blocks its writer
+    threading.Thread(target=forward, args=(proc.stdout,), daemon=True).start()
     return proc, line.split()[-1]
+
+
+def forward(stream) -> None:
+    for line in stream:
+        sys.stderr.write(line)
 
 
 class Services:
