@@ -206,6 +206,8 @@ class AlgorithmSection:
 class TrainerSection:
     total_steps: int = 50  # training steps (one batch of prompts each)
     save_every: int = 10  # checkpoint every N steps (and at the last); 0: only at the last
+    save_final: bool = True  # a checkpoint and the HF folder (run_dir/hf) after the last step; false: only
+    #   where save_every falls on it (with save_every=0 the run writes no checkpoint at all)
     val_every: int = 10  # greedy accuracy on data.val_files every N steps (and before the first and
     #   after the last); 0: only before the first and after the last
     samples_per_step: int = 4  # generations logged per step (prompt, response, score, the scorer's

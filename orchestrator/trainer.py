@@ -300,7 +300,7 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
                 try:
                     metrics = one_step(cfg, mesh, algorithm, number, data, batch, val, metrics_log,
                                        {"trainer/restarts": restarts})
-                    if every(cfg.trainer.save_every, number) or number == total:
+                    if every(cfg.trainer.save_every, number) or number == total and cfg.trainer.save_final:
                         drawn = sampler if mesh.producer is None else \
                             types.SimpleNamespace(state_dict=functools.partial(mesh.producer.sampler_state, number))
                         try:

@@ -68,10 +68,12 @@ def test_each_algorithm_trains_through_the_mesh(algorithm, extra, expected, base
 
 
 def test_validation_reports_mean_and_best_at_k(base):
-    run_dir = run("grpo", load_config(None, [*base, "trainer.total_steps=1", "trainer.val_k=3",
-                                             "reward.function="]))  # the built-in arithmetic scorer: acc too
-    first = rows(run_dir)[0]
+    """... in a run that saves nothing (trainer.save_every=0, save_final=false: a quick experiment)."""
+    run_dir = run("grpo", load_config(None, [*base, "trainer.total_steps=1", "trainer.val_k=3", "reward.function=",
+                                             "trainer.save_every=0", "trainer.save_final=false"]))
+    first = rows(run_dir)[0]  # the built-in arithmetic scorer: acc too
     assert 0 <= first["val/acc/mean@3"] <= first["val/acc/best@3"] <= 1 and "val/acc/mean" in first
+    assert not (run_dir / "checkpoints").exists() and not (run_dir / "hf").exists()
 
 
 def test_failed_rewards_are_counted_and_every_logger_gets_the_run(base, tmp_path, monkeypatch, caplog):
