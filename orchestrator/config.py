@@ -169,6 +169,11 @@ class RewardSection:
     on_error: str = "fail"  # a failed sample: fail (stop the step) or score (error_score, counted in
     #   reward/num_failed and warned about)
     error_score: float = 0.0  # the score of a failed sample with on_error=score
+    model: str | None = None  # a sequence-classification reward model (HF folder) scores prompt + response
+    #   through its own chat template, instead of a function or the built-in scorers
+    batch_size: int = 32  # reward model: samples per forward pass
+    max_length: int = 1024  # reward model: tokens kept per sample (the start is cut, the response end kept)
+    device: str = "auto"  # reward model: cpu, cuda, or auto (cuda when available)
 
 
 @dataclasses.dataclass

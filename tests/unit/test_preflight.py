@@ -51,6 +51,8 @@ def checked(algorithm, overrides):
     ("grpo", ["reward.function=/no/such/file.py:compute_score"], r"file /no/such/file.py not found"),
     ("grpo", ["reward.function=no_colon.py"], r"must look like path/to/file.py:function_name"),
     ("grpo", ["trainer.run_dir="], r"trainer.run_dir is empty"),
+    ("grpo", ["reward.model=/no/such/rm"], r"reward.model=/no/such/rm is not a HuggingFace model folder"),
+    ("grpo", ["reward.model=/no/such/rm", "reward.function=r.py:f"], r"reward.function and reward.model both set"),
     ("grpo", ["actor.lr=nan"], r"actor.lr: expected float, got str 'nan'"),
     ("grpo", ["actor.lr=.nan"], r"actor.lr=nan must be a finite number"),
     ("grpo", ["actor.lr=-1"], r"actor.lr=-1.0 must be > 0"),
