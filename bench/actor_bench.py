@@ -30,8 +30,12 @@ from meshrl.v1 import actor_pb2
 SERVICE = actor_pb2.DESCRIPTOR.services_by_name["ActorService"]
 MODELS = {  # name: (model config, rows, prompt length, response length)
     "tiny": (TinyModelConfig(), 16, 32, 64),
-    "50m": (TinyModelConfig(hidden_size=640, num_layers=8, num_heads=10, num_kv_heads=5,
-                            intermediate_size=2560), 8, 32, 64),
+    "50m": (
+        TinyModelConfig(hidden_size=640, num_layers=8, num_heads=10, num_kv_heads=5, intermediate_size=2560),
+        8,
+        32,
+        64,
+    ),
 }
 ENGINE = {"engine": "fsdp2", "micro_batch_size": 4}
 OPTIM = {"lr": 1e-6}
@@ -41,10 +45,17 @@ def ppo_batch(rows: int, prompt: int, response: int) -> DataProto:
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(4, 100, (rows, prompt + response), generator=g)
     mask = torch.ones_like(ids)
-    return DataProto({"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1),
-                      "responses": ids[:, prompt:], "response_mask": torch.ones(rows, response),
-                      "advantages": torch.randn(rows, response, generator=g),
-                      "actor_logprobs": -torch.rand(rows, response, generator=g)})
+    return DataProto(
+        {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(1) - 1),
+            "responses": ids[:, prompt:],
+            "response_mask": torch.ones(rows, response),
+            "advantages": torch.randn(rows, response, generator=g),
+            "actor_logprobs": -torch.rand(rows, response, generator=g),
+        }
+    )
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -81,8 +92,9 @@ def rank_job(model: str, name: str, repeats: int, out: str) -> None:
     peaks = [torch.zeros(1, dtype=torch.float64) for _ in range(world)]
     dist.all_gather(peaks, peak)
     if rank == 0:
-        pathlib.Path(out).write_text(json.dumps({"step_s": statistics.median(times),
-                                                 "peak_mib": [p.item() for p in peaks]}))
+        pathlib.Path(out).write_text(
+            json.dumps({"step_s": statistics.median(times), "peak_mib": [p.item() for p in peaks]})
+        )
     dist.destroy_process_group()
 
 
@@ -91,8 +103,13 @@ def in_process(model: str, name: str, repeats: int) -> dict:
 
     out = tempfile.mktemp(suffix=".json")
     store = new_store()
-    procs = [subprocess.Popen([sys.executable, __file__, "--rank-job", model, name, str(repeats), out],
-                              env={**os.environ, **rank_env(r, 2, store)}) for r in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--rank-job", model, name, str(repeats), out],
+            env={**os.environ, **rank_env(r, 2, store)},
+        )
+        for r in range(2)
+    ]
     for p in procs:
         assert p.wait() == 0
     return json.loads(pathlib.Path(out).read_text())
@@ -100,18 +117,32 @@ def in_process(model: str, name: str, repeats: int) -> dict:
 
 def through_service(model: str, name: str, repeats: int) -> dict:
     _, rows, p, r = MODELS[name]
-    args = ["--role", "actor", "--model", model, "--world-size", "2", "--engine", "fsdp2",
-            "--micro-batch-size", str(ENGINE["micro_batch_size"]), "--lr", str(OPTIM["lr"])]
-    proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", "actor", *args], stdout=subprocess.PIPE,
-                            text=True)
+    args = [
+        "--role",
+        "actor",
+        "--model",
+        model,
+        "--world-size",
+        "2",
+        "--engine",
+        "fsdp2",
+        "--micro-batch-size",
+        str(ENGINE["micro_batch_size"]),
+        "--lr",
+        str(OPTIM["lr"]),
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "meshrl.cli", "serve", "actor", *args], stdout=subprocess.PIPE, text=True
+    )
     try:
         client = Client(proc.stdout.readline().split()[-1], SERVICE, timeout=600)
         data = ppo_batch(rows, p, r)
         times, inside = [], []
         for step in range(1, repeats + 2):
             t0 = time.perf_counter()
-            reply = client.call("Update", Payload(actor_pb2.UpdateRequest(
-                step=step, loss=actor_pb2.LossSpec(name="ppo")), data))
+            reply = client.call(
+                "Update", Payload(actor_pb2.UpdateRequest(step=step, loss=actor_pb2.LossSpec(name="ppo")), data)
+            )
             if step > 1:
                 times.append(time.perf_counter() - t0)
                 inside.append(reply.metrics["actor/update_seconds"])
@@ -134,21 +165,28 @@ def main():
         model, name, repeats, out = args.rank_job
         return rank_job(model, name, int(repeats), out)
     tmp = pathlib.Path(tempfile.mkdtemp())
-    print("| model | params | batch (rows x tokens) | in-process step | service step | service / in-process "
-          "| service overhead within its calls | peak RSS per rank, in process | peak RSS per rank, service |\n"
-          "|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| model | params | batch (rows x tokens) | in-process step | service step | service / in-process "
+        "| service overhead within its calls | peak RSS per rank, in process | peak RSS per rank, service |\n"
+        "|---|---|---|---|---|---|---|---|---|"
+    )
     for name in args.models.split(","):
         cfg, rows, p, r = MODELS[name]
         path = make_model(tmp / name, cfg)
-        n = sum(t.numel() for t in __import__("safetensors.torch", fromlist=["x"]).load_file(
-            path / "model.safetensors").values())
+        n = sum(
+            t.numel()
+            for t in __import__("safetensors.torch", fromlist=["x"]).load_file(path / "model.safetensors").values()
+        )
         local = in_process(str(path), name, args.repeats)
         served = through_service(str(path), name, args.repeats)
         ratio = served["step_s"] / local["step_s"]
         fmt = lambda peaks: " / ".join(f"{x:,.0f} MiB" for x in peaks)  # noqa: E731
-        print(f"| {name} | {n / 1e6:.1f}M | {rows} x {p + r} | {local['step_s'] * 1e3:,.0f} ms | "
-              f"{served['step_s'] * 1e3:,.0f} ms | {ratio:.2f} | {served['overhead']:.1%} | "
-              f"{fmt(local['peak_mib'])} | {fmt(served['peak_mib'])} |", flush=True)
+        print(
+            f"| {name} | {n / 1e6:.1f}M | {rows} x {p + r} | {local['step_s'] * 1e3:,.0f} ms | "
+            f"{served['step_s'] * 1e3:,.0f} ms | {ratio:.2f} | {served['overhead']:.1%} | "
+            f"{fmt(local['peak_mib'])} | {fmt(served['peak_mib'])} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -40,13 +40,23 @@ def pin(pid: int, core: int) -> None:
             os.sched_setaffinity(int(tid), {core})
 
 
-def one_run(run_dir: pathlib.Path, model: pathlib.Path, data: pathlib.Path, steps: int, k: int,
-            deterministic: bool) -> dict:
-    overrides = [f"actor.model={model}", f"data.train_files={data / 'train.parquet'}",
-                 f"data.val_files={data / 'test.parquet'}", f"trainer.run_dir={run_dir}",
-                 f"trainer.total_steps={steps}", f"trainer.val_every={steps}", "trainer.logger=[]",
-                 "actor.threads=1", "actor.world_size=1", f"trainer.max_staleness={k}",
-                 f"trainer.deterministic={str(deterministic).lower()}", "algorithm.rollout_is=token"]
+def one_run(
+    run_dir: pathlib.Path, model: pathlib.Path, data: pathlib.Path, steps: int, k: int, deterministic: bool
+) -> dict:
+    overrides = [
+        f"actor.model={model}",
+        f"data.train_files={data / 'train.parquet'}",
+        f"data.val_files={data / 'test.parquet'}",
+        f"trainer.run_dir={run_dir}",
+        f"trainer.total_steps={steps}",
+        f"trainer.val_every={steps}",
+        "trainer.logger=[]",
+        "actor.threads=1",
+        "actor.world_size=1",
+        f"trainer.max_staleness={k}",
+        f"trainer.deterministic={str(deterministic).lower()}",
+        "algorithm.rollout_is=token",
+    ]
     cfg = load_config("configs/arithmetic_grpo.yaml", overrides)
     rollout, rollout_address = launch(serve_args(cfg, "rollout"), env={**os.environ, "OMP_NUM_THREADS": "1"})
     actor, actor_address = launch(serve_args(cfg, "actor"))  # started on core 0 too, then moved
@@ -54,8 +64,13 @@ def one_run(run_dir: pathlib.Path, model: pathlib.Path, data: pathlib.Path, step
         pin(rollout.pid, 0)
         pin(actor.pid, 1)
         start = time.perf_counter()
-        out = run("grpo", load_config("configs/arithmetic_grpo.yaml", [
-            *overrides, f"rollout.address={rollout_address}", f"actor.address={actor_address}"]))
+        out = run(
+            "grpo",
+            load_config(
+                "configs/arithmetic_grpo.yaml",
+                [*overrides, f"rollout.address={rollout_address}", f"actor.address={actor_address}"],
+            ),
+        )
         whole = time.perf_counter() - start
     finally:
         for p in (rollout, actor):
@@ -65,11 +80,19 @@ def one_run(run_dir: pathlib.Path, model: pathlib.Path, data: pathlib.Path, step
     step_s = [r["timing_s/step"] for r in rows if r.get("step", 0) > 1 and "timing_s/step" in r]
     acc = [r["val/acc/mean"] for r in rows if "val/acc/mean" in r]
     trained = [r for r in rows if r.get("step", 0) > 1]
-    phases = {k: statistics.median(r.get(f"timing_s/{k}", 0.0) for r in trained)
-              for k in ("gen", "reward", "old_log_prob", "update_actor", "update_weights", "wait_batch")}
-    return {"samples_per_s": ROWS * len(step_s) / sum(step_s), "median_step": statistics.median(step_s),
-            "whole": whole, "acc_first": acc[0], "acc_last": acc[-1], "phases": phases,
-            "staleness": statistics.mean(r.get("async/staleness", 0.0) for r in rows if r.get("step", 0) > 0)}
+    phases = {
+        k: statistics.median(r.get(f"timing_s/{k}", 0.0) for r in trained)
+        for k in ("gen", "reward", "old_log_prob", "update_actor", "update_weights", "wait_batch")
+    }
+    return {
+        "samples_per_s": ROWS * len(step_s) / sum(step_s),
+        "median_step": statistics.median(step_s),
+        "whole": whole,
+        "acc_first": acc[0],
+        "acc_last": acc[-1],
+        "phases": phases,
+        "staleness": statistics.mean(r.get("async/staleness", 0.0) for r in rows if r.get("step", 0) > 0),
+    }
 
 
 def main() -> int:
@@ -91,21 +114,26 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(a.repeats):
             for k in a.staleness:
-                results[k].append(one_run(pathlib.Path(tmp) / f"k{k}-{i}", model, data, a.steps, k,
-                                          a.deterministic == "true"))
+                results[k].append(
+                    one_run(pathlib.Path(tmp) / f"k{k}-{i}", model, data, a.steps, k, a.deterministic == "true")
+                )
     base = statistics.median(r["samples_per_s"] for r in results[a.staleness[0]])
     print(f"\n{a.steps} steps of {ROWS} samples, {a.repeats} run(s) each, alternated; deterministic={a.deterministic}")
-    print(f"| K | samples/s | x K={a.staleness[0]} | median step | gen / update_actor / waited for the batch | "
-          "mean staleness | whole run | held-out accuracy (step 0 -> last) |")
+    print(
+        f"| K | samples/s | x K={a.staleness[0]} | median step | gen / update_actor / waited for the batch | "
+        "mean staleness | whole run | held-out accuracy (step 0 -> last) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for k, runs in results.items():
         sps = statistics.median(r["samples_per_s"] for r in runs)
         wall = " / ".join(f"{r['whole']:.0f} s" for r in runs)
         acc = " / ".join(f"{r['acc_first']:.3f} -> {r['acc_last']:.3f}" for r in runs)
         ph = {name: statistics.median(r["phases"][name] for r in runs) for name in runs[0]["phases"]}
-        print(f"| {k} | {sps:.0f} | {sps / base:.2f} | {statistics.median(r['median_step'] for r in runs):.3f} s | "
-              f"{ph['gen']:.3f} / {ph['update_actor']:.3f} / {ph['wait_batch']:.3f} s | "
-              f"{statistics.mean(r['staleness'] for r in runs):.2f} | {wall} | {acc} |")
+        print(
+            f"| {k} | {sps:.0f} | {sps / base:.2f} | {statistics.median(r['median_step'] for r in runs):.3f} s | "
+            f"{ph['gen']:.3f} / {ph['update_actor']:.3f} / {ph['wait_batch']:.3f} s | "
+            f"{statistics.mean(r['staleness'] for r in runs):.2f} | {wall} | {acc} |"
+        )
     return 0
 
 

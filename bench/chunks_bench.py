@@ -48,24 +48,40 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         model = make_model(pathlib.Path(tmp) / "model", MODEL)
         data = make_data(pathlib.Path(tmp) / "data", ArithmeticConfig())
-        rollout, rollout_address = launch(["rollout", "--model", str(model), "--backend", "vllm",
-                                           "--max-model-len", "256"])
-        reward, reward_address = launch(["reward", "--workers", str(a.reward_workers),
-                                         "--function", f"{BENCH / 'math_reward.py'}:compute_score"])
+        rollout, rollout_address = launch(
+            ["rollout", "--model", str(model), "--backend", "vllm", "--max-model-len", "256"]
+        )
+        reward, reward_address = launch(
+            ["reward", "--workers", str(a.reward_workers), "--function", f"{BENCH / 'math_reward.py'}:compute_score"]
+        )
         try:
             if a.pin:
                 pin(rollout.pid, 0)
                 pin(reward.pid, 1)
                 os.sched_setaffinity(0, {1})
-            clients = {"rollout": Client(rollout_address, rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"],
-                                         timeout=1200),
-                       "reward": Client(reward_address, reward_pb2.DESCRIPTOR.services_by_name["RewardService"],
-                                        timeout=1200)}
+            clients = {
+                "rollout": Client(
+                    rollout_address, rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"], timeout=1200
+                ),
+                "reward": Client(reward_address, reward_pb2.DESCRIPTOR.services_by_name["RewardService"], timeout=1200),
+            }
             dataset = PromptDataset(str(data["train"]), AutoTokenizer.from_pretrained(model), 128)
             prompts = dataset.batch(list(range(a.prompts)), [f"u{i}" for i in range(a.prompts)])
-            meshes = {c: Mesh(load_config(None, [f"rollout.n={a.n}", f"rollout.max_new_tokens={a.max_new_tokens}",
-                                                 "rollout.temperature=1.0", f"rollout.chunks={c}"]), clients)
-                      for c in a.chunks}
+            meshes = {
+                c: Mesh(
+                    load_config(
+                        None,
+                        [
+                            f"rollout.n={a.n}",
+                            f"rollout.max_new_tokens={a.max_new_tokens}",
+                            "rollout.temperature=1.0",
+                            f"rollout.chunks={c}",
+                        ],
+                    ),
+                    clients,
+                )
+                for c in a.chunks
+            }
             times = {c: [] for c in a.chunks}
             for i in range(a.repeats + 1):
                 for c in a.chunks:
@@ -77,16 +93,20 @@ def main() -> int:
                 p.terminate()
                 p.wait(120)
     rows = a.prompts * a.n
-    print(f"\n{a.prompts} prompts x n={a.n}, up to {a.max_new_tokens} new tokens, math-verify reward "
-          f"({a.reward_workers} worker); median of {a.repeats}; {'pinned' if a.pin else 'sharing both cores'}")
+    print(
+        f"\n{a.prompts} prompts x n={a.n}, up to {a.max_new_tokens} new tokens, math-verify reward "
+        f"({a.reward_workers} worker); median of {a.repeats}; {'pinned' if a.pin else 'sharing both cores'}"
+    )
     print("| chunks | samples/s | x chunks=1 | gen | reward after the last call |")
     print("|---|---|---|---|---|")
     base = None
     for c, runs in times.items():
         total = statistics.median(s["gen"] + s["reward"] for s in runs)
         base = base or total
-        print(f"| {c} | {rows / total:.0f} | {base / total:.2f} | {statistics.median(s['gen'] for s in runs):.3f} s | "
-              f"{statistics.median(s['reward'] for s in runs):.3f} s |")
+        print(
+            f"| {c} | {rows / total:.0f} | {base / total:.2f} | {statistics.median(s['gen'] for s in runs):.3f} s | "
+            f"{statistics.median(s['reward'] for s in runs):.3f} s |"
+        )
     return 0
 
 

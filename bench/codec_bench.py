@@ -41,13 +41,15 @@ SCORE = f"/{SERVICE.full_name}/Score"
 
 def batch() -> DataProto:
     rows, cols = 8192, 512
-    return DataProto({
-        "input_ids": torch.randint(0, 32000, (rows, cols)),                 # 32 MiB int64
-        "rollout_logprobs": torch.randn(rows, cols),                        # 16 MiB float32
-        "values": torch.randn(rows, cols).bfloat16(),                       # 8 MiB bfloat16
-        "attention_mask": torch.rand(rows, cols) > 0.1,                     # 4 MiB bool
-        "response_mask": torch.randint(0, 2, (rows, cols // 2), dtype=torch.int32),  # 8 MiB int32
-    })
+    return DataProto(
+        {
+            "input_ids": torch.randint(0, 32000, (rows, cols)),  # 32 MiB int64
+            "rollout_logprobs": torch.randn(rows, cols),  # 16 MiB float32
+            "values": torch.randn(rows, cols).bfloat16(),  # 8 MiB bfloat16
+            "attention_mask": torch.rand(rows, cols) > 0.1,  # 4 MiB bool
+            "response_mask": torch.randint(0, 2, (rows, cols // 2), dtype=torch.int32),  # 8 MiB int32
+        }
+    )
 
 
 def timed(fn, repeats: int, warmup: int = 2) -> float:
@@ -83,6 +85,7 @@ def protobuf_roundtrip(data):
 
 class Sink:
     """Takes the whole batch, answers with nothing: the request direction alone."""
+
     SERVICE = SERVICE
 
     def Score(self, request, context):
@@ -112,8 +115,9 @@ def run_server(kind: str, port_file: str) -> None:
 
 def start_server(kind: str, chunk_mb: int) -> tuple[subprocess.Popen, str]:
     port_file = pathlib.Path(tempfile.mkdtemp()) / "port"
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", kind, "--chunk-mb", str(chunk_mb),
-                             "--port-file", str(port_file)])
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve", kind, "--chunk-mb", str(chunk_mb), "--port-file", str(port_file)]
+    )
     while not (port_file.exists() and port_file.read_text()):
         if proc.poll() is not None:
             raise RuntimeError("benchmark server died")
@@ -154,7 +158,7 @@ def main():
             if kind == "raw":
                 with grpc.insecure_channel(address, options=channel_options()) as ch:
                     call = ch.stream_unary(SCORE)
-                    seconds = timed(lambda: call(iter(parts), timeout=120), args.repeats)
+                    seconds = timed(lambda: call(iter(parts), timeout=120), args.repeats)  # noqa: B023 - called at once, in the loop
                 add("gRPC ceiling: prebuilt 4 MiB messages to a byte-counting handler", seconds)
                 continue
             with Client(address, SERVICE, timeout=120) as c:
@@ -168,8 +172,10 @@ def main():
         else:
             add(f"meshrl echo, batch there and back, {chunk_mb} MiB chunks", seconds / 2, "per direction")
 
-    print(f"DataProto of {size / 2**20:.0f} MiB ({len(data)} rows, 5 tensors), median of {args.repeats}, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads\n")
+    print(
+        f"DataProto of {size / 2**20:.0f} MiB ({len(data)} rows, 5 tensors), median of {args.repeats}, "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads\n"
+    )
     print("| path | GB/s | x np.copy |  |\n|---|---|---|---|")
     for name, gbs, note in rows:
         print(f"| {name} | {gbs:.2f} | {gbs / rows[0][1]:.2f} | {note} |")

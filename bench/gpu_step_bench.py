@@ -21,7 +21,6 @@ import tempfile
 import time
 
 import torch
-
 from peer_bench import mesh, peer
 from push_memory_bench import sized_model
 
@@ -61,34 +60,56 @@ def main() -> int:
     model, nbytes = sized_model(tmp / "lm", a.layers, a.hidden)
     data = make_data(tmp / "data")["train"].parent
     transport = "cuda_ipc" if device.type == "cuda" else "shm"
-    extra = ["trainer.val_every=0", "rollout.backend=hf", f"rollout.weight_transport={transport}",
-             "actor.world_size=1"]
+    extra = ["trainer.val_every=0", "rollout.backend=hf", f"rollout.weight_transport={transport}", "actor.world_size=1"]
     mesh_runs, bare_runs = [], []
     for i in range(a.repeats):
-        bare_runs.append(peer(sys.executable, "bench/peer_bare.py", data, model, a.steps, tmp / f"bare-{i}.json",
-                              "--device", device.type, "--val-every", str(a.steps + 1)))
+        bare_runs.append(
+            peer(
+                sys.executable,
+                "bench/peer_bare.py",
+                data,
+                model,
+                a.steps,
+                tmp / f"bare-{i}.json",
+                "--device",
+                device.type,
+                "--val-every",
+                str(a.steps + 1),
+            )
+        )
         mesh_runs.append(mesh(data, model, a.steps, tmp / f"mesh-{i}", *extra))
     rows = [r for run in mesh_runs for r in run["metrics"] if r["step"] > 1]
-    m = {k: median(r.get(f"timing_s/{k}", 0.0) for r in rows)
-         for k in ("step", "gen", "reward", "old_log_prob", "update_actor", "update_weights")}
-    b = {"step": median(s for run in bare_runs for s in run["step_s"][1:]),
-         "gen": median(s for run in bare_runs for s in run["phase_s"]["gen"][1:]),
-         "update": median(s for run in bare_runs for s in run["phase_s"]["update"][1:])}
+    m = {
+        k: median(r.get(f"timing_s/{k}", 0.0) for r in rows)
+        for k in ("step", "gen", "reward", "old_log_prob", "update_actor", "update_weights")
+    }
+    b = {
+        "step": median(s for run in bare_runs for s in run["step_s"][1:]),
+        "gen": median(s for run in bare_runs for s in run["phase_s"]["gen"][1:]),
+        "update": median(s for run in bare_runs for s in run["phase_s"]["update"][1:]),
+    }
     copy = device_copy_s(nbytes, device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    print(f"\n{name}; model {nbytes / 2**20:,.0f} MiB fp32 ({a.layers} layers, hidden {a.hidden}); {a.steps} steps x "
-          f"{a.repeats} runs a side, medians of steps 2..; push over {transport}\n")
+    print(
+        f"\n{name}; model {nbytes / 2**20:,.0f} MiB fp32 ({a.layers} layers, hidden {a.hidden}); {a.steps} steps x "
+        f"{a.repeats} runs a side, medians of steps 2..; push over {transport}\n"
+    )
     print("| phase | mesh | bare loop | mesh / bare |")
     print("|---|---|---|---|")
-    for label, mk, bk in (("generate", "gen", "gen"), ("update (+ old log-probs)", None, "update"),
-                          ("step", "step", "step")):
+    for label, mk, bk in (
+        ("generate", "gen", "gen"),
+        ("update (+ old log-probs)", None, "update"),
+        ("step", "step", "step"),
+    ):
         mv = m["update_actor"] + m["old_log_prob"] if mk is None else m[mk]
         print(f"| {label} | {mv:.3f} s | {b[bk]:.3f} s | {mv / b[bk]:.2f}x |")
     print(f"| reward (mesh only) | {m['reward']:.3f} s | | |")
-    print(f"\n| weight push (update_weights) | device copy of the same bytes | push / copy | push / mesh step |")
+    print("\n| weight push (update_weights) | device copy of the same bytes | push / copy | push / mesh step |")
     print("|---|---|---|---|")
-    print(f"| {m['update_weights'] * 1e3:.1f} ms | {copy * 1e3:.2f} ms | {m['update_weights'] / copy:.1f}x | "
-          f"{100 * m['update_weights'] / m['step']:.1f}% |")
+    print(
+        f"| {m['update_weights'] * 1e3:.1f} ms | {copy * 1e3:.2f} ms | {m['update_weights'] / copy:.1f}x | "
+        f"{100 * m['update_weights'] / m['step']:.1f}% |"
+    )
     return 0
 
 

@@ -50,8 +50,11 @@ def main():
         print(f"| no model | {rank} | {peak / MiB:,.0f} MiB | {rss / MiB:,.0f} MiB | |")
     for engine in ("fsdp2", "fsdp1"):
         for rank, (peak, rss) in enumerate(ranks_memory([*world, "--model", str(model), "--engine", engine])):
-            print(f"| {engine} | {rank} | {peak / MiB:,.0f} MiB | {rss / MiB:,.0f} MiB | "
-                  f"{(peak - floor[rank][0]) / MiB:,.0f} MiB |", flush=True)
+            print(
+                f"| {engine} | {rank} | {peak / MiB:,.0f} MiB | {rss / MiB:,.0f} MiB | "
+                f"{(peak - floor[rank][0]) / MiB:,.0f} MiB |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

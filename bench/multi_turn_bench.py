@@ -41,23 +41,39 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         model = make_model(pathlib.Path(tmp) / "model", TinyModelConfig())
         data = make_data(pathlib.Path(tmp) / "data", ArithmeticConfig())
-        rollout, rollout_address = launch(["rollout", "--model", str(model), "--backend", a.backend,
-                                           "--max-model-len", "256"])
+        rollout, rollout_address = launch(
+            ["rollout", "--model", str(model), "--backend", a.backend, "--max-model-len", "256"]
+        )
         env, env_address = launch(["env", "--env", f"{BENCH / 'sleepy_env.py'}:Sleepy", "--workers", "128"])
         try:
-            clients = {"rollout": Client(rollout_address, rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"],
-                                         timeout=1200),
-                       "env": Client(env_address, env_pb2.DESCRIPTOR.services_by_name["EnvService"], timeout=1200)}
+            clients = {
+                "rollout": Client(
+                    rollout_address, rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"], timeout=1200
+                ),
+                "env": Client(env_address, env_pb2.DESCRIPTOR.services_by_name["EnvService"], timeout=1200),
+            }
             tokenizer = AutoTokenizer.from_pretrained(model)
             prompts = PromptDataset(str(data["train"]), tokenizer, 64).batch(
-                list(range(a.prompts)), [f"u{i}" for i in range(a.prompts)])
+                list(range(a.prompts)), [f"u{i}" for i in range(a.prompts)]
+            )
             settings = {"one at a time": 1, "side by side": 64}
             meshes = {}
             for name, c in settings.items():
-                meshes[name] = Mesh(load_config(None, [
-                    f"rollout.n={a.n}", "rollout.max_new_tokens=8", "rollout.multi_turn=true", "rollout.max_turns=3",
-                    "rollout.max_response_tokens=96",
-                    f"rollout.concurrency={c}", "rollout.temperature=1.0"]), clients)
+                meshes[name] = Mesh(
+                    load_config(
+                        None,
+                        [
+                            f"rollout.n={a.n}",
+                            "rollout.max_new_tokens=8",
+                            "rollout.multi_turn=true",
+                            "rollout.max_turns=3",
+                            "rollout.max_response_tokens=96",
+                            f"rollout.concurrency={c}",
+                            "rollout.temperature=1.0",
+                        ],
+                    ),
+                    clients,
+                )
                 meshes[name].tokenizer = tokenizer
             times = {name: [] for name in settings}
             for i in range(a.repeats + 1):
@@ -72,14 +88,18 @@ def main() -> int:
                 p.terminate()
                 p.wait(120)
     rows = a.prompts * a.n
-    print(f"\n{rows} trajectories of 3 turns, a tool sleeping 0-200 ms per call, {a.backend} rollout; "
-          f"median of {a.repeats}")
+    print(
+        f"\n{rows} trajectories of 3 turns, a tool sleeping 0-200 ms per call, {a.backend} rollout; "
+        f"median of {a.repeats}"
+    )
     print("| episodes | trajectories/s | x one at a time | batch wall time |")
     print("|---|---|---|---|")
     base = statistics.median(times["one at a time"])
     for name, t in times.items():
-        print(f"| {name} (rollout.concurrency={settings[name]}) | {rows / statistics.median(t):.1f} | "
-              f"{base / statistics.median(t):.1f} | {statistics.median(t):.2f} s |")
+        print(
+            f"| {name} (rollout.concurrency={settings[name]}) | {rows / statistics.median(t):.1f} | "
+            f"{base / statistics.median(t):.1f} | {statistics.median(t):.2f} s |"
+        )
     return 0
 
 

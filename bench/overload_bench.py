@@ -77,8 +77,13 @@ def load(address: str, clients: int, seconds: float, call_ms: float, busy_retrie
         t.join()
     elapsed = time.monotonic() - t0
     q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [float("nan")] * 99
-    return {"ok_per_s": len(latencies) / elapsed, "refused": refused[0], "ok": len(latencies),
-            "p50_ms": 1000 * q[49], "p99_ms": 1000 * q[98]}
+    return {
+        "ok_per_s": len(latencies) / elapsed,
+        "refused": refused[0],
+        "ok": len(latencies),
+        "p50_ms": 1000 * q[49],
+        "p99_ms": 1000 * q[98],
+    }
 
 
 def main() -> None:
@@ -99,8 +104,11 @@ def main() -> None:
             proc.terminate()
             proc.wait(30)
         share = r["refused"] / max(1, r["refused"] + r["ok"])
-        print(f"{mode}: {r['ok_per_s']:.0f} ok calls/s, {r['refused']} refused ({share:.1%} of calls), "
-              f"latency of successes p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms", flush=True)
+        print(
+            f"{mode}: {r['ok_per_s']:.0f} ok calls/s, {r['refused']} refused ({share:.1%} of calls), "
+            f"latency of successes p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

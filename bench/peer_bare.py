@@ -16,9 +16,8 @@ import time
 T0 = time.perf_counter()
 
 import torch  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
-
 from peer_common import accuracy, arguments, correct, encode, rows  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 PROMPTS, N, NEW_TOKENS, MICRO = 32, 8, 8, 64
 
@@ -35,8 +34,15 @@ def step(model, tok, opt, batch: list[dict]) -> dict[str, float]:
     start = clock(device)
     enc = encode(tok, batch).to(device)
     with torch.no_grad():
-        out = model.generate(**enc, max_new_tokens=NEW_TOKENS, do_sample=True, temperature=1.0, top_k=0,
-                             num_return_sequences=N, pad_token_id=tok.pad_token_id)
+        out = model.generate(
+            **enc,
+            max_new_tokens=NEW_TOKENS,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            num_return_sequences=N,
+            pad_token_id=tok.pad_token_id,
+        )
     generated = clock(device)
     P = enc["input_ids"].shape[1]
     responses = out[:, P:]
@@ -52,13 +58,17 @@ def step(model, tok, opt, batch: list[dict]) -> dict[str, float]:
     update = clock(device)
     opt.zero_grad()
     for i in range(0, len(out), MICRO):
-        ids, m = out[i:i + MICRO], mask[i:i + MICRO]
+        ids, m = out[i : i + MICRO], mask[i : i + MICRO]
         logits = model(input_ids=ids, attention_mask=m, position_ids=(m.cumsum(1) - 1).clamp(min=0)).logits
-        lp = torch.log_softmax(logits[:, P - 1:-1].float(), -1).gather(-1, responses[i:i + MICRO, :, None]).squeeze(-1)
+        lp = (
+            torch.log_softmax(logits[:, P - 1 : -1].float(), -1)
+            .gather(-1, responses[i : i + MICRO, :, None])
+            .squeeze(-1)
+        )
         ratio = torch.exp(lp - lp.detach())
-        a = adv[i:i + MICRO, None]
+        a = adv[i : i + MICRO, None]
         loss = torch.maximum(-a * ratio, -a * ratio.clamp(0.8, 1.2))
-        ((loss * resp_mask[i:i + MICRO]).sum() / tokens).backward()
+        ((loss * resp_mask[i : i + MICRO]).sum() / tokens).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
     end = clock(device)
@@ -80,13 +90,24 @@ def main():
     for s in range(1, a.steps + 1):
         start = (s - 1) * PROMPTS % len(order)
         t = time.perf_counter()
-        for phase, seconds in step(model, tok, opt, [train[i] for i in (order + order)[start:start + PROMPTS]]).items():
+        for phase, seconds in step(
+            model, tok, opt, [train[i] for i in (order + order)[start : start + PROMPTS]]
+        ).items():
             phases[phase].append(seconds)
         steps.append(clock(model.device) - t)
         if s % a.val_every == 0:
             val[s] = accuracy(model, tok, test)
-    json.dump({"step_s": steps, "phase_s": phases, "first_step_at_s": first, "val": val, "whole_s": time.perf_counter() - T0,
-               "threads": torch.get_num_threads()}, open(a.out, "w"))
+    json.dump(
+        {
+            "step_s": steps,
+            "phase_s": phases,
+            "first_step_at_s": first,
+            "val": val,
+            "whole_s": time.perf_counter() - T0,
+            "threads": torch.get_num_threads(),
+        },
+        open(a.out, "w"),
+    )
 
 
 if __name__ == "__main__":

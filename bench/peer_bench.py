@@ -31,23 +31,58 @@ SAME_AS_TRL = ["actor.lr=1e-4", "actor.mini_batch_size=0"]  # peer_trl.py's: one
 
 def mesh(data: pathlib.Path, model: pathlib.Path, steps: int, out: pathlib.Path, *extra: str) -> dict:
     start = time.time()
-    subprocess.run([".venv/bin/meshrl", "grpo", "--config", "configs/arithmetic_grpo.yaml", f"actor.model={model}",
-                    f"data.train_files={data / 'train.parquet'}", f"data.val_files={data / 'test.parquet'}",
-                    f"trainer.run_dir={out}", f"trainer.total_steps={steps}", "trainer.logger=[console]",
-                    f"trainer.save_every={steps}", *SAME_AS_TRL, *extra], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            ".venv/bin/meshrl",
+            "grpo",
+            "--config",
+            "configs/arithmetic_grpo.yaml",
+            f"actor.model={model}",
+            f"data.train_files={data / 'train.parquet'}",
+            f"data.val_files={data / 'test.parquet'}",
+            f"trainer.run_dir={out}",
+            f"trainer.total_steps={steps}",
+            "trainer.logger=[console]",
+            f"trainer.save_every={steps}",
+            *SAME_AS_TRL,
+            *extra,
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     whole = time.time() - start
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     first = min(s["start_ns"] for s in load_spans(out) if s["name"] == "step" and s["attributes"]["meshrl.step"] == 1)
-    return {"step_s": [r["timing_s/step"] for r in rows if "timing_s/step" in r], "whole_s": whole, "metrics": rows,
-            "first_step_at_s": first / 1e9 - start, "val": {r["step"]: r["val/acc/mean"] for r in rows if "val/acc/mean" in r}}
+    return {
+        "step_s": [r["timing_s/step"] for r in rows if "timing_s/step" in r],
+        "whole_s": whole,
+        "metrics": rows,
+        "first_step_at_s": first / 1e9 - start,
+        "val": {r["step"]: r["val/acc/mean"] for r in rows if "val/acc/mean" in r},
+    }
 
 
-def peer(python: str, script: str, data: pathlib.Path, model: pathlib.Path, steps: int, out: pathlib.Path,
-         *flags: str) -> dict:
+def peer(
+    python: str, script: str, data: pathlib.Path, model: pathlib.Path, steps: int, out: pathlib.Path, *flags: str
+) -> dict:
     """bench/peer_trl.py or bench/peer_bare.py under `python`: their JSON, with the whole command's time."""
     start = time.time()
-    subprocess.run([python, script, str(model), str(data / "train.parquet"), str(data / "test.parquet"),
-                    str(steps), str(out), *flags], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            python,
+            script,
+            str(model),
+            str(data / "train.parquet"),
+            str(data / "test.parquet"),
+            str(steps),
+            str(out),
+            *flags,
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     result = json.loads(out.read_text())
     result["whole_s"] = time.time() - start
     result["val"] = {int(k): v for k, v in result["val"].items()}
@@ -69,10 +104,12 @@ def main() -> int:
     model, data = (run / "sft" / "hf").absolute(), (run / "data").absolute()
     if not (model / "config.json").is_file():
         sys.exit(f"no SFT checkpoint at {model}: run `bash scripts/prepare.sh {run}` first")
-    sides = {"meshrl grpo, hf rollout (the config's)": lambda out: mesh(data, model, a.steps, out),
-             "meshrl grpo, vLLM rollout": lambda out: mesh(data, model, a.steps, out, "rollout.backend=vllm"),
-             "TRL GRPOTrainer": lambda out: peer(a.trl_python, "bench/peer_trl.py", data, model, a.steps, out),
-             "bare loop": lambda out: peer(sys.executable, "bench/peer_bare.py", data, model, a.steps, out)}
+    sides = {
+        "meshrl grpo, hf rollout (the config's)": lambda out: mesh(data, model, a.steps, out),
+        "meshrl grpo, vLLM rollout": lambda out: mesh(data, model, a.steps, out, "rollout.backend=vllm"),
+        "TRL GRPOTrainer": lambda out: peer(a.trl_python, "bench/peer_trl.py", data, model, a.steps, out),
+        "bare loop": lambda out: peer(sys.executable, "bench/peer_bare.py", data, model, a.steps, out),
+    }
     results = {name: [] for name in sides}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(a.repeats):
@@ -80,14 +117,20 @@ def main() -> int:
                 results[name].append(side(pathlib.Path(tmp) / f"{j}-{i}"))
     medians = {name: statistics.median(s for r in runs for s in r["step_s"][1:]) for name, runs in results.items()}
     print(f"\n{a.steps} steps of 32 prompts x 8 samples, {a.repeats} run(s) each, alternated:")
-    print("| | median s/step | x TRL | x bare loop | samples/s | start-up to step 1 | whole command | held-out accuracy by step |")
+    print(
+        "| | median s/step | x TRL | x bare loop | samples/s | start-up to step 1 | whole command "
+        "| held-out accuracy by step |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name, runs in results.items():
         step = medians[name]
         val = " / ".join(" ".join(f"{v:.2f}" for _, v in sorted(r["val"].items())) for r in runs)
-        print(f"| {name} | {step:.3f} | {step / medians['TRL GRPOTrainer']:.2f} | {step / medians['bare loop']:.2f} | "
-              f"{ROWS / step:.0f} | {seconds(r['first_step_at_s'] for r in runs)} | {seconds(r['whole_s'] for r in runs)} "
-              f"| {val} |")
+        print(
+            f"| {name} | {step:.3f} | {step / medians['TRL GRPOTrainer']:.2f} | {step / medians['bare loop']:.2f} | "
+            f"{ROWS / step:.0f} | {seconds(r['first_step_at_s'] for r in runs)} "
+            f"| {seconds(r['whole_s'] for r in runs)} "
+            f"| {val} |"
+        )
     return 0
 
 

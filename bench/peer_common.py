@@ -15,8 +15,10 @@ def correct(text: str, truth) -> bool:
 
 def rows(path) -> list[dict]:
     df = pd.read_parquet(path)
-    return [{"prompt": [dict(m) for m in p], "ground_truth": str(r["ground_truth"])}
-            for p, r in zip(df["prompt"], df["reward_model"])]
+    return [
+        {"prompt": [dict(m) for m in p], "ground_truth": str(r["ground_truth"])}
+        for p, r in zip(df["prompt"], df["reward_model"])
+    ]
 
 
 def encode(tok, batch: list[dict]) -> dict:
@@ -33,7 +35,7 @@ def accuracy(model, tok, test: list[dict], max_new_tokens: int = 8) -> float:
     with torch.no_grad():
         out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id)
     model.train(was_training)
-    answers = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    answers = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     return sum(correct(a, r["ground_truth"]) for a, r in zip(answers, test)) / len(test)
 
 

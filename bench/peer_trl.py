@@ -16,15 +16,16 @@ T0 = time.perf_counter()
 
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
+from peer_common import accuracy, arguments, correct, rows  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from peer_common import accuracy, arguments, correct, rows  # noqa: E402
-
 
 def reward(completions, ground_truth, **_):
-    return [1.0 if correct(c[0]["content"] if isinstance(c, list) else c, t) else 0.0
-            for c, t in zip(completions, ground_truth)]
+    return [
+        1.0 if correct(c[0]["content"] if isinstance(c, list) else c, t) else 0.0
+        for c, t in zip(completions, ground_truth)
+    ]
 
 
 class Timing(TrainerCallback):
@@ -51,18 +52,52 @@ def main():
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, torch_dtype=torch.float32)
-    cfg = GRPOConfig(output_dir="/tmp/peer_trl_out", max_steps=a.steps, per_device_train_batch_size=64,
-                     gradient_accumulation_steps=4, num_generations=8, max_completion_length=8, temperature=1.0,
-                     learning_rate=1e-4, lr_scheduler_type="constant", warmup_steps=0, beta=0.0, loss_type="dapo",
-                     num_iterations=1, epsilon=0.2, max_grad_norm=1.0, logging_steps=10, report_to=[],
-                     save_strategy="no", use_cpu=True, bf16=False, fp16=False, seed=0, dataloader_num_workers=0,
-                     disable_tqdm=True)
+    cfg = GRPOConfig(
+        output_dir="/tmp/peer_trl_out",
+        max_steps=a.steps,
+        per_device_train_batch_size=64,
+        gradient_accumulation_steps=4,
+        num_generations=8,
+        max_completion_length=8,
+        temperature=1.0,
+        learning_rate=1e-4,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        beta=0.0,
+        loss_type="dapo",
+        num_iterations=1,
+        epsilon=0.2,
+        max_grad_norm=1.0,
+        logging_steps=10,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        seed=0,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
     timing = Timing(tok, rows(a.test), a.val_every)
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=cfg, train_dataset=Dataset.from_list(rows(a.train)),
-                          processing_class=tok, callbacks=[timing])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=cfg,
+        train_dataset=Dataset.from_list(rows(a.train)),
+        processing_class=tok,
+        callbacks=[timing],
+    )
     trainer.train()
-    json.dump({"step_s": timing.steps, "first_step_at_s": timing.first_step_at, "val": timing.val,
-               "whole_s": time.perf_counter() - T0, "threads": torch.get_num_threads()}, open(a.out, "w"))
+    json.dump(
+        {
+            "step_s": timing.steps,
+            "first_step_at_s": timing.first_step_at,
+            "val": timing.val,
+            "whole_s": time.perf_counter() - T0,
+            "threads": torch.get_num_threads(),
+        },
+        open(a.out, "w"),
+    )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ import tempfile
 import time
 
 import torch
-
 from safetensors import safe_open
 
 from meshrl import weights
@@ -66,8 +65,10 @@ def rise(before: dict[int, int]) -> int:
 
 def sized_model(folder: pathlib.Path, layers: int, hidden: int) -> tuple[pathlib.Path, int]:
     """A fresh Llama of that size (8 heads, Llama's MLP ratio) and its bytes of safetensors."""
-    model = make_model(folder, TinyModelConfig(hidden_size=hidden, num_layers=layers, num_heads=8,
-                                               intermediate_size=int(hidden * 2.6875)))
+    model = make_model(
+        folder,
+        TinyModelConfig(hidden_size=hidden, num_layers=layers, num_heads=8, intermediate_size=int(hidden * 2.6875)),
+    )
     return model, sum(f.stat().st_size for f in model.glob("*.safetensors"))
 
 
@@ -85,13 +86,31 @@ def main():
     os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(MiB))  # the services inherit it (see above)
     tmp = pathlib.Path(tempfile.mkdtemp())
     model, size = sized_model(tmp / "lm", args.layers, args.hidden)
-    rollout_proc, rollout_address = launch(["rollout", "--model", str(model), "--backend", "hf", "--max-model-len", "64"])
-    actor_proc, actor_address = launch(["actor", "--role", "actor", "--model", str(model), "--world-size", "2",
-                                       "--lr", "1e-4", "--checkpoint-root", str(tmp), "--engine", args.engine])
+    rollout_proc, rollout_address = launch(
+        ["rollout", "--model", str(model), "--backend", "hf", "--max-model-len", "64"]
+    )
+    actor_proc, actor_address = launch(
+        [
+            "actor",
+            "--role",
+            "actor",
+            "--model",
+            str(model),
+            "--world-size",
+            "2",
+            "--lr",
+            "1e-4",
+            "--checkpoint-root",
+            str(tmp),
+            "--engine",
+            args.engine,
+        ]
+    )
     actor = Client(actor_address, ACTOR, timeout=600)
     ranks = family(actor_proc.pid)
-    print(f"model: {size / MiB:,.0f} MiB of safetensors; {args.engine} actor ranks {ranks}, "
-          f"rollout {rollout_proc.pid}\n")
+    print(
+        f"model: {size / MiB:,.0f} MiB of safetensors; {args.engine} actor ranks {ranks}, rollout {rollout_proc.pid}\n"
+    )
     print("| bucket | buckets | push s (median) | actor rank peak rise | rollout peak rise | staging segment |")
     print("|---|---|---|---|---|---|")
     with safe_open(str(model / "model.safetensors"), framework="pt") as st:
@@ -100,8 +119,12 @@ def main():
     specs = [(k, dtypes[d], s) for k, d, s in specs]
     version = 1
     try:
-        actor.call("PushWeights", actor_pb2.PushWeightsRequest(rollout_address=rollout_address, transport="shm",
-                                                               version=version, bucket_bytes=16 * MiB))  # warm-up
+        actor.call(
+            "PushWeights",
+            actor_pb2.PushWeightsRequest(
+                rollout_address=rollout_address, transport="shm", version=version, bucket_bytes=16 * MiB
+            ),
+        )  # warm-up
         # smallest first: the rollout's segment only grows, so each row reads its own
         for bucket_mb in (16, 64, 128, 0):
             seconds, actor_rise, rollout_rise = [], [], []
@@ -109,16 +132,25 @@ def main():
                 version += 1
                 before_a, before_r = reset_peak(ranks), reset_peak([rollout_proc.pid])
                 start = time.perf_counter()
-                actor.call("PushWeights", actor_pb2.PushWeightsRequest(
-                    rollout_address=rollout_address, transport="shm", version=version,
-                    bucket_bytes=bucket_mb * MiB if bucket_mb else 1 << 40))
+                actor.call(
+                    "PushWeights",
+                    actor_pb2.PushWeightsRequest(
+                        rollout_address=rollout_address,
+                        transport="shm",
+                        version=version,
+                        bucket_bytes=bucket_mb * MiB if bucket_mb else 1 << 40,
+                    ),
+                )
                 seconds.append(time.perf_counter() - start)
                 actor_rise.append(rise(before_a))
                 rollout_rise.append(rise(before_r))
             n = len(weights.plan(specs, bucket_mb * MiB if bucket_mb else 1 << 40))
-            print(f"| {f'{bucket_mb} MiB' if bucket_mb else 'whole'} | {n} | {statistics.median(seconds):.2f} | "
-                  f"{max(actor_rise) / MiB:,.0f} MiB | {max(rollout_rise) / MiB:,.0f} MiB | "
-                  f"{segment_bytes(rollout_proc.pid) / MiB:,.0f} MiB |", flush=True)
+            print(
+                f"| {f'{bucket_mb} MiB' if bucket_mb else 'whole'} | {n} | {statistics.median(seconds):.2f} | "
+                f"{max(actor_rise) / MiB:,.0f} MiB | {max(rollout_rise) / MiB:,.0f} MiB | "
+                f"{segment_bytes(rollout_proc.pid) / MiB:,.0f} MiB |",
+                flush=True,
+            )
     finally:
         for p in (actor_proc, rollout_proc):
             p.terminate()

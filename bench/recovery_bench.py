@@ -34,9 +34,11 @@ def start_times(model: pathlib.Path, repeats: int = 3) -> None:
     """Seconds from `meshrl serve ...` to its "listening on" line, each service alone, as a run starts it."""
     from orchestrator.services import launch
 
-    for name, args in [("rollout (hf)", ["rollout", "--backend", "hf", "--model", str(model), "--max-model-len", "64"]),
-                       ("reward", ["reward", "--workers", "1"]),
-                       ("actor (plain, 1 rank)", ["actor", "--model", str(model), "--engine", "plain"])]:
+    for name, args in [
+        ("rollout (hf)", ["rollout", "--backend", "hf", "--model", str(model), "--max-model-len", "64"]),
+        ("reward", ["reward", "--workers", "1"]),
+        ("actor (plain, 1 rank)", ["actor", "--model", str(model), "--engine", "plain"]),
+    ]:
         seconds = []
         for _ in range(repeats):
             t = time.monotonic()
@@ -61,12 +63,14 @@ def main():
     data = make_data(tmp / "data", ArithmeticConfig())
     run_dir, log = tmp / "run", tmp / "run.log"
     kills = {6: "rollout", 13: "reward", 21: "actor"}  # after this step is logged
-    overrides = [*settings(model, data, tmp, run_dir), f"trainer.total_steps={args.steps}",
-                 f"trainer.save_every={args.save_every}"]
+    overrides = [
+        *settings(model, data, tmp, run_dir),
+        f"trainer.total_steps={args.steps}",
+        f"trainer.save_every={args.save_every}",
+    ]
     started = time.monotonic()
     with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "grpo", *overrides], stdout=f, stderr=f,
-                                cwd=ROOT)
+        proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "grpo", *overrides], stdout=f, stderr=f, cwd=ROOT)
     orchestrator, killed_at, history, first_step = psutil.Process(proc.pid), {}, [], None
     while proc.poll() is None:
         logged = steps_logged(run_dir)
@@ -82,14 +86,17 @@ def main():
     assert proc.returncode == 0, log.read_text()[-3000:]
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     step_s = statistics.median(m["timing_s/step"] for m in lines)
-    print(f"GRPO on the tiny model, {args.steps} steps, checkpoint every {args.save_every}; median step "
-          f"{step_s:.2f} s; command start to first step logged {first_step:.1f} s\n")
+    print(
+        f"GRPO on the tiny model, {args.steps} steps, checkpoint every {args.save_every}; median step "
+        f"{step_s:.2f} s; command start to first step logged {first_step:.1f} s\n"
+    )
     print("| killed | after step | seconds to the next step completed | x median step |\n|---|---|---|---|")
     for name, (t, step) in killed_at.items():
         # the first time after the kill that metrics.jsonl grew (a dead actor's run first drops the
         # steps after its checkpoint, then logs the redone ones)
         grown = next(now for (now, n), (_, before) in zip(history[1:], history) if now > t and n > before)
         print(f"| {name} | {step} | {grown - t:.1f} | {(grown - t) / step_s:.1f} |")
+
 
 if __name__ == "__main__":
     main()

@@ -44,9 +44,13 @@ def math_samples(n: int, rng: random.Random) -> list[tuple]:
 
 
 def as_batch(samples: list[tuple]) -> DataProto:
-    return DataProto(non_tensor_batch={
-        "data_source": [s[0] for s in samples], "response_text": [s[1] for s in samples],
-        "reward_model": [{"ground_truth": s[2]} for s in samples]})
+    return DataProto(
+        non_tensor_batch={
+            "data_source": [s[0] for s in samples],
+            "response_text": [s[1] for s in samples],
+            "reward_model": [{"ground_truth": s[2]} for s in samples],
+        }
+    )
 
 
 def in_process(spec: str, samples: list[tuple]) -> float:
@@ -69,7 +73,7 @@ def start_service(spec: str, workers: int) -> tuple[subprocess.Popen, str]:
 
 
 def through_service(address: str, samples: list[tuple], batch: int, clients: int) -> float:
-    batches = [as_batch(samples[i:i + batch]) for i in range(0, len(samples), batch)]
+    batches = [as_batch(samples[i : i + batch]) for i in range(0, len(samples), batch)]
     RewardClient(address).score(batches[0])  # warm-up: workers import their function
     errors = []
 
@@ -97,11 +101,15 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
     rng = random.Random(0)
-    cases = [("built-in arithmetic scorer", "builtin", arithmetic_samples(args.samples * 10, rng)),
-             ("user function (math-verify)", USER_FN, math_samples(args.samples, rng))]
+    cases = [
+        ("built-in arithmetic scorer", "builtin", arithmetic_samples(args.samples * 10, rng)),
+        ("user function (math-verify)", USER_FN, math_samples(args.samples, rng)),
+    ]
     print(f"samples/s, {args.workers} workers, batches of {args.batch}\n")
-    print("| function | in-process loop | service, 1 client | service, 4 clients | best / loop "
-          "| service without workers, 1 client |\n|---|---|---|---|---|---|")
+    print(
+        "| function | in-process loop | service, 1 client | service, 4 clients | best / loop "
+        "| service without workers, 1 client |\n|---|---|---|---|---|---|"
+    )
     for name, spec, samples in cases:
         loop = in_process(spec, samples)
         rates = []
@@ -116,8 +124,9 @@ def main():
                 proc.wait()
         one, four, inline = rates
         inline = inline if isinstance(inline, str) else f"{inline:,.0f}"
-        print(f"| {name} | {loop:,.0f} | {one:,.0f} | {four:,.0f} | {max(one, four) / loop:.2f}x | {inline} |",
-              flush=True)
+        print(
+            f"| {name} | {loop:,.0f} | {one:,.0f} | {four:,.0f} | {max(one, four) / loop:.2f}x | {inline} |", flush=True
+        )
 
 
 if __name__ == "__main__":

@@ -28,24 +28,43 @@ from meshrl.tiny.models import TinyModelConfig, make_model
 from meshrl.v1 import rollout_pb2
 
 SERVICE = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
-GEN_MODELS = {"tiny": TinyModelConfig(),
-              "50m": TinyModelConfig(hidden_size=640, num_layers=8, num_heads=10, num_kv_heads=5, intermediate_size=2560)}
-SYNC_MODELS = {"~125 MB": TinyModelConfig(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4,
-                                          intermediate_size=2048),
-               "~500 MB": TinyModelConfig(hidden_size=1024, num_layers=8, num_heads=16, num_kv_heads=8,
-                                          intermediate_size=4096)}
+GEN_MODELS = {
+    "tiny": TinyModelConfig(),
+    "50m": TinyModelConfig(hidden_size=640, num_layers=8, num_heads=10, num_kv_heads=5, intermediate_size=2560),
+}
+SYNC_MODELS = {
+    "~125 MB": TinyModelConfig(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4, intermediate_size=2048),
+    "~500 MB": TinyModelConfig(hidden_size=1024, num_layers=8, num_heads=16, num_kv_heads=8, intermediate_size=4096),
+}
 MAX_LEN = 256
 
 
 def prompt_ids(count: int) -> list[list[int]]:
     g = torch.Generator().manual_seed(0)
-    return [torch.randint(4, 100, (int(torch.randint(8, 24, (1,), generator=g)),), generator=g).tolist()
-            for _ in range(count)]
+    return [
+        torch.randint(4, 100, (int(torch.randint(8, 24, (1,), generator=g)),), generator=g).tolist()
+        for _ in range(count)
+    ]
 
 
 def start_service(model: str, backend: str):
-    proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", "rollout", "--model", model, "--backend",
-                             backend, "--max-model-len", str(MAX_LEN)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "meshrl.cli",
+            "serve",
+            "rollout",
+            "--model",
+            model,
+            "--backend",
+            backend,
+            "--max-model-len",
+            str(MAX_LEN),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline()
     while line and "listening on" not in line:
         line = proc.stdout.readline()
@@ -55,10 +74,15 @@ def start_service(model: str, backend: str):
 def service_rate(client: Client, prompts, args, repeats: int) -> float:
     width = max(map(len, prompts))
     ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
-    data = DataProto({"input_ids": ids, "attention_mask": (torch.arange(width) >= width - torch.tensor(
-        [len(p) for p in prompts])[:, None]).long()})
-    sampling = rollout_pb2.SamplingParams(n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens,
-                                          logprobs=True, seed=0)
+    data = DataProto(
+        {
+            "input_ids": ids,
+            "attention_mask": (torch.arange(width) >= width - torch.tensor([len(p) for p in prompts])[:, None]).long(),
+        }
+    )
+    sampling = rollout_pb2.SamplingParams(
+        n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens, logprobs=True, seed=0
+    )
     rates = []
     for i in range(repeats + 1):
         t0 = time.perf_counter()
@@ -77,8 +101,10 @@ def in_process_rate(model: str, prompts, args, repeats: int) -> float:
     from services.rollout.config import RolloutConfig
 
     llm = LLM(**engine_args(RolloutConfig(model=model, max_model_len=MAX_LEN)))
-    params = [SamplingParams(n=args.n, temperature=1.0, max_tokens=args.max_new_tokens, seed=i, logprobs=0)
-              for i in range(len(prompts))]
+    params = [
+        SamplingParams(n=args.n, temperature=1.0, max_tokens=args.max_new_tokens, seed=i, logprobs=0)
+        for i in range(len(prompts))
+    ]
     rates = []
     for i in range(repeats + 1):
         t0 = time.perf_counter()
@@ -93,10 +119,14 @@ def in_process_rate(model: str, prompts, args, repeats: int) -> float:
 
 def generation(tmp: pathlib.Path, args) -> None:
     prompts = prompt_ids(args.prompts)
-    print(f"\n(a) generation: {args.prompts} prompts x n={args.n}, up to {args.max_new_tokens} new tokens, "
-          f"temperature 1; generated tokens/s, median of {args.repeats}\n")
-    print("| model | vLLM in process | vLLM service | service / in process | HF service | vLLM / HF |\n"
-          "|---|---|---|---|---|---|")
+    print(
+        f"\n(a) generation: {args.prompts} prompts x n={args.n}, up to {args.max_new_tokens} new tokens, "
+        f"temperature 1; generated tokens/s, median of {args.repeats}\n"
+    )
+    print(
+        "| model | vLLM in process | vLLM service | service / in process | HF service | vLLM / HF |\n"
+        "|---|---|---|---|---|---|"
+    )
     for name, cfg in GEN_MODELS.items():
         model = str(make_model(tmp / name, cfg))
         local = in_process_rate(model, prompts, args, args.repeats)
@@ -108,15 +138,22 @@ def generation(tmp: pathlib.Path, args) -> None:
             finally:
                 proc.terminate()
                 proc.wait()
-        print(f"| {name} | {local:,.0f} | {rates['vllm']:,.0f} | {rates['vllm'] / local:.2f} | "
-              f"{rates['hf']:,.0f} | {rates['vllm'] / rates['hf']:.2f} |", flush=True)
+        print(
+            f"| {name} | {local:,.0f} | {rates['vllm']:,.0f} | {rates['vllm'] / local:.2f} | "
+            f"{rates['hf']:,.0f} | {rates['vllm'] / rates['hf']:.2f} |",
+            flush=True,
+        )
 
 
 def handoff(tmp: pathlib.Path, args) -> None:
-    print(f"\n(b) weight handoff into a running vLLM engine (end to end: Begin, copy or send, Finish with the "
-          f"engine's reload), median of {args.repeats}; GB/s of parameter bytes\n")
-    print("| model | bytes | np.copy | shm | shm / np.copy | stream | stream / np.copy | shm transfer only "
-          "| stream transfer only | engine reload |\n|---|---|---|---|---|---|---|---|---|---|")
+    print(
+        f"\n(b) weight handoff into a running vLLM engine (end to end: Begin, copy or send, Finish with the "
+        f"engine's reload), median of {args.repeats}; GB/s of parameter bytes\n"
+    )
+    print(
+        "| model | bytes | np.copy | shm | shm / np.copy | stream | stream / np.copy | shm transfer only "
+        "| stream transfer only | engine reload |\n|---|---|---|---|---|---|---|---|---|---|"
+    )
     for name, cfg in SYNC_MODELS.items():
         model = make_model(tmp / name.strip("~ "), cfg)
         named = load_file(model / "model.safetensors")
@@ -144,9 +181,12 @@ def handoff(tmp: pathlib.Path, args) -> None:
             proc.terminate()
             proc.wait()
         base = size / statistics.median(copies) / 1e9
-        print(f"| {name} | {size / 2**20:,.0f} MiB | {base:.2f} | {speeds['shm']:.2f} | {speeds['shm'] / base:.2f} | "
-              f"{speeds['stream']:.2f} | {speeds['stream'] / base:.2f} | {speeds['shm_transfer']:.2f} | "
-              f"{speeds['stream_transfer']:.2f} | {speeds['reload_ms']:,.0f} ms |", flush=True)
+        print(
+            f"| {name} | {size / 2**20:,.0f} MiB | {base:.2f} | {speeds['shm']:.2f} | {speeds['shm'] / base:.2f} | "
+            f"{speeds['stream']:.2f} | {speeds['stream'] / base:.2f} | {speeds['shm_transfer']:.2f} | "
+            f"{speeds['stream_transfer']:.2f} | {speeds['reload_ms']:,.0f} ms |",
+            flush=True,
+        )
 
 
 def main():

@@ -1,5 +1,6 @@
 """GRPO step benchmark on the tiny task through the full mesh (configs/arithmetic_grpo.yaml's rollout,
-actor with world_size and engine auto, reward service): where a step's time goes, what the mesh's RPCs cost, and what tracing costs.
+actor with world_size and engine auto, reward service): where a step's time goes, what the mesh's RPCs
+cost, and what tracing costs.
 
     .venv/bin/python bench/step_bench.py [--steps 20] [--repeats 2]
     .venv/bin/python bench/step_bench.py --compare reuse|world|budget|share   # one comparison only
@@ -27,10 +28,19 @@ from orchestrator.main import run
 
 
 def grpo(work: pathlib.Path, name: str, model, data, steps: int, trace: str, extra=()) -> pathlib.Path:
-    cfg = load_config("configs/arithmetic_grpo.yaml", [
-        f"actor.model={model}", f"data.train_files={data['train']}", f"trainer.run_dir={work / name}",
-        f"trainer.total_steps={steps}", f"trainer.trace={trace}",
-        "trainer.save_every=100000", "trainer.logger=[console]", *extra])
+    cfg = load_config(
+        "configs/arithmetic_grpo.yaml",
+        [
+            f"actor.model={model}",
+            f"data.train_files={data['train']}",
+            f"trainer.run_dir={work / name}",
+            f"trainer.total_steps={steps}",
+            f"trainer.trace={trace}",
+            "trainer.save_every=100000",
+            "trainer.logger=[console]",
+            *extra,
+        ],
+    )
     return run("grpo", cfg)
 
 
@@ -95,22 +105,33 @@ def main() -> int:
     for m, v in sorted(per_method.items()):
         print(f"| {m} | {v * 1000:.1f} ms |")
     off, on = statistics.median(times[""]), statistics.median(times["jsonl"])
-    print(f"\n(c) median step time: tracing off {off:.3f} s, on {on:.3f} s, on/off = {on / off:.3f} "
-          f"({len(times[''])} and {len(times['jsonl'])} steps)")
+    print(
+        f"\n(c) median step time: tracing off {off:.3f} s, on {on:.3f} s, on/off = {on / off:.3f} "
+        f"({len(times[''])} and {len(times['jsonl'])} steps)"
+    )
     return 0
 
 
 VARIANTS = {
     "reuse": {"old log-prob pass": ["actor.reuse_logprobs=false"], "reused": ["actor.reuse_logprobs=true"]},
-    "world": {"2 ranks x 1 thread": ["actor.world_size=2", "actor.threads=1", "actor.engine=fsdp2"],
-              "2 ranks x 2 threads": ["actor.world_size=2", "actor.threads=2", "actor.engine=fsdp2"],
-              "1 rank x 2 threads": ["actor.world_size=1", "actor.threads=2", "actor.engine=fsdp2"]},
-    "budget": {"fsdp2, 64-row micro-batches": ["actor.engine=fsdp2", "actor.micro_batch_tokens=0",
-                                               "actor.micro_batch_size=64"],
-               "fsdp2, 4096-token micro-batches": ["actor.engine=fsdp2"],
-               "plain, 4096-token micro-batches": ["actor.engine=plain"]},
-    "share": {"every row its whole sequence": ["actor.share_prompts=false"],
-              "a group's prompt once (default)": ["actor.share_prompts=true"]},
+    "world": {
+        "2 ranks x 1 thread": ["actor.world_size=2", "actor.threads=1", "actor.engine=fsdp2"],
+        "2 ranks x 2 threads": ["actor.world_size=2", "actor.threads=2", "actor.engine=fsdp2"],
+        "1 rank x 2 threads": ["actor.world_size=1", "actor.threads=2", "actor.engine=fsdp2"],
+    },
+    "budget": {
+        "fsdp2, 64-row micro-batches": [
+            "actor.engine=fsdp2",
+            "actor.micro_batch_tokens=0",
+            "actor.micro_batch_size=64",
+        ],
+        "fsdp2, 4096-token micro-batches": ["actor.engine=fsdp2"],
+        "plain, 4096-token micro-batches": ["actor.engine=plain"],
+    },
+    "share": {
+        "every row its whole sequence": ["actor.share_prompts=false"],
+        "a group's prompt once (default)": ["actor.share_prompts=true"],
+    },
 }
 
 

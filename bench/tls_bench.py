@@ -20,8 +20,8 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from codec_bench import SERVICE, batch, start_server, timed  # noqa: E402
 
-from meshrl.codec import Payload  # noqa: E402
 from meshrl import tls  # noqa: E402
+from meshrl.codec import Payload  # noqa: E402
 from meshrl.rpc import Client  # noqa: E402
 from meshrl.v1 import reward_pb2  # noqa: E402
 
@@ -56,8 +56,10 @@ def main():
                 os.environ.pop(tls.VAR, None)
             seconds[mode].append(one_round(req, args.repeats))
     os.environ.pop(tls.VAR, None)
-    print(f"DataProto of {size / 2**20:.0f} MiB echoed by a service process, {args.rounds} alternating rounds "
-          f"x median of {args.repeats}, torch {torch.__version__}\n")
+    print(
+        f"DataProto of {size / 2**20:.0f} MiB echoed by a service process, {args.rounds} alternating rounds "
+        f"x median of {args.repeats}, torch {torch.__version__}\n"
+    )
     print("| transport | GB/s per direction (rounds) | median | x plain |\n|---|---|---|---|")
     plain = size / statistics.median(seconds["plain TCP"]) / 1e9
     for mode, times in seconds.items():

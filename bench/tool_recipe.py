@@ -27,16 +27,42 @@ def main():
     model = make_model(tmp / "model", TinyModelConfig())
     data = make_data(tmp / "data", ArithmeticConfig(ops="*", max_operand=99, tool=True))
     common = ["actor.engine=plain", "actor.world_size=1", "trainer.trace="]
-    sft = run("sft", load_config(str(ROOT / "configs/arithmetic_sft.yaml"), [
-        *common, f"actor.model={model}", f"data.train_files={data['train']}", f"trainer.run_dir={tmp / 'sft'}",
-        f"trainer.total_steps={sft_steps}"]))
+    sft = run(
+        "sft",
+        load_config(
+            str(ROOT / "configs/arithmetic_sft.yaml"),
+            [
+                *common,
+                f"actor.model={model}",
+                f"data.train_files={data['train']}",
+                f"trainer.run_dir={tmp / 'sft'}",
+                f"trainer.total_steps={sft_steps}",
+            ],
+        ),
+    )
     warm = time.time()
-    grpo = run("grpo", load_config(str(ROOT / "configs/calculator_grpo.yaml"), [
-        *common, f"actor.model={sft / 'hf'}", f"data.train_files={data['train']}", f"data.val_files={data['test']}",
-        f"trainer.run_dir={tmp / 'grpo'}", f"trainer.total_steps={grpo_steps}", f"trainer.val_every={grpo_steps}",
-        "data.train_batch_size=16", *extra]))
-    print(f"SFT {sft_steps} steps, GRPO {grpo_steps} steps {extra}: {gain_line(held_out_gain(grpo))}; "
-          f"SFT {warm - start:.0f} s, GRPO {time.time() - warm:.0f} s; run in {grpo}", flush=True)
+    grpo = run(
+        "grpo",
+        load_config(
+            str(ROOT / "configs/calculator_grpo.yaml"),
+            [
+                *common,
+                f"actor.model={sft / 'hf'}",
+                f"data.train_files={data['train']}",
+                f"data.val_files={data['test']}",
+                f"trainer.run_dir={tmp / 'grpo'}",
+                f"trainer.total_steps={grpo_steps}",
+                f"trainer.val_every={grpo_steps}",
+                "data.train_batch_size=16",
+                *extra,
+            ],
+        ),
+    )
+    print(
+        f"SFT {sft_steps} steps, GRPO {grpo_steps} steps {extra}: {gain_line(held_out_gain(grpo))}; "
+        f"SFT {warm - start:.0f} s, GRPO {time.time() - warm:.0f} s; run in {grpo}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -44,25 +44,44 @@ def main():
     args = ap.parse_args()
     model = make_model(pathlib.Path(tempfile.mkdtemp()) / "lm", TinyModelConfig())
     start = time.perf_counter()
-    proc, address = launch(["rollout", "--model", str(model), "--backend", "vllm", "--max-model-len", "128",
-                            "--tensor-parallel-size", str(args.tp)])
+    proc, address = launch(
+        [
+            "rollout",
+            "--model",
+            str(model),
+            "--backend",
+            "vllm",
+            "--max-model-len",
+            "128",
+            "--tensor-parallel-size",
+            str(args.tp),
+        ]
+    )
     client = Client(address, ROLLOUT, timeout=300)
     print(f"tensor-parallel size {args.tp}: started in {time.perf_counter() - start:.1f} s", flush=True)
     try:
         original = load_file(model / "model.safetensors")
         named = {k: v * 1.02 for k, v in original.items()}
         stats = weights.push_state(client, named, 1, "shm", bucket_bytes=1 << 20)
-        print(f"push: {stats['num_bytes'] / 2**20:.1f} MiB in {stats['buckets']:.0f} buckets, "
-              f"{stats['seconds'] * 1e3:.0f} ms", flush=True)
-        prompts = DataProto(non_tensor_batch={"prompt": [[{"role": "user", "content": f"{a}+{b}="}]
-                                                         for a, b in [(3, 4), (12, 7), (0, 9), (5, 5)]]})
+        print(
+            f"push: {stats['num_bytes'] / 2**20:.1f} MiB in {stats['buckets']:.0f} buckets, "
+            f"{stats['seconds'] * 1e3:.0f} ms",
+            flush=True,
+        )
+        prompts = DataProto(
+            non_tensor_batch={
+                "prompt": [[{"role": "user", "content": f"{a}+{b}="}] for a, b in [(3, 4), (12, 7), (0, 9), (5, 5)]]
+            }
+        )
         sampling = rollout_pb2.SamplingParams(n=2, temperature=1.0, max_new_tokens=16, logprobs=True, seed=5)
         reply = client.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=sampling), prompts))
         gen, mask = reply.data, reply.data.batch["response_mask"]
         for label, state in (("pushed", named), ("original", original)):
             gap = ((local_logprobs(model, state, gen) - gen.batch["rollout_logprobs"]).abs() * mask).max().item()
-            print(f"weight version {reply.msg.weight_version}: max |rollout - HF with the {label} weights| "
-                  f"= {gap:.2e}", flush=True)
+            print(
+                f"weight version {reply.msg.weight_version}: max |rollout - HF with the {label} weights| = {gap:.2e}",
+                flush=True,
+            )
     finally:
         proc.terminate()
         proc.wait(120)

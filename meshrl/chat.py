@@ -17,11 +17,17 @@ def as_messages(prompt, where: str) -> list[dict]:
             raise ValueError(f"{where}: the prompt is an empty string")
         return [{"role": "user", "content": prompt}]
     if not isinstance(prompt, (list, tuple)) or not prompt:
-        raise ValueError(f"{where}: a prompt is a string or a non-empty list of chat messages "
-                         f"({{role, content}}), got {type(prompt).__name__}")
+        raise ValueError(
+            f"{where}: a prompt is a string or a non-empty list of chat messages "
+            f"({{role, content}}), got {type(prompt).__name__}"
+        )
     for i, m in enumerate(prompt):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) \
-                or "content" not in m and "tool_calls" not in m:
+        if (
+            not isinstance(m, dict)
+            or not isinstance(m.get("role"), str)
+            or "content" not in m
+            and "tool_calls" not in m
+        ):
             raise ValueError(f"{where}: message {i} must be a mapping with 'role' and 'content', got {m!r:.80}")
         if m["role"] not in ROLES:
             raise ValueError(f"{where}: message {i} has role {m['role']!r}; known: {list(ROLES)}")

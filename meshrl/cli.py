@@ -46,7 +46,8 @@ def cmd_health(args) -> int:
     with tls.channel(args.address, None, []) as channel:  # TLS (any mesh role's certificate) when configured
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout, metadata=metadata)
+                health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout, metadata=metadata
+            )
         except grpc.RpcError as e:
             print(f"{args.address}: {e.code().name}: {e.details()}", file=sys.stderr)
             return 1
@@ -77,9 +78,7 @@ def cmd_serve(args) -> int:
 
 def cmd_certs(args) -> int:
     """A private CA and a certificate per role, for MESHRL_TLS_DIR (meshrl.tls)."""
-    from meshrl.tls import make_certs
-
-    from meshrl.tls import split_by_role
+    from meshrl.tls import make_certs, split_by_role
 
     for path in make_certs(pathlib.Path(args.out), [h for h in args.hosts.split(",") if h], args.days):
         print(path)
@@ -88,8 +87,10 @@ def cmd_certs(args) -> int:
             print(folder)
         print(f"MESHRL_TLS_DIR={pathlib.Path(args.out).resolve()}/ROLE for each service, orchestrator/ for the run")
         return 0
-    print(f"export MESHRL_TLS_DIR={pathlib.Path(args.out).resolve()}  # every process of the run, servers and "
-          "clients; a host needs ca.pem and the .pem/.key of the roles it runs")
+    print(
+        f"export MESHRL_TLS_DIR={pathlib.Path(args.out).resolve()}  # every process of the run, servers and "
+        "clients; a host needs ca.pem and the .pem/.key of the roles it runs"
+    )
     return 0
 
 
@@ -146,24 +147,35 @@ def build_parser() -> argparse.ArgumentParser:
     for algorithm, what in ALGORITHMS.items():  # listed for --help; main() hands them on before parsing
         sub.add_parser(algorithm, help=f"train with {what}: meshrl {algorithm} --config FILE section.key=value ...")
 
-    sub.add_parser("ray", help="place the services on a Ray cluster, then train: meshrl ray grpo --config FILE "
-                               "ray.address=auto ...")
+    sub.add_parser(
+        "ray",
+        help="place the services on a Ray cluster, then train: meshrl ray grpo --config FILE ray.address=auto ...",
+    )
 
     add_health_parser(sub)
 
     p = sub.add_parser("certs", help="make a private CA and a TLS certificate per role (MESHRL_TLS_DIR)")
     p.add_argument("out", help="output folder")
-    p.add_argument("--hosts", default="", help="comma-separated names or IPs the services are reached by, "
-                                               "beyond localhost and 127.0.0.1")
+    p.add_argument(
+        "--hosts",
+        default="",
+        help="comma-separated names or IPs the services are reached by, beyond localhost and 127.0.0.1",
+    )
     p.add_argument("--days", type=int, default=365, help="validity")
-    p.add_argument("--per-role", action="store_true", help="a folder per role holding only its own key and the "
-                                                           "CA certificate (one per container or host)")
+    p.add_argument(
+        "--per-role",
+        action="store_true",
+        help="a folder per role holding only its own key and the CA certificate (one per container or host)",
+    )
     p.set_defaults(fn=cmd_certs)
 
     p = sub.add_parser("report", help="a run's summary table and curves.png, written again from its files")
     p.add_argument("run_dir", help="a run folder (trainer.run_dir)")
-    p.add_argument("--held-out", action="store_true", help="only the held-out accuracy by step and the gain "
-                                                           "from first to last validation, with standard errors")
+    p.add_argument(
+        "--held-out",
+        action="store_true",
+        help="only the held-out accuracy by step and the gain from first to last validation, with standard errors",
+    )
     p.set_defaults(fn=cmd_report)
 
     p = sub.add_parser("trace", help="show one training step's spans (every service) as a timeline")
@@ -176,8 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
 def add_health_parser(sub) -> None:
     p = sub.add_parser("health", help="check a service's grpc.health.v1 status")
     p.add_argument("address", help="HOST:PORT")
-    p.add_argument("--service", default="", help="a service's full name, e.g. meshrl.v1.RewardService; "
-                                                 "empty: the whole server")
+    p.add_argument(
+        "--service", default="", help="a service's full name, e.g. meshrl.v1.RewardService; empty: the whole server"
+    )
     p.add_argument("--token", default=None, help="bearer token, if the server wants one")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the answer")
     p.set_defaults(fn=cmd_health)
@@ -185,9 +198,14 @@ def add_health_parser(sub) -> None:
 
 # The orchestrator's loops (orchestrator.main.LOOPS; a test keeps the two in step), named here so
 # that `meshrl --help` lists them without importing torch.
-ALGORITHMS = {"ppo": "PPO with a critic and GAE", "grpo": "GRPO (group-normalised rewards)",
-              "rloo": "RLOO (leave-one-out baseline)", "reinforce": "REINFORCE++",
-              "dpo": "online DPO (best vs worst of n samples)", "sft": "supervised fine-tuning"}
+ALGORITHMS = {
+    "ppo": "PPO with a critic and GAE",
+    "grpo": "GRPO (group-normalised rewards)",
+    "rloo": "RLOO (leave-one-out baseline)",
+    "reinforce": "REINFORCE++",
+    "dpo": "online DPO (best vs worst of n samples)",
+    "sft": "supervised fine-tuning",
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,8 +14,6 @@ hybrid engine hands over per device), else the first. Handles name their GPU by
 UUID, since two services may number the same GPUs differently.
 """
 
-import time
-
 import torch
 
 from meshrl.v1 import rollout_pb2
@@ -40,7 +38,7 @@ class CudaBucket:
         handle to send. Synchronized: the receiver reads it from another process."""
         for t, ref in zip(tensors, bucket.refs):
             n = t.numel() * t.element_size()
-            self.flat[ref.offset:ref.offset + n].copy_(t.detach().reshape(-1).view(torch.uint8), non_blocking=True)
+            self.flat[ref.offset : ref.offset + n].copy_(t.detach().reshape(-1).view(torch.uint8), non_blocking=True)
         torch.cuda.synchronize(self.device)
         return self.handle
 
@@ -52,15 +50,33 @@ def device_uuid(index: int) -> str:
 def share(storage: torch.UntypedStorage) -> rollout_pb2.CudaIpcHandle:
     (device, handle, size, offset, ref_handle, ref_offset, event_handle, event_sync) = storage._share_cuda_()
     return rollout_pb2.CudaIpcHandle(
-        device=device, handle=handle, storage_size_bytes=size, storage_offset_bytes=offset,
-        ref_counter_handle=ref_handle, ref_counter_offset=ref_offset, event_handle=event_handle or b"",
-        event_sync_required=event_sync, device_uuid=device_uuid(device))
+        device=device,
+        handle=handle,
+        storage_size_bytes=size,
+        storage_offset_bytes=offset,
+        ref_counter_handle=ref_handle,
+        ref_counter_offset=ref_offset,
+        event_handle=event_handle or b"",
+        event_sync_required=event_sync,
+        device_uuid=device_uuid(device),
+    )
 
 
 def handle_fields(h: rollout_pb2.CudaIpcHandle) -> list:
     """Plain values (for vLLM's collective_rpc) from the protobuf handle: [GPU UUID, torch's fields]."""
-    return [h.device_uuid, [h.device, h.handle, h.storage_size_bytes, h.storage_offset_bytes, h.ref_counter_handle,
-                            h.ref_counter_offset, h.event_handle or None, h.event_sync_required]]
+    return [
+        h.device_uuid,
+        [
+            h.device,
+            h.handle,
+            h.storage_size_bytes,
+            h.storage_offset_bytes,
+            h.ref_counter_handle,
+            h.ref_counter_offset,
+            h.event_handle or None,
+            h.event_sync_required,
+        ],
+    ]
 
 
 def pick(copies: list[list], here: dict[str, int], mine: str) -> list:
@@ -71,8 +87,10 @@ def pick(copies: list[list], here: dict[str, int], mine: str) -> list:
     if not uuid:
         return fields
     if uuid not in here:
-        raise ValueError(f"the sender's GPU {uuid} is not visible to this process (CUDA_VISIBLE_DEVICES): "
-                         "cuda_ipc needs the sender's GPUs visible here; use shm or stream")
+        raise ValueError(
+            f"the sender's GPU {uuid} is not visible to this process (CUDA_VISIBLE_DEVICES): "
+            "cuda_ipc needs the sender's GPUs visible here; use shm or stream"
+        )
     return [here[uuid], *fields[1:]]
 
 
@@ -93,7 +111,5 @@ def views(storage: torch.UntypedStorage, refs: list[list]) -> list[tuple[str, to
         for d in shape:
             n *= d
         size = n * torch.empty((), dtype=dt).element_size()
-        out.append((name, flat[offset:offset + size].view(dt).view(shape)))
+        out.append((name, flat[offset : offset + size].view(dt).view(shape)))
     return out
-
-

@@ -10,7 +10,8 @@ holds batch-wide values. Operations return new DataProtos; tensors are shared
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -210,8 +211,10 @@ class DataProto:
         keys = set(data[0].batch), set(data[0].non_tensor_batch)
         for i, d in enumerate(data[1:], 1):
             if (set(d.batch), set(d.non_tensor_batch)) != keys:
-                raise ValueError(f"concat: part {i} has keys {sorted(d.batch)}/{sorted(d.non_tensor_batch)}, "
-                                 f"part 0 has {sorted(keys[0])}/{sorted(keys[1])}")
+                raise ValueError(
+                    f"concat: part {i} has keys {sorted(d.batch)}/{sorted(d.non_tensor_batch)}, "
+                    f"part 0 has {sorted(keys[0])}/{sorted(keys[1])}"
+                )
         return DataProto(
             {k: torch.cat([d.batch[k] for d in data]) for k in data[0].batch},
             {k: np.concatenate([d.non_tensor_batch[k] for d in data]) for k in data[0].non_tensor_batch},
@@ -234,9 +237,13 @@ class DataProto:
         return DataProto({k: t.to(device) for k, t in self.batch.items()}, self.non_tensor_batch, self.meta_info)
 
     def __repr__(self) -> str:
-        tensors = ", ".join(f"{k}: {tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}" for k, t in self.batch.items())
-        return (f"DataProto(rows={len(self)}, batch={{{tensors}}}, "
-                f"non_tensor_batch={sorted(self.non_tensor_batch)}, meta_info={sorted(self.meta_info)})")
+        tensors = ", ".join(
+            f"{k}: {tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}" for k, t in self.batch.items()
+        )
+        return (
+            f"DataProto(rows={len(self)}, batch={{{tensors}}}, "
+            f"non_tensor_batch={sorted(self.non_tensor_batch)}, meta_info={sorted(self.meta_info)})"
+        )
 
 
 def pad_to_divisor(data: DataProto, divisor: int) -> tuple[DataProto, int]:

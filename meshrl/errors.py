@@ -79,7 +79,7 @@ def details_for(error: BaseException, internal: bool = False) -> str:
         return raw.decode("utf-8")
     suffix = f"... [{len(text)} chars]"
     # "ignore" drops only the last character when the cut falls inside it: raw is valid UTF-8 up to there
-    return raw[:MAX_DETAILS - len(suffix)].decode("utf-8", "ignore") + suffix
+    return raw[: MAX_DETAILS - len(suffix)].decode("utf-8", "ignore") + suffix
 
 
 def status_for(error: BaseException) -> grpc.StatusCode:

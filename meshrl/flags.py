@@ -10,8 +10,8 @@ import argparse
 import ast
 import dataclasses
 import inspect
-import json
 import io
+import json
 import textwrap
 import tokenize
 
@@ -22,8 +22,11 @@ def field_docs(cls) -> dict[str, str]:
         src = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):
         return {}
-    comments = {tok.start[0]: tok.string[1:] for tok in tokenize.generate_tokens(io.StringIO(src).readline)
-                if tok.type == tokenize.COMMENT}
+    comments = {
+        tok.start[0]: tok.string[1:]
+        for tok in tokenize.generate_tokens(io.StringIO(src).readline)
+        if tok.type == tokenize.COMMENT
+    }
     lines = src.splitlines()
     body = ast.parse(src).body[0].body
     docs = {}
@@ -56,13 +59,21 @@ def add_dataclass_flags(parser: argparse.ArgumentParser, cls, skip: tuple[str, .
         flag = f"--{f.name.replace('_', '-')}"
         doc = docs.get(f.name, "").replace("%", "%%")
         if f.type is bool and f.default:  # on unless switched off
-            parser.add_argument(f"--no-{f.name.replace('_', '-')}", dest=f.name, action="store_false",
-                                help=f"switch off: {doc}" if doc else None)
+            parser.add_argument(
+                f"--no-{f.name.replace('_', '-')}",
+                dest=f.name,
+                action="store_false",
+                help=f"switch off: {doc}" if doc else None,
+            )
         elif f.type is bool:
             parser.add_argument(flag, action="store_true", help=doc or None)
         else:
-            parser.add_argument(flag, type=f.type if f.type in (int, float) else str, default=f.default,
-                                help=f"{doc} (default: %(default)s)" if doc else "default: %(default)s")
+            parser.add_argument(
+                flag,
+                type=f.type if f.type in (int, float) else str,
+                default=f.default,
+                help=f"{doc} (default: %(default)s)" if doc else "default: %(default)s",
+            )
         names.append(f.name)
     return names
 
@@ -91,13 +102,20 @@ def dataclass_from_args(cls, args: argparse.Namespace, skip: tuple[str, ...] = (
 def add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (loopback unless told otherwise)")
     parser.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
-    parser.add_argument("--token", default=None, help="require this bearer token on every call but health; "
-                        "better MESHRL_TOKEN or MESHRL_TOKEN_FILE in the environment (a command line is readable "
-                        "by every user of the machine)")
-    parser.add_argument("--insecure-bind", action="store_true",
-                        help="allow a --host beyond loopback without TLS (MESHRL_TLS_DIR): any machine that "
-                        "reaches the port can call the service, and a token travels in clear text; also "
-                        "MESHRL_INSECURE_BIND=1")
+    parser.add_argument(
+        "--token",
+        default=None,
+        help="require this bearer token on every call but health; "
+        "better MESHRL_TOKEN or MESHRL_TOKEN_FILE in the environment (a command line is readable "
+        "by every user of the machine)",
+    )
+    parser.add_argument(
+        "--insecure-bind",
+        action="store_true",
+        help="allow a --host beyond loopback without TLS (MESHRL_TLS_DIR): any machine that "
+        "reaches the port can call the service, and a token travels in clear text; also "
+        "MESHRL_INSECURE_BIND=1",
+    )
 
 
 def settings_json(*configs) -> str:

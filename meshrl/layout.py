@@ -4,9 +4,13 @@ episodes all hand the trainer."""
 import torch
 
 
-def rollout_tensors(prompts: list[list[int]], responses: list[list[int]], pad: int,
-                    response_masks: list[list[int]] | None = None,
-                    logprobs: list[list[float]] | None = None) -> dict[str, torch.Tensor]:
+def rollout_tensors(
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    pad: int,
+    response_masks: list[list[int]] | None = None,
+    logprobs: list[list[float]] | None = None,
+) -> dict[str, torch.Tensor]:
     """prompts (left padded), responses (right padded, at least one column), input_ids, attention_mask
     (1 on every real token), position_ids, response_mask (1 on each response token unless given per
     token, e.g. 0 on a multi-turn observation) and, when given, rollout_logprobs (0 past each response)."""
@@ -18,9 +22,14 @@ def rollout_tensors(prompts: list[list[int]], responses: list[list[int]], pad: i
     present = torch.tensor([[1] * len(r) + [0] * (T - len(r)) for r in responses], dtype=torch.int64)
     attention_mask = torch.cat([prompt_mask, present], 1)
     masks = response_masks if response_masks is not None else [[1] * len(r) for r in responses]
-    out = {"prompts": prompt_ids, "responses": response_ids, "input_ids": torch.cat([prompt_ids, response_ids], 1),
-           "attention_mask": attention_mask, "position_ids": (attention_mask.cumsum(1) - 1).clamp(min=0),
-           "response_mask": torch.tensor([m + [0] * (T - len(m)) for m in masks], dtype=torch.float32)}
+    out = {
+        "prompts": prompt_ids,
+        "responses": response_ids,
+        "input_ids": torch.cat([prompt_ids, response_ids], 1),
+        "attention_mask": attention_mask,
+        "position_ids": (attention_mask.cumsum(1) - 1).clamp(min=0),
+        "response_mask": torch.tensor([m + [0] * (T - len(m)) for m in masks], dtype=torch.float32),
+    }
     if logprobs is not None:
         out["rollout_logprobs"] = torch.tensor([lp + [0.0] * (T - len(lp)) for lp in logprobs], dtype=torch.float32)
     return out

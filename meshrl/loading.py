@@ -5,7 +5,7 @@ import importlib
 import importlib.util
 import pathlib
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 
 def load_named(spec: str, kind: str) -> Callable:

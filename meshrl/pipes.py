@@ -30,7 +30,7 @@ def write_frame(fd: int, value: Any, deadline: float | None = None) -> None:
     while data:
         if deadline is not None and not select.select([], [fd], [], max(0.0, deadline - time.monotonic()))[1]:
             raise TimeoutError("the reading process took nothing from its pipe in time")
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 def _read_exactly(fd: int, n: int) -> bytes | None:
@@ -61,8 +61,12 @@ class Child:
     def __init__(self, module: str, args: list[str], env: dict[str, str] | None = None):
         task_r, self.task_w = os.pipe()
         self.res_r, res_w = os.pipe()
-        self.proc = subprocess.Popen([sys.executable, "-m", module, *args, str(task_r), str(res_w)],
-                                     pass_fds=(task_r, res_w), start_new_session=True, env=env)  # own group: see kill
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", module, *args, str(task_r), str(res_w)],
+            pass_fds=(task_r, res_w),
+            start_new_session=True,
+            env=env,
+        )  # own group: see kill
         os.close(task_r)
         os.close(res_w)
 

@@ -135,7 +135,7 @@ def seal(seg: Segment) -> bytes:
     if seg.size <= SEAL_BYTES:
         raise ValueError(f"segment {seg.name!r} of {seg.size} bytes has no room for its seal")
     nonce = secrets.token_bytes(NONCE_BYTES)
-    seg.map[seg.size - SEAL_BYTES:seg.size] = (SEAL_MAGIC + nonce).ljust(SEAL_BYTES, b"\0")
+    seg.map[seg.size - SEAL_BYTES : seg.size] = (SEAL_MAGIC + nonce).ljust(SEAL_BYTES, b"\0")
     return nonce
 
 
@@ -147,17 +147,21 @@ def open_sealed(name: str, nonce: bytes) -> Segment:
     docstring); ValueError otherwise, before a byte is written. Its `size` leaves out the seal. The mapping
     is kept across updates while the file stays the same (device, inode, size)."""
     if not WEIGHT_SEGMENT.fullmatch(name):
-        raise ValueError(f"shared-memory segment {name[:100]!r} is not named like a meshrl weight segment "
-                         f"({WEIGHT_PREFIX}-PID-HEX)")
+        raise ValueError(
+            f"shared-memory segment {name[:100]!r} is not named like a meshrl weight segment ({WEIGHT_PREFIX}-PID-HEX)"
+        )
     if len(nonce) != NONCE_BYTES:
-        raise ValueError(f"no seal for shared-memory segment {name!r} (shm_nonce of {len(nonce)} bytes, not "
-                         f"{NONCE_BYTES}): an older rollout? Use the stream transport")
+        raise ValueError(
+            f"no seal for shared-memory segment {name!r} (shm_nonce of {len(nonce)} bytes, not "
+            f"{NONCE_BYTES}): an older rollout? Use the stream transport"
+        )
     fd = _open_own(name)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1 or st.st_size <= SEAL_BYTES:
-            raise ValueError(f"shared-memory segment {name!r} is not a regular file of this user's with one link "
-                             "and room for a seal")
+            raise ValueError(
+                f"shared-memory segment {name!r} is not a regular file of this user's with one link and room for a seal"
+            )
         key = (st.st_dev, st.st_ino, st.st_size)
         known = _sealed.get(name)
         if known is None or known[0] != key or known[1].map is None:
@@ -167,8 +171,10 @@ def open_sealed(name: str, nonce: bytes) -> Segment:
         seg = _sealed[name][1]
     finally:
         os.close(fd)
-    if not hmac.compare_digest(bytes(seg.map[st.st_size - SEAL_BYTES:st.st_size - SEAL_BYTES + len(SEAL_MAGIC)
-                                             + NONCE_BYTES]), SEAL_MAGIC + nonce):
+    if not hmac.compare_digest(
+        bytes(seg.map[st.st_size - SEAL_BYTES : st.st_size - SEAL_BYTES + len(SEAL_MAGIC) + NONCE_BYTES]),
+        SEAL_MAGIC + nonce,
+    ):
         raise ValueError(f"shared-memory segment {name!r} is not sealed for this update (its nonce differs)")
     seg.size = st.st_size - SEAL_BYTES  # tensors may not reach into the seal
     return seg

@@ -49,11 +49,23 @@ class JsonlSpanExporter:
 
         for s in spans:
             parent = s.parent.span_id if s.parent is not None else None
-            self.file.write(json.dumps({
-                "name": s.name, "trace_id": f"{s.context.trace_id:032x}", "span_id": f"{s.context.span_id:016x}",
-                "parent_id": f"{parent:016x}" if parent else None, "start_ns": s.start_time, "end_ns": s.end_time,
-                "kind": s.kind.name, "service": s.resource.attributes.get("service.name", ""),
-                "status": s.status.status_code.name, "attributes": dict(s.attributes or {})}) + "\n")
+            self.file.write(
+                json.dumps(
+                    {
+                        "name": s.name,
+                        "trace_id": f"{s.context.trace_id:032x}",
+                        "span_id": f"{s.context.span_id:016x}",
+                        "parent_id": f"{parent:016x}" if parent else None,
+                        "start_ns": s.start_time,
+                        "end_ns": s.end_time,
+                        "kind": s.kind.name,
+                        "service": s.resource.attributes.get("service.name", ""),
+                        "status": s.status.status_code.name,
+                        "attributes": dict(s.attributes or {}),
+                    }
+                )
+                + "\n"
+            )
         self.file.flush()
         return SpanExportResult.SUCCESS
 
@@ -74,8 +86,9 @@ def exporters_from_env() -> list:
     out = []
     if "jsonl" in names:
         directory = os.environ.get("MESHRL_TRACE_DIR", "traces")
-        out.append(("jsonl", lambda service: JsonlSpanExporter(
-            pathlib.Path(directory) / f"{service}-{os.getpid()}.jsonl")))
+        out.append(
+            ("jsonl", lambda service: JsonlSpanExporter(pathlib.Path(directory) / f"{service}-{os.getpid()}.jsonl"))
+        )
     if "console" in names:
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
@@ -102,9 +115,10 @@ def setup(service: str) -> bool:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
         provider = TracerProvider(resource=Resource.create({"service.name": service}))
-        for name, make in exporters:
-            provider.add_span_processor(BatchSpanProcessor(make(service), schedule_delay_millis=500,
-                                                           export_timeout_millis=2000))
+        for _, make in exporters:
+            provider.add_span_processor(
+                BatchSpanProcessor(make(service), schedule_delay_millis=500, export_timeout_millis=2000)
+            )
         _provider = provider
         _setup_metrics(service, [n for n, _ in exporters])
         log.info("tracing %s to %s", service, ", ".join(n for n, _ in exporters))
@@ -124,8 +138,11 @@ def _setup_metrics(service: str, exporters: list[str]) -> None:
     if "otlp" in exporters:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
-        readers.append(PeriodicExportingMetricReader(OTLPMetricExporter(timeout=2), export_interval_millis=10000,
-                                                     export_timeout_millis=2000))
+        readers.append(
+            PeriodicExportingMetricReader(
+                OTLPMetricExporter(timeout=2), export_interval_millis=10000, export_timeout_millis=2000
+            )
+        )
     global _meter_provider
     if readers:
         _meter_provider = MeterProvider(resource=Resource.create({"service.name": service}), metric_readers=readers)
@@ -138,15 +155,16 @@ def record_step(values: dict[str, float]) -> None:
         return
     if _instruments is None:
         meter = _meter_provider.get_meter(TRACER)
-        _instruments = (meter.create_histogram("meshrl.phase.duration", unit="s", description="time per phase"),
-                        meter.create_gauge("meshrl.tokens_per_second", unit="1/s", description="response tokens/s"))
+        _instruments = (
+            meter.create_histogram("meshrl.phase.duration", unit="s", description="time per phase"),
+            meter.create_gauge("meshrl.tokens_per_second", unit="1/s", description="response tokens/s"),
+        )
     phase, tokens = _instruments
     for key, value in values.items():
         if key.startswith("timing_s/"):
             phase.record(value, {"phase": key.removeprefix("timing_s/")})
     if "perf/tokens_per_s" in values:
         tokens.set(values["perf/tokens_per_s"])
-
 
 
 def enabled() -> bool:
@@ -169,9 +187,9 @@ def tracer():
 
 @contextlib.contextmanager
 def span(name: str, kind=trace.SpanKind.INTERNAL, context=None, **attributes):
-    with tracer().start_as_current_span(name, context=context, kind=kind,
-                                        attributes={f"meshrl.{k}": v for k, v in attributes.items()
-                                                    if v is not None}) as s:
+    with tracer().start_as_current_span(
+        name, context=context, kind=kind, attributes={f"meshrl.{k}": v for k, v in attributes.items() if v is not None}
+    ) as s:
         yield s
 
 

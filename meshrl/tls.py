@@ -27,12 +27,22 @@ ANY_NAME = "meshrl"  # every certificate carries it: what `meshrl health` checks
 
 # method -> roles that may call it; methods not named here are open to any role of the mesh.
 POLICY = {
-    **{f"/meshrl.v1.ActorService/{m}": {"orchestrator"} for m in (
-        "Init", "ComputeLogProbs", "ComputeValues", "Update", "SaveCheckpoint", "LoadCheckpoint", "PushWeights",
-        "Offload", "Reload")},
+    **{
+        f"/meshrl.v1.ActorService/{m}": {"orchestrator"}
+        for m in (
+            "Init",
+            "ComputeLogProbs",
+            "ComputeValues",
+            "Update",
+            "SaveCheckpoint",
+            "LoadCheckpoint",
+            "PushWeights",
+            "Offload",
+            "Reload",
+        )
+    },
     **{f"/meshrl.v1.RolloutService/{m}": {"orchestrator"} for m in ("Generate", "Sleep", "WakeUp")},
-    **{f"/meshrl.v1.RolloutService/{m}": {"actor"} for m in (
-        "BeginWeightUpdate", "SendWeights", "FinishWeightUpdate")},
+    **{f"/meshrl.v1.RolloutService/{m}": {"actor"} for m in ("BeginWeightUpdate", "SendWeights", "FinishWeightUpdate")},
     "/meshrl.v1.RewardService/Score": {"orchestrator"},
     **{f"/meshrl.v1.EnvService/{m}": {"orchestrator"} for m in ("Reset", "Step", "Close")},
 }
@@ -96,7 +106,7 @@ def make_certs(out: pathlib.Path, hosts: list[str], days: int = 365) -> list[pat
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     out.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     written = []
 
     def save(name: str, data: bytes, secret: bool) -> None:
@@ -107,16 +117,23 @@ def make_certs(out: pathlib.Path, hosts: list[str], days: int = 365) -> list[pat
         written.append(path)
 
     def pem_key(k) -> bytes:
-        return k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                               serialization.NoEncryption())
+        return k.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "meshrl CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-          .not_valid_after(now + datetime.timedelta(days=days))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
     save("ca.pem", ca.public_bytes(serialization.Encoding.PEM), secret=False)  # its key is not kept: rerun to add
     for role in ROLES:
         key = ec.generate_private_key(ec.SECP256R1())
@@ -126,14 +143,21 @@ def make_certs(out: pathlib.Path, hosts: list[str], days: int = 365) -> list[pat
                 names.append(x509.IPAddress(ipaddress.ip_address(h)))
             except ValueError:
                 names.append(x509.DNSName(h))
-        cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, role)]))
-                .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-                .not_valid_before(now - datetime.timedelta(minutes=5))
-                .not_valid_after(now + datetime.timedelta(days=days))
-                .add_extension(x509.SubjectAlternativeName(names), critical=False)
-                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
-                                                      ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-                .sign(ca_key, hashes.SHA256()))
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, role)]))
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .add_extension(
+                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                critical=False,
+            )
+            .sign(ca_key, hashes.SHA256())
+        )
         save(f"{role}.pem", cert.public_bytes(serialization.Encoding.PEM), secret=False)
         save(f"{role}.key", pem_key(key), secret=True)
     return written

@@ -35,8 +35,11 @@ def load_spans(run_dir: str | pathlib.Path) -> list[dict]:
 
 def step_traces(spans: list[dict]) -> dict[int, dict]:
     """step number -> its root span (the orchestrator's "step" span)."""
-    return {s["attributes"]["meshrl.step"]: s for s in spans
-            if s["name"] == "step" and "meshrl.step" in s.get("attributes", {})}
+    return {
+        s["attributes"]["meshrl.step"]: s
+        for s in spans
+        if s["name"] == "step" and "meshrl.step" in s.get("attributes", {})
+    }
 
 
 def timeline(spans: list[dict], step: int | None = None) -> str:
@@ -55,8 +58,10 @@ def timeline(spans: list[dict], step: int | None = None) -> str:
     t0, t1 = root["start_ns"], root["end_ns"]
     total = max(1, t1 - t0)
     name_width = max(len(s["name"]) + 2 * depth for s, depth in _walk(root, children)) + 2
-    lines = [f"trace {root['trace_id']}: step {step} ({root['attributes'].get('meshrl.algorithm', '')}), "
-             f"{len(members)} spans from {len({s['service'] for s in members})} processes"]
+    lines = [
+        f"trace {root['trace_id']}: step {step} ({root['attributes'].get('meshrl.algorithm', '')}), "
+        f"{len(members)} spans from {len({s['service'] for s in members})} processes"
+    ]
     for s, depth in _walk(root, children):
         a = int((s["start_ns"] - t0) / total * WIDTH)
         b = max(a + 1, int((s["end_ns"] - t0) / total * WIDTH))

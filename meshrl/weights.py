@@ -24,8 +24,8 @@ never past the sender's own.
 
 import math
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import torch
 
@@ -66,7 +66,7 @@ def block_of(name: str) -> str:
     parts = name.split(".")
     for i, p in enumerate(parts):
         if p.isdigit():
-            return ".".join(parts[:i + 1])
+            return ".".join(parts[: i + 1])
     return ".".join(parts[:-1])
 
 
@@ -94,8 +94,7 @@ def plan(specs: list[tuple[str, torch.dtype, list[int]]], bucket_bytes: int = DE
 
 def layout(named: dict[str, torch.Tensor]) -> tuple[list[rollout_pb2.TensorRef], int]:
     """Refs for each tensor in one bucket holding them all, and its size."""
-    (whole,) = plan([(k, t.dtype, list(t.shape)) for k, t in named.items()], bucket_bytes=1 << 62) or \
-        [Bucket([], 0)]
+    (whole,) = plan([(k, t.dtype, list(t.shape)) for k, t in named.items()], bucket_bytes=1 << 62) or [Bucket([], 0)]
     return whole.refs, whole.size
 
 
@@ -115,7 +114,9 @@ def call_timeout(num_bytes: int, deadline: float | None = None) -> float:
     return seconds if deadline is None else max(0.001, min(seconds, deadline - time.monotonic()))
 
 
-def stream_chunks(tensors: list[torch.Tensor], refs, chunk: int = CHUNK_BYTES) -> Iterator[tuple[int, list[memoryview]]]:
+def stream_chunks(
+    tensors: list[torch.Tensor], refs, chunk: int = CHUNK_BYTES
+) -> Iterator[tuple[int, list[memoryview]]]:
     """(offset, pieces) of one bucket, about `chunk` bytes each (views of the tensors, not copies);
     padding between tensors is not sent."""
     pieces, size, start = [], 0, 0
@@ -126,7 +127,7 @@ def stream_chunks(tensors: list[torch.Tensor], refs, chunk: int = CHUNK_BYTES) -
             if not pieces:
                 start = ref.offset + pos
             take = min(len(raw) - pos, chunk - size)
-            pieces.append(raw[pos:pos + take])
+            pieces.append(raw[pos : pos + take])
             size += take
             pos += take
             if size >= chunk or pos < len(raw):
@@ -137,9 +138,15 @@ def stream_chunks(tensors: list[torch.Tensor], refs, chunk: int = CHUNK_BYTES) -
             pieces, size = [], 0
 
 
-def push(client, buckets: list[Bucket], tensors_of: Callable[[Bucket], list[torch.Tensor]], version: int,
-         transport: str, share: Callable[[Bucket, list[torch.Tensor]], list] | None = None,
-         deadline: float | None = None) -> dict[str, float]:
+def push(
+    client,
+    buckets: list[Bucket],
+    tensors_of: Callable[[Bucket], list[torch.Tensor]],
+    version: int,
+    transport: str,
+    share: Callable[[Bucket, list[torch.Tensor]], list] | None = None,
+    deadline: float | None = None,
+) -> dict[str, float]:
     """Send the buckets to the rollout service behind `client` (a meshrl.rpc.Client); tensors_of(bucket)
     gives a bucket's tensors in its refs' order, on any device, when it is its turn. cuda_ipc: share(bucket,
     tensors) gives the CudaIpcHandles of the bucket's copies, one per GPU, the first this process's (by
@@ -149,9 +156,13 @@ def push(client, buckets: list[Bucket], tensors_of: Callable[[Bucket], list[torc
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
     start = time.perf_counter()
     total, largest = sum(b.size for b in buckets), max((b.size for b in buckets), default=0)
-    begun = client.call("BeginWeightUpdate", rollout_pb2.BeginWeightUpdateRequest(
-        version=version, transport=transport, total_bytes=total, bucket_bytes=largest),
-        timeout=call_timeout(largest, deadline))  # the rollout may make (fault in) a segment this large
+    begun = client.call(
+        "BeginWeightUpdate",
+        rollout_pb2.BeginWeightUpdateRequest(
+            version=version, transport=transport, total_bytes=total, bucket_bytes=largest
+        ),
+        timeout=call_timeout(largest, deadline),
+    )  # the rollout may make (fault in) a segment this large
     if transport == "cuda_ipc" and share is None:
         from meshrl.cuda_ipc import CudaBucket
 
@@ -172,16 +183,25 @@ def push(client, buckets: list[Bucket], tensors_of: Callable[[Bucket], list[torc
             messages = _stream(version, b, tensors)
         else:
             first, *copies = share(b, tensors)
-            messages = iter([rollout_pb2.WeightBucket(version=version, refs=b.refs, cuda_ipc=first,
-                                                      cuda_ipc_copies=copies)])
+            messages = iter(
+                [rollout_pb2.WeightBucket(version=version, refs=b.refs, cuda_ipc=first, cuda_ipc_copies=copies)]
+            )
         client.call_stream("SendWeights", messages, timeout=call_timeout(b.size, deadline))
     sent = time.perf_counter()
-    client.call("FinishWeightUpdate", rollout_pb2.FinishWeightUpdateRequest(version=version),
-                timeout=call_timeout(total, deadline))  # one bucket is loaded whole here
+    client.call(
+        "FinishWeightUpdate",
+        rollout_pb2.FinishWeightUpdateRequest(version=version),
+        timeout=call_timeout(total, deadline),
+    )  # one bucket is loaded whole here
     done = time.perf_counter()
-    return {"num_bytes": float(sum(ref_nbytes(r) for b in buckets for r in b.refs)), "seconds": done - start,
-            "buckets": float(len(buckets)), "gather_seconds": gather,
-            "transfer_seconds": sent - start, "load_seconds": done - sent}
+    return {
+        "num_bytes": float(sum(ref_nbytes(r) for b in buckets for r in b.refs)),
+        "seconds": done - start,
+        "buckets": float(len(buckets)),
+        "gather_seconds": gather,
+        "transfer_seconds": sent - start,
+        "load_seconds": done - sent,
+    }
 
 
 def _sealed_segment(client, begun):
@@ -190,8 +210,9 @@ def _sealed_segment(client, begun):
     try:
         return open_sealed(begun.shm_segment, begun.shm_nonce)
     except ValueError as e:
-        raise ValueError(f"the rollout at {client.address} named a segment the push refused to write into: "
-                         f"{e}") from None
+        raise ValueError(
+            f"the rollout at {client.address} named a segment the push refused to write into: {e}"
+        ) from None
 
 
 def _stream(version: int, b: Bucket, tensors: list[torch.Tensor]):
@@ -200,8 +221,9 @@ def _stream(version: int, b: Bucket, tensors: list[torch.Tensor]):
         yield encode_bytes_field(rollout_pb2.WeightBucket(version=version, data_offset=offset), "data", pieces)
 
 
-def push_state(client, named: dict[str, torch.Tensor], version: int, transport: str,
-               bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> dict[str, float]:
+def push_state(
+    client, named: dict[str, torch.Tensor], version: int, transport: str, bucket_bytes: int = DEFAULT_BUCKET_BYTES
+) -> dict[str, float]:
     """push() for a state dict held whole (HF names)."""
     buckets = plan([(k, t.dtype, list(t.shape)) for k, t in named.items()], bucket_bytes)
     return push(client, buckets, lambda b: [named[r.name] for r in b.refs], version, transport)

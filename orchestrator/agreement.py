@@ -20,11 +20,27 @@ from orchestrator.mesh import Mesh, settings
 
 log = logging.getLogger(__name__)
 
-OWN = {"model", "seed", "engine", "hsdp_replicate", "tensor_parallel_size", "gpu_memory_utilization", "kv_cache_gb",
-       "enforce_eager", "max_samples", "workers", "batch_size", "max_length", "device"}
+OWN = {
+    "model",
+    "seed",
+    "engine",
+    "hsdp_replicate",
+    "tensor_parallel_size",
+    "gpu_memory_utilization",
+    "kv_cache_gb",
+    "enforce_eager",
+    "max_samples",
+    "workers",
+    "batch_size",
+    "max_length",
+    "device",
+}
 ROLE_SECTION = {"ref": "actor"}
-KEYS = {("critic", "lr"): "critic.lr", ("actor", "total_steps"): "trainer.total_steps",
-        ("critic", "total_steps"): "trainer.total_steps"}
+KEYS = {
+    ("critic", "lr"): "critic.lr",
+    ("actor", "total_steps"): "trainer.total_steps",
+    ("critic", "total_steps"): "trainer.total_steps",
+}
 MODES = ("refuse", "adopt")
 
 
@@ -73,13 +89,24 @@ def agree(cfg: Config, mesh: Mesh, given: set[str]) -> bool:
     if not found:
         return False
     if cfg.trainer.given_settings == "refuse":
-        raise ValueError("services given by address run with other settings than the config: " + "; ".join(
-            f"{role} at {mesh[role].address} has {key.split('.', 1)[1]}={value!r}, the config {key}={ours!r}"
-            for role, key, ours, value in found) + ". Start them with the config's settings, or set "
-            "trainer.given_settings=adopt to use theirs")
+        raise ValueError(
+            "services given by address run with other settings than the config: "
+            + "; ".join(
+                f"{role} at {mesh[role].address} has {key.split('.', 1)[1]}={value!r}, the config {key}={ours!r}"
+                for role, key, ours, value in found
+            )
+            + ". Start them with the config's settings, or set "
+            "trainer.given_settings=adopt to use theirs"
+        )
     for role, key, ours, value in found:
         section, name = key.split(".", 1)
         setattr(getattr(cfg, section), name, value)
-        log.warning("%s: the config said %r; %s at %s runs with %r, which this run uses", key, ours, role,
-                    mesh[role].address, value)
+        log.warning(
+            "%s: the config said %r; %s at %s runs with %r, which this run uses",
+            key,
+            ours,
+            role,
+            mesh[role].address,
+            value,
+        )
     return True

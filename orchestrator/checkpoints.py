@@ -28,8 +28,12 @@ def save(run_dir: pathlib.Path, number: int, mesh: Mesh, algorithm: Algorithm, s
     path = run_dir / "checkpoints" / f"step_{number}"
     for role in algorithm.trained:
         mesh.save(role, path / role, export_hf=last and role == "actor")
-    state = {"step": number, "sampler": sampler.state_dict(), "algorithm": algorithm.state_dict(),
-             "torch_rng": torch.get_rng_state().tolist()}
+    state = {
+        "step": number,
+        "sampler": sampler.state_dict(),
+        "algorithm": algorithm.state_dict(),
+        "torch_rng": torch.get_rng_state().tolist(),
+    }
     (path / "orchestrator.json").write_text(json.dumps(state))
     (run_dir / "checkpoints" / "latest").write_text(path.name)  # written last: a half-saved step is not "latest"
     return path

@@ -35,11 +35,15 @@ def sample(mesh, prompts: DataProto, seed: int, on_generated=None) -> tuple:
     parts = [(a, prompts.slice(a, b)) for a, b in zip(bounds, bounds[1:])]
     gens, scores = [None] * len(parts), [None] * len(parts)
     start = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(len(parts), thread_name_prefix="meshrl-chunk") as generating, \
-            concurrent.futures.ThreadPoolExecutor(len(parts), thread_name_prefix="meshrl-score") as scoring:
+    with (
+        concurrent.futures.ThreadPoolExecutor(len(parts), thread_name_prefix="meshrl-chunk") as generating,
+        concurrent.futures.ThreadPoolExecutor(len(parts), thread_name_prefix="meshrl-score") as scoring,
+    ):
         with mesh.colocated_generation():
-            pending = {generating.submit(mesh.generate, part, seed=seed + a, colocated=False): i
-                       for i, (a, part) in enumerate(parts)}
+            pending = {
+                generating.submit(mesh.generate, part, seed=seed + a, colocated=False): i
+                for i, (a, part) in enumerate(parts)
+            }
             scored = {}
             for done in concurrent.futures.as_completed(pending):
                 i = pending[done]
@@ -51,8 +55,11 @@ def sample(mesh, prompts: DataProto, seed: int, on_generated=None) -> tuple:
         for done in concurrent.futures.as_completed(scored):
             scores[scored[done]] = done.result()
     gen = join_generations(gens)
-    return gen, join_scores(scores, gen.batch["responses"].shape[1]), \
-        {"gen": generated - start, "reward": time.perf_counter() - generated}
+    return (
+        gen,
+        join_scores(scores, gen.batch["responses"].shape[1]),
+        {"gen": generated - start, "reward": time.perf_counter() - generated},
+    )
 
 
 def join_generations(parts: list[DataProto]) -> DataProto:
@@ -70,11 +77,17 @@ def join_generations(parts: list[DataProto]) -> DataProto:
         width = b["prompts"].shape[1]
         prompts = F.pad(b["prompts"], (left, 0), value=pad)
         responses = F.pad(b["responses"], (0, right), value=pad)
-        mask = torch.cat([F.pad(b["attention_mask"][:, :width], (left, 0)),
-                          F.pad(b["attention_mask"][:, width:], (0, right))], 1)
-        tensors = {"prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], 1),
-                   "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
-                   **{k: F.pad(b[k], (0, right)) for k in RESPONSE_WIDE if k in b}}
+        mask = torch.cat(
+            [F.pad(b["attention_mask"][:, :width], (left, 0)), F.pad(b["attention_mask"][:, width:], (0, right))], 1
+        )
+        tensors = {
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], 1),
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
+            **{k: F.pad(b[k], (0, right)) for k in RESPONSE_WIDE if k in b},
+        }
         unknown = set(b) - set(tensors)
         if unknown:
             raise ValueError(f"the rollout replied with tensors {sorted(unknown)} that chunks cannot join")
@@ -90,14 +103,22 @@ def join_scores(parts: list[Scores], width: int) -> Scores:
     sizes = [len(s.scores) for s in parts]
     token_level = None
     if all(s.token_level_scores is not None for s in parts):
-        token_level = torch.cat([F.pad(s.token_level_scores, (0, width - s.token_level_scores.shape[1]))
-                                 for s in parts])
+        token_level = torch.cat(
+            [F.pad(s.token_level_scores, (0, width - s.token_level_scores.shape[1])) for s in parts]
+        )
     names = dict.fromkeys(k for s in parts for k in s.columns)
-    columns = {k: np.concatenate([s.columns[k] if k in s.columns else np.full(n, None, dtype=object)
-                                  for s, n in zip(parts, sizes)]) for k in names}
+    columns = {
+        k: np.concatenate(
+            [s.columns[k] if k in s.columns else np.full(n, None, dtype=object) for s, n in zip(parts, sizes)]
+        )
+        for k in names
+    }
     metrics = {}
     for k in dict.fromkeys(k for s in parts for k in s.metrics):
         have = [(s.metrics[k], n) for s, n in zip(parts, sizes) if k in s.metrics]
-        metrics[k] = sum(v for v, _ in have) if k.startswith("reward/num_") \
+        metrics[k] = (
+            sum(v for v, _ in have)
+            if k.startswith("reward/num_")
             else sum(v * n for v, n in have) / sum(n for _, n in have)
+        )
     return Scores(torch.cat([s.scores for s in parts]), token_level, columns, metrics)

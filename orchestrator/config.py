@@ -21,7 +21,6 @@ from meshrl.typed import build
 from orchestrator import verl_keys
 from services.actor.config import LR_SCHEDULES
 
-
 LOGGERS = ("console", "tensorboard", "wandb", "mlflow")
 
 
@@ -32,12 +31,16 @@ class NumbersLoader(yaml.SafeLoader):
 
 NumbersLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
                    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
                    |\.[0-9_]+(?:[eE][-+][0-9]+)?
                    |[-+]?\.(?:inf|Inf|INF)
-                   |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."))
+                   |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
 
 
 def read_yaml(text: str):
@@ -101,8 +104,10 @@ class ActorSection:
         if self.threads < 0:
             raise ValueError(f"threads={self.threads} must be >= 0 (0: the cores shared out over the ranks)")
         if self.lr_schedule not in LR_SCHEDULES or not 0 <= self.min_lr_ratio <= 1:
-            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES} (got {self.lr_schedule!r}) and "
-                             f"min_lr_ratio in [0, 1] (got {self.min_lr_ratio})")
+            raise ValueError(
+                f"lr_schedule must be one of {LR_SCHEDULES} (got {self.lr_schedule!r}) and "
+                f"min_lr_ratio in [0, 1] (got {self.min_lr_ratio})"
+            )
 
 
 @dataclasses.dataclass
@@ -242,10 +247,17 @@ class TrainerSection:
         unknown = sorted(set(self.logger) - set(LOGGERS))
         if unknown:
             raise ValueError(f"logger: unknown {unknown}; known: {list(LOGGERS)}")
-        if (self.total_steps < 1 or self.save_every < 0 or self.val_every < 0 or self.samples_per_step < 0
-                or self.max_restarts < 0 or self.max_staleness < 0):
-            raise ValueError("total_steps must be >= 1; save_every, val_every, samples_per_step, max_restarts, "
-                             "max_staleness >= 0")
+        if (
+            self.total_steps < 1
+            or self.save_every < 0
+            or self.val_every < 0
+            or self.samples_per_step < 0
+            or self.max_restarts < 0
+            or self.max_staleness < 0
+        ):
+            raise ValueError(
+                "total_steps must be >= 1; save_every, val_every, samples_per_step, max_restarts, max_staleness >= 0"
+            )
 
 
 @dataclasses.dataclass
@@ -286,8 +298,10 @@ def from_dict(raw: dict) -> Config:
         raise ValueError(f"a config is a mapping of sections, got {type(raw).__name__}")
     unknown = sorted(set(raw) - set(SECTIONS))
     if unknown:
-        raise ValueError(f"unknown config section(s) {unknown}; known: {sorted(SECTIONS)}"
-                         f"{verl_keys.hints({k: raw[k] for k in unknown if isinstance(raw[k], dict)})}")
+        raise ValueError(
+            f"unknown config section(s) {unknown}; known: {sorted(SECTIONS)}"
+            f"{verl_keys.hints({k: raw[k] for k in unknown if isinstance(raw[k], dict)})}"
+        )
     sections = {}
     for name, cls in SECTIONS.items():
         values = raw.get(name) or {}
@@ -341,11 +355,14 @@ def describe_keys(width: int = 100) -> str:
     out = []
     for name, cls in SECTIONS.items():
         docs = field_docs(cls)
-        out.append(f"{name}:" + (f"  {cls.__doc__.strip()}" if cls.__doc__ and not cls.__doc__.startswith(cls.__name__)
-                                  else ""))
+        out.append(
+            f"{name}:"
+            + (f"  {cls.__doc__.strip()}" if cls.__doc__ and not cls.__doc__.startswith(cls.__name__) else "")
+        )
         for f in dataclasses.fields(cls):
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            head = f"  {name}.{f.name}={yaml.safe_dump(default, default_flow_style=True).strip().removesuffix('...').strip()}"
+            shown = yaml.safe_dump(default, default_flow_style=True).strip().removesuffix("...").strip()
+            head = f"  {name}.{f.name}={shown}"
             doc = docs.get(f.name, "")
             out.append(textwrap.fill(f"{head}  {doc}" if doc else head, width, subsequent_indent=" " * 6))
     return "\n".join(out)

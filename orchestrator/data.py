@@ -2,9 +2,10 @@
 
 Each row's prompt (the `prompt` column, or the one data.prompt_key names: chat
 messages, or a plain string, which is one user message) is rendered with the
-tokenizer's chat template; anything else stops the run naming the row; rows whose prompt exceeds max_prompt_length tokens are dropped and
-counted. The sampler walks the rows in a seeded order, epoch after epoch, and
-its position is part of a checkpoint, so a resumed run sees the same batches.
+tokenizer's chat template; anything else stops the run naming the row; rows
+whose prompt exceeds max_prompt_length tokens are dropped and counted. The
+sampler walks the rows in a seeded order, epoch after epoch, and its position
+is part of a checkpoint, so a resumed run sees the same batches.
 """
 
 import dataclasses
@@ -37,16 +38,24 @@ def _plain(value):
 
 
 class PromptDataset:
-    def __init__(self, files: str | list[str], tokenizer, max_prompt_length: int, prompt_key: str = "prompt",
-                 key: str = "data.train_files"):
+    def __init__(
+        self,
+        files: str | list[str],
+        tokenizer,
+        max_prompt_length: int,
+        prompt_key: str = "prompt",
+        key: str = "data.train_files",
+    ):
         paths = [files] if isinstance(files, (str, pathlib.Path)) else list(files)
         missing = [str(p) for p in paths if not pathlib.Path(p).is_file()]
         if missing:
             raise ValueError(f"data file(s) not found: {missing}")
         frame = pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
         if prompt_key not in frame.columns:
-            raise ValueError(f"{key}: column {prompt_key!r} is missing from {paths} (data.prompt_key names the "
-                             f"prompt column); columns: {list(frame.columns)}")
+            raise ValueError(
+                f"{key}: column {prompt_key!r} is missing from {paths} (data.prompt_key names the "
+                f"prompt column); columns: {list(frame.columns)}"
+            )
         self.rows, self.prompt_ids = [], []
         lengths = []
         for number, record in enumerate(frame.to_dict("records")):
@@ -60,15 +69,24 @@ class PromptDataset:
             self.rows.append({"prompt": messages, **{k: _plain(record[k]) for k in COLUMNS if k in record}})
             self.prompt_ids.append(ids)
         self.num_filtered = len(lengths) - len(self.rows)
-        spread = f"prompts are {min(lengths, default=0)}-{max(lengths, default=0)} tokens with the chat template, " \
-                 f"median {sorted(lengths)[len(lengths) // 2] if lengths else 0}"
+        spread = (
+            f"prompts are {min(lengths, default=0)}-{max(lengths, default=0)} tokens with the chat template, "
+            f"median {sorted(lengths)[len(lengths) // 2] if lengths else 0}"
+        )
         if not self.rows:
-            raise ValueError(f"{key}: no prompt fits {max_prompt_length} tokens (data.max_prompt_length, or "
-                             f"rollout.max_model_len - rollout.max_new_tokens): {spread}")
+            raise ValueError(
+                f"{key}: no prompt fits {max_prompt_length} tokens (data.max_prompt_length, or "
+                f"rollout.max_model_len - rollout.max_new_tokens): {spread}"
+            )
         if self.num_filtered:
             (log.warning if self.num_filtered > len(lengths) // 10 else log.info)(
-                "%s: dropped %d of %d prompts longer than %d tokens (%s)", key, self.num_filtered, len(lengths),
-                max_prompt_length, spread)
+                "%s: dropped %d of %d prompts longer than %d tokens (%s)",
+                key,
+                self.num_filtered,
+                len(lengths),
+                max_prompt_length,
+                spread,
+            )
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.tokenizer = tokenizer
 
@@ -81,11 +99,15 @@ class PromptDataset:
         width = max(map(len, ids))
         input_ids = torch.tensor([[self.pad] * (width - len(p)) + p for p in ids])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids])
-        columns = {k: [self.rows[i].get(k) for i in indices] for k in ("prompt", *COLUMNS)
-                   if any(k in self.rows[i] for i in indices)}
+        columns = {
+            k: [self.rows[i].get(k) for i in indices]
+            for k in ("prompt", *COLUMNS)
+            if any(k in self.rows[i] for i in indices)
+        }
         columns["uid"] = list(uids)
-        return DataProto({"input_ids": input_ids, "attention_mask": mask,
-                          "position_ids": (mask.cumsum(1) - 1).clamp(min=0)}, columns)
+        return DataProto(
+            {"input_ids": input_ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)}, columns
+        )
 
 
 @dataclasses.dataclass
@@ -114,7 +136,7 @@ class Sampler:
         if self.state.position + self.batch_size > self.num_rows:
             self.state = SamplerState(self.state.epoch + 1, 0)
         start = self.state.position
-        rows = self.order(self.state.epoch)[start:start + self.batch_size]
+        rows = self.order(self.state.epoch)[start : start + self.batch_size]
         uids = [f"{self.state.epoch}-{start + i}" for i in range(len(rows))]
         self.state.position += self.batch_size
         return rows, uids

@@ -18,8 +18,13 @@ from orchestrator.trainer import Timer, sample_and_score, score_metrics
 
 def dpo_params(cfg: Config) -> dict:
     a, al = cfg.actor, cfg.algorithm
-    return {"epochs": a.ppo_epochs, "mini_batch_size": a.mini_batch_size, "beta": al.dpo_beta,
-            "loss_type": al.dpo_loss, "temperature": cfg.rollout.temperature}
+    return {
+        "epochs": a.ppo_epochs,
+        "mini_batch_size": a.mini_batch_size,
+        "beta": al.dpo_beta,
+        "loss_type": al.dpo_loss,
+        "temperature": cfg.rollout.temperature,
+    }
 
 
 @dataclasses.dataclass
@@ -29,7 +34,9 @@ class OnlineDPO:
 
     def setup(self, cfg: Config) -> set[str]:
         if cfg.rollout.n < 2:
-            raise ValueError(f"online DPO pairs responses to the same prompt: rollout.n must be >= 2, got {cfg.rollout.n}")
+            raise ValueError(
+                f"online DPO pairs responses to the same prompt: rollout.n must be >= 2, got {cfg.rollout.n}"
+            )
         return {"actor", "ref", "rollout", "reward"}
 
     def step(self, mesh: Mesh, number: int, data, indices, uids) -> dict[str, float]:
@@ -37,8 +44,11 @@ class OnlineDPO:
         gen, scored = sample_and_score(mesh, t, number, data.batch(indices, uids))
         chosen, rejected = best_worst_pairs(scored.scores, list(gen.non_tensor_batch["uid"]))
         lengths = gen.batch["response_mask"].sum(-1).float()
-        metrics = {**score_metrics(scored), "response_length/mean": lengths.mean().item(),
-                   "actor/num_pairs": float(len(chosen))}
+        metrics = {
+            **score_metrics(scored),
+            "response_length/mean": lengths.mean().item(),
+            "actor/num_pairs": float(len(chosen)),
+        }
         if not chosen:  # every prompt's responses scored alike: nothing to prefer
             return {**metrics, **t}
         order = [row for pair in zip(chosen, rejected) for row in pair]  # chosen, rejected, chosen, ...

@@ -9,9 +9,9 @@ metrics.jsonl, val.jsonl and samples.jsonl are appended (a resumed run continues
 logged once: a run that goes back to a checkpoint (in-run recovery, or trainer.resume) first drops what
 was logged after it from the files, starts TensorBoard's events again there (purge_step), and does not
 send W&B and MLflow, which cannot take points back, a step they already have (the redone step's values
-match the first reading in a deterministic run; the files keep the redone ones). TensorBoard gets scalars and a text table of the samples; Weights & Biases
-and MLflow get the same through their own clients. Both run offline by
-default, writing under the run folder (run_dir/wandb, run_dir/mlruns); their
+match the first reading in a deterministic run; the files keep the redone ones). TensorBoard gets
+scalars and a text table of the samples; Weights & Biases and MLflow get the same through their own
+clients. Both run offline by default, writing under the run folder (run_dir/wandb, run_dir/mlruns); their
 usual environment variables (WANDB_MODE, WANDB_PROJECT, MLFLOW_TRACKING_URI)
 point them at a server instead. "console" is the progress bar (trainer.py).
 """
@@ -25,8 +25,11 @@ import pathlib
 
 def scalars(metrics: dict) -> dict[str, float]:
     """The finite numbers of a metrics dict (loggers refuse NaN, strings and the like)."""
-    return {k: float(v) for k, v in metrics.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+    return {
+        k: float(v)
+        for k, v in metrics.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
 
 
 def plain(value):
@@ -84,9 +87,15 @@ class WandbSink:
 
         # resume="allow" with the folder's own id: a resumed run continues the same W&B run
         run_id = "meshrl-" + hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:12]
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "meshrl"), name=f"{name}-{run_dir.name}",
-                              id=run_id, resume="allow", dir=str(run_dir), config=config,
-                              mode=os.environ.get("WANDB_MODE", "offline"))
+        self.run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", "meshrl"),
+            name=f"{name}-{run_dir.name}",
+            id=run_id,
+            resume="allow",
+            dir=str(run_dir),
+            config=config,
+            mode=os.environ.get("WANDB_MODE", "offline"),
+        )
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
         self.run.log(values, step=step)
@@ -150,8 +159,14 @@ class RunLog:
     """`after`: this run goes on from step `after` (a resume; -1: a fresh run in this folder), so what the
     folder logged past it is dropped first; None: append to whatever is there."""
 
-    def __init__(self, run_dir: pathlib.Path, loggers: list[str] = ("tensorboard",), config: dict | None = None,
-                 name: str = "run", after: int | None = None):
+    def __init__(
+        self,
+        run_dir: pathlib.Path,
+        loggers: list[str] = ("tensorboard",),
+        config: dict | None = None,
+        name: str = "run",
+        after: int | None = None,
+    ):
         self.run_dir = run_dir
         self.logged_through = -1  # the sinks that cannot take points back already have steps up to this
         purge = None

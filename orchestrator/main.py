@@ -21,10 +21,12 @@ LOOPS = {
 
 def parse(argv: list[str], prog: str = "meshrl") -> tuple[str, Config]:
     name = argv[0] if argv and argv[0] in LOOPS else "<algorithm>"
-    p = argparse.ArgumentParser(prog=f"{prog} {name}", usage=f"%(prog)s [--config FILE] [section.key=value ...]",
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="config keys (YAML sections; any of them as section.key=value):\n"
-                                       + describe_keys())
+    p = argparse.ArgumentParser(
+        prog=f"{prog} {name}",
+        usage="%(prog)s [--config FILE] [section.key=value ...]",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="config keys (YAML sections; any of them as section.key=value):\n" + describe_keys(),
+    )
     p.add_argument("algorithm", choices=list(LOOPS), help=argparse.SUPPRESS)
     p.add_argument("--config", default=None, help="YAML file; overrides follow as section.key=value")
     p.add_argument("overrides", nargs="*", help="section.key=value, e.g. actor.lr=1e-5 rollout.n=8")

@@ -58,8 +58,13 @@ def settings(cfg: Config, role: str) -> dict:
         world, lr = cfg.critic.world_size, cfg.critic.lr
     else:
         world, lr = cfg.ref.world_size if role == "ref" else a.world_size, a.lr
-    values = {**dataclasses.asdict(a), "engine": engine_for(a.engine, world), "seed": cfg.trainer.seed, "lr": lr,
-              "total_steps": cfg.trainer.total_steps}  # the schedule advances once per training step
+    values = {
+        **dataclasses.asdict(a),
+        "engine": engine_for(a.engine, world),
+        "seed": cfg.trainer.seed,
+        "lr": lr,
+        "total_steps": cfg.trainer.total_steps,
+    }  # the schedule advances once per training step
     engine = _fields(EngineConfig, values)
     return engine if role == "ref" else {**engine, **_fields(OptimConfig, values, skip=("betas",))}
 
@@ -83,8 +88,20 @@ def serve_args(cfg: Config, role: str) -> list[str]:
     model = cfg.critic.model or a.model if role == "critic" else a.model
     world = {"critic": cfg.critic.world_size, "ref": cfg.ref.world_size}.get(role, a.world_size)
     values = settings(cfg, role)
-    args = ["actor", "--role", role, "--model", model, "--checkpoint-root", absolute(cfg.trainer.run_dir),
-            "--world-size", str(world), "--threads", str(a.threads), *dataclass_args(EngineConfig, values)]
+    args = [
+        "actor",
+        "--role",
+        role,
+        "--model",
+        model,
+        "--checkpoint-root",
+        absolute(cfg.trainer.run_dir),
+        "--world-size",
+        str(world),
+        "--threads",
+        str(a.threads),
+        *dataclass_args(EngineConfig, values),
+    ]
     return args + ([] if role == "ref" else dataclass_args(OptimConfig, values))
 
 
@@ -110,25 +127,42 @@ class Mesh:
 
     # ---- rollout ---------------------------------------------------------------------
 
-    def generate(self, prompts: DataProto, seed: int | None = None, n: int | None = None,
-                 greedy: bool = False, colocated: bool = True, stop: list[str] | None = None,
-                 max_new_tokens: int | None = None) -> DataProto:
+    def generate(
+        self,
+        prompts: DataProto,
+        seed: int | None = None,
+        n: int | None = None,
+        greedy: bool = False,
+        colocated: bool = True,
+        stop: list[str] | None = None,
+        max_new_tokens: int | None = None,
+    ) -> DataProto:
         """rollout.n samples of each prompt (greedy: one), prompt i with seed + i. `colocated=False`: the
         caller holds colocated_generation around this (several concurrent calls, orchestrator.chunks).
         `stop`, `max_new_tokens`: a multi-turn turn's own (orchestrator.multi_turn)."""
         r = self.cfg.rollout
         sampling = rollout_pb2.SamplingParams(
-            n=n or (1 if greedy else r.n), greedy=greedy, temperature=r.temperature, top_p=r.top_p,
-            top_k=r.top_k, max_new_tokens=max_new_tokens or r.max_new_tokens, logprobs=not greedy,
-            seed=seed or 0, stop=stop or [])
+            n=n or (1 if greedy else r.n),
+            greedy=greedy,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            top_k=r.top_k,
+            max_new_tokens=max_new_tokens or r.max_new_tokens,
+            logprobs=not greedy,
+            seed=seed or 0,
+            stop=stop or [],
+        )
         request = Payload(rollout_pb2.GenerateRequest(sampling=sampling), prompts)
         with self.colocated_generation() if colocated else contextlib.nullcontext():
             for attempt in range(INTERRUPTED_RESENDS + 1):
                 try:
                     return self["rollout"].call("Generate", request).data
                 except ServiceError as e:  # a push interrupted it (rollout.on_update=interrupt): again, on new weights
-                    if e.code != grpc.StatusCode.ABORTED or "interrupted" not in e.details \
-                            or attempt == INTERRUPTED_RESENDS:
+                    if (
+                        e.code != grpc.StatusCode.ABORTED
+                        or "interrupted" not in e.details
+                        or attempt == INTERRUPTED_RESENDS
+                    ):
                         raise
 
     @contextlib.contextmanager
@@ -157,9 +191,16 @@ class Mesh:
             self["rollout"].call("WakeUp", rollout_pb2.SleepRequest(tags=["weights"]))
         if self.producer is not None:  # sampling ahead: steps due the older weights go first
             self.producer.before_push(version)
-        reply = self["actor"].call("PushWeights", actor_pb2.PushWeightsRequest(
-            rollout_address=self["rollout"].address, transport=self.cfg.rollout.weight_transport, version=version,
-            bucket_bytes=self.cfg.rollout.weight_bucket_mb << 20, dtype=self.cfg.rollout.dtype))
+        reply = self["actor"].call(
+            "PushWeights",
+            actor_pb2.PushWeightsRequest(
+                rollout_address=self["rollout"].address,
+                transport=self.cfg.rollout.weight_transport,
+                version=version,
+                bucket_bytes=self.cfg.rollout.weight_bucket_mb << 20,
+                dtype=self.cfg.rollout.dtype,
+            ),
+        )
         if self.producer is not None:
             self.producer.after_push(version)
         return reply.seconds
@@ -181,8 +222,11 @@ class Mesh:
 
     def values(self, batch: DataProto) -> torch.Tensor:
         """The critic's value of each response position, (B, T)."""
-        return self["critic"].call("ComputeValues", Payload(actor_pb2.BatchRequest(),
-                                                           batch.select(POLICY_INPUTS))).data.batch["values"]
+        return (
+            self["critic"]
+            .call("ComputeValues", Payload(actor_pb2.BatchRequest(), batch.select(POLICY_INPUTS)))
+            .data.batch["values"]
+        )
 
     def update(self, role: str, step: int, loss: str, params: dict, batch: DataProto) -> dict[str, float]:
         spec = actor_pb2.LossSpec(name=loss, params={k: to_value(v, k) for k, v in params.items()})
@@ -221,8 +265,11 @@ def prompt_text(messages) -> str:
 
 def wanted(cfg: Config, roles: set[str]) -> dict[str, tuple[str, list[str]]]:
     """{role: (its address, or "" to start it; its `meshrl serve` arguments)} for the roles in `roles`."""
-    return {role: (getattr(cfg, role).address, serve_args(cfg, role))
-            for role in ("actor", "ref", "critic", "rollout", "reward", "env") if role in roles}
+    return {
+        role: (getattr(cfg, role).address, serve_args(cfg, role))
+        for role in ("actor", "ref", "critic", "rollout", "reward", "env")
+        if role in roles
+    }
 
 
 def start_mesh(cfg: Config, services: Services, roles: set[str]) -> Mesh:

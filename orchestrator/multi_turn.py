@@ -33,11 +33,10 @@ import torch
 
 from meshrl.algos import masked
 from meshrl.clients.reward import Scores
-from meshrl.codec import Payload
 from meshrl.dataproto import DataProto
-from meshrl.layout import rollout_tensors
 from meshrl.errors import ServiceError
-from meshrl.v1 import env_pb2, rollout_pb2
+from meshrl.layout import rollout_tensors
+from meshrl.v1 import env_pb2
 
 log = logging.getLogger(__name__)
 MAX_CALLS_IN_FLIGHT = 4  # Generate calls the batcher keeps going at once
@@ -114,8 +113,7 @@ class Batcher:
                     self.slots.release()
                     return
                 seen = -1
-                while len(self.waiting) != seen and \
-                        len(self.waiting) < self.active - self.in_tool - self.generating:
+                while len(self.waiting) != seen and len(self.waiting) < self.active - self.in_tool - self.generating:
                     seen = len(self.waiting)  # more may come: until none joined for GATHER_S
                     self.cond.wait(GATHER_S)
                 batch, self.waiting = self.waiting, []
@@ -128,17 +126,31 @@ class Batcher:
         try:
             ids = [b[0] for b in batch]
             width = max(map(len, ids))
-            data = DataProto({"input_ids": torch.tensor([[0] * (width - len(p)) + p for p in ids]),
-                              "attention_mask": torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids])})
-            reply = self.mesh.generate(data, seed=seed, n=1, stop=self.stop, greedy=self.greedy, colocated=False,
-                                       max_new_tokens=max(b[1] for b in batch))
+            data = DataProto(
+                {
+                    "input_ids": torch.tensor([[0] * (width - len(p)) + p for p in ids]),
+                    "attention_mask": torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids]),
+                }
+            )
+            reply = self.mesh.generate(
+                data,
+                seed=seed,
+                n=1,
+                stop=self.stop,
+                greedy=self.greedy,
+                colocated=False,
+                max_new_tokens=max(b[1] for b in batch),
+            )
             version = int(reply.meta_info.get("weight_version", 0))
             for i, (_, max_new, future) in enumerate(batch):
                 n = int(reply.batch["response_mask"][i].sum())
                 n_kept = min(n, max_new)
                 tokens = reply.batch["responses"][i, :n_kept].tolist()
-                logprobs = reply.batch["rollout_logprobs"][i, :n_kept].tolist() if "rollout_logprobs" in reply.batch \
-                    else [0.0] * n_kept  # greedy (validation): none asked for
+                logprobs = (
+                    reply.batch["rollout_logprobs"][i, :n_kept].tolist()
+                    if "rollout_logprobs" in reply.batch
+                    else [0.0] * n_kept
+                )  # greedy (validation): none asked for
                 text = reply.non_tensor_batch["response_text"][i] if n_kept == n else None
                 future.set_result((tokens, logprobs, text, version))
         except BaseException as e:  # every turn of the call sees it
@@ -154,12 +166,16 @@ class Batcher:
 
 def task_of(columns: dict, row: int) -> dict:
     """The episode's task from the row's verl columns."""
+
     def cell(name):
         return columns[name][row] if name in columns else None
 
     rm = cell("reward_model")
-    return {"data_source": cell("data_source") or "", "ground_truth": rm.get("ground_truth") if isinstance(rm, dict)
-            else None, "extra_info": cell("extra_info")}
+    return {
+        "data_source": cell("data_source") or "",
+        "ground_truth": rm.get("ground_truth") if isinstance(rm, dict) else None,
+        "extra_info": cell("extra_info"),
+    }
 
 
 def jsonable(value):
@@ -175,7 +191,7 @@ def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int) -> None
     def observe(text: str) -> None:
         if text:
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-            traj.add(ids[:budget - len(traj.tokens)], None, policy=False)
+            traj.add(ids[: budget - len(traj.tokens)], None, policy=False)
 
     def call(method: str, request):
         batcher.count(in_tool=1)
@@ -219,21 +235,26 @@ def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int) -> None
                 log.debug("closing episode %s failed: %s", episode, e)
 
 
-def sample(mesh, prompts: DataProto, seed: int, tokenizer, n: int | None = None,
-           greedy: bool = False) -> tuple[DataProto, Scores, dict]:
+def sample(
+    mesh, prompts: DataProto, seed: int, tokenizer, n: int | None = None, greedy: bool = False
+) -> tuple[DataProto, Scores, dict]:
     """(gen, scored, {"gen": s, "reward": s}): n (default rollout.n; greedy: 1) episodes per prompt."""
     r = mesh.cfg.rollout
     start = time.perf_counter()
     rows = prompts.repeat(n or (1 if greedy else r.n), interleave=True)
     ids, attn = rows.batch["input_ids"], rows.batch["attention_mask"]
-    trajectories = [Trajectory(ids[i][attn[i].bool()].tolist(), task_of(rows.non_tensor_batch, i))
-                    for i in range(len(rows))]
+    trajectories = [
+        Trajectory(ids[i][attn[i].bool()].tolist(), task_of(rows.non_tensor_batch, i)) for i in range(len(rows))
+    ]
     batcher = Batcher(mesh, mesh.env_stop, seed, greedy)
     try:  # rollout.colocate: the device goes to the rollout for the whole batch of episodes
-        with mesh.colocated_generation(), \
-                concurrent.futures.ThreadPoolExecutor(r.concurrency, thread_name_prefix="meshrl-episode") as pool:
-            futures = [pool.submit(play, t, mesh, batcher, tokenizer, seed * 100_003 + i)
-                       for i, t in enumerate(trajectories)]
+        with (
+            mesh.colocated_generation(),
+            concurrent.futures.ThreadPoolExecutor(r.concurrency, thread_name_prefix="meshrl-episode") as pool,
+        ):
+            futures = [
+                pool.submit(play, t, mesh, batcher, tokenizer, seed * 100_003 + i) for i, t in enumerate(trajectories)
+            ]
             for f in futures:
                 f.result()
     finally:
@@ -246,20 +267,31 @@ def sample(mesh, prompts: DataProto, seed: int, tokenizer, n: int | None = None,
 
 def layout(rows: DataProto, trajectories: list[Trajectory], tokenizer) -> DataProto:
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    tensors = rollout_tensors([t.prompt for t in trajectories], [t.tokens for t in trajectories], pad,
-                              [t.mask for t in trajectories], [t.logprobs for t in trajectories])
+    tensors = rollout_tensors(
+        [t.prompt for t in trajectories],
+        [t.tokens for t in trajectories],
+        pad,
+        [t.mask for t in trajectories],
+        [t.logprobs for t in trajectories],
+    )
     columns = dict(rows.non_tensor_batch)
-    columns.update({
-        "response_text": [tokenizer.decode(t.tokens, skip_special_tokens=True) for t in trajectories],
-        "finish_reason": [t.finish for t in trajectories],
-        "turns": [len(t.spans) for t in trajectories],
-        "turn_spans": [json.dumps(t.spans) for t in trajectories],
-        "env_reward": [t.env_reward for t in trajectories],
-        "env_error": [t.error for t in trajectories],
-        "tool_calls": [int(t.info.get("tool_calls", 0)) for t in trajectories]})
+    columns.update(
+        {
+            "response_text": [tokenizer.decode(t.tokens, skip_special_tokens=True) for t in trajectories],
+            "finish_reason": [t.finish for t in trajectories],
+            "turns": [len(t.spans) for t in trajectories],
+            "turn_spans": [json.dumps(t.spans) for t in trajectories],
+            "env_reward": [t.env_reward for t in trajectories],
+            "env_error": [t.error for t in trajectories],
+            "tool_calls": [int(t.info.get("tool_calls", 0)) for t in trajectories],
+        }
+    )
     versions = [v for t in trajectories for v in t.versions]
-    return DataProto(tensors, {k: np.array(v, dtype=object) for k, v in columns.items()},
-                     {"weight_version": min(versions) if versions else 0, "pad_token_id": pad})
+    return DataProto(
+        tensors,
+        {k: np.array(v, dtype=object) for k, v in columns.items()},
+        {"weight_version": min(versions) if versions else 0, "pad_token_id": pad},
+    )
 
 
 def scores(mesh, gen: DataProto, trajectories: list[Trajectory]) -> Scores:
@@ -267,8 +299,9 @@ def scores(mesh, gen: DataProto, trajectories: list[Trajectory]) -> Scores:
     a trajectory the environment failed gets env.error_score. Metrics: multi_turn/*."""
     e = mesh.cfg.env
     failed = [bool(t.error) for t in trajectories]
-    env_scores = torch.tensor([e.error_score if bad else t.env_reward for t, bad in zip(trajectories, failed)],
-                              dtype=torch.float32)
+    env_scores = torch.tensor(
+        [e.error_score if bad else t.env_reward for t, bad in zip(trajectories, failed)], dtype=torch.float32
+    )
     service = mesh.score(gen) if e.reward in ("service", "sum") else None
     total = env_scores if service is None else service.scores + (env_scores if e.reward == "sum" else 0)
     columns = dict(service.columns) if service is not None else {}
@@ -276,14 +309,17 @@ def scores(mesh, gen: DataProto, trajectories: list[Trajectory]) -> Scores:
         columns["acc"] = np.array([bool(t.info.get("acc", False)) for t in trajectories], dtype=object)
     columns["env_error"] = gen.non_tensor_batch["env_error"]
     n = len(trajectories)
-    metrics = {**(service.metrics if service is not None else {}),
-               "multi_turn/turns/mean": sum(len(t.spans) for t in trajectories) / n,
-               "multi_turn/tool_calls/mean": float(np.mean(gen.non_tensor_batch["tool_calls"].astype(float))),
-               "multi_turn/done_frac": sum(t.done for t in trajectories) / n,
-               "multi_turn/env_reward/mean": float(sum(t.env_reward for t in trajectories) / n),
-               "multi_turn/num_env_failed": float(sum(failed))}
+    metrics = {
+        **(service.metrics if service is not None else {}),
+        "multi_turn/turns/mean": sum(len(t.spans) for t in trajectories) / n,
+        "multi_turn/tool_calls/mean": float(np.mean(gen.non_tensor_batch["tool_calls"].astype(float))),
+        "multi_turn/done_frac": sum(t.done for t in trajectories) / n,
+        "multi_turn/env_reward/mean": float(sum(t.env_reward for t in trajectories) / n),
+        "multi_turn/num_env_failed": float(sum(failed)),
+    }
     if any(failed):
         first = next(t.error for t in trajectories if t.error)
-        log.warning("%d of %d episodes failed in the environment and got env.error_score; first: %s",
-                    sum(failed), n, first)
+        log.warning(
+            "%d of %d episodes failed in the environment and got env.error_score; first: %s", sum(failed), n, first
+        )
     return Scores(total, masked.token_level(total, gen.batch["response_mask"]), columns, metrics)

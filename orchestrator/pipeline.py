@@ -22,8 +22,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from typing import Callable
-
+from collections.abc import Callable
 
 ALGORITHMS = ("ppo", "grpo", "rloo", "reinforce")  # DPO pairs and SFT batches stay synchronous
 
@@ -38,8 +37,9 @@ def start(cfg, mesh, data, sampler, first: int) -> Producer:
         return indices, uids, data.batch(indices, uids), sampler.state_dict()
 
     t = cfg.trainer
-    return Producer(functools.partial(sample, mesh), draw, first, t.total_steps, t.max_staleness, t.save_every,
-                    t.deterministic)
+    return Producer(
+        functools.partial(sample, mesh), draw, first, t.total_steps, t.max_staleness, t.save_every, t.deterministic
+    )
 
 
 def version_for(step: int, staleness: int, save_every: int) -> int:
@@ -59,8 +59,16 @@ class Producer:
     stop() at the end or on a failure; sampler_state(number) is what a checkpoint at `number` records.
     """
 
-    def __init__(self, sample: Callable, draw: Callable[[], tuple], first: int, last: int,
-                 staleness: int, save_every: int, deterministic: bool = True):
+    def __init__(
+        self,
+        sample: Callable,
+        draw: Callable[[], tuple],
+        first: int,
+        last: int,
+        staleness: int,
+        save_every: int,
+        deterministic: bool = True,
+    ):
         self.sample, self.draw = sample, draw
         self.batches: dict[int, tuple] = {}  # step -> (indices, uids)
         self.states: dict[int, dict] = {}  # step -> the sampler's state after drawing it
@@ -104,8 +112,7 @@ class Producer:
         been generated (the rollout then never samples them from the new one)."""
         if not self.deterministic:
             return
-        needed = [s for s in range(version + 1, min(self.last, version + self.k) + 1)
-                  if self.version(s) <= version - 1]
+        needed = [s for s in range(version + 1, min(self.last, version + self.k) + 1) if self.version(s) <= version - 1]
         if needed:
             with self.cond:
                 self.cond.wait_for(lambda: self.generated >= max(needed) or self.stopping)
@@ -125,14 +132,13 @@ class Producer:
 
     def version(self, step: int) -> int:
         """The weights that sample `step`, never older than the run's at its first step."""
-        rule = version_for(step, self.k, self.save_every) if self.deterministic \
-            else step - 1 - self.k
+        rule = version_for(step, self.k, self.save_every) if self.deterministic else step - 1 - self.k
         return max(rule, self.first - 1)
 
     def _run(self) -> None:
         for step in range(self.first, self.last + 1):
             with self.cond:  # once its weights are in the rollout: so never more than K steps ahead
-                self.cond.wait_for(lambda: self.stopping or self.pushed >= self.version(step))
+                self.cond.wait_for(lambda: self.stopping or self.pushed >= self.version(step))  # noqa: B023 - called at once, in the loop
                 if self.stopping:
                     return
             try:

@@ -29,24 +29,42 @@ def on_policy(cfg: Config, rows: int) -> bool:
     """The update's old log-probs are the current ones: one epoch, one optimizer step, and nothing needs
     them before the update (a KL penalty in the reward does)."""
     a = cfg.actor
-    return (a.reuse_logprobs and a.ppo_epochs == 1 and (a.mini_batch_size <= 0 or a.mini_batch_size >= rows)
-            and not cfg.algorithm.use_kl_in_reward)
+    return (
+        a.reuse_logprobs
+        and a.ppo_epochs == 1
+        and (a.mini_batch_size <= 0 or a.mini_batch_size >= rows)
+        and not cfg.algorithm.use_kl_in_reward
+    )
 
 
 def ppo_params(cfg: Config, reuse: bool = False) -> dict:
     a = cfg.actor
-    return {"old_logprobs_key": "" if reuse else "actor_logprobs", "epochs": a.ppo_epochs,
-            "mini_batch_size": a.mini_batch_size, "clip_ratio_low": a.clip_ratio_low,
-            "clip_ratio_high": a.clip_ratio_high, "clip_ratio_c": a.clip_ratio_c, "entropy_coeff": a.entropy_coeff,
-            "use_kl_loss": a.use_kl_loss, "kl_loss_coef": a.kl_loss_coef, "kl_loss_type": a.kl_loss_type,
-            "loss_agg_mode": a.loss_agg_mode, "temperature": cfg.rollout.temperature,
-            "rollout_is": cfg.algorithm.rollout_is, "rollout_is_cap": cfg.algorithm.rollout_is_cap}
+    return {
+        "old_logprobs_key": "" if reuse else "actor_logprobs",
+        "epochs": a.ppo_epochs,
+        "mini_batch_size": a.mini_batch_size,
+        "clip_ratio_low": a.clip_ratio_low,
+        "clip_ratio_high": a.clip_ratio_high,
+        "clip_ratio_c": a.clip_ratio_c,
+        "entropy_coeff": a.entropy_coeff,
+        "use_kl_loss": a.use_kl_loss,
+        "kl_loss_coef": a.kl_loss_coef,
+        "kl_loss_type": a.kl_loss_type,
+        "loss_agg_mode": a.loss_agg_mode,
+        "temperature": cfg.rollout.temperature,
+        "rollout_is": cfg.algorithm.rollout_is,
+        "rollout_is_cap": cfg.algorithm.rollout_is_cap,
+    }
 
 
 def value_params(cfg: Config) -> dict:
     a = cfg.actor
-    return {"epochs": a.ppo_epochs, "mini_batch_size": a.mini_batch_size,
-            "clip_range_value": cfg.critic.clip_range_value, "loss_agg_mode": a.loss_agg_mode}
+    return {
+        "epochs": a.ppo_epochs,
+        "mini_batch_size": a.mini_batch_size,
+        "clip_range_value": cfg.critic.clip_range_value,
+        "loss_agg_mode": a.loss_agg_mode,
+    }
 
 
 def compute_advantages(name: str, inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,13 +86,18 @@ def kl_controller(cfg: Config):
 def rollout_metrics(gen, scored, batch, advantages) -> dict[str, float]:
     mask = batch.batch["response_mask"]
     lengths = mask.sum(-1).float()
-    out = {**score_metrics(scored), "critic/advantages/mean": masked_mean(advantages, mask).item(),
-           "response_length/mean": lengths.mean().item(), "response_length/max": lengths.max().item(),
-           "response_length/clip_ratio": (lengths >= gen.batch["responses"].shape[1]).float().mean().item()}
+    out = {
+        **score_metrics(scored),
+        "critic/advantages/mean": masked_mean(advantages, mask).item(),
+        "response_length/mean": lengths.mean().item(),
+        "response_length/max": lengths.max().item(),
+        "response_length/clip_ratio": (lengths >= gen.batch["responses"].shape[1]).float().mean().item(),
+    }
     if "actor_logprobs" in batch.batch:  # else the on-policy update reported it from its own pass
         # how far the rollout's sampling distribution is from the actor's: ~0 when the push worked
-        out["rollout/kl_to_actor"] = masked_mean((gen.batch["rollout_logprobs"] - batch.batch["actor_logprobs"]).abs(),
-                                                 mask).item()
+        out["rollout/kl_to_actor"] = masked_mean(
+            (gen.batch["rollout_logprobs"] - batch.batch["actor_logprobs"]).abs(), mask
+        ).item()
     return out
 
 
@@ -94,11 +117,17 @@ class PolicyGradient:
         self.kl_ctrl = kl_controller(cfg)
         estimator = cfg.algorithm.adv_estimator or self.estimator
         if estimator not in ADVANTAGE_ESTIMATORS:
-            raise ValueError(f"algorithm.adv_estimator must be one of {sorted(ADVANTAGE_ESTIMATORS)}, got {estimator!r}")
+            raise ValueError(
+                f"algorithm.adv_estimator must be one of {sorted(ADVANTAGE_ESTIMATORS)}, got {estimator!r}"
+            )
         if estimator == "gae" and not self.critic:
             raise ValueError("algorithm.adv_estimator=gae needs a critic: run `meshrl ppo`")
-        return {"actor", "rollout", "reward"} | ({"ref"} if needs_ref else set()) | \
-            ({"critic"} if self.critic else set()) | ({"env"} if cfg.rollout.multi_turn else set())
+        return (
+            {"actor", "rollout", "reward"}
+            | ({"ref"} if needs_ref else set())
+            | ({"critic"} if self.critic else set())
+            | ({"env"} if cfg.rollout.multi_turn else set())
+        )
 
     def step(self, mesh: Mesh, number: int, data, indices, uids) -> dict[str, float]:
         cfg, t = mesh.cfg, Timer()
@@ -120,15 +149,29 @@ class PolicyGradient:
 
         metrics, rewards = {}, scored.token_level_scores
         if cfg.algorithm.use_kl_in_reward:
-            rewards, kl = apply_kl_penalty(rewards, batch.batch["actor_logprobs"], batch.batch["ref_logprobs"],
-                                           mask, self.kl_ctrl.value, cfg.algorithm.kl_penalty)
+            rewards, kl = apply_kl_penalty(
+                rewards,
+                batch.batch["actor_logprobs"],
+                batch.batch["ref_logprobs"],
+                mask,
+                self.kl_ctrl.value,
+                cfg.algorithm.kl_penalty,
+            )
             metrics.update({"actor/reward_kl_penalty": kl.item(), "actor/reward_kl_penalty_coeff": self.kl_ctrl.value})
             self.kl_ctrl.update(kl.item(), n_steps=len(batch))
         with t("adv"):
-            advantages, returns = compute_advantages(cfg.algorithm.adv_estimator or self.estimator, {
-                "token_level_rewards": rewards, "response_mask": mask, "values": batch.batch.get("values"),
-                "index": list(gen.non_tensor_batch["uid"]), "gamma": cfg.algorithm.gamma, "lam": cfg.algorithm.lam,
-                "norm_by_std": cfg.algorithm.norm_adv_by_std})
+            advantages, returns = compute_advantages(
+                cfg.algorithm.adv_estimator or self.estimator,
+                {
+                    "token_level_rewards": rewards,
+                    "response_mask": mask,
+                    "values": batch.batch.get("values"),
+                    "index": list(gen.non_tensor_batch["uid"]),
+                    "gamma": cfg.algorithm.gamma,
+                    "lam": cfg.algorithm.lam,
+                    "norm_by_std": cfg.algorithm.norm_adv_by_std,
+                },
+            )
         batch.batch["advantages"], batch.batch["returns"] = advantages, returns
 
         if self.critic:

@@ -56,8 +56,10 @@ def check(cfg: Config, roles: set[str], local: bool = True) -> None:
                 check_devices(cfg, role, hosts.gpus())
     for name, package in LOGGER_PACKAGES.items():
         if name in cfg.trainer.logger and importlib.util.find_spec(package) is None:
-            raise ValueError(f"trainer.logger includes {name}, but the {package} package is not installed "
-                             f"(pip install {'mlflow-skinny' if name == 'mlflow' else name})")
+            raise ValueError(
+                f"trainer.logger includes {name}, but the {package} package is not installed "
+                f"(pip install {'mlflow-skinny' if name == 'mlflow' else name})"
+            )
 
 
 def check_run_dir(cfg: Config) -> None:
@@ -70,8 +72,10 @@ def check_run_dir(cfg: Config) -> None:
         raise ValueError(f"trainer.run_dir={cfg.trainer.run_dir} is a file, not a folder")
     checkpoints = run_dir / "checkpoints"
     if checkpoints.is_symlink() or checkpoints.exists() and run_dir.resolve() not in checkpoints.resolve().parents:
-        raise ValueError(f"{checkpoints} is a link to {checkpoints.resolve()}: the services write checkpoints only "
-                         "inside trainer.run_dir; remove the link (or point trainer.run_dir where they should go)")
+        raise ValueError(
+            f"{checkpoints} is a link to {checkpoints.resolve()}: the services write checkpoints only "
+            "inside trainer.run_dir; remove the link (or point trainer.run_dir where they should go)"
+        )
 
 
 def check_numbers(cfg: Config, roles: set[str]) -> None:
@@ -114,8 +118,11 @@ def warn_unread(cfg: Config, roles: set[str]) -> None:
         values, default = getattr(cfg, section), type(getattr(cfg, section))()
         changed = [f.name for f in dataclasses.fields(values) if getattr(values, f.name) != getattr(default, f.name)]
         if changed:
-            log.warning("%s: set, but this run uses no %s service, so they do nothing",
-                        ", ".join(f"{section}.{k}" for k in changed), section)
+            log.warning(
+                "%s: set, but this run uses no %s service, so they do nothing",
+                ", ".join(f"{section}.{k}" for k in changed),
+                section,
+            )
 
 
 def check_rollout(cfg: Config) -> None:
@@ -132,16 +139,20 @@ def check_rollout(cfg: Config) -> None:
         import torch
 
         if not torch.cuda.is_available():
-            raise ValueError("rollout.weight_transport=cuda_ipc needs the actor and rollout on one GPU, and this "
-                             "machine has none: use shm (same host) or stream")
+            raise ValueError(
+                "rollout.weight_transport=cuda_ipc needs the actor and rollout on one GPU, and this "
+                "machine has none: use shm (same host) or stream"
+            )
     al = cfg.algorithm  # read by the actor only at the first update, after a whole generation
     if al.rollout_is not in ROLLOUT_IS:
         raise ValueError(f"algorithm.rollout_is={al.rollout_is} must be one of {ROLLOUT_IS}")
     if not al.rollout_is_cap >= 1:
         raise ValueError(f"algorithm.rollout_is_cap={al.rollout_is_cap} must be >= 1")
     if r.colocate and cfg.trainer.max_staleness:
-        raise ValueError("rollout.colocate gives the GPU to generation and training in turn, and "
-                         "trainer.max_staleness runs them at once: set one of them off")
+        raise ValueError(
+            "rollout.colocate gives the GPU to generation and training in turn, and "
+            "trainer.max_staleness runs them at once: set one of them off"
+        )
     if r.chunks < 1 or r.chunks > MAX_CHUNKS:
         raise ValueError(f"rollout.chunks={r.chunks} must be in 1..{MAX_CHUNKS} (concurrent Generate calls a step)")
     if r.on_update not in ON_UPDATE:
@@ -149,13 +160,17 @@ def check_rollout(cfg: Config) -> None:
     if r.n < 1 or r.max_new_tokens < 1:
         raise ValueError(f"rollout.n={r.n} and rollout.max_new_tokens={r.max_new_tokens} must be >= 1")
     if r.max_new_tokens >= r.max_model_len:
-        raise ValueError(f"rollout.max_new_tokens={r.max_new_tokens} leaves no room for a prompt in "
-                         f"rollout.max_model_len={r.max_model_len}")
+        raise ValueError(
+            f"rollout.max_new_tokens={r.max_new_tokens} leaves no room for a prompt in "
+            f"rollout.max_model_len={r.max_model_len}"
+        )
     room = r.max_model_len - r.max_new_tokens
     if cfg.data.max_prompt_length > room:
-        raise ValueError(f"data.max_prompt_length={cfg.data.max_prompt_length} + rollout.max_new_tokens="
-                         f"{r.max_new_tokens} exceeds rollout.max_model_len={r.max_model_len}: raise "
-                         f"max_model_len or lower one of the others")
+        raise ValueError(
+            f"data.max_prompt_length={cfg.data.max_prompt_length} + rollout.max_new_tokens="
+            f"{r.max_new_tokens} exceeds rollout.max_model_len={r.max_model_len}: raise "
+            f"max_model_len or lower one of the others"
+        )
 
 
 def check_multi_turn(cfg: Config, roles: set[str]) -> None:
@@ -163,13 +178,17 @@ def check_multi_turn(cfg: Config, roles: set[str]) -> None:
     if "env" not in roles:
         raise ValueError("rollout.multi_turn works with ppo, grpo, rloo and reinforce")
     if r.max_turns < 1 or r.concurrency < 1 or r.max_response_tokens < 0:
-        raise ValueError(f"rollout.max_turns={r.max_turns} and rollout.concurrency={r.concurrency} must be >= 1, "
-                         f"rollout.max_response_tokens={r.max_response_tokens} >= 0")
+        raise ValueError(
+            f"rollout.max_turns={r.max_turns} and rollout.concurrency={r.concurrency} must be >= 1, "
+            f"rollout.max_response_tokens={r.max_response_tokens} >= 0"
+        )
     budget = r.max_response_tokens or r.max_turns * r.max_new_tokens
     if cfg.data.max_prompt_length + budget > r.max_model_len:
-        raise ValueError(f"data.max_prompt_length={cfg.data.max_prompt_length} + a multi-turn response of up to "
-                         f"{budget} tokens (rollout.max_response_tokens, or max_turns x max_new_tokens) exceeds "
-                         f"rollout.max_model_len={r.max_model_len}")
+        raise ValueError(
+            f"data.max_prompt_length={cfg.data.max_prompt_length} + a multi-turn response of up to "
+            f"{budget} tokens (rollout.max_response_tokens, or max_turns x max_new_tokens) exceeds "
+            f"rollout.max_model_len={r.max_model_len}"
+        )
     if cfg.env.reward not in ENV_REWARDS:
         raise ValueError(f"env.reward must be one of {ENV_REWARDS}, got {cfg.env.reward!r}")
     if not cfg.env.address and ":" not in cfg.env.module:
@@ -207,8 +226,12 @@ def check_function_spec(spec: str) -> None:
         raise ValueError(f"reward.function={spec}: {file} line {e.lineno}: {e.msg}") from None
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
-    defined |= {(a.asname or a.name).split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
-                for a in n.names}
+    defined |= {
+        (a.asname or a.name).split(".")[0]
+        for n in tree.body
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
     if name not in defined:
         functions = sorted(n.name for n in tree.body if isinstance(n, ast.FunctionDef))
         raise ValueError(f"reward.function={spec}: {file} defines no {name!r} (functions there: {functions})")
@@ -218,8 +241,10 @@ def check_devices(cfg: Config, role: str, gpus: int) -> None:
     """One rank per GPU: NCCL refuses two ranks of a group on one device, but only at the first call."""
     world = getattr(cfg, role).world_size
     if gpus and world > gpus:
-        raise ValueError(f"{role}.world_size={world} puts {world} ranks on this machine's {gpus} GPU(s), and NCCL "
-                         f"refuses two ranks on one device: set {role}.world_size=auto (one per GPU) or at most {gpus}")
+        raise ValueError(
+            f"{role}.world_size={world} puts {world} ranks on this machine's {gpus} GPU(s), and NCCL "
+            f"refuses two ranks on one device: set {role}.world_size=auto (one per GPU) or at most {gpus}"
+        )
 
 
 def check_ranks(cfg: Config, role: str, sampled: bool) -> None:
@@ -231,10 +256,15 @@ def check_ranks(cfg: Config, role: str, sampled: bool) -> None:
     if world < 1:
         raise ValueError(f"{role}.world_size={world} must be >= 1")
     if engine == "plain" and world != 1:
-        raise ValueError(f"actor.engine=plain runs one process: set {role}.world_size=1 (it is {world}), "
-                         "or use engine fsdp2")
+        raise ValueError(
+            f"actor.engine=plain runs one process: set {role}.world_size=1 (it is {world}), or use engine fsdp2"
+        )
     rows = cfg.data.train_batch_size * (cfg.rollout.n if sampled else 1)
     if world > rows:
-        how = f"data.train_batch_size={cfg.data.train_batch_size}" + (f" x rollout.n={cfg.rollout.n}" if sampled else "")
-        raise ValueError(f"{role}.world_size={world} is more ranks than the {rows} rows of a step ({how}): "
-                         "lower the world size or raise the batch")
+        how = f"data.train_batch_size={cfg.data.train_batch_size}" + (
+            f" x rollout.n={cfg.rollout.n}" if sampled else ""
+        )
+        raise ValueError(
+            f"{role}.world_size={world} is more ranks than the {rows} rows of a step ({how}): "
+            "lower the world size or raise the batch"
+        )

@@ -94,15 +94,18 @@ def place(cfg: Config, roles: set[str]) -> Placement:
     rc = cfg.ray
     unknown = sorted(set(rc.colocate) - (roles - {"actor"}))
     if unknown:
-        raise ValueError(f"ray.colocate names {unknown}, not services of this run besides the actor: "
-                         f"{sorted(roles - {'actor'})}")
+        raise ValueError(
+            f"ray.colocate names {unknown}, not services of this run besides the actor: {sorted(roles - {'actor'})}"
+        )
     groups, hosts = {}, {}
     # environment the services need from this process (tracing, vLLM's CPU cache size)
     env = {k: v for k, v in os.environ.items() if k.startswith(("MESHRL_", "OTEL_", "VLLM_"))}
     if not tls.enabled():  # ray.tls=false is the user's explicit choice of plain gRPC beyond loopback
         env["MESHRL_INSECURE_BIND"] = "1"
-        log.warning("ray.tls=false: the services listen on their nodes' addresses without TLS (the run's token "
-                    "travels in clear text)")
+        log.warning(
+            "ray.tls=false: the services listen on their nodes' addresses without TLS (the run's token "
+            "travels in clear text)"
+        )
     try:
         for role in sorted(roles, key=lambda r: r != "actor"):  # the actor first: others may join its group
             if role in rc.colocate:
@@ -121,9 +124,15 @@ def place(cfg: Config, roles: set[str]) -> Placement:
                     ) from None
                 groups[role], share = pg, 1
             # the host itself takes a slice of the first bundle; the service's ranks use the rest
-            host = ray.remote(ServiceHost).options(
-                num_cpus=0.01, num_gpus=(rc.gpus_per_rank / (share + 1)) if rc.gpus_per_rank else 0,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)).remote()
+            host = (
+                ray.remote(ServiceHost)
+                .options(
+                    num_cpus=0.01,
+                    num_gpus=(rc.gpus_per_rank / (share + 1)) if rc.gpus_per_rank else 0,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0),
+                )
+                .remote()
+            )
             hosts[role] = host
         addresses = ray.get([h.start.remote(serve_args(cfg, r), env, role_certs(r)) for r, h in hosts.items()])
     except BaseException:
@@ -184,7 +193,9 @@ def run(algorithm: str, cfg: Config):
         if cfg.ray.address:
             ray.init(address=cfg.ray.address)
         else:
-            ray.init(num_cpus=cfg.ray.local_cpus, include_dashboard=False, object_store_memory=cfg.ray.object_store_bytes)
+            ray.init(
+                num_cpus=cfg.ray.local_cpus, include_dashboard=False, object_store_memory=cfg.ray.object_store_bytes
+            )
     try:
         algo = loops.LOOPS[algorithm]()
         trainer.trace_env(cfg, pathlib.Path(cfg.trainer.run_dir))  # the placed services trace like local ones

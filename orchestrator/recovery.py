@@ -44,8 +44,18 @@ def snapshot(sampler, algorithm: Algorithm) -> dict:
     return {"sampler": sampler.state_dict(), "algorithm": algorithm.state_dict(), "rng": torch.get_rng_state()}
 
 
-def recover(error: StepFailed, restarts: int, number: int, batch, services: Services, mesh: Mesh,
-            algorithm: Algorithm, sampler, metrics_log: RunLog, start_state: dict) -> tuple[int, tuple | None]:
+def recover(
+    error: StepFailed,
+    restarts: int,
+    number: int,
+    batch,
+    services: Services,
+    mesh: Mesh,
+    algorithm: Algorithm,
+    sampler,
+    metrics_log: RunLog,
+    start_state: dict,
+) -> tuple[int, tuple | None]:
     """Bring back what the failed step lost; (step, batch) to go on from (batch None: the sampler's next).
     Re-raises the error when nothing was lost (the failure is the request's, not a service's), when
     trainer.max_restarts is spent, or when a lost state cannot be restored."""
@@ -59,11 +69,22 @@ def recover(error: StepFailed, restarts: int, number: int, batch, services: Serv
     lost = (dead | down | partial) & set(algorithm.trained)
     if not dead | down | partial | torn:
         raise error
-    log.warning("%s; %s: restart %d of %d", error, "; ".join(
-        f"{', '.join(sorted(names))} {why}" for names, why in ((dead, "died"), (down, "not answering"),
-                                                              (partial, "stopped between two steps"),
-                                                              (torn, "holding half a weight update")) if names),
-        restarts, cfg.trainer.max_restarts)
+    log.warning(
+        "%s; %s: restart %d of %d",
+        error,
+        "; ".join(
+            f"{', '.join(sorted(names))} {why}"
+            for names, why in (
+                (dead, "died"),
+                (down, "not answering"),
+                (partial, "stopped between two steps"),
+                (torn, "holding half a weight update"),
+            )
+            if names
+        ),
+        restarts,
+        cfg.trainer.max_restarts,
+    )
     stateful = set(services.ours) & {*algorithm.trained, "rollout"} if lost else set()
     if dead | stateful:
         mesh.clients.update(services.restart(dead | stateful))
@@ -83,11 +104,16 @@ def recover(error: StepFailed, restarts: int, number: int, batch, services: Serv
     except ServiceError as e:  # e.g. a given rollout refuses weights older than its own
         raise StepFailed(f"{error}; going back to the last checkpoint failed: {e}") from None
     if step == 0:  # no checkpoint: from the start, if every service is where it started
-        moved = [name for name in (*algorithm.trained, "rollout") if name in mesh.clients
-                 and name not in services.ours and mesh[name].call("Describe").weight_version != 0]
+        moved = [
+            name
+            for name in (*algorithm.trained, "rollout")
+            if name in mesh.clients and name not in services.ours and mesh[name].call("Describe").weight_version != 0
+        ]
         if moved:
-            raise StepFailed(f"{error}; {', '.join(moved)} (given by address) hold trained weights and there is no "
-                             "checkpoint to go back to: set trainer.save_every to make one") from None
+            raise StepFailed(
+                f"{error}; {', '.join(moved)} (given by address) hold trained weights and there is no "
+                "checkpoint to go back to: set trainer.save_every to make one"
+            ) from None
         sampler.load_state_dict(start_state["sampler"])
         algorithm.load_state_dict(start_state["algorithm"])
         torch.set_rng_state(start_state["rng"])
@@ -110,9 +136,11 @@ def check_not_ahead(mesh: Mesh, trained: tuple[str, ...], step: int) -> None:
             what = "weight version" if role == "rollout" else "step"
             ahead.append(f"{role} at {mesh[role].address} holds {what} {done}")
     if ahead:
-        raise ValueError(f"{'; '.join(ahead)}, ahead of this run (at step {step}): it was trained or pushed by "
-                         "another run. Restart it, or resume the run that trained it (trainer.run_dir of that run, "
-                         "trainer.resume=true)")
+        raise ValueError(
+            f"{'; '.join(ahead)}, ahead of this run (at step {step}): it was trained or pushed by "
+            "another run. Restart it, or resume the run that trained it (trainer.run_dir of that run, "
+            "trainer.resume=true)"
+        )
 
 
 def push_again(mesh: Mesh, version: int, error: StepFailed) -> None:

@@ -25,9 +25,19 @@ CURVES = [
     ("turns per episode", ["multi_turn/turns/mean"]),
     ("tool calls per episode", ["multi_turn/tool_calls/mean"]),
 ]
-SUMMARY_KEYS = ["critic/score/mean", "critic/acc/mean", "val/acc/mean", "val/score/mean",
-                "actor/pg_loss", "actor/dpo_loss", "actor/sft_loss", "critic/vf_loss", "response_length/mean",
-                "perf/tokens_per_s", "timing_s/step"]
+SUMMARY_KEYS = [
+    "critic/score/mean",
+    "critic/acc/mean",
+    "val/acc/mean",
+    "val/score/mean",
+    "actor/pg_loss",
+    "actor/dpo_loss",
+    "actor/sft_loss",
+    "critic/vf_loss",
+    "response_length/mean",
+    "perf/tokens_per_s",
+    "timing_s/step",
+]
 
 
 def read_metrics(run_dir: pathlib.Path) -> list[dict]:
@@ -65,16 +75,26 @@ def held_out_gain(run_dir: pathlib.Path) -> dict | None:
     p0, p1 = sum(before) / n, sum(after) / n
     diffs = [int(b) - int(a) for a, b in zip(before, after)]
     var = sum((d - (p1 - p0)) ** 2 for d in diffs) / max(1, n - 1)
-    return {"n": n, "first_step": steps[0], "last_step": steps[-1], "before": p0, "after": p1,
-            "before_se": standard_error(p0, n), "after_se": standard_error(p1, n),
-            "gain": p1 - p0, "gain_se": math.sqrt(var / n)}
+    return {
+        "n": n,
+        "first_step": steps[0],
+        "last_step": steps[-1],
+        "before": p0,
+        "after": p1,
+        "before_se": standard_error(p0, n),
+        "after_se": standard_error(p1, n),
+        "gain": p1 - p0,
+        "gain_se": math.sqrt(var / n),
+    }
 
 
 def gain_line(g: dict) -> str:
     wide = f"{g['gain'] / g['gain_se']:.1f} standard errors; " if g["gain_se"] else ""  # 0: no problem changed
-    return (f"held-out greedy accuracy {g['before']:.3f} ± {g['before_se']:.3f} (step {g['first_step']}) -> "
-            f"{g['after']:.3f} ± {g['after_se']:.3f} (step {g['last_step']}): {100 * g['gain']:+.1f} ± "
-            f"{100 * g['gain_se']:.1f} points ({wide}n = {g['n']}; ± one standard error)")
+    return (
+        f"held-out greedy accuracy {g['before']:.3f} ± {g['before_se']:.3f} (step {g['first_step']}) -> "
+        f"{g['after']:.3f} ± {g['after_se']:.3f} (step {g['last_step']}): {100 * g['gain']:+.1f} ± "
+        f"{100 * g['gain_se']:.1f} points ({wide}n = {g['n']}; ± one standard error)"
+    )
 
 
 def series(rows: list[dict], key: str) -> list[tuple[int, float]]:
@@ -111,7 +131,7 @@ def plot_curves(rows: list[dict], path: pathlib.Path) -> bool:
         ax.set_xlabel("step")
         ax.set_ylabel(key, fontsize=8)
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

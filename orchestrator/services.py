@@ -11,8 +11,8 @@ import sys
 import threading
 
 from meshrl.lifeline import child_env
-from meshrl.shm import remove_segments_of
 from meshrl.rpc import Client
+from meshrl.shm import remove_segments_of
 from meshrl.v1 import actor_pb2, env_pb2, reward_pb2, rollout_pb2
 
 log = logging.getLogger(__name__)
@@ -37,9 +37,13 @@ def spawn(serve_args: list[str], env: dict[str, str] | None = None) -> subproces
     """`meshrl serve ...` as a child that dies with this process (meshrl.lifeline). It runs in a session of
     its own: Ctrl-C in the terminal interrupts the orchestrator alone, which then stops its services in
     order, rather than every service dying under a call in flight and the run blaming the first it called."""
-    return subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", *serve_args],
-                            stdout=subprocess.PIPE, text=True, env={**QUIET, **child_env(env)},
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "meshrl.cli", "serve", *serve_args],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**QUIET, **child_env(env)},
+        start_new_session=True,
+    )
 
 
 def launch(serve_args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
@@ -89,8 +93,10 @@ class Services:
         """{name: (address, serve_args)}: the services to start are all started at once (their model loads
         and vLLM's engine start overlap), then each is waited for and checked in turn."""
         self.spawn_all(wanted)
-        return {name: self._ready(name, address, self.spawned.pop(name, None), args, timeout)
-                for name, (address, args) in wanted.items()}
+        return {
+            name: self._ready(name, address, self.spawned.pop(name, None), args, timeout)
+            for name, (address, args) in wanted.items()
+        }
 
     def _ready(self, name: str, address: str, proc, serve_args: list[str], timeout: float) -> Client:
         if proc is not None:
@@ -102,8 +108,13 @@ class Services:
             self.ours[name] = (proc, serve_args)
         # One retry for a child on loopback: UNAVAILABLE there means it died, and restarting it (trainer.recover)
         # beats 1.4 s of backoff; a service given by address keeps the client's three, for a flaky network.
-        client = Client(address, DESCRIPTORS[name], timeout=timeout, retries=1 if proc is not None else 3,
-                        token=None if proc is not None else self.given_token)
+        client = Client(
+            address,
+            DESCRIPTORS[name],
+            timeout=timeout,
+            retries=1 if proc is not None else 3,
+            token=None if proc is not None else self.given_token,
+        )
         try:
             client.wait_ready(60)
         except TimeoutError as e:
@@ -141,4 +152,3 @@ class Services:
             except subprocess.TimeoutExpired:
                 p.kill()
         self.procs.clear()
-

@@ -22,16 +22,27 @@ def sft_batch(data: PromptDataset, indices: list[int]) -> DataProto:
     if missing:
         raise ValueError(f"SFT needs extra_info.answer in every row; row {missing[0]} has none")
     prompts = [data.prompt_ids[i] for i in indices]
-    answers = [tokenizer(str(data.rows[i]["extra_info"]["answer"]), add_special_tokens=False)["input_ids"]
-               + [tokenizer.eos_token_id] for i in indices]
+    answers = [
+        tokenizer(str(data.rows[i]["extra_info"]["answer"]), add_special_tokens=False)["input_ids"]
+        + [tokenizer.eos_token_id]
+        for i in indices
+    ]
     P, T = max(map(len, prompts)), max(map(len, answers))
     pad = data.pad
     ids = torch.tensor([[pad] * (P - len(p)) + p + a + [pad] * (T - len(a)) for p, a in zip(prompts, answers)])
-    mask = torch.tensor([[0] * (P - len(p)) + [1] * (len(p) + len(a)) + [0] * (T - len(a))
-                         for p, a in zip(prompts, answers)])
+    mask = torch.tensor(
+        [[0] * (P - len(p)) + [1] * (len(p) + len(a)) + [0] * (T - len(a)) for p, a in zip(prompts, answers)]
+    )
     response_mask = torch.tensor([[1.0] * len(a) + [0.0] * (T - len(a)) for a in answers])
-    return DataProto({"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
-                      "responses": ids[:, P:], "response_mask": response_mask})
+    return DataProto(
+        {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
+            "responses": ids[:, P:],
+            "response_mask": response_mask,
+        }
+    )
 
 
 @dataclasses.dataclass
@@ -43,8 +54,9 @@ class SFT:
         return {"actor"}
 
     def step(self, mesh: Mesh, number: int, data, indices, uids) -> dict[str, float]:
-        return mesh.update("actor", number, "sft", {"loss_agg_mode": mesh.cfg.actor.loss_agg_mode},
-                           sft_batch(data, indices))
+        return mesh.update(
+            "actor", number, "sft", {"loss_agg_mode": mesh.cfg.actor.loss_agg_mode}, sft_batch(data, indices)
+        )
 
     def state_dict(self) -> dict:
         return {}

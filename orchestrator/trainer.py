@@ -30,8 +30,8 @@ from orchestrator.agreement import agree
 from orchestrator.checkpoints import link_final_model, resume, save
 from orchestrator.config import Config, save_config
 from orchestrator.data import PromptDataset, prepare_run, prompt_limit
-from orchestrator.mesh import Mesh, prompt_text, start_mesh, wanted
 from orchestrator.loggers import RunLog
+from orchestrator.mesh import Mesh, prompt_text, start_mesh, wanted
 from orchestrator.recovery import StepFailed, check_not_ahead, recover, snapshot
 from orchestrator.report import finish_report, standard_error
 from orchestrator.services import Services
@@ -39,8 +39,12 @@ from orchestrator.services import Services
 __all__ = ["Algorithm", "RunInterrupted", "StepFailed", "Timer", "run", "sample_and_score", "score_metrics"]
 
 log = logging.getLogger(__name__)
-BAR_KEYS = {"critic/score/mean": "score", "critic/acc/mean": "acc", "actor/sft_loss": "loss",
-            "actor/dpo_loss": "dpo_loss"}
+BAR_KEYS = {
+    "critic/score/mean": "score",
+    "critic/acc/mean": "acc",
+    "actor/sft_loss": "loss",
+    "actor/dpo_loss": "dpo_loss",
+}
 
 
 class Algorithm(Protocol):
@@ -50,8 +54,9 @@ class Algorithm(Protocol):
     def setup(self, cfg: Config) -> set[str]:
         """Check the config, (re)set the algorithm's own state; the services (roles) it needs."""
 
-    def step(self, mesh: Mesh, number: int, data: PromptDataset, indices: list[int],
-             uids: list[str]) -> dict[str, float]: ...
+    def step(
+        self, mesh: Mesh, number: int, data: PromptDataset, indices: list[int], uids: list[str]
+    ) -> dict[str, float]: ...
     def state_dict(self) -> dict: ...
     def load_state_dict(self, state: dict) -> None: ...
 
@@ -79,8 +84,11 @@ def sample_and_score(mesh: Mesh, t: Timer, number: int, prompts):
     if mesh.producer is not None:
         with t("wait_batch"):
             gen, scored, seconds, version = mesh.producer.take(number)
-        mesh.async_metrics = {**seconds, "async/weight_version": float(version),
-                              "async/staleness": float(number - 1 - version)}
+        mesh.async_metrics = {
+            **seconds,
+            "async/weight_version": float(version),
+            "async/staleness": float(number - 1 - version),
+        }
     else:
         gen, scored, seconds = sample(mesh, number, prompts)
         t.update(seconds)
@@ -96,8 +104,9 @@ def sample(mesh: Mesh, number: int, prompts, on_generated=None) -> tuple:
             on_generated(number)
         return gen, scored, {f"timing_s/{k}": v for k, v in seconds.items()}
     if mesh.cfg.rollout.chunks > 1:  # concurrent calls, each scored as it returns
-        gen, scored, seconds = chunks.sample(mesh, prompts, sampling_seed(mesh.cfg, number),
-                                             on_generated and (lambda: on_generated(number)))
+        gen, scored, seconds = chunks.sample(
+            mesh, prompts, sampling_seed(mesh.cfg, number), on_generated and (lambda: on_generated(number))
+        )
         return gen, scored, {f"timing_s/{k}": v for k, v in seconds.items()}
     t = Timer()
     with t("gen"):
@@ -118,16 +127,24 @@ def score_metrics(scored) -> dict[str, float]:
     """critic/score/{mean,max,min}, critic/acc/mean, and what the reward service reported: reward/num_failed
     (warned about when not 0: those samples got reward.error_score), reward/<extra>/mean, ..."""
     s = scored.scores
-    out = {"critic/score/mean": s.mean().item(), "critic/score/max": s.max().item(),
-           "critic/score/min": s.min().item(), **{k: float(v) for k, v in scored.metrics.items()}}
+    out = {
+        "critic/score/mean": s.mean().item(),
+        "critic/score/max": s.max().item(),
+        "critic/score/min": s.min().item(),
+        **{k: float(v) for k, v in scored.metrics.items()},
+    }
     acc = accuracy(scored)
     if acc is not None:
         out["critic/acc/mean"] = acc
     failed = int(out.get("reward/num_failed", 0))
     if failed:
         errors = [e for e in scored.columns.get("reward_error", []) if e]
-        log.warning("%d of %d samples failed to score and got the error score%s", failed, len(s),
-                    f"; first error: {errors[0]}" if errors else "")
+        log.warning(
+            "%d of %d samples failed to score and got the error score%s",
+            failed,
+            len(s),
+            f"; first error: {errors[0]}" if errors else "",
+        )
     return out
 
 
@@ -137,13 +154,17 @@ def sample_rows(gen, scored, k: int) -> list[dict]:
     cols = gen.non_tensor_batch
     rows = []
     for i in range(min(k, len(scored.scores))):
-        row = {"prompt": prompt_text(cols["prompt"][i]) if "prompt" in cols else "",
-               "response": cols["response_text"][i], "score": round(scored.scores[i].item(), 6)}
+        row = {
+            "prompt": prompt_text(cols["prompt"][i]) if "prompt" in cols else "",
+            "response": cols["response_text"][i],
+            "score": round(scored.scores[i].item(), 6),
+        }
         truth = (cols["reward_model"][i] or {}).get("ground_truth") if "reward_model" in cols else None
         if truth is not None:
             row["ground_truth"] = truth
-        row.update({key: values[i] for key, values in scored.columns.items()
-                    if not (key == "reward_error" and not values[i])})
+        row.update(
+            {key: values[i] for key, values in scored.columns.items() if not (key == "reward_error" and not values[i])}
+        )
         rows.append(row)
     return rows
 
@@ -169,7 +190,7 @@ def validate(cfg: Config, mesh: Mesh, data: PromptDataset) -> tuple[dict[str, fl
     size = max(1, cfg.data.val_batch_size)
     out, greedy, sampled = {}, [], []
     for start in range(0, len(rows), size):
-        part = rows[start:start + size]
+        part = rows[start : start + size]
         prompts = data.batch(part, [f"val-{i}" for i in part])
         greedy.append(answers(mesh, prompts, greedy=True))
         if cfg.trainer.val_k > 1:
@@ -185,8 +206,9 @@ def validate(cfg: Config, mesh: Mesh, data: PromptDataset) -> tuple[dict[str, fl
         scores = torch.cat([s.scores for s in sampled]).view(-1, k)  # rows come back prompt by prompt
         out[f"val/score/mean@{k}"] = scores.mean().item()
         if any(s.columns.get("acc") is not None for s in sampled):
-            acc = torch.tensor([bool(x) for s in sampled for x in s.columns.get("acc", [False] * len(s.scores))],
-                               dtype=torch.float).view(-1, k)
+            acc = torch.tensor(
+                [bool(x) for s in sampled for x in s.columns.get("acc", [False] * len(s.scores))], dtype=torch.float
+            ).view(-1, k)
             out[f"val/acc/mean@{k}"] = acc.mean().item()
             out[f"val/acc/best@{k}"] = acc.max(-1).values.mean().item()
     return out, correct
@@ -200,8 +222,9 @@ def trace_env(cfg: Config, run_dir: pathlib.Path) -> None:
         os.environ.pop("MESHRL_TRACE", None)
 
 
-def one_step(cfg: Config, mesh: Mesh, algorithm: Algorithm, number: int, data, batch, val,
-             metrics_log: RunLog, extra: dict) -> dict[str, float]:
+def one_step(
+    cfg: Config, mesh: Mesh, algorithm: Algorithm, number: int, data, batch, val, metrics_log: RunLog, extra: dict
+) -> dict[str, float]:
     """Step `number` on `batch` (indices, uids), its validation and its log lines (with `extra`);
     StepFailed when a service fails or answers something unusable."""
     start = time.perf_counter()
@@ -212,8 +235,10 @@ def one_step(cfg: Config, mesh: Mesh, algorithm: Algorithm, number: int, data, b
             metrics.update(mesh.async_metrics)
             mesh.async_metrics = {}
             s.set_attribute("meshrl.weight_version", number)
-            s.set_attribute("meshrl.response_tokens", metrics.get("response_length/mean", 0.0)
-                            * len(indices) * max(1, cfg.rollout.n))
+            s.set_attribute(
+                "meshrl.response_tokens",
+                metrics.get("response_length/mean", 0.0) * len(indices) * max(1, cfg.rollout.n),
+            )
         metrics["timing_s/step"] = time.perf_counter() - start
         telemetry.record_step(metrics)
         correct = None
@@ -235,8 +260,10 @@ class RunInterrupted(Exception):
 
 
 def resume_hint(run_dir: pathlib.Path, done: int) -> str:
-    return (f"the last checkpoint is step {done} in {run_dir / 'checkpoints'}{'' if done else ' (none yet)'}: "
-            "rerun with trainer.resume=true to continue")
+    return (
+        f"the last checkpoint is step {done} in {run_dir / 'checkpoints'}{'' if done else ' (none yet)'}: "
+        "rerun with trainer.resume=true to continue"
+    )
 
 
 def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
@@ -244,8 +271,10 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     curves.png, summary.md)."""
     roles = algorithm.setup(cfg)
     if cfg.trainer.max_staleness and algorithm.name not in pipeline.ALGORITHMS:
-        raise ValueError(f"trainer.max_staleness={cfg.trainer.max_staleness} samples ahead for "
-                         f"{', '.join(pipeline.ALGORITHMS)}; {algorithm.name} runs synchronously: set it to 0")
+        raise ValueError(
+            f"trainer.max_staleness={cfg.trainer.max_staleness} samples ahead for "
+            f"{', '.join(pipeline.ALGORITHMS)}; {algorithm.name} runs synchronously: set it to 0"
+        )
     preflight.check(cfg, roles)  # before any service starts
     trace_env(cfg, pathlib.Path(cfg.trainer.run_dir))
     telemetry.setup("meshrl-orchestrator")
@@ -257,21 +286,26 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
         token_made = run_token()  # the services this run starts answer no caller without the run's token
         given = {role for role, (address, _) in ours.items() if address}
         if token_made and "actor" in given and "rollout" in set(ours) - given:
-            raise ValueError("actor.address is given and this run starts the rollout, which requires the run's "
-                             "token, so the actor's weight push would be refused: set MESHRL_TOKEN (or "
-                             "MESHRL_TOKEN_FILE) for the run and for that actor service")
+            raise ValueError(
+                "actor.address is given and this run starts the rollout, which requires the run's "
+                "token, so the actor's weight push would be refused: set MESHRL_TOKEN (or "
+                "MESHRL_TOKEN_FILE) for the run and for that actor service"
+            )
         if token_made and given:  # ... which services given by address are never sent (meshrl.rpc.token)
             services.given_token = ""
             if "rollout" in given:
                 os.environ[PEER_VAR] = ""  # the actor's weight push to it
-            log.info("%s given by address: called without a token (set MESHRL_TOKEN to share one with them)",
-                     ", ".join(sorted(given)))
+            log.info(
+                "%s given by address: called without a token (set MESHRL_TOKEN to share one with them)",
+                ", ".join(sorted(given)),
+            )
         services.spawn_all(ours)  # they start while this process reads the data
         run_dir, tokenizer, data, sampler = prepare_run(cfg)
         val = None
         if cfg.data.val_files and "rollout" in roles:
-            val = PromptDataset(cfg.data.val_files, tokenizer, prompt_limit(cfg), cfg.data.prompt_key,
-                                key="data.val_files")
+            val = PromptDataset(
+                cfg.data.val_files, tokenizer, prompt_limit(cfg), cfg.data.prompt_key, key="data.val_files"
+            )
         torch.manual_seed(cfg.trainer.seed)
         mesh = start_mesh(cfg, services, roles)
         if agree(cfg, mesh, {role for role, (address, _) in ours.items() if address}):
@@ -283,10 +317,22 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
         total = cfg.trainer.total_steps
         # every step is logged once: what the folder holds past where this run starts is dropped (a fresh
         # run starts with validation at step 0, so it keeps nothing)
-        with RunLog(run_dir, cfg.trainer.logger, dataclasses.asdict(cfg), algorithm.name,
-                    after=first - 1 if first > 1 else -1) as metrics_log, \
-                tqdm(total=total, initial=first - 1, desc=algorithm.name, unit="step",
-                     disable="console" not in cfg.trainer.logger) as bar:
+        with (
+            RunLog(
+                run_dir,
+                cfg.trainer.logger,
+                dataclasses.asdict(cfg),
+                algorithm.name,
+                after=first - 1 if first > 1 else -1,
+            ) as metrics_log,
+            tqdm(
+                total=total,
+                initial=first - 1,
+                desc=algorithm.name,
+                unit="step",
+                disable="console" not in cfg.trainer.logger,
+            ) as bar,
+        ):
             if val is not None and first == 1:
                 metrics, correct = validate(cfg, mesh, val)
                 metrics_log.write(0, metrics, correct)
@@ -298,11 +344,17 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
                     mesh.producer = pipeline.start(cfg, mesh, data, sampler, number)
                 batch = batch or (mesh.producer.batch(number) if mesh.producer else sampler.next())
                 try:
-                    metrics = one_step(cfg, mesh, algorithm, number, data, batch, val, metrics_log,
-                                       {"trainer/restarts": restarts})
+                    metrics = one_step(
+                        cfg, mesh, algorithm, number, data, batch, val, metrics_log, {"trainer/restarts": restarts}
+                    )
                     if every(cfg.trainer.save_every, number) or number == total and cfg.trainer.save_final:
-                        drawn = sampler if mesh.producer is None else \
-                            types.SimpleNamespace(state_dict=functools.partial(mesh.producer.sampler_state, number))
+                        drawn = (
+                            sampler
+                            if mesh.producer is None
+                            else types.SimpleNamespace(
+                                state_dict=functools.partial(mesh.producer.sampler_state, number)
+                            )
+                        )
                         try:
                             checkpoint = save(run_dir, number, mesh, algorithm, drawn, number == total)
                         except ServiceError as e:  # a half-written checkpoint is never "latest"
@@ -317,8 +369,9 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
                         producer.stop()
                         sampler.load_state_dict(producer.states.get(number - 1, before))
                         batch = None
-                    number, batch = recover(e, restarts, number, batch, services, mesh, algorithm, sampler,
-                                            metrics_log, start_state)
+                    number, batch = recover(
+                        e, restarts, number, batch, services, mesh, algorithm, sampler, metrics_log, start_state
+                    )
                     bar.n = number - 1
                     continue
                 bar.set_postfix({short: f"{metrics[k]:.3f}" for k, short in BAR_KEYS.items() if k in metrics})
@@ -341,4 +394,3 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
         if token_made:
             forget_run_token()
     return run_dir
-

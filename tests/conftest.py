@@ -34,5 +34,6 @@ def tiny_rm(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def arithmetic_data(tmp_path_factory):
-    return make_data(tmp_path_factory.mktemp("data"),
-                     ArithmeticConfig(num_train=300, num_test=50, ops="+-", max_operand=20))
+    return make_data(
+        tmp_path_factory.mktemp("data"), ArithmeticConfig(num_train=300, num_test=50, ops="+-", max_operand=20)
+    )

@@ -7,7 +7,7 @@ sampling n responses per prompt.
 """
 
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -21,8 +21,14 @@ def _groups(index: Sequence) -> list[list[int]]:
     return list(rows.values())
 
 
-def compute_gae(token_level_rewards: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor,
-                gamma: float = 1.0, lam: float = 1.0, whiten: bool = True):
+def compute_gae(
+    token_level_rewards: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    whiten: bool = True,
+):
     """Generalized Advantage Estimation (Schulman et al. 2015, arXiv:1506.02438).
 
     delta_t = r_t + gamma * V_{t+1} - V_t;  A_t = delta_t + gamma * lam * A_{t+1};  returns = A + V.
@@ -46,8 +52,13 @@ def compute_gae(token_level_rewards: torch.Tensor, values: torch.Tensor, respons
     return advantages, returns
 
 
-def compute_grpo(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Sequence,
-                 norm_by_std: bool = True, eps: float = 1e-6):
+def compute_grpo(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+):
     """GRPO (Shao et al. 2024, arXiv:2402.03300): (score - group mean) / group std, on every token.
 
     norm_by_std=False is Dr.GRPO (Liu et al. 2025, arXiv:2503.20783): no division by the std.
@@ -91,8 +102,9 @@ def compute_reinforce_plus_plus(token_level_rewards: torch.Tensor, response_mask
     return masked_whiten(returns, mask) * mask, returns
 
 
-def compute_reinforce_plus_plus_baseline(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-                                         index: Sequence):
+def compute_reinforce_plus_plus_baseline(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Sequence
+):
     """REINFORCE++-baseline: score minus its group's mean, on every token, whitened over the batch."""
     scores = token_level_rewards.sum(-1)
     out = scores.clone()

@@ -30,8 +30,14 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: st
     raise ValueError(f"kl estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
 
 
-def apply_kl_penalty(token_level_scores: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: torch.Tensor,
-                     response_mask: torch.Tensor, beta: float, estimator: str = "k1"):
+def apply_kl_penalty(
+    token_level_scores: torch.Tensor,
+    logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor,
+    response_mask: torch.Tensor,
+    beta: float,
+    estimator: str = "k1",
+):
     """token_level_rewards = scores - beta * KL per token (InstructGPT); returns (rewards, mean KL per sequence).
 
     The mean KL (over sequences of the per-sequence token mean) is what the adaptive controller tracks.

@@ -10,12 +10,12 @@ import torch.nn.functional as F
 from meshrl.algos.kl import kl_penalty
 from meshrl.algos.masked import agg_loss, masked_mean
 
-
 ROLLOUT_IS = ("none", "token", "sequence")
 
 
-def rollout_is_weights(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, response_mask: torch.Tensor,
-                       level: str, cap: float) -> tuple[torch.Tensor, dict[str, float]]:
+def rollout_is_weights(
+    old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, response_mask: torch.Tensor, level: str, cap: float
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Truncated importance weights of the policy being trained (its old log-probs) against the one that
     sampled (the rollout's log-probs), for the loss to correct by: the rollout is another engine, or
     older weights (truncated IS, Yao et al. 2025; verl's rollout correction).
@@ -37,14 +37,23 @@ def rollout_is_weights(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tenso
         share = capped[:, 0][rows].mean().item() if rows.any() else 0.0
     else:
         share = masked_mean(capped, response_mask).item()
-    return weights, {"actor/rollout_is_mean": masked_mean(weights, response_mask).item(),
-                     "actor/rollout_is_capped_frac": share}
+    return weights, {
+        "actor/rollout_is_mean": masked_mean(weights, response_mask).item(),
+        "actor/rollout_is_capped_frac": share,
+    }
 
 
-def ppo_policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-                    response_mask: torch.Tensor, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
-                    clip_ratio_c: float | None = 3.0, loss_agg_mode: str = "token-mean",
-                    weights: torch.Tensor | None = None):
+def ppo_policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    clip_ratio_c: float | None = 3.0,
+    loss_agg_mode: str = "token-mean",
+    weights: torch.Tensor | None = None,
+):
     """Clipped surrogate (Schulman et al. 2017, arXiv:1707.06347) with separate low/high clip (DAPO,
     arXiv:2503.14476) and dual clip for negative advantages (Ye et al. 2020, arXiv:1912.09729).
 
@@ -57,15 +66,18 @@ def ppo_policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantag
     loss1 = -advantages * ratio
     loss2 = -advantages * ratio.clamp(1 - clip_ratio_low, 1 + clip_ratio_high)
     clipped = torch.maximum(loss1, loss2)
-    metrics = {"actor/pg_clipfrac": masked_mean((loss2 > loss1).float(), response_mask).item(),
-               "actor/ppo_kl": masked_mean(-log_ratio, response_mask).item()}
+    metrics = {
+        "actor/pg_clipfrac": masked_mean((loss2 > loss1).float(), response_mask).item(),
+        "actor/ppo_kl": masked_mean(-log_ratio, response_mask).item(),
+    }
     if clip_ratio_c is not None:
         if clip_ratio_c <= 1.0:
             raise ValueError(f"clip_ratio_c must be > 1 for dual clip, got {clip_ratio_c}")
         loss3 = -advantages * clip_ratio_c
         dual = torch.minimum(clipped, loss3)
-        metrics["actor/pg_clipfrac_lower"] = masked_mean(((clipped > loss3) & (advantages < 0)).float(),
-                                                         response_mask).item()
+        metrics["actor/pg_clipfrac_lower"] = masked_mean(
+            ((clipped > loss3) & (advantages < 0)).float(), response_mask
+        ).item()
         clipped = torch.where(advantages < 0, dual, clipped)
     if weights is not None:
         clipped = clipped * weights
@@ -74,8 +86,13 @@ def ppo_policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantag
     return loss, metrics
 
 
-def kl_loss(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, response_mask: torch.Tensor,
-            estimator: str = "k3", loss_agg_mode: str = "token-mean"):
+def kl_loss(
+    logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor,
+    response_mask: torch.Tensor,
+    estimator: str = "k3",
+    loss_agg_mode: str = "token-mean",
+):
     """KL to the reference as a loss term (GRPO's way, instead of a penalty in the reward)."""
     loss = agg_loss(kl_penalty(logprobs, ref_logprobs, estimator), response_mask, loss_agg_mode)
     return loss, {"actor/kl_loss": loss.item()}
@@ -87,22 +104,36 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
-def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, response_mask: torch.Tensor,
-               clip_range_value: float = 0.5, loss_agg_mode: str = "token-mean"):
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_range_value: float = 0.5,
+    loss_agg_mode: str = "token-mean",
+):
     """Clipped value loss: 0.5 * max((V - R)^2, (clip(V, V_old +- eps) - R)^2)."""
     clipped_values = old_values + (values - old_values).clamp(-clip_range_value, clip_range_value)
     loss1, loss2 = (values - returns).square(), (clipped_values - returns).square()
     loss = 0.5 * agg_loss(torch.maximum(loss1, loss2), response_mask, loss_agg_mode)
-    return loss, {"critic/vf_loss": loss.item(),
-                  "critic/vf_clipfrac": masked_mean((loss2 > loss1).float(), response_mask).item()}
+    return loss, {
+        "critic/vf_loss": loss.item(),
+        "critic/vf_clipfrac": masked_mean((loss2 > loss1).float(), response_mask).item(),
+    }
 
 
 DPO_LOSSES = ("sigmoid", "ipo")
 
 
-def dpo_loss(chosen_logprobs: torch.Tensor, rejected_logprobs: torch.Tensor, ref_chosen_logprobs: torch.Tensor,
-             ref_rejected_logprobs: torch.Tensor, beta: float = 0.1, loss_type: str = "sigmoid",
-             label_smoothing: float = 0.0):
+def dpo_loss(
+    chosen_logprobs: torch.Tensor,
+    rejected_logprobs: torch.Tensor,
+    ref_chosen_logprobs: torch.Tensor,
+    ref_rejected_logprobs: torch.Tensor,
+    beta: float = 0.1,
+    loss_type: str = "sigmoid",
+    label_smoothing: float = 0.0,
+):
     """DPO (Rafailov et al. 2023, arXiv:2305.18290) and IPO (Azar et al. 2023, arXiv:2310.12036).
 
     Inputs are sequence log-probs (B,). h = (pi_c - ref_c) - (pi_r - ref_r);
@@ -118,11 +149,13 @@ def dpo_loss(chosen_logprobs: torch.Tensor, rejected_logprobs: torch.Tensor, ref
     loss = losses.mean()
     chosen_reward = beta * (chosen_logprobs - ref_chosen_logprobs).detach()
     rejected_reward = beta * (rejected_logprobs - ref_rejected_logprobs).detach()
-    return loss, {"actor/dpo_loss": loss.item(),
-                  "actor/rewards_chosen": chosen_reward.mean().item(),
-                  "actor/rewards_rejected": rejected_reward.mean().item(),
-                  "actor/reward_accuracy": (chosen_reward > rejected_reward).float().mean().item(),
-                  "actor/reward_margin": (chosen_reward - rejected_reward).mean().item()}
+    return loss, {
+        "actor/dpo_loss": loss.item(),
+        "actor/rewards_chosen": chosen_reward.mean().item(),
+        "actor/rewards_rejected": rejected_reward.mean().item(),
+        "actor/reward_accuracy": (chosen_reward > rejected_reward).float().mean().item(),
+        "actor/reward_margin": (chosen_reward - rejected_reward).mean().item(),
+    }
 
 
 def sft_loss(logprobs: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str = "token-mean"):

@@ -1,7 +1,7 @@
 """Online DPO pairs: per prompt, the best-scored response against the worst, ties skipped."""
 
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

@@ -55,13 +55,16 @@ def check_reply(address: str, batch: DataProto, data: DataProto | None, metrics:
     scores = scores.float()
     bad = torch.nonzero(~torch.isfinite(scores)).flatten()
     if len(bad):
-        raise ValueError(f"{where} returned {scores[bad[0]].item()} for sample {bad[0].item()} "
-                         f"({len(bad)} non-finite scores)")
+        raise ValueError(
+            f"{where} returned {scores[bad[0]].item()} for sample {bad[0].item()} ({len(bad)} non-finite scores)"
+        )
     token_level = data.batch.get("token_level_scores")
     mask = batch.batch.get("response_mask")
     if token_level is not None and mask is not None and token_level.shape != mask.shape:
-        raise ValueError(f"{where} returned token_level_scores of shape {list(token_level.shape)}, "
-                         f"the responses are {list(mask.shape)}")
+        raise ValueError(
+            f"{where} returned token_level_scores of shape {list(token_level.shape)}, "
+            f"the responses are {list(mask.shape)}"
+        )
     if token_level is None and mask is not None:  # optional in the contract: each score on the last token
         token_level = masked.token_level(scores, mask)
     columns = dict(data.non_tensor_batch)

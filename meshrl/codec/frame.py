@@ -36,8 +36,9 @@ _DATA = pb.Tensor.DESCRIPTOR.fields_by_name["data"].number
 Buffer = bytes | bytearray | memoryview
 
 
-def encode_dataproto(data: DataProto, *, base_offset: int = 0, row_offset: int = 0,
-                     total_rows: int = 0) -> list[Buffer]:
+def encode_dataproto(
+    data: DataProto, *, base_offset: int = 0, row_offset: int = 0, total_rows: int = 0
+) -> list[Buffer]:
     """The message as buffers to join; base_offset is where it will start in the final buffer."""
     parts: list[Buffer] = [_small_fields(data, row_offset, total_rows).SerializeToString()]
     pos = base_offset + len(parts[0])
@@ -60,7 +61,7 @@ def decode_dataproto(buf: Buffer, start: int = 0, end: int | None = None) -> tup
         if f.number == _TENSORS and f.wire_type == w.LEN:
             tensor_spans.append((f.value_start, f.end))
         else:
-            small.append(mv[f.start:f.end])
+            small.append(mv[f.start : f.end])
     msg = pb.DataProto.FromString(b"".join(small))
     tensors: dict[str, torch.Tensor] = {}
     with warnings.catch_warnings():
@@ -141,7 +142,7 @@ def _decode_tensor(mv: memoryview, start: int, end: int, index: int) -> tuple[st
                 raise ValueError(f"tensor #{index}: data field appears twice")
             data = (f.value_start, f.end)
         elif f.number != _PAD:
-            header.append(mv[f.start:f.end])
+            header.append(mv[f.start : f.end])
     h = pb.Tensor.FromString(b"".join(header))
     name = h.name or f"#{index}"
     if not h.name:
@@ -156,8 +157,10 @@ def _decode_tensor(mv: memoryview, start: int, end: int, index: int) -> tuple[st
     itemsize = torch.empty((), dtype=dtype).element_size()
     a, b = data if data is not None else (start, start)
     if b - a != numel * itemsize:
-        raise ValueError(f"tensor {name!r}: {b - a} bytes of data do not match shape {shape} of "
-                         f"{str(dtype).removeprefix('torch.')} ({numel * itemsize} bytes)")
+        raise ValueError(
+            f"tensor {name!r}: {b - a} bytes of data do not match shape {shape} of "
+            f"{str(dtype).removeprefix('torch.')} ({numel * itemsize} bytes)"
+        )
     if numel == 0:
         return name, torch.empty(shape, dtype=dtype)
     t = torch.frombuffer(mv, dtype=dtype, count=numel, offset=a)
@@ -176,5 +179,6 @@ def _check_rows(num_rows: int, tensors: dict, non_tensors: dict) -> None:
         num_rows = next(iter(rows.values()))  # writers that leave num_rows unset
     for where, n in rows.items():
         if n != num_rows:
-            raise ValueError(f"{where} has {n} rows but the batch has {num_rows} "
-                             "(rows disagree on the first dimension)")
+            raise ValueError(
+                f"{where} has {n} rows but the batch has {num_rows} (rows disagree on the first dimension)"
+            )

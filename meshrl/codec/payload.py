@@ -14,7 +14,7 @@ a stream declares is the caller's word, not memory to set aside.
 
 import dataclasses
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -46,8 +46,7 @@ def data_field_number(cls: type[Message]) -> int | None:
     return f.number
 
 
-def encode_message(msg: Message, data: DataProto | None = None, *, row_offset: int = 0,
-                   total_rows: int = 0) -> bytes:
+def encode_message(msg: Message, data: DataProto | None = None, *, row_offset: int = 0, total_rows: int = 0) -> bytes:
     """msg's bytes with `data` written into its DataProto field."""
     prefix = msg.SerializeToString()
     if data is None:
@@ -60,8 +59,9 @@ def encode_message(msg: Message, data: DataProto | None = None, *, row_offset: i
     tag = w.tag(number, w.LEN)
     size = 1  # bytes of the length varint; the tensors' alignment depends on it
     for _ in range(3):
-        parts = encode_dataproto(data, base_offset=len(prefix) + len(tag) + size,
-                                 row_offset=row_offset, total_rows=total_rows)
+        parts = encode_dataproto(
+            data, base_offset=len(prefix) + len(tag) + size, row_offset=row_offset, total_rows=total_rows
+        )
         n = sum(len(p) for p in parts)
         if w.varint_size(n) == size:
             break
@@ -82,7 +82,7 @@ def decode_message(cls: type[Message], buf: bytes | memoryview) -> tuple[Payload
                 raise ValueError(f"{cls.DESCRIPTOR.full_name}: field `data` appears twice")
             span = (f.value_start, f.end)
         else:
-            small.append(mv[f.start:f.end])
+            small.append(mv[f.start : f.end])
     msg = cls.FromString(b"".join(small))
     if span is None:
         return Payload(msg), 0, 0
@@ -137,8 +137,10 @@ class Assembler:
         if payload.data is None:
             raise ValueError(f"{name}: a stream part without `data`")
         if offset != self.received or total != self.total:
-            raise ValueError(f"{name}: part holds rows from {offset} of {total}, expected rows from "
-                             f"{self.received} of {self.total} (chunks lost or reordered)")
+            raise ValueError(
+                f"{name}: part holds rows from {offset} of {total}, expected rows from "
+                f"{self.received} of {self.total} (chunks lost or reordered)"
+            )
         if payload.msg.ByteSize() and payload.msg != self.first.msg:
             raise ValueError(f"{name}: fields other than `data` differ between stream parts")
         if self.out is None:
@@ -153,8 +155,9 @@ class Assembler:
         if self.first is None:
             raise ValueError(f"{self.cls.DESCRIPTOR.full_name}: empty stream")
         if self.total and self.received != self.total:
-            raise ValueError(f"{self.cls.DESCRIPTOR.full_name}: stream ended after {self.received} "
-                             f"of {self.total} rows (truncated)")
+            raise ValueError(
+                f"{self.cls.DESCRIPTOR.full_name}: stream ended after {self.received} of {self.total} rows (truncated)"
+            )
         if self.out is None:
             return self.first
         return Payload(self.first.msg, self.out)
@@ -164,9 +167,11 @@ class Assembler:
         row_bytes = sum(math.prod(t.shape[1:]) * t.element_size() for t in first.batch.values())
         row_bytes += 8 * len(first.non_tensor_batch)
         if total * row_bytes > self.max_bytes:
-            raise ValueError(f"{self.cls.DESCRIPTOR.full_name}: data.total_rows = {total} rows of {row_bytes} "
-                             f"bytes would take {total * row_bytes} bytes, past this service's limit of "
-                             f"{self.max_bytes} bytes for one batch")
+            raise ValueError(
+                f"{self.cls.DESCRIPTOR.full_name}: data.total_rows = {total} rows of {row_bytes} "
+                f"bytes would take {total * row_bytes} bytes, past this service's limit of "
+                f"{self.max_bytes} bytes for one batch"
+            )
 
     def _reserve(self, rows: int) -> None:
         """Room for `rows` rows. Capacity grows 4x at a time as rows come in (never past the declared total),
@@ -188,17 +193,21 @@ class Assembler:
     def _copy(self, part: DataProto, offset: int) -> None:
         out = self.out
         if set(part.batch) != set(out.batch) or set(part.non_tensor_batch) != set(out.non_tensor_batch):
-            raise ValueError(f"stream part at row {offset} has fields {sorted(part.batch)} + "
-                             f"{sorted(part.non_tensor_batch)}, the first part has {sorted(out.batch)} + "
-                             f"{sorted(out.non_tensor_batch)}")
+            raise ValueError(
+                f"stream part at row {offset} has fields {sorted(part.batch)} + "
+                f"{sorted(part.non_tensor_batch)}, the first part has {sorted(out.batch)} + "
+                f"{sorted(out.non_tensor_batch)}"
+            )
         end = offset + len(part)
         if end > self.total:
             raise ValueError(f"stream part holds rows up to {end}, but the batch has {self.total}")
         for k, t in part.batch.items():
             dst = out.batch[k]
             if t.dtype != dst.dtype or t.shape[1:] != dst.shape[1:]:
-                raise ValueError(f"tensor {k!r}: part at row {offset} is {t.dtype} {list(t.shape)}, "
-                                 f"the first part is {dst.dtype} {list(dst.shape)}")
+                raise ValueError(
+                    f"tensor {k!r}: part at row {offset} is {t.dtype} {list(t.shape)}, "
+                    f"the first part is {dst.dtype} {list(dst.shape)}"
+                )
             _copy_rows(dst[offset:end], t)
         for k, v in part.non_tensor_batch.items():
             out.non_tensor_batch[k][offset:end] = v

@@ -6,7 +6,8 @@ received buffer so tensor bytes can be viewed in place. Malformed input raises
 ValueError.
 """
 
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 VARINT, I64, LEN, I32 = 0, 1, 2, 5
 
@@ -81,7 +82,8 @@ def scan(buf: memoryview, start: int = 0, end: int | None = None) -> Iterator[Fi
         else:
             raise ValueError(f"malformed protobuf: unsupported wire type {wire_type} for field {number}")
         if value_end > end:
-            raise ValueError(f"malformed protobuf: field {number} runs past the end of the message "
-                             f"({value_end} > {end}); truncated?")
+            raise ValueError(
+                f"malformed protobuf: field {number} runs past the end of the message ({value_end} > {end}); truncated?"
+            )
         yield Field(number, wire_type, field_start, pos, value_end)
         pos = value_end

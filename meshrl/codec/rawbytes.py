@@ -28,7 +28,7 @@ def decode_bytes_field(cls: type[Message], buf, field: str) -> tuple[Message, me
     rest, data = [], mv[0:0]
     for f in w.scan(mv):
         if f.number == number and f.wire_type == w.LEN:
-            data = mv[f.value_start:f.end]  # proto3 semantics: the last one wins
+            data = mv[f.value_start : f.end]  # proto3 semantics: the last one wins
         else:
-            rest.append(mv[f.start:f.end])
+            rest.append(mv[f.start : f.end])
     return cls.FromString(b"".join(rest)), data

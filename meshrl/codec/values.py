@@ -50,8 +50,10 @@ def _fill(v: pb.Value, x: Any, where: str) -> None:
                 raise ValueError(f"{where}: dict keys must be strings, got {type(k).__name__} {k!r}")
             _fill(mv.fields[k], item, f"{where}[{k!r}]")
     else:
-        raise ValueError(f"{where}: a {type(x).__name__} cannot travel; use None, bool, int, float, "
-                         "str, bytes, or lists/dicts of them")
+        raise ValueError(
+            f"{where}: a {type(x).__name__} cannot travel; use None, bool, int, float, "
+            "str, bytes, or lists/dicts of them"
+        )
 
 
 def from_value(v: pb.Value, where: str) -> Any:

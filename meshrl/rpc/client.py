@@ -11,7 +11,7 @@ return the plain message. Large batches are streamed both ways automatically.
 
 import random
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 import grpc
 from google.protobuf.descriptor import ServiceDescriptor
@@ -40,9 +40,18 @@ def retry_after(error: grpc.RpcError) -> float | None:
 
 
 class Client:
-    def __init__(self, address: str, service: ServiceDescriptor, *, token: str | None = None,
-                 timeout: float = 60.0, retries: int = 3, backoff: float = 0.2, busy_retries: int = 10,
-                 max_message_bytes: int = MAX_MESSAGE_BYTES):
+    def __init__(
+        self,
+        address: str,
+        service: ServiceDescriptor,
+        *,
+        token: str | None = None,
+        timeout: float = 60.0,
+        retries: int = 3,
+        backoff: float = 0.2,
+        busy_retries: int = 10,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+    ):
         """retries: tries again after UNAVAILABLE; busy_retries: after a busy server's refusal (any
         method: that refusal comes before the method runs); both within the call's deadline."""
         self.address, self.service = address, service
@@ -52,18 +61,19 @@ class Client:
         self.channel = tls.channel(address, service.name, channel_options(max_message_bytes))
         self._calls = {m.name: client_call(self.channel, m) for m in service.methods}
 
-    def call(self, method: str, request: Payload | Message | None = None, *,
-             timeout: float | None = None) -> Payload | Message:
+    def call(
+        self, method: str, request: Payload | Message | None = None, *, timeout: float | None = None
+    ) -> Payload | Message:
         """Call `method`; retries UNAVAILABLE and busy refusals with backoff within one overall deadline."""
         if method not in self._calls:
-            raise ValueError(f"{self.service.full_name} has no method {method!r}; "
-                             f"it has {sorted(self._calls)}")
+            raise ValueError(f"{self.service.full_name} has no method {method!r}; it has {sorted(self._calls)}")
         if request is None:
             request = message_class(self.service.methods_by_name[method].input_type)()
         deadline = time.monotonic() + (timeout or self.timeout)
         rows = len(request.data) if isinstance(request, Payload) and request.data is not None else None
-        with telemetry.span(f"{self.service.name}/{method}", telemetry.trace.SpanKind.CLIENT, rows=rows,
-                            address=self.address):
+        with telemetry.span(
+            f"{self.service.name}/{method}", telemetry.trace.SpanKind.CLIENT, rows=rows, address=self.address
+        ):
             metadata = telemetry.inject(self.metadata)  # the server's span continues this trace
             return self._call_with_retries(method, request, deadline, metadata)
 
@@ -93,8 +103,9 @@ class Client:
         m = self.service.methods_by_name.get(method)
         if m is None or not m.client_streaming or data_field_number(message_class(m.input_type)) is not None:
             raise ValueError(f"{self.service.full_name}.{method} is not a stream of plain messages")
-        stub = self.channel.stream_unary(method_path(m), request_serializer=_serialize,
-                                         response_deserializer=message_class(m.output_type).FromString)
+        stub = self.channel.stream_unary(
+            method_path(m), request_serializer=_serialize, response_deserializer=message_class(m.output_type).FromString
+        )
         try:
             with telemetry.span(f"{self.service.name}/{method}", telemetry.trace.SpanKind.CLIENT, address=self.address):
                 return stub(iter(messages), timeout=timeout or self.timeout, metadata=telemetry.inject(self.metadata))
@@ -105,8 +116,7 @@ class Client:
         """SERVING, NOT_SERVING, UNKNOWN or SERVICE_UNKNOWN; raises ServiceError if unreachable."""
         stub = health_pb2_grpc.HealthStub(self.channel)
         try:
-            reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout,
-                               metadata=self.metadata)
+            reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout, metadata=self.metadata)
         except grpc.RpcError as e:
             raise ServiceError(self.address, "Health.Check", e.code(), e.details()) from None
         return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
@@ -139,8 +149,10 @@ class Client:
         there = self.list_services()
         if there is not None and self.service.full_name not in there:
             ours = sorted(s for s in there if not s.startswith("grpc."))
-            raise ValueError(f"{self.address} serves {ours or 'no application service'}, not "
-                             f"{self.service.full_name}: is the address right?")
+            raise ValueError(
+                f"{self.address} serves {ours or 'no application service'}, not "
+                f"{self.service.full_name}: is the address right?"
+            )
 
     def list_services(self, timeout: float = 5.0) -> list[str] | None:
         """The services the server lists over reflection; None if it has no reflection."""
@@ -148,8 +160,11 @@ class Client:
 
         stub = reflection_pb2_grpc.ServerReflectionStub(self.channel)
         try:
-            replies = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
-                                                timeout=timeout, metadata=self.metadata)
+            replies = stub.ServerReflectionInfo(
+                iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
+                timeout=timeout,
+                metadata=self.metadata,
+            )
             return [s.name for r in replies for s in r.list_services_response.service]
         except grpc.RpcError:
             return None

@@ -21,29 +21,35 @@ def _wrap(handler: grpc.RpcMethodHandler, wrap) -> grpc.RpcMethodHandler:
     """The same kind of handler with its behavior passed through wrap(behavior, response_streaming)."""
     if handler is None:
         return None
-    kinds = [("unary_unary", grpc.unary_unary_rpc_method_handler),
-             ("unary_stream", grpc.unary_stream_rpc_method_handler),
-             ("stream_unary", grpc.stream_unary_rpc_method_handler),
-             ("stream_stream", grpc.stream_stream_rpc_method_handler)]
+    kinds = [
+        ("unary_unary", grpc.unary_unary_rpc_method_handler),
+        ("unary_stream", grpc.unary_stream_rpc_method_handler),
+        ("stream_unary", grpc.stream_unary_rpc_method_handler),
+        ("stream_stream", grpc.stream_stream_rpc_method_handler),
+    ]
     for attr, make in kinds:
         behavior = getattr(handler, attr)
         if behavior is not None:
-            return make(wrap(behavior, handler.response_streaming),
-                        request_deserializer=handler.request_deserializer,
-                        response_serializer=handler.response_serializer)
+            return make(
+                wrap(behavior, handler.response_streaming),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
     return handler
 
 
 def short_name(method: str) -> str:
-    """"/meshrl.v1.RolloutService/Generate" -> "RolloutService/Generate"."""
+    """ "/meshrl.v1.RolloutService/Generate" -> "RolloutService/Generate"."""
     service, name = method.rsplit("/", 2)[-2:]
     return f"{service.rsplit('.', 1)[-1]}/{name}"
 
 
 def _guarded(handler: grpc.RpcMethodHandler, enter, leave=None) -> grpc.RpcMethodHandler:
     """The handler with enter(context) before its behavior (which may abort the call) and leave() after."""
+
     def wrap(behavior, streaming):
         if streaming:
+
             def guarded_stream(request, context):
                 enter(context)
                 try:
@@ -51,6 +57,7 @@ def _guarded(handler: grpc.RpcMethodHandler, enter, leave=None) -> grpc.RpcMetho
                 finally:
                     if leave:
                         leave()
+
             return guarded_stream
 
         def guarded(request, context):
@@ -60,6 +67,7 @@ def _guarded(handler: grpc.RpcMethodHandler, enter, leave=None) -> grpc.RpcMetho
             finally:
                 if leave:
                     leave()
+
         return guarded
 
     return _wrap(handler, wrap)
@@ -86,11 +94,13 @@ class ErrorInterceptor(grpc.ServerInterceptor):
 
         def wrap(behavior, streaming):
             if streaming:
+
                 def guarded_stream(request, context):
                     try:
                         yield from behavior(request, context)
                     except Exception as e:  # noqa: BLE001 - mapped to a status, never lost
                         _abort(context, e, method)
+
                 return guarded_stream
 
             def guarded(request, context):
@@ -98,6 +108,7 @@ class ErrorInterceptor(grpc.ServerInterceptor):
                     return behavior(request, context)
                 except Exception as e:  # noqa: BLE001
                     _abort(context, e, method)
+
             return guarded
 
         return _wrap(continuation(handler_call_details), wrap)
@@ -120,8 +131,11 @@ class TokenInterceptor(grpc.ServerInterceptor):
 
         def wrap(behavior, streaming):
             def deny(request, context):
-                context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                              "missing or wrong bearer token (metadata 'authorization: Bearer ...')")
+                context.abort(
+                    grpc.StatusCode.UNAUTHENTICATED,
+                    "missing or wrong bearer token (metadata 'authorization: Bearer ...')",
+                )
+
             return deny
 
         return _wrap(handler, wrap)
@@ -195,9 +209,11 @@ class CapacityInterceptor(grpc.ServerInterceptor):
         """RESOURCE_EXHAUSTED, with when a slot may be free: the calls waiting share `limit` slots."""
         hint_ms = round(1000 * min(MAX_HINT, max(0.05, self.call_seconds * (self.waiting + 1) / self.limit)))
         context.set_trailing_metadata(((RETRY_AFTER, str(hint_ms)),))
-        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                      f"the service is busy: {self.running} calls in progress and {self.waiting} waiting "
-                      f"(its limits); retry after {hint_ms} ms")
+        context.abort(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"the service is busy: {self.running} calls in progress and {self.waiting} waiting "
+            f"(its limits); retry after {hint_ms} ms",
+        )
 
 
 class RoleInterceptor(grpc.ServerInterceptor):
@@ -214,8 +230,10 @@ class RoleInterceptor(grpc.ServerInterceptor):
         def check(context):
             role = caller_role(context)
             if role not in allowed:
-                context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                              f"the {role or 'unidentified'} role may not call {name} (allowed: {sorted(allowed)})")
+                context.abort(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"the {role or 'unidentified'} role may not call {name} (allowed: {sorted(allowed)})",
+                )
 
         return _guarded(handler, check)
 
@@ -234,14 +252,17 @@ class TracingInterceptor(grpc.ServerInterceptor):
                 return telemetry.extract(context.invocation_metadata())
 
             if streaming:
+
                 def traced_stream(request, context):
                     with telemetry.span(name, telemetry.trace.SpanKind.SERVER, parent(context)):
                         yield from behavior(request, context)
+
                 return traced_stream
 
             def traced(request, context):
                 with telemetry.span(name, telemetry.trace.SpanKind.SERVER, parent(context)):
                     return behavior(request, context)
+
             return traced
 
         return _wrap(continuation(handler_call_details), wrap)

@@ -8,7 +8,8 @@ and the plain message otherwise, and returns the same kind; a streamed request
 arrives assembled, a large response leaves as a row stream.
 """
 
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import grpc
 from google.protobuf import message_factory
@@ -81,8 +82,10 @@ def _method_handler(fn: Callable, method: MethodDescriptor) -> grpc.RpcMethodHan
         return write_reply(resp_cls, fn(request if raw else read_request(req_cls, request, cs), context), ss)
 
     if ss:
+
         def streaming_behavior(request, context):
             yield from behavior(request, context)
+
         make = grpc.stream_stream_rpc_method_handler if cs else grpc.unary_stream_rpc_method_handler
         return make(streaming_behavior)
     make = grpc.stream_unary_rpc_method_handler if cs else grpc.unary_unary_rpc_method_handler
@@ -93,8 +96,12 @@ def client_call(channel: grpc.Channel, method: MethodDescriptor) -> Callable[...
     """A function (request: Payload | Message, timeout, metadata) -> reply for one method."""
     req_cls, resp_cls = message_class(method.input_type), message_class(method.output_type)
     cs, ss = method.client_streaming, method.server_streaming
-    kind = {(False, False): channel.unary_unary, (True, False): channel.stream_unary,
-            (False, True): channel.unary_stream, (True, True): channel.stream_stream}[(cs, ss)]
+    kind = {
+        (False, False): channel.unary_unary,
+        (True, False): channel.stream_unary,
+        (False, True): channel.unary_stream,
+        (True, True): channel.stream_stream,
+    }[(cs, ss)]
     stub = kind(method_path(method))  # no (de)serializers: bytes both ways
 
     def call(request: Payload | Message, timeout: float, metadata) -> Payload | Message:

@@ -24,8 +24,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from meshrl import telemetry, tls
-from meshrl.rpc.interceptors import (CapacityInterceptor, ErrorInterceptor, RoleInterceptor, TokenInterceptor,
-                                    TracingInterceptor)
+from meshrl.rpc.interceptors import (
+    CapacityInterceptor,
+    ErrorInterceptor,
+    RoleInterceptor,
+    TokenInterceptor,
+    TracingInterceptor,
+)
 from meshrl.rpc.methods import service_handler
 from meshrl.rpc.token import env_token
 
@@ -54,20 +59,30 @@ def check_bind(host: str, tls_on: bool, insecure_bind: bool = False) -> None:
     """ValueError for a bind beyond loopback without TLS that nobody asked for."""
     if tls_on or is_loopback(host) or insecure_bind or os.environ.get(INSECURE_BIND_VAR) == "1":
         return
-    raise ValueError(f"refusing to serve on {host or 'every address'} without TLS: any machine that reaches the "
-                     "port could call it, and a token would travel in clear text. Set MESHRL_TLS_DIR (`meshrl "
-                     f"certs`), bind 127.0.0.1, or accept it with --insecure-bind (or {INSECURE_BIND_VAR}=1)")
+    raise ValueError(
+        f"refusing to serve on {host or 'every address'} without TLS: any machine that reaches the "
+        "port could call it, and a token would travel in clear text. Set MESHRL_TLS_DIR (`meshrl "
+        f"certs`), bind 127.0.0.1, or accept it with --insecure-bind (or {INSECURE_BIND_VAR}=1)"
+    )
 
 
 def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
-    return [("grpc.max_send_message_length", max_message_bytes),
-            ("grpc.max_receive_message_length", max_message_bytes)]
+    return [("grpc.max_send_message_length", max_message_bytes), ("grpc.max_receive_message_length", max_message_bytes)]
 
 
 class Server:
-    def __init__(self, servicers: list, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                 max_workers: int = 16, max_message_bytes: int = MAX_MESSAGE_BYTES, queue: int | None = None,
-                 queue_wait: float = QUEUE_WAIT, insecure_bind: bool = False):
+    def __init__(
+        self,
+        servicers: list,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        max_workers: int = 16,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        queue: int | None = None,
+        queue_wait: float = QUEUE_WAIT,
+        insecure_bind: bool = False,
+    ):
         """max_workers: work calls at once; queue (default: as many) more wait up to queue_wait seconds;
         insecure_bind: serve beyond loopback without TLS (else ValueError, see check_bind)."""
         queue = max_workers if queue is None else queue
@@ -86,8 +101,11 @@ class Server:
         # connections between the two: a second server must fail to bind instead.
         options = [*channel_options(max_message_bytes), ("grpc.so_reuseport", 0)]
         # a thread per running and per waiting call, and the light calls' reserve
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers + queue + LIGHT_RESERVE),
-                                   interceptors=interceptors, options=options)
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=max_workers + queue + LIGHT_RESERVE),
+            interceptors=interceptors,
+            options=options,
+        )
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         names = []
@@ -98,11 +116,14 @@ class Server:
             names.append(service.full_name)
         self.service_names = names
         reflection.enable_server_reflection(
-            [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
-            self._server)
+            [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], self._server
+        )
         try:
-            self.port = (self._server.add_secure_port(f"{host}:{port}", credentials) if credentials else
-                         self._server.add_insecure_port(f"{host}:{port}"))
+            self.port = (
+                self._server.add_secure_port(f"{host}:{port}", credentials)
+                if credentials
+                else self._server.add_insecure_port(f"{host}:{port}")
+            )
         except RuntimeError:  # grpc raises, rather than returning 0, when the port is taken
             self.port = 0
         if self.port == 0:
@@ -119,9 +140,13 @@ class Server:
                 watch(self.set_serving)
         log.info("serving %s on %s", ", ".join(self.service_names), self.address)
         if self._open_to:
-            log.warning("%s on %s has no token and no TLS: %s can call it; set MESHRL_TOKEN (or "
-                        "MESHRL_TOKEN_FILE) or MESHRL_TLS_DIR to close it", ", ".join(self.service_names),
-                        self.address, self._open_to)
+            log.warning(
+                "%s on %s has no token and no TLS: %s can call it; set MESHRL_TOKEN (or "
+                "MESHRL_TOKEN_FILE) or MESHRL_TLS_DIR to close it",
+                ", ".join(self.service_names),
+                self.address,
+                self._open_to,
+            )
         return self
 
     def set_serving(self, serving: bool) -> None:
@@ -144,6 +169,7 @@ class Server:
 
     def run_until_signal(self, grace: float = 5.0) -> None:
         """Block until SIGTERM or SIGINT, then stop gracefully (call from the main thread)."""
+
         def on_signal(signum, _frame):
             log.info("signal %s: stopping", signal.Signals(signum).name)
             threading.Thread(target=self.stop, args=(grace,), daemon=True).start()
@@ -168,8 +194,14 @@ def run_service(servicer, args, label: str, max_workers: int = 16) -> int:
     tls.set_role(tls.SERVER_ROLE.get(servicer.SERVICE.name, "orchestrator"))  # its own calls (the weight push)
     try:
         try:
-            server = Server([servicer], host=args.host, port=args.port, token=args.token or env_token(),
-                            max_workers=max_workers, insecure_bind=getattr(args, "insecure_bind", False)).start()
+            server = Server(
+                [servicer],
+                host=args.host,
+                port=args.port,
+                token=args.token or env_token(),
+                max_workers=max_workers,
+                insecure_bind=getattr(args, "insecure_bind", False),
+            ).start()
         except ValueError as e:  # the user's flags or environment: one line, not a traceback
             print(f"{label}: {e}", file=sys.stderr)
             return 2

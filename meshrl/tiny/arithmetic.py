@@ -12,7 +12,6 @@ import itertools
 import pathlib
 import random
 
-
 DATA_SOURCE = "arithmetic"
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 
@@ -40,13 +39,15 @@ def problems(cfg: ArithmeticConfig) -> tuple[list[tuple], list[tuple]]:
         raise ValueError("max_operand, num_train and num_test must be >= 0")
     space = list(itertools.product(range(cfg.max_operand + 1), sorted(set(cfg.ops)), range(cfg.max_operand + 1)))
     if cfg.num_test >= len(space):
-        raise ValueError(f"num_test {cfg.num_test} leaves no training problems out of {len(space)}; "
-                         "raise max_operand or lower num_test")
+        raise ValueError(
+            f"num_test {cfg.num_test} leaves no training problems out of {len(space)}; "
+            "raise max_operand or lower num_test"
+        )
     rng = random.Random(cfg.seed)
     rng.shuffle(space)
-    test, pool = space[:cfg.num_test], space[cfg.num_test:]
+    test, pool = space[: cfg.num_test], space[cfg.num_test :]
     if cfg.num_train <= len(pool):
-        train = pool[:cfg.num_train]
+        train = pool[: cfg.num_train]
     else:  # a small problem space: draw with replacement
         train = [rng.choice(pool) for _ in range(cfg.num_train)]
     return [(a, op, b) for a, op, b in train], [(a, op, b) for a, op, b in test]
@@ -57,13 +58,15 @@ def rows(items: list[tuple], split: str, tool: bool = False) -> list[dict]:
     for i, (a, op, b) in enumerate(items):
         question, truth = f"{a}{op}{b}=", str(OPS[op](a, b))
         answer = f"<calc>{a}{op}{b}</calc><result>{truth}</result>{truth}" if tool else truth
-        out.append({
-            "data_source": DATA_SOURCE,
-            "prompt": [{"role": "user", "content": question}],
-            "ability": "math",
-            "reward_model": {"style": "rule", "ground_truth": truth},
-            "extra_info": {"split": split, "index": i, "question": question, "answer": answer},
-        })
+        out.append(
+            {
+                "data_source": DATA_SOURCE,
+                "prompt": [{"role": "user", "content": question}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": truth},
+                "extra_info": {"split": split, "index": i, "question": question, "answer": answer},
+            }
+        )
     return out
 
 

@@ -9,8 +9,6 @@ body with a one-logit sequence-classification head, for reward-model tests.
 import dataclasses
 import pathlib
 
-
-
 KINDS = ("causal", "reward")
 
 
@@ -41,18 +39,28 @@ def make_model(out_dir: str | pathlib.Path, cfg: TinyModelConfig = TinyModelConf
     if cfg.kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {cfg.kind!r}")
     if cfg.hidden_size % cfg.num_heads or cfg.num_heads % cfg.num_kv_heads:
-        raise ValueError(f"hidden_size {cfg.hidden_size} must divide into num_heads {cfg.num_heads}, "
-                         f"and num_heads into num_kv_heads {cfg.num_kv_heads}")
+        raise ValueError(
+            f"hidden_size {cfg.hidden_size} must divide into num_heads {cfg.num_heads}, "
+            f"and num_heads into num_kv_heads {cfg.num_kv_heads}"
+        )
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok = save_tokenizer(out)
     vocab = -(-len(tok) // cfg.vocab_multiple) * cfg.vocab_multiple
     config = LlamaConfig(
-        vocab_size=vocab, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
-        num_key_value_heads=cfg.num_kv_heads, max_position_embeddings=cfg.max_position_embeddings,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=cfg.tie_word_embeddings, num_labels=1, dtype="float32",
+        vocab_size=vocab,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        max_position_embeddings=cfg.max_position_embeddings,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=cfg.tie_word_embeddings,
+        num_labels=1,
+        dtype="float32",
     )
     torch.manual_seed(cfg.seed)
     cls = LlamaForCausalLM if cfg.kind == "causal" else LlamaForSequenceClassification

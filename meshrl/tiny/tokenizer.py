@@ -32,8 +32,14 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     tok.decoder = decoders.Fuse()  # join chars back without spaces
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL + ROLES])
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
-        padding_side="left", chat_template=CHAT_TEMPLATE, model_max_length=512,
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        padding_side="left",
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=512,
     )
 
 

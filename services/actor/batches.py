@@ -24,8 +24,14 @@ SEQUENCE = ("input_ids", "attention_mask", "position_ids")
 BASE = (*SEQUENCE, "responses")
 
 
-def validate(data: DataProto, required: tuple[str, ...], world_size: int, pairs: bool = False,
-             vocab_size: int | None = None, positions: int | None = None) -> None:
+def validate(
+    data: DataProto,
+    required: tuple[str, ...],
+    world_size: int,
+    pairs: bool = False,
+    vocab_size: int | None = None,
+    positions: int | None = None,
+) -> None:
     """Refuse a batch the model cannot take, naming the tensor: missing, misshapen, non-finite, or with
     token ids past the vocabulary or positions past what the model encodes (an index error inside a rank)."""
     missing = [k for k in required if k not in data.batch]
@@ -50,8 +56,10 @@ def validate(data: DataProto, required: tuple[str, ...], world_size: int, pairs:
     for k, limit in (("input_ids", vocab_size), ("responses", vocab_size), ("position_ids", positions)):
         t = data.batch[k]
         if limit and t.numel() and not (0 <= int(t.min()) and int(t.max()) < limit):
-            raise InvalidArgument(f"tensor {k!r} holds values outside 0..{limit - 1} "
-                                  f"({'the vocabulary' if k != 'position_ids' else 'the positions the model encodes'})")
+            raise InvalidArgument(
+                f"tensor {k!r} holds values outside 0..{limit - 1} "
+                f"({'the vocabulary' if k != 'position_ids' else 'the positions the model encodes'})"
+            )
     for k in required:
         if k in BASE:
             continue
@@ -68,7 +76,7 @@ def shard(data: DataProto, world_size: int, unit: int = 1) -> tuple[list[DataPro
     padded, pad = pad_to_divisor(data, world_size * unit)
     if pad and "response_mask" in padded.batch:
         mask = padded.batch["response_mask"].clone()
-        mask[len(data):] = 0
+        mask[len(data) :] = 0
         padded.batch["response_mask"] = mask
     return padded.chunk(world_size), pad
 
@@ -96,8 +104,9 @@ def row_extents(data: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
     return mask[:, :P].sum(1), mask[:, P:].sum(1)
 
 
-def token_groups(data: DataProto, max_tokens: int, unit: int = 1, count: int = 0,
-                 shared: bool = False) -> list[torch.Tensor]:
+def token_groups(
+    data: DataProto, max_tokens: int, unit: int = 1, count: int = 0, shared: bool = False
+) -> list[torch.Tensor]:
     """Row indices of each micro-batch: units of `unit` adjacent rows (DPO pairs) sorted longest first and
     filled while units x (longest prompt + longest response) <= max_tokens (a unit longer than that goes
     alone); with `count` larger than that, the groups of most rows are halved until there are `count`
@@ -130,7 +139,7 @@ def token_groups(data: DataProto, max_tokens: int, unit: int = 1, count: int = 0
         if len(groups[i]) < 2:
             raise ValueError(f"cannot make {count} micro-batches of {units} units")
         half = len(groups[i]) // 2
-        groups[i:i + 1] = [groups[i][:half], groups[i][half:]]
+        groups[i : i + 1] = [groups[i][:half], groups[i][half:]]
     return [(torch.tensor(g)[:, None] * unit + torch.arange(unit)).flatten() for g in groups]
 
 
@@ -140,8 +149,14 @@ def trimmed(data: DataProto, rows: torch.Tensor, keys: tuple[str, ...]) -> dict[
     prompt, response = row_extents(part)
     L, T = part.batch["input_ids"].shape[1], part.batch["responses"].shape[1]
     left, keep = L - T - int(prompt.max()), max(1, int(response.max()))
-    return {k: part.batch[k][:, left:L - T + keep] if k in SEQUENCE else
-            part.batch[k][:, :keep] if part.batch[k].dim() > 1 else part.batch[k] for k in keys}
+    return {
+        k: part.batch[k][:, left : L - T + keep]
+        if k in SEQUENCE
+        else part.batch[k][:, :keep]
+        if part.batch[k].dim() > 1
+        else part.batch[k]
+        for k in keys
+    }
 
 
 def restore(outs: list[torch.Tensor], groups: list[torch.Tensor], width: int) -> torch.Tensor:

@@ -13,7 +13,7 @@ run, when its caller leaves meanwhile.
 """
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -67,8 +67,11 @@ class Group:
     def broadcast(self, data: bytes | None) -> bytes:
         size = torch.tensor([len(data) if self.rank == 0 else 0], dtype=torch.int64)
         dist.broadcast(size, 0)
-        buf = torch.frombuffer(bytearray(data), dtype=torch.uint8) if self.rank == 0 and size.item() else \
-            torch.empty(size.item(), dtype=torch.uint8)
+        buf = (
+            torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            if self.rank == 0 and size.item()
+            else torch.empty(size.item(), dtype=torch.uint8)
+        )
         if size.item():
             dist.broadcast(buf, 0)
         return data if self.rank == 0 else bytes(buf.numpy())
@@ -108,8 +111,9 @@ def run_command(handler, method: str, args: dict, part: DataProto | None) -> Dat
         out = getattr(handler, method)(args, part)
         return out if out is not None else DataProto()
     except Exception as e:  # noqa: BLE001 - reported to rank 0, which raises it to the caller
-        return DataProto(meta_info={**getattr(e, "meta", {}), "error": f"{type(e).__name__}: {e}",
-                                    "error_type": type(e).__name__})
+        return DataProto(
+            meta_info={**getattr(e, "meta", {}), "error": f"{type(e).__name__}: {e}", "error_type": type(e).__name__}
+        )
 
 
 class Driver:
@@ -119,8 +123,13 @@ class Driver:
         self.group, self.handler = Group(), handler
         self.lock = threading.Lock()
 
-    def call(self, method: str, args: dict | None = None, parts: list[DataProto] | None = None,
-             alive: Callable[[], bool] | None = None) -> list[DataProto]:
+    def call(
+        self,
+        method: str,
+        args: dict | None = None,
+        parts: list[DataProto] | None = None,
+        alive: Callable[[], bool] | None = None,
+    ) -> list[DataProto]:
         """Run `method` on every rank with its part; returns every rank's result (errors raised).
         `alive() == False` (the caller went away) stops the work at the next micro-batch."""
         global _alive
@@ -150,8 +159,9 @@ class Driver:
         gets it dropped, not run after they left."""
         while not self.lock.acquire(timeout=0.1):
             if alive is not None and not alive():
-                raise RankError(0, Cancelled.__name__, f"{method}: its caller went away while it waited for "
-                                                       "the call before it")
+                raise RankError(
+                    0, Cancelled.__name__, f"{method}: its caller went away while it waited for the call before it"
+                )
         if alive is not None and not alive():
             self.lock.release()
             raise RankError(0, Cancelled.__name__, f"{method}: its caller went away before it started")

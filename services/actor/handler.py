@@ -8,7 +8,7 @@ import contextlib
 import pathlib
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -85,8 +85,9 @@ class RankHandler:
         def tensors_of(bucket) -> list:
             nonlocal gathered
             if stop_requested():  # collective: every rank asks before each bucket
-                raise Cancelled(f"weight push stopped before bucket {gathered + 1} of {len(buckets)}: its caller "
-                                "went away")
+                raise Cancelled(
+                    f"weight push stopped before bucket {gathered + 1} of {len(buckets)}: its caller went away"
+                )
             gathered += 1
             return [t.to(sent(t)) for t in engine.gather(held, [r.name for r in bucket.refs])]
 
@@ -127,9 +128,12 @@ def send_to_rollout(args: dict, buckets: list, tensors_of: Callable, share: Call
     left = args.get("seconds_left")
     deadline = time.monotonic() + left if left is not None else None
     total = sum(b.size for b in buckets)
-    with Client(args["rollout_address"], ROLLOUT_SERVICE, timeout=weights.call_timeout(total, deadline),
-                token=peer_token()) as rollout, \
-            cut_when_caller_leaves(rollout):
+    with (
+        Client(
+            args["rollout_address"], ROLLOUT_SERVICE, timeout=weights.call_timeout(total, deadline), token=peer_token()
+        ) as rollout,
+        cut_when_caller_leaves(rollout),
+    ):
         return weights.push(rollout, buckets, tensors_of, args["version"], args["transport"], share, deadline)
 
 

@@ -53,8 +53,9 @@ def checkpoint_key() -> bytes:
 
 
 def key_path() -> pathlib.Path:
-    return pathlib.Path(os.environ.get("XDG_CONFIG_HOME") or pathlib.Path.home() / ".config") / "meshrl" / \
-        "checkpoint.key"
+    return (
+        pathlib.Path(os.environ.get("XDG_CONFIG_HOME") or pathlib.Path.home() / ".config") / "meshrl" / "checkpoint.key"
+    )
 
 
 def _user_key(path: pathlib.Path) -> bytes:
@@ -63,10 +64,11 @@ def _user_key(path: pathlib.Path) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077 or \
-                st.st_size != KEY_BYTES:
-            raise ValueError(f"checkpoint key file {path} is not a {KEY_BYTES}-byte file of this user's that only "
-                             f"they may read (mode 600); fix or remove it, or set {KEY_VAR}")
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077 or st.st_size != KEY_BYTES:
+            raise ValueError(
+                f"checkpoint key file {path} is not a {KEY_BYTES}-byte file of this user's that only "
+                f"they may read (mode 600); fix or remove it, or set {KEY_VAR}"
+            )
         return os.read(fd, KEY_BYTES)
     finally:
         os.close(fd)
@@ -122,8 +124,10 @@ def sign(folder: pathlib.Path, before: dict[str, tuple[int, int, int]], key: byt
     written = [rel for rel in listing(folder) if rel not in (RECORD, _RECORD_TMP)]
     stale = [rel for rel in written if before.get(rel) == _identity(folder / rel)]
     if stale:
-        raise ValueError(f"{folder} holds {len(stale)} file(s) this save did not write, e.g. {stale[:3]}: save "
-                         "into an empty folder, or remove them")
+        raise ValueError(
+            f"{folder} holds {len(stale)} file(s) this save did not write, e.g. {stale[:3]}: save "
+            "into an empty folder, or remove them"
+        )
     files = {rel: _digest(folder / rel) for rel in written}
     tmp = folder / _RECORD_TMP
     tmp.write_text(json.dumps({"version": 1, "files": files, "mac": _mac(key, files)}, indent=1))
@@ -135,8 +139,10 @@ def verify(folder: pathlib.Path, key: bytes) -> None:
     record is signed with `key`. Reads files as bytes only (hashlib): nothing in them runs."""
     files, mac = _read_record(folder)
     if not hmac.compare_digest(_mac(key, files).encode(), mac.encode()):
-        raise ValueError(f"its integrity record is not signed with this service's checkpoint key ({KEY_VAR}, or "
-                         f"{key_path()}): saved with another key, or altered")
+        raise ValueError(
+            f"its integrity record is not signed with this service's checkpoint key ({KEY_VAR}, or "
+            f"{key_path()}): saved with another key, or altered"
+        )
     present = [rel for rel in listing(folder) if rel != RECORD]
     extra = [rel for rel in present if rel not in files]
     if extra:
@@ -153,15 +159,20 @@ def _read_record(folder: pathlib.Path) -> tuple[dict[str, str], str]:
     """The record's files (path -> SHA-256) and its MAC, checked for shape only."""
     path = folder / RECORD
     if not path.is_file() or path.is_symlink():
-        raise ValueError(f"no integrity record ({RECORD}): not saved by a meshrl actor service, or saved before "
-                         "checkpoints were signed (sign one you trust: python -m services.actor.integrity PATH)")
+        raise ValueError(
+            f"no integrity record ({RECORD}): not saved by a meshrl actor service, or saved before "
+            "checkpoints were signed (sign one you trust: python -m services.actor.integrity PATH)"
+        )
     if path.stat().st_size > MAX_RECORD_BYTES:
         raise ValueError(f"{RECORD} is over {MAX_RECORD_BYTES >> 20} MiB")
     try:
         record = json.loads(path.read_text())
         files, mac = record["files"], record["mac"]
-        ok = isinstance(files, dict) and isinstance(mac, str) and \
-            all(isinstance(k, str) and isinstance(v, str) for k, v in files.items())
+        ok = (
+            isinstance(files, dict)
+            and isinstance(mac, str)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in files.items())
+        )
     except (ValueError, TypeError, KeyError):
         ok = False
     if not ok:

@@ -28,23 +28,34 @@ def new_store() -> str:
 def rank_env(rank: int, world_size: int, store: str) -> dict[str, str]:
     """A rank's environment: its place, the rendezvous file, and the loopback interface for gloo's and
     NCCL's own sockets (a service's ranks share one host)."""
-    return {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size), "MESHRL_GROUP_STORE": store,
-            "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
-            "NCCL_SOCKET_IFNAME": os.environ.get("NCCL_SOCKET_IFNAME", "lo")}
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world_size),
+        "MESHRL_GROUP_STORE": store,
+        "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
+        "NCCL_SOCKET_IFNAME": os.environ.get("NCCL_SOCKET_IFNAME", "lo"),
+    }
 
 
 def start_ranks(role: str, world_size: int, store: str, threads: int) -> list[subprocess.Popen]:
     """Ranks 1..N-1; OMP_NUM_THREADS sizes their torch thread pools before torch starts them."""
-    return [subprocess.Popen([sys.executable, "-m", "services.actor.rank", role],
-                             env=child_env({**os.environ, **rank_env(r, world_size, store),
-                                            "OMP_NUM_THREADS": str(threads)}))
-            for r in range(1, world_size)]
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "services.actor.rank", role],
+            env=child_env({**os.environ, **rank_env(r, world_size, store), "OMP_NUM_THREADS": str(threads)}),
+        )
+        for r in range(1, world_size)
+    ]
 
 
 def join_group() -> None:
     """init_process_group from the environment (rank_env); picks the GPU of this rank where there is one."""
-    where = {"init_method": f"file://{os.environ['MESHRL_GROUP_STORE']}", "rank": int(os.environ["RANK"]),
-             "world_size": int(os.environ["WORLD_SIZE"])}
+    where = {
+        "init_method": f"file://{os.environ['MESHRL_GROUP_STORE']}",
+        "rank": int(os.environ["RANK"]),
+        "world_size": int(os.environ["WORLD_SIZE"]),
+    }
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
         dist.init_process_group("cpu:gloo,cuda:nccl", **where)

@@ -13,7 +13,6 @@ from meshrl.algos.losses import DPO_LOSSES, ROLLOUT_IS
 from meshrl.algos.masked import LOSS_AGG_MODES
 from meshrl.typed import build
 
-
 MAX_EPOCHS = 100  # passes over one batch; verl's ppo_epochs is 1-4 in practice, a caller's 2**31 is not work
 
 
@@ -28,8 +27,10 @@ class Schedule:
 
     def __post_init__(self):
         if not 1 <= self.epochs <= MAX_EPOCHS or self.mini_batch_size < 0:
-            raise ValueError(f"epochs must be in 1..{MAX_EPOCHS} and mini_batch_size >= 0, "
-                             f"got {self.epochs} and {self.mini_batch_size}")
+            raise ValueError(
+                f"epochs must be in 1..{MAX_EPOCHS} and mini_batch_size >= 0, "
+                f"got {self.epochs} and {self.mini_batch_size}"
+            )
         for f in dataclasses.fields(self):  # a NaN clip ratio or coefficient would train on NaN silently
             v = getattr(self, f.name)
             if isinstance(v, float) and not math.isfinite(v):
@@ -70,8 +71,10 @@ class PPOParams(Schedule):
         if self.rollout_is_cap < 1:  # below 1 it would shrink every update, agreeing tokens' too
             raise ValueError(f"rollout_is_cap must be >= 1, got {self.rollout_is_cap}")
         if self.rollout_is != "none" and self.old_logprobs_key == "rollout_logprobs":
-            raise ValueError("rollout_is weighs the old log-probs against rollout_logprobs: they cannot be the "
-                             "old log-probs themselves (the weights would all be 1)")
+            raise ValueError(
+                "rollout_is weighs the old log-probs against rollout_logprobs: they cannot be the "
+                "old log-probs themselves (the weights would all be 1)"
+            )
         if not self.old_logprobs_key and self.epochs != 1:
             raise ValueError(f"an on-policy update (old_logprobs_key empty) runs one epoch, not {self.epochs}")
         if self.temperature <= 0:
@@ -118,8 +121,10 @@ def parse_loss(role: str, name: str, params: dict):
     if name not in PARAMS:
         raise ValueError(f"unknown loss {name!r}; known: {sorted(PARAMS)}")
     if name not in allowed:
-        raise ValueError(f"the {role} role does not train with loss {name!r}"
-                         + (f"; it takes {list(allowed)}" if allowed else "; it is frozen"))
+        raise ValueError(
+            f"the {role} role does not train with loss {name!r}"
+            + (f"; it takes {list(allowed)}" if allowed else "; it is frozen")
+        )
     return build(PARAMS[name], params, f"loss {name}")
 
 

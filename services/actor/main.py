@@ -30,11 +30,18 @@ def main(argv: list[str]) -> int:
     p.add_argument("--role", choices=sorted(ROLES), default="actor")
     p.add_argument("--model", default=None, help="HF folder; given, the service initializes itself")
     p.add_argument("--world-size", default="1", help="ranks; auto: one per visible GPU, or 1 on CPU")
-    p.add_argument("--threads", type=int, default=0,
-                   help="torch threads per rank; 0: the cores this process may use divided by --world-size")
-    p.add_argument("--checkpoint-root", default=".",
-                   help="SaveCheckpoint and LoadCheckpoint paths must lie under this folder (default: the working "
-                        "directory); relative paths are taken from it")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads per rank; 0: the cores this process may use divided by --world-size",
+    )
+    p.add_argument(
+        "--checkpoint-root",
+        default=".",
+        help="SaveCheckpoint and LoadCheckpoint paths must lie under this folder (default: the working "
+        "directory); relative paths are taken from it",
+    )
     add_server_flags(p)
     engine_keys = add_dataclass_flags(p, EngineConfig)
     optim_keys = add_dataclass_flags(p, OptimConfig, skip=("betas",))
@@ -47,8 +54,10 @@ def main(argv: list[str]) -> int:
         p.error("--threads must be >= 0")
     gpus = hosts.gpus()
     if gpus and args.world_size > gpus:  # NCCL would refuse two ranks on one device, but only at the first call
-        p.error(f"--world-size {args.world_size} puts {args.world_size} ranks on this machine's {gpus} GPU(s), and "
-                f"NCCL refuses two ranks on one device: use --world-size auto (one per GPU) or at most {gpus}")
+        p.error(
+            f"--world-size {args.world_size} puts {args.world_size} ranks on this machine's {gpus} GPU(s), and "
+            f"NCCL refuses two ranks on one device: use --world-size auto (one per GPU) or at most {gpus}"
+        )
 
     store = new_store()
     os.environ.update(rank_env(0, args.world_size, store))
@@ -59,8 +68,11 @@ def main(argv: list[str]) -> int:
     driver = Driver(RankHandler(args.role))
     servicer = ActorServicer(args.role, driver, args.checkpoint_root)
     if args.model:
-        servicer.init(servicer.init_args_from(args.model, {k: getattr(args, k) for k in engine_keys},
-                                              {k: getattr(args, k) for k in optim_keys}))
+        servicer.init(
+            servicer.init_args_from(
+                args.model, {k: getattr(args, k) for k in engine_keys}, {k: getattr(args, k) for k in optim_keys}
+            )
+        )
     try:
         return run_service(servicer, args, f"actor service ({args.role}, {args.world_size} ranks x {threads} threads)")
     finally:

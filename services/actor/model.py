@@ -35,8 +35,12 @@ def load_model(path: str, kind: str, dropout: bool = False) -> torch.nn.Module:
         model, info = cls.from_pretrained(path, config=config, dtype=torch.float32, output_loading_info=True)
     finally:
         loader.setLevel(level)
-    log.info("value model from %s: new %s, unused %s", path, sorted(info.get("missing_keys", [])),
-             sorted(info.get("unexpected_keys", [])))
+    log.info(
+        "value model from %s: new %s, unused %s",
+        path,
+        sorted(info.get("missing_keys", [])),
+        sorted(info.get("unexpected_keys", [])),
+    )
     return without_dropout(model, dropout)
 
 
@@ -87,8 +91,9 @@ def layer_classes(model: torch.nn.Module) -> set[type]:
     return classes
 
 
-def forward_response(model: torch.nn.Module, micro: dict, response_length: int | None = None,
-                     share_prompts: bool = False) -> torch.Tensor:
+def forward_response(
+    model: torch.nn.Module, micro: dict, response_length: int | None = None, share_prompts: bool = False
+) -> torch.Tensor:
     """Model outputs at the positions that predict each response token: (B, T, V) or (B, T, 1); T is the
     micro-batch's own response width unless given.
 
@@ -103,9 +108,14 @@ def forward_response(model: torch.nn.Module, micro: dict, response_length: int |
         if shared is not None:
             return forward_shared(model, micro, T, *shared)
     kw = {"logits_to_keep": T + 1} if share_prompts else {}
-    out = model(input_ids=micro["input_ids"], attention_mask=micro["attention_mask"],
-                position_ids=micro["position_ids"], use_cache=False, **kw)
-    return out.logits[:, -T - 1:-1]
+    out = model(
+        input_ids=micro["input_ids"],
+        attention_mask=micro["attention_mask"],
+        position_ids=micro["position_ids"],
+        use_cache=False,
+        **kw,
+    )
+    return out.logits[:, -T - 1 : -1]
 
 
 def prompt_sharing(micro: dict, T: int) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -116,7 +126,8 @@ def prompt_sharing(micro: dict, T: int) -> tuple[torch.Tensor, torch.Tensor] | N
     if distinct * 4 > rows * 3:
         return None
     first = torch.full((distinct,), rows, device=inverse.device).scatter_reduce(
-        0, inverse, torch.arange(rows, device=inverse.device), "amin")
+        0, inverse, torch.arange(rows, device=inverse.device), "amin"
+    )
     return first, inverse
 
 
@@ -128,19 +139,30 @@ def prompt_index(tensors: dict, T: int) -> torch.Tensor:
     return torch.unique(key, dim=0, return_inverse=True)[1]
 
 
-def forward_shared(model: torch.nn.Module, micro: dict, T: int, first: torch.Tensor,
-                   inverse: torch.Tensor) -> torch.Tensor:
+def forward_shared(
+    model: torch.nn.Module, micro: dict, T: int, first: torch.Tensor, inverse: torch.Tensor
+) -> torch.Tensor:
     ids, mask, pos = micro["input_ids"], micro["attention_mask"], micro["position_ids"]
     P = ids.shape[1] - T
-    prompt = model(input_ids=ids[first, :P], attention_mask=mask[first, :P], position_ids=pos[first, :P],
-                   use_cache=True, logits_to_keep=1)
+    prompt = model(
+        input_ids=ids[first, :P],
+        attention_mask=mask[first, :P],
+        position_ids=pos[first, :P],
+        use_cache=True,
+        logits_to_keep=1,
+    )
     last = prompt.logits[inverse]  # the last prompt position predicts the first response token
     if T == 1:
         return last
     cache = prompt.past_key_values
     cache.batch_select_indices(inverse)  # an indexing op: the gradient flows back to the shared prompt
-    rest = model(input_ids=ids[:, P:-1], attention_mask=mask[:, :-1], position_ids=pos[:, P:-1],
-                 past_key_values=cache, use_cache=True)
+    rest = model(
+        input_ids=ids[:, P:-1],
+        attention_mask=mask[:, :-1],
+        position_ids=pos[:, P:-1],
+        past_key_values=cache,
+        use_cache=True,
+    )
     return torch.cat([last, rest.logits], 1)
 
 

@@ -10,8 +10,15 @@ world size, since FSDP averages gradients over ranks.
 import torch
 import torch.distributed as dist
 
-from meshrl.algos.losses import (dpo_loss, entropy_from_logits, kl_loss, ppo_policy_loss, rollout_is_weights,
-                                 sft_loss, value_loss)
+from meshrl.algos.losses import (
+    dpo_loss,
+    entropy_from_logits,
+    kl_loss,
+    ppo_policy_loss,
+    rollout_is_weights,
+    sft_loss,
+    value_loss,
+)
 from meshrl.algos.masked import agg_loss, masked_mean
 from meshrl.dataproto import DataProto
 from services.actor.batches import BASE, micro_batches, minibatches, num_minibatches, restore, token_groups, trimmed
@@ -84,8 +91,18 @@ class MetricSum:
         return out
 
 
-def train(engine: Engine, part: DataProto, p: Schedule, total_rows: int, step: int, prefix: str,
-          keys: tuple[str, ...], loss_fn, units_fn, unit: int = 1) -> dict[str, float]:
+def train(
+    engine: Engine,
+    part: DataProto,
+    p: Schedule,
+    total_rows: int,
+    step: int,
+    prefix: str,
+    keys: tuple[str, ...],
+    loss_fn,
+    units_fn,
+    unit: int = 1,
+) -> dict[str, float]:
     """Epochs of mini-batches over this rank's part; one optimizer step per mini-batch. Cancelled (every
     rank at the same micro-batch) drops the unfinished mini-batch's gradients and says how many optimizer
     steps were taken before it."""
@@ -95,8 +112,10 @@ def train(engine: Engine, part: DataProto, p: Schedule, total_rows: int, step: i
     except Cancelled as e:
         engine.drop_gradients()
         planned = p.epochs * num_minibatches(total_rows, p.mini_batch_size)
-        raise Cancelled(f"{e} after {metrics.steps} of {planned} optimizer steps",
-                        {"optimizer_steps": metrics.steps, "planned_steps": planned}) from None
+        raise Cancelled(
+            f"{e} after {metrics.steps} of {planned} optimizer steps",
+            {"optimizer_steps": metrics.steps, "planned_steps": planned},
+        ) from None
     engine.end_update()
     return metrics.result(prefix)
 
@@ -152,10 +171,18 @@ class ActorRole(PolicyRole):
                 old = mb[p.old_logprobs_key] if p.old_logprobs_key else lp.detach()
                 weights, m = None, {}
                 if p.rollout_is != "none":
-                    weights, m = rollout_is_weights(old, mb["rollout_logprobs"], mask, p.rollout_is,
-                                                    p.rollout_is_cap)
-                total, pm = ppo_policy_loss(lp, old, mb["advantages"], mask, p.clip_ratio_low,
-                                            p.clip_ratio_high, p.clip_ratio_c, p.loss_agg_mode, weights)
+                    weights, m = rollout_is_weights(old, mb["rollout_logprobs"], mask, p.rollout_is, p.rollout_is_cap)
+                total, pm = ppo_policy_loss(
+                    lp,
+                    old,
+                    mb["advantages"],
+                    mask,
+                    p.clip_ratio_low,
+                    p.clip_ratio_high,
+                    p.clip_ratio_c,
+                    p.loss_agg_mode,
+                    weights,
+                )
                 m.update(pm)
                 if not p.old_logprobs_key and "rollout_logprobs" in mb:
                     m["rollout/kl_to_actor"] = masked_mean((mb["rollout_logprobs"] - old).abs(), mask).item()
@@ -169,32 +196,69 @@ class ActorRole(PolicyRole):
                     m.update(km)
                 return total, m
 
-            return train(self.engine, part, p, total_rows, step, "actor", keys, ppo,
-                         lambda mb: loss_units(mb["response_mask"], p.loss_agg_mode))
+            return train(
+                self.engine,
+                part,
+                p,
+                total_rows,
+                step,
+                "actor",
+                keys,
+                ppo,
+                lambda mb: loss_units(mb["response_mask"], p.loss_agg_mode),
+            )
         if loss == "sft":
+
             def sft(model, mb):
                 lp = token_logprobs(forward_response(model, mb, share_prompts=self.shared), mb["responses"])
                 return sft_loss(lp, mb["response_mask"], p.loss_agg_mode)
 
-            return train(self.engine, part, p, total_rows, step, "actor", (*BASE, "response_mask"), sft,
-                         lambda mb: loss_units(mb["response_mask"], p.loss_agg_mode))
+            return train(
+                self.engine,
+                part,
+                p,
+                total_rows,
+                step,
+                "actor",
+                (*BASE, "response_mask"),
+                sft,
+                lambda mb: loss_units(mb["response_mask"], p.loss_agg_mode),
+            )
         if loss == "dpo":
-            return train(self.engine, part, p, total_rows, step, "actor", (*BASE, "response_mask", "ref_logprobs"),
-                         lambda model, mb: self._dpo(model, mb, p, self.shared), _valid_pairs, unit=2)
+            return train(
+                self.engine,
+                part,
+                p,
+                total_rows,
+                step,
+                "actor",
+                (*BASE, "response_mask", "ref_logprobs"),
+                lambda model, mb: self._dpo(model, mb, p, self.shared),
+                _valid_pairs,
+                unit=2,
+            )
         raise ValueError(f"the actor role has no loss {loss!r}")
 
     @staticmethod
     def _dpo(model, mb, p, shared: bool):
         """Rows alternate chosen, rejected; pairs where either response is empty (padding) are left out."""
         mask = mb["response_mask"]
-        seq = (token_logprobs(forward_response(model, mb, share_prompts=shared), mb["responses"], p.temperature)
-               * mask).sum(-1)
+        seq = (
+            token_logprobs(forward_response(model, mb, share_prompts=shared), mb["responses"], p.temperature) * mask
+        ).sum(-1)
         ref = (mb["ref_logprobs"] * mask).sum(-1)
         valid = _pair_mask(mask)
         if not valid.any():
             return seq.sum() * 0.0, {}  # keeps every rank's backward in step
-        return dpo_loss(seq[0::2][valid], seq[1::2][valid], ref[0::2][valid], ref[1::2][valid],
-                        p.beta, p.loss_type, p.label_smoothing)
+        return dpo_loss(
+            seq[0::2][valid],
+            seq[1::2][valid],
+            ref[0::2][valid],
+            ref[1::2][valid],
+            p.beta,
+            p.loss_type,
+            p.label_smoothing,
+        )
 
 
 def _pair_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -219,13 +283,25 @@ class CriticRole:
     def update(self, part: DataProto, loss: str, p, total_rows: int, step: int) -> dict[str, float]:
         def vf(model, mb):
             vpred = forward_response(model, mb)[..., 0].float()
-            total, m = value_loss(vpred, mb["values"], mb["returns"], mb["response_mask"], p.clip_range_value,
-                                  p.loss_agg_mode)
-            m["critic/vpred_mean"] = (vpred * mb["response_mask"]).sum().item() / max(1.0, mb["response_mask"].sum().item())
+            total, m = value_loss(
+                vpred, mb["values"], mb["returns"], mb["response_mask"], p.clip_range_value, p.loss_agg_mode
+            )
+            m["critic/vpred_mean"] = (vpred * mb["response_mask"]).sum().item() / max(
+                1.0, mb["response_mask"].sum().item()
+            )
             return total, m
 
-        return train(self.engine, part, p, total_rows, step, "critic", (*BASE, "response_mask", "values", "returns"),
-                     vf, lambda mb: loss_units(mb["response_mask"], p.loss_agg_mode))
+        return train(
+            self.engine,
+            part,
+            p,
+            total_rows,
+            step,
+            "critic",
+            (*BASE, "response_mask", "values", "returns"),
+            vf,
+            lambda mb: loss_units(mb["response_mask"], p.loss_agg_mode),
+        )
 
 
 ROLES = {"actor": ActorRole, "ref": PolicyRole, "critic": CriticRole}

@@ -14,12 +14,12 @@ import json
 import math
 import pathlib
 
-from meshrl.flags import settings_json
+from meshrl import weights
 from meshrl.codec import Payload
 from meshrl.codec.values import from_value
 from meshrl.dataproto import DataProto, unpad
-from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument, MAX_STEP_ADVANCE, check_counter
-from meshrl import weights
+from meshrl.errors import MAX_STEP_ADVANCE, Aborted, FailedPrecondition, InvalidArgument, check_counter
+from meshrl.flags import settings_json
 from meshrl.typed import build
 from meshrl.v1 import actor_pb2, common_pb2
 from services.actor import batches, integrity
@@ -49,17 +49,28 @@ class ActorServicer:
     def Describe(self, request, context) -> common_pb2.ServiceInfo:
         args = self.init_args or {}
         return common_pb2.ServiceInfo(
-            service="actor", role=self.role, model=args.get("model", ""), world_size=self.world_size,
-            backend=args.get("engine", {}).get("engine", EngineConfig.engine), weight_version=self.weight_version,
-            details={"initialized": str(self.init_args is not None).lower(), "last_step": str(self.last_step),
-                     "partial": self.partial, "settings": self._settings()})
+            service="actor",
+            role=self.role,
+            model=args.get("model", ""),
+            world_size=self.world_size,
+            backend=args.get("engine", {}).get("engine", EngineConfig.engine),
+            weight_version=self.weight_version,
+            details={
+                "initialized": str(self.init_args is not None).lower(),
+                "last_step": str(self.last_step),
+                "partial": self.partial,
+                "settings": self._settings(),
+            },
+        )
 
     def _settings(self) -> str:
         """Engine and optimizer settings in effect, defaults filled in ("{}" before Init)."""
         if self.init_args is None:
             return "{}"
-        return settings_json(build(EngineConfig, self.init_args["engine"], "engine"),
-                             build(OptimConfig, self.init_args["optim"], "optim"))
+        return settings_json(
+            build(EngineConfig, self.init_args["engine"], "engine"),
+            build(OptimConfig, self.init_args["optim"], "optim"),
+        )
 
     def Init(self, request: actor_pb2.InitRequest, context) -> common_pb2.ServiceInfo:
         args = self.init_args_from(request.model, _values(request.engine, "engine"), _values(request.optim, "optim"))
@@ -82,8 +93,10 @@ class ActorServicer:
         self._call("init", args)
         self.init_args = args
         config = json.loads(pathlib.Path(args["model"], "config.json").read_text())
-        self.limits = {"vocab_size": config.get("vocab_size"),  # ids the embedding holds, positions it encodes
-                       "positions": config.get("max_position_embeddings") or config.get("n_positions")}
+        self.limits = {
+            "vocab_size": config.get("vocab_size"),  # ids the embedding holds, positions it encodes
+            "positions": config.get("max_position_embeddings") or config.get("n_positions"),
+        }
         return self.Describe(None, None)
 
     # ---- compute --------------------------------------------------------------------
@@ -94,8 +107,9 @@ class ActorServicer:
         msg = request.msg
         if not 0 <= msg.temperature < math.inf:
             raise InvalidArgument(f"BatchRequest.temperature must be a finite number >= 0, got {msg.temperature}")
-        out = self._compute(request, "logprobs", {"temperature": msg.temperature or 1.0,
-                                                  "with_entropy": msg.with_entropy}, context)
+        out = self._compute(
+            request, "logprobs", {"temperature": msg.temperature or 1.0, "with_entropy": msg.with_entropy}, context
+        )
         return Payload(actor_pb2.BatchResponse(), out)
 
     def ComputeValues(self, request: Payload, context) -> Payload:
@@ -120,8 +134,10 @@ class ActorServicer:
             raise InvalidArgument("UpdateRequest.step must be > 0 (it makes retries safe)")
         check_counter(msg.step, "UpdateRequest.step")
         if msg.step > self.last_step + MAX_STEP_ADVANCE:
-            raise InvalidArgument(f"UpdateRequest.step {msg.step} is more than {MAX_STEP_ADVANCE} past the last "
-                                  f"applied step {self.last_step}")
+            raise InvalidArgument(
+                f"UpdateRequest.step {msg.step} is more than {MAX_STEP_ADVANCE} past the last "
+                f"applied step {self.last_step}"
+            )
         if msg.step <= self.last_step:
             if msg.step == self.last_step and self.last_reply is not None:
                 reply = actor_pb2.UpdateResponse()
@@ -138,19 +154,27 @@ class ActorServicer:
         keys = list(required_tensors(name, params))
         if name == "ppo" and not params.old_logprobs_key:
             if batches.num_minibatches(len(data), params.mini_batch_size) > 1:
-                raise InvalidArgument(f"an on-policy update (old_logprobs_key empty) takes one optimizer step; "
-                                      f"mini_batch_size {params.mini_batch_size} splits {len(data)} rows")
+                raise InvalidArgument(
+                    f"an on-policy update (old_logprobs_key empty) takes one optimizer step; "
+                    f"mini_batch_size {params.mini_batch_size} splits {len(data)} rows"
+                )
             if "rollout_logprobs" in data.batch and "rollout_logprobs" not in keys:  # for rollout/kl_to_actor
                 batches.validate(data, (*keys, "rollout_logprobs"), self.world_size)
                 keys.append("rollout_logprobs")
         parts, _ = batches.shard(data.select(keys), self.world_size, unit=2 if name == "dpo" else 1)
         try:
-            results = self._call("update", {"loss": name, "params": params_dict, "total_rows": len(data),
-                                            "step": msg.step}, parts, context)
+            results = self._call(
+                "update",
+                {"loss": name, "params": params_dict, "total_rows": len(data), "step": msg.step},
+                parts,
+                context,
+            )
         except Aborted as e:
             if e.meta.get("optimizer_steps"):
-                self.partial = (f"update step {msg.step} was stopped after {e.meta['optimizer_steps']} of its "
-                                f"{e.meta['planned_steps']} optimizer steps (its caller went away)")
+                self.partial = (
+                    f"update step {msg.step} was stopped after {e.meta['optimizer_steps']} of its "
+                    f"{e.meta['planned_steps']} optimizer steps (its caller went away)"
+                )
                 self.weight_version += 1  # these are not the weights of any version pushed before
             raise
         reply = actor_pb2.UpdateResponse(metrics=results[0].meta_info, step=msg.step)
@@ -170,8 +194,9 @@ class ActorServicer:
             raise InvalidArgument(f"cannot make the checkpoint folder {request.path[:200]!r}: {e.strerror}") from None
         before = self._checked(integrity.snapshot, path)
         self._call("save", {"path": str(path), "export_hf": request.export_hf})
-        (path / STATE_FILE).write_text(json.dumps({"last_step": self.last_step, "weight_version": self.weight_version,
-                                                   "role": self.role}))
+        (path / STATE_FILE).write_text(
+            json.dumps({"last_step": self.last_step, "weight_version": self.weight_version, "role": self.role})
+        )
         self._checked(lambda p: integrity.sign(p, before, integrity.checkpoint_key()), path)  # last: over it all
         return actor_pb2.CheckpointResponse(path=str(path), step=self.last_step)
 
@@ -209,12 +234,16 @@ class ActorServicer:
         if not request.path:
             raise InvalidArgument("CheckpointRequest.path is empty")
         if "\0" in request.path or len(request.path) > 4096 or any(len(p) > 255 for p in request.path.split("/")):
-            raise InvalidArgument(f"CheckpointRequest.path {request.path[:200]!r} is not a usable path (a NUL, "
-                                  "a name over 255 bytes or a path over 4096)")
+            raise InvalidArgument(
+                f"CheckpointRequest.path {request.path[:200]!r} is not a usable path (a NUL, "
+                "a name over 255 bytes or a path over 4096)"
+            )
         path = (self.checkpoint_root / request.path).resolve()
         if path != self.checkpoint_root and self.checkpoint_root not in path.parents:
-            raise InvalidArgument(f"CheckpointRequest.path {request.path[:200]!r} is outside this service's "
-                                  f"checkpoint root {self.checkpoint_root} (--checkpoint-root)")
+            raise InvalidArgument(
+                f"CheckpointRequest.path {request.path[:200]!r} is outside this service's "
+                f"checkpoint root {self.checkpoint_root} (--checkpoint-root)"
+            )
         return path
 
     def PushWeights(self, request: actor_pb2.PushWeightsRequest, context) -> actor_pb2.PushWeightsResponse:
@@ -226,32 +255,50 @@ class ActorServicer:
         self._require_whole()
         host, sep, port = request.rollout_address.rpartition(":")
         if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise InvalidArgument(f"PushWeightsRequest.rollout_address={request.rollout_address[:200]!r} must be "
-                                  "HOST:PORT with a port in 1..65535")
+            raise InvalidArgument(
+                f"PushWeightsRequest.rollout_address={request.rollout_address[:200]!r} must be "
+                "HOST:PORT with a port in 1..65535"
+            )
         version = request.version or self.weight_version
         if request.version:
             check_counter(version, "PushWeightsRequest.version")
         if version == 0:
-            raise InvalidArgument("nothing to push at version 0: the rollout already has the initial weights "
-                                  "(or give PushWeightsRequest.version)")
+            raise InvalidArgument(
+                "nothing to push at version 0: the rollout already has the initial weights "
+                "(or give PushWeightsRequest.version)"
+            )
         transport = request.transport or "shm"
         if transport not in weights.TRANSPORTS:
-            raise InvalidArgument(f"PushWeightsRequest.transport must be one of {list(weights.TRANSPORTS)}, "
-                                  f"got {transport[:50]!r}")
+            raise InvalidArgument(
+                f"PushWeightsRequest.transport must be one of {list(weights.TRANSPORTS)}, got {transport[:50]!r}"
+            )
         if request.bucket_bytes and request.bucket_bytes < weights.ALIGN:
-            raise InvalidArgument(f"PushWeightsRequest.bucket_bytes must be 0 (the default, "
-                                  f"{weights.DEFAULT_BUCKET_BYTES >> 20} MiB) or >= {weights.ALIGN}")
+            raise InvalidArgument(
+                f"PushWeightsRequest.bucket_bytes must be 0 (the default, "
+                f"{weights.DEFAULT_BUCKET_BYTES >> 20} MiB) or >= {weights.ALIGN}"
+            )
         if request.dtype and request.dtype not in weights.DTYPES:
-            raise InvalidArgument(f"PushWeightsRequest.dtype must be one of {list(weights.DTYPES)} or empty, "
-                                  f"got {request.dtype[:50]!r}")
-        reply = self._call("push_weights", {"dtype": request.dtype,
-            "rollout_address": request.rollout_address, "transport": transport, "version": version,
-            "bucket_bytes": request.bucket_bytes or weights.DEFAULT_BUCKET_BYTES,
-            "seconds_left": context.time_remaining() if context is not None else None}, None, context)[0].meta_info
+            raise InvalidArgument(
+                f"PushWeightsRequest.dtype must be one of {list(weights.DTYPES)} or empty, got {request.dtype[:50]!r}"
+            )
+        reply = self._call(
+            "push_weights",
+            {
+                "dtype": request.dtype,
+                "rollout_address": request.rollout_address,
+                "transport": transport,
+                "version": version,
+                "bucket_bytes": request.bucket_bytes or weights.DEFAULT_BUCKET_BYTES,
+                "seconds_left": context.time_remaining() if context is not None else None,
+            },
+            None,
+            context,
+        )[0].meta_info
         if self.driver.handler.push_failure is not None:
             raise self.driver.handler.push_failure  # as the rollout said it (a refused version stays refused)
-        return actor_pb2.PushWeightsResponse(version=version, num_bytes=int(reply["num_bytes"]),
-                                             seconds=reply["seconds"])
+        return actor_pb2.PushWeightsResponse(
+            version=version, num_bytes=int(reply["num_bytes"]), seconds=reply["seconds"]
+        )
 
     def Offload(self, request, context) -> actor_pb2.OffloadResponse:
         self._require_init()
@@ -303,6 +350,3 @@ def _data(request: Payload) -> DataProto:
 
 def _values(mapping, where: str) -> dict:
     return {k: from_value(v, f"{where}.{k}") for k, v in mapping.items()}
-
-
-

@@ -13,8 +13,13 @@ import re
 
 CALL = re.compile(r"<calc>(.*?)(?:</calc>|$)", re.DOTALL)
 INTEGER = re.compile(r"-?\d+")
-OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-       ast.Mod: operator.mod}
+OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
 MAX_CHARS = 200  # an expression longer than this is refused
 MAX_DIGITS = 60  # and so is any value wider than this
 
@@ -72,5 +77,9 @@ class Calculator:
         numbers = INTEGER.findall(action)
         pred = numbers[-1] if numbers else None
         correct = pred is not None and self.truth is not None and pred == self.truth
-        return "", float(correct), True, {"acc": correct, "pred": pred, "tool_calls": self.calls,
-                                          "tool_errors": self.errors}
+        return (
+            "",
+            float(correct),
+            True,
+            {"acc": correct, "pred": pred, "tool_calls": self.calls, "tool_errors": self.errors},
+        )

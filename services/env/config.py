@@ -25,6 +25,8 @@ class EnvConfig:
     def __post_init__(self):
         if ":" not in self.env:
             raise ValueError(f"env must look like package.module:Class or path/to/file.py:Class, got {self.env!r}")
-        if min(self.max_episodes, self.max_action_chars, self.workers, self.processes) < 1 or min(
-                self.step_timeout, self.idle_timeout) <= 0:
+        if (
+            min(self.max_episodes, self.max_action_chars, self.workers, self.processes) < 1
+            or min(self.step_timeout, self.idle_timeout) <= 0
+        ):
             raise ValueError("max_episodes, max_action_chars, workers and processes must be >= 1, the timeouts > 0")

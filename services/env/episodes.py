@@ -50,8 +50,12 @@ class Episodes:
         try:
             out = run("reset", env.reset, json.loads(task_json), None if seed is None else int(seed))
             observation, info = out if isinstance(out, tuple) and len(out) == 2 else (out, {})
-            reply = {"observation": text(observation, "reset"), "reward": 0.0, "done": False,
-                     "info_json": info_json(info)}
+            reply = {
+                "observation": text(observation, "reset"),
+                "reward": 0.0,
+                "done": False,
+                "info_json": info_json(info),
+            }
         except EnvError:
             close(env)
             raise
@@ -108,15 +112,19 @@ def text(observation, what: str) -> str:
     if observation is None:
         return ""
     if not isinstance(observation, str):
-        raise EnvError("aborted", f"the environment's {what} returned a {type(observation).__name__} "
-                                  "observation; it must return text" + (" (or (text, info))" if what == "reset" else ""))
+        raise EnvError(
+            "aborted",
+            f"the environment's {what} returned a {type(observation).__name__} "
+            "observation; it must return text" + (" (or (text, info))" if what == "reset" else ""),
+        )
     return observation
 
 
 def checked_step(out) -> tuple[str, float, bool, object]:
     if not isinstance(out, tuple) or len(out) != 4:
-        raise EnvError("aborted", "the environment's step must return (observation, reward, done, info), got "
-                                  f"{type(out).__name__}")
+        raise EnvError(
+            "aborted", f"the environment's step must return (observation, reward, done, info), got {type(out).__name__}"
+        )
     observation, reward, done, info = out
     try:
         reward = float(reward)

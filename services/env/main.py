@@ -1,7 +1,7 @@
 """`meshrl serve env`: Python environments behind the EnvService, until SIGTERM.
 
-    meshrl serve env --env services.env.calculator:Calculator
-    meshrl serve env --env path/to/my_env.py:MyEnv --step-timeout 10
+meshrl serve env --env services.env.calculator:Calculator
+meshrl serve env --env path/to/my_env.py:MyEnv --step-timeout 10
 """
 
 import argparse

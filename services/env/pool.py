@@ -233,10 +233,13 @@ class EnvPool:
         try:
             reply = worker.call(request, time.monotonic() + timeout)
         except TimeoutError:
-            self._replace(worker, f"its worker was replaced after a hung {what} (one past --step-timeout "
-                                  f"{timeout:g} s)")
-            raise Aborted(f"the environment's {what} took longer than --step-timeout {timeout:g} s; the episode "
-                          "is over (its worker process was stopped and replaced)") from None
+            self._replace(
+                worker, f"its worker was replaced after a hung {what} (one past --step-timeout {timeout:g} s)"
+            )
+            raise Aborted(
+                f"the environment's {what} took longer than --step-timeout {timeout:g} s; the episode "
+                "is over (its worker process was stopped and replaced)"
+            ) from None
         except WorkerLost as e:
             raise Aborted(f"episode lost: {e}") from None
         if "error" in reply:

@@ -65,11 +65,20 @@ class EnvServicer:
             self.set_serving(serving)
 
     def Describe(self, request, context) -> common_pb2.ServiceInfo:
-        return common_pb2.ServiceInfo(service="env", backend="python", model=self.cfg.env, details={
-            "episodes_open": str(len(self.episodes)), "episodes_started": str(self.started),
-            "max_episodes": str(self.cfg.max_episodes), "step_timeout_s": str(self.cfg.step_timeout),
-            "processes": str(self.pool.size), "workers_replaced": str(self.pool.replaced),
-            "stop": json.dumps(self.pool.stop_strings)})
+        return common_pb2.ServiceInfo(
+            service="env",
+            backend="python",
+            model=self.cfg.env,
+            details={
+                "episodes_open": str(len(self.episodes)),
+                "episodes_started": str(self.started),
+                "max_episodes": str(self.cfg.max_episodes),
+                "step_timeout_s": str(self.cfg.step_timeout),
+                "processes": str(self.pool.size),
+                "workers_replaced": str(self.pool.replaced),
+                "stop": json.dumps(self.pool.stop_strings),
+            },
+        )
 
     def Reset(self, request, context) -> env_pb2.EnvReply:
         task_json = request.task_json or "{}"
@@ -77,14 +86,23 @@ class EnvServicer:
         self._reap()
         with self.lock:
             if len(self.episodes) >= self.cfg.max_episodes:
-                raise ResourceExhausted(f"{len(self.episodes)} episodes are open (--max-episodes): close or "
-                                        "finish some first")
+                raise ResourceExhausted(
+                    f"{len(self.episodes)} episodes are open (--max-episodes): close or finish some first"
+                )
             self.started += 1
         episode_id = uuid.uuid4().hex
         worker = self.pool.assign()
         try:
-            reply = self.pool.call(worker, {"op": "reset", "episode": episode_id, "task_json": task_json,
-                                            "seed": str(request.seed) if request.HasField("seed") else None}, "reset")
+            reply = self.pool.call(
+                worker,
+                {
+                    "op": "reset",
+                    "episode": episode_id,
+                    "task_json": task_json,
+                    "seed": str(request.seed) if request.HasField("seed") else None,
+                },
+                "reset",
+            )
         except BaseException:
             self.pool.release(worker)
             raise
@@ -94,22 +112,29 @@ class EnvServicer:
 
     def Step(self, request, context) -> env_pb2.EnvReply:
         if len(request.action) > self.cfg.max_action_chars:
-            raise InvalidArgument(f"action of {len(request.action)} characters exceeds --max-action-chars "
-                                  f"{self.cfg.max_action_chars}")
+            raise InvalidArgument(
+                f"action of {len(request.action)} characters exceeds --max-action-chars {self.cfg.max_action_chars}"
+            )
         episode = self._episode(request.episode_id)
         with episode.lock:
             episode.last_used = time.monotonic()
             try:
-                reply = self.pool.call(episode.worker, {"op": "step", "episode": request.episode_id,
-                                                        "action": request.action}, "step")
+                reply = self.pool.call(
+                    episode.worker, {"op": "step", "episode": request.episode_id, "action": request.action}, "step"
+                )
             except BaseException:
                 self._forget(request.episode_id)  # its worker has closed it, or is gone
                 raise
             episode.last_used = time.monotonic()
         if reply["done"]:
             self._forget(request.episode_id)  # closed by its worker
-        return env_pb2.EnvReply(episode_id=request.episode_id, observation=reply["observation"],
-                                reward=reply["reward"], done=reply["done"], info_json=reply["info_json"])
+        return env_pb2.EnvReply(
+            episode_id=request.episode_id,
+            observation=reply["observation"],
+            reward=reply["reward"],
+            done=reply["done"],
+            info_json=reply["info_json"],
+        )
 
     def Close(self, request, context) -> env_pb2.CloseResponse:
         return env_pb2.CloseResponse(closed=self._end(request.episode_id))
@@ -120,8 +145,10 @@ class EnvServicer:
         with self.lock:
             episode = self.episodes.get(episode_id)
         if episode is None:
-            raise FailedPrecondition(f"no episode {episode_id!r}: it finished, was closed, sat idle past "
-                                     f"{self.cfg.idle_timeout:g} s, or never started")
+            raise FailedPrecondition(
+                f"no episode {episode_id!r}: it finished, was closed, sat idle past "
+                f"{self.cfg.idle_timeout:g} s, or never started"
+            )
         if episode.worker.lost:
             self._forget(episode_id)
             raise Aborted(f"episode lost: {episode.worker.lost}")
@@ -147,8 +174,9 @@ class EnvServicer:
         worker."""
         cutoff = time.monotonic() - self.cfg.idle_timeout
         with self.lock:
-            idle = [k for k, e in self.episodes.items()
-                    if (e.last_used < cutoff or e.worker.lost) and not e.lock.locked()]
+            idle = [
+                k for k, e in self.episodes.items() if (e.last_used < cutoff or e.worker.lost) and not e.lock.locked()
+            ]
         for k in idle:
             self._end(k)
 

@@ -21,7 +21,8 @@ extra per-sample values (numbers, bools, strings) beside it.
 import functools
 import inspect
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -49,14 +50,19 @@ def by_keyword(fn: Callable, names: tuple[str, ...], spec: str) -> Callable:
     except (TypeError, ValueError):  # a builtin or C function: nothing to read, pass them all
         params = {}
     takes_all = not params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-    unknown = [n for n, p in params.items() if n not in names and p.default is p.empty
-               and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    unknown = [
+        n
+        for n, p in params.items()
+        if n not in names and p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
     positional_only = [n for n, p in params.items() if p.kind is p.POSITIONAL_ONLY]
     if not takes_all and names[1] not in params:  # it could not see the response it scores
         unknown = unknown or [f"(no {names[1]})"]
     if unknown or positional_only:
-        raise ValueError(f"{spec}: parameter(s) {unknown or positional_only} are not what verl passes; "
-                         f"it calls compute_score({', '.join(f'{n}=...' for n in names)}) by keyword")
+        raise ValueError(
+            f"{spec}: parameter(s) {unknown or positional_only} are not what verl passes; "
+            f"it calls compute_score({', '.join(f'{n}=...' for n in names)}) by keyword"
+        )
     passed = [n for n in names if takes_all or n in params]
 
     @functools.wraps(fn)
@@ -77,8 +83,10 @@ def check_result(result: Any) -> tuple[float, dict[str, Any]]:
     if isinstance(result, np.generic) or (type(result).__name__ == "Tensor" and result.numel() == 1):
         result = result.item()  # numpy or torch scalar
     if isinstance(result, bool) or not isinstance(result, (int, float)):
-        raise ValueError(f"the function returned a {type(result).__name__} ({result!r:.80}), expected a number "
-                         "or a dict with a number under 'score'")
+        raise ValueError(
+            f"the function returned a {type(result).__name__} ({result!r:.80}), expected a number "
+            "or a dict with a number under 'score'"
+        )
     if not math.isfinite(result):
         raise ValueError(f"the function returned {result}, expected a finite number")
     return float(result), extras

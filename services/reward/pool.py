@@ -97,12 +97,12 @@ class WorkerPool:
     def _replace(self, w: Worker, outcomes: list, error: str, timed_out: bool) -> None:
         """w failed on its current sample (the whole chunk when batched); re-queue the rest."""
         code = self._respawn(w)
-        failed = w.job[w.done:] if self.batched else w.job[w.done:w.done + 1]
+        failed = w.job[w.done :] if self.batched else w.job[w.done : w.done + 1]
         if not timed_out:
             error = f"{error} (exit code {code})"
         for i in failed:
             outcomes[i] = Outcome(error=error, timed_out=timed_out)
-        rest = w.job[w.done + len(failed):]
+        rest = w.job[w.done + len(failed) :]
         if rest:
             self._queue.appendleft(rest)
         log.warning("reward worker %s: %s; started a new one", w.proc.pid, error)
@@ -113,8 +113,9 @@ class WorkerPool:
             per_chunk = max(1, -(-len(samples) // self.num_workers))
         else:  # small chunks balance the load and bound what a crash re-queues
             per_chunk = max(1, min(self.chunk_size, -(-len(samples) // (self.num_workers * 4))))
-        self._queue = collections.deque(list(range(i, min(i + per_chunk, len(samples))))
-                                        for i in range(0, len(samples), per_chunk))
+        self._queue = collections.deque(
+            list(range(i, min(i + per_chunk, len(samples)))) for i in range(0, len(samples), per_chunk)
+        )
         self._samples = samples
         while self._queue or any(w.job for w in self.workers):
             for w in self.workers:

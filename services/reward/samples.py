@@ -49,18 +49,28 @@ def read_samples(data: DataProto) -> list[Sample]:
         rm = cols["reward_model"][i] if "reward_model" in cols else None
         if rm is not None and not isinstance(rm, dict):
             raise InvalidArgument(f"row {i}: reward_model is a {type(rm).__name__}, expected a dict with ground_truth")
-        out.append(Sample(source, prompt, response, (rm or {}).get("ground_truth"),
-                          cols["extra_info"][i] if "extra_info" in cols else None))
+        out.append(
+            Sample(
+                source,
+                prompt,
+                response,
+                (rm or {}).get("ground_truth"),
+                cols["extra_info"][i] if "extra_info" in cols else None,
+            )
+        )
     return out
 
 
-def build_reply(data: DataProto, samples: list[Sample], outcomes: list[Outcome], on_error: str,
-                error_score: float) -> tuple[DataProto, dict[str, float]]:
+def build_reply(
+    data: DataProto, samples: list[Sample], outcomes: list[Outcome], on_error: str, error_score: float
+) -> tuple[DataProto, dict[str, float]]:
     failed = [i for i, o in enumerate(outcomes) if o.error is not None]
     if failed and on_error == "fail":
         i = failed[0]
-        raise Aborted(f"row {i} (data_source {samples[i].data_source!r}): {outcomes[i].error}"
-                      f" ({len(failed)} of {len(outcomes)} samples failed)")
+        raise Aborted(
+            f"row {i} (data_source {samples[i].data_source!r}): {outcomes[i].error}"
+            f" ({len(failed)} of {len(outcomes)} samples failed)"
+        )
     scores = torch.tensor([error_score if o.error is not None else o.score for o in outcomes], dtype=torch.float32)
     tensors = {"scores": scores}
     if "response_mask" in data.batch:
@@ -72,9 +82,11 @@ def build_reply(data: DataProto, samples: list[Sample], outcomes: list[Outcome],
     columns: dict[str, list] = {k: [o.extras.get(k) for o in outcomes] for k in extra_keys}
     columns["reward_status"] = ["timeout" if o.timed_out else "error" if o.error else "ok" for o in outcomes]
     columns["reward_error"] = [o.error or "" for o in outcomes]
-    metrics = {"reward/score/mean": scores.mean().item() if len(scores) else 0.0,
-               "reward/num_failed": float(len(failed)),
-               "reward/num_timeout": float(sum(o.timed_out for o in outcomes))}
+    metrics = {
+        "reward/score/mean": scores.mean().item() if len(scores) else 0.0,
+        "reward/num_failed": float(len(failed)),
+        "reward/num_timeout": float(sum(o.timed_out for o in outcomes)),
+    }
     for k in extra_keys:
         values = [float(v) for v in columns[k] if isinstance(v, (int, float)) and math.isfinite(v)]
         if values:

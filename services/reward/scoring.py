@@ -37,8 +37,10 @@ class FunctionScorer:
             return self.pool.score(args)
         if self.batched:
             from services.reward.worker import score_batch
+
             return [Outcome(**r) for r in score_batch(self.fn, args)]
         from services.reward.worker import score_one
+
         return [Outcome(**score_one(self.fn, a)) for a in args]
 
     def close(self):
@@ -50,8 +52,9 @@ def check_builtin(samples: list[Sample]) -> None:
     """Bad rows for the built-in scorers are the caller's error: refuse the request naming the row."""
     for i, s in enumerate(samples):
         if s.data_source not in BY_DATA_SOURCE:
-            raise InvalidArgument(f"row {i}: no built-in scorer for data_source {s.data_source!r}; "
-                                  f"built-in: {sorted(BY_DATA_SOURCE)}")
+            raise InvalidArgument(
+                f"row {i}: no built-in scorer for data_source {s.data_source!r}; built-in: {sorted(BY_DATA_SOURCE)}"
+            )
         if s.ground_truth is None:
             raise InvalidArgument(f"row {i}: reward_model.ground_truth is missing")
 
@@ -73,19 +76,23 @@ class ModelScorer:
         if s.prompt_text is not None and self.tokenizer.chat_template:
             return self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": s.prompt_text}, {"role": "assistant", "content": s.response_text}],
-                tokenize=False)
+                tokenize=False,
+            )
         return (s.prompt_text or "") + s.response_text
 
     @torch.no_grad()
     def score(self, samples: list[Sample]) -> list[Outcome]:
         out = []
         for start in range(0, len(samples), self.batch_size):
-            texts = [self.text(s) for s in samples[start:start + self.batch_size]]
-            enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length,
-                                 return_tensors="pt").to(self.device)
+            texts = [self.text(s) for s in samples[start : start + self.batch_size]]
+            enc = self.tokenizer(
+                texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+            ).to(self.device)
             logits = self.model(**enc).logits[:, 0].float().cpu()
-            out += [Outcome(score=v) if torch.isfinite(torch.tensor(v)) else Outcome(error=f"model gave {v}")
-                    for v in logits.tolist()]
+            out += [
+                Outcome(score=v) if torch.isfinite(torch.tensor(v)) else Outcome(error=f"model gave {v}")
+                for v in logits.tolist()
+            ]
         return out
 
     def close(self):

@@ -1,8 +1,8 @@
 """The RewardService: decode the request, score, encode the reply. Nothing else lives here."""
 
-from meshrl.flags import settings_json
 from meshrl.codec import Payload
 from meshrl.errors import InvalidArgument
+from meshrl.flags import settings_json
 from meshrl.v1 import common_pb2, reward_pb2
 from services.reward.config import RewardConfig
 from services.reward.samples import build_reply, read_samples
@@ -19,9 +19,16 @@ class RewardServicer:
     def Describe(self, request, context) -> common_pb2.ServiceInfo:
         cfg = self.cfg
         return common_pb2.ServiceInfo(
-            service="reward", backend=cfg.backend, model=cfg.model or cfg.function or "builtin",
-            details={"workers": str(cfg.workers), "timeout": str(cfg.timeout), "on_error": cfg.on_error,
-                     "settings": settings_json(cfg)})
+            service="reward",
+            backend=cfg.backend,
+            model=cfg.model or cfg.function or "builtin",
+            details={
+                "workers": str(cfg.workers),
+                "timeout": str(cfg.timeout),
+                "on_error": cfg.on_error,
+                "settings": settings_json(cfg),
+            },
+        )
 
     def Score(self, request: Payload, context) -> Payload:
         if request.data is None:

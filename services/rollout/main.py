@@ -1,6 +1,6 @@
 """`meshrl serve rollout`: a vLLM (or HF) engine behind the RolloutService, until SIGTERM.
 
-    meshrl serve rollout --model models/tiny-lm --backend vllm --max-model-len 512
+meshrl serve rollout --model models/tiny-lm --backend vllm --max-model-len 512
 """
 
 import argparse

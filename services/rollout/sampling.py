@@ -43,7 +43,14 @@ def from_proto(p: rollout_pb2.SamplingParams) -> Sampling:
     if any(not s for s in p.stop):
         raise InvalidArgument("sampling.stop holds an empty string")
     greedy = p.greedy or p.temperature == 0
-    return Sampling(n=p.n, temperature=0.0 if greedy else p.temperature, top_p=p.top_p or 1.0,
-                    top_k=p.top_k if p.top_k > 0 else -1, max_new_tokens=p.max_new_tokens, stop=list(p.stop),
-                    stop_token_ids=list(p.stop_token_ids), seed=p.seed if p.HasField("seed") else None,
-                    logprobs=p.logprobs)
+    return Sampling(
+        n=p.n,
+        temperature=0.0 if greedy else p.temperature,
+        top_p=p.top_p or 1.0,
+        top_k=p.top_k if p.top_k > 0 else -1,
+        max_new_tokens=p.max_new_tokens,
+        stop=list(p.stop),
+        stop_token_ids=list(p.stop_token_ids),
+        seed=p.seed if p.HasField("seed") else None,
+        logprobs=p.logprobs,
+    )

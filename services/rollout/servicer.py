@@ -17,10 +17,10 @@ import threading
 
 from transformers import AutoConfig, AutoTokenizer
 
-from meshrl.flags import settings_json
 from meshrl.codec import Payload
 from meshrl.codec.rawbytes import decode_bytes_field
 from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument
+from meshrl.flags import settings_json
 from meshrl.rpc.methods import raw_request
 from meshrl.v1 import common_pb2, rollout_pb2
 from services.rollout import layout
@@ -34,6 +34,7 @@ SLEEP_PARTS = ("weights", "kv_cache")  # vLLM's sleep tags, in the order an engi
 @dataclasses.dataclass(eq=False)
 class Call:
     """A Generate in flight."""
+
     context: object
     interrupted: int | None = None  # the version of the update that stopped it
 
@@ -44,8 +45,10 @@ class Call:
 def make_backend(cfg: RolloutConfig):
     if cfg.backend == "vllm":
         from services.rollout.backend_vllm import VLLMBackend
+
         return VLLMBackend(cfg)
     from services.rollout.backend_hf import HFBackend
+
     return HFBackend(cfg)
 
 
@@ -71,12 +74,21 @@ class RolloutServicer:
 
     def Describe(self, request, context) -> common_pb2.ServiceInfo:
         return common_pb2.ServiceInfo(
-            service="rollout", model=self.cfg.model, backend=self.backend.name, weight_version=self.version,
+            service="rollout",
+            model=self.cfg.model,
+            backend=self.backend.name,
+            weight_version=self.version,
             world_size=self.cfg.tensor_parallel_size,
-            details={"sleeping": str(bool(self.asleep)).lower(), "max_model_len": str(self.cfg.max_model_len),
-                     "update_in_progress": str(self.receiver.in_progress).lower(),
-                     "torn": str(self.torn).lower(), "generations_in_flight": str(len(self.calls)),
-                     "concurrent": str(self.backend.concurrent).lower(), "settings": settings_json(self.cfg)})
+            details={
+                "sleeping": str(bool(self.asleep)).lower(),
+                "max_model_len": str(self.cfg.max_model_len),
+                "update_in_progress": str(self.receiver.in_progress).lower(),
+                "torn": str(self.torn).lower(),
+                "generations_in_flight": str(len(self.calls)),
+                "concurrent": str(self.backend.concurrent).lower(),
+                "settings": settings_json(self.cfg),
+            },
+        )
 
     def Generate(self, request: Payload, context) -> Payload:
         if request.data is None:
@@ -85,22 +97,29 @@ class RolloutServicer:
             raise InvalidArgument("GenerateRequest.sampling is missing")
         sampling = from_proto(request.msg.sampling)
         if len(request.data) * sampling.n > self.cfg.max_samples:
-            raise InvalidArgument(f"{len(request.data)} prompts x sampling.n {sampling.n} exceeds the rollout's "
-                                  f"limit of {self.cfg.max_samples} samples per Generate (--max-samples)")
-        prompts = layout.read_prompts(request.data, self.tokenizer, self.cfg.max_model_len, sampling.max_new_tokens,
-                                      self.vocab_size)
+            raise InvalidArgument(
+                f"{len(request.data)} prompts x sampling.n {sampling.n} exceeds the rollout's "
+                f"limit of {self.cfg.max_samples} samples per Generate (--max-samples)"
+            )
+        prompts = layout.read_prompts(
+            request.data, self.tokenizer, self.cfg.max_model_len, sampling.max_new_tokens, self.vocab_size
+        )
         with self.lock:
             if self.draining:
-                raise FailedPrecondition("a weight update or Sleep is waiting for the generations in flight: "
-                                         "send this after it")
+                raise FailedPrecondition(
+                    "a weight update or Sleep is waiting for the generations in flight: send this after it"
+                )
             if self.receiver.in_progress:
                 raise FailedPrecondition(f"weight update {self.receiver.version} is in progress: finish it first")
             if self.torn:
-                raise FailedPrecondition("the engine holds part of an abandoned weight update (it was sent in "
-                                         "buckets and never finished): push a complete update first")
+                raise FailedPrecondition(
+                    "the engine holds part of an abandoned weight update (it was sent in "
+                    "buckets and never finished): push a complete update first"
+                )
             if self.asleep:
-                raise FailedPrecondition(f"the rollout engine is asleep ({', '.join(sorted(self.asleep))}): "
-                                         "call WakeUp first")
+                raise FailedPrecondition(
+                    f"the rollout engine is asleep ({', '.join(sorted(self.asleep))}): call WakeUp first"
+                )
             call, version = Call(context), self.version
             self.calls.append(call)
         try:
@@ -110,8 +129,10 @@ class RolloutServicer:
                 completions = self.backend.generate(prompts, sampling, call.alive)
         except Aborted:
             if call.interrupted is not None:
-                raise Aborted(f"weight update {call.interrupted} interrupted this generation (the rollout runs "
-                              "with on_update=interrupt): send it again") from None
+                raise Aborted(
+                    f"weight update {call.interrupted} interrupted this generation (the rollout runs "
+                    "with on_update=interrupt): send it again"
+                ) from None
             raise
         finally:
             with self.lock:
@@ -126,8 +147,9 @@ class RolloutServicer:
             self._require_awake("loading weights")
             # a torn engine takes its own version again: the sender that broke off pushes what it had
             floor = self.version - 1 if self.torn else self.version
-            name = self.receiver.begin(request.version, request.transport, request.total_bytes,
-                                       request.bucket_bytes, floor)
+            name = self.receiver.begin(
+                request.version, request.transport, request.total_bytes, request.bucket_bytes, floor
+            )
             # checked and open (new Generates are refused): now the ones in flight finish or stop
             self._quiesce(request.version if self.cfg.on_update == "interrupt" else None)
             shm = request.transport == "shm"
@@ -175,8 +197,9 @@ class RolloutServicer:
 
     def _require_awake(self, doing: str) -> None:
         if "weights" in self.asleep:
-            raise FailedPrecondition(f"the rollout engine's weights are asleep: call WakeUp (tags: weights) "
-                                     f"before {doing}")
+            raise FailedPrecondition(
+                f"the rollout engine's weights are asleep: call WakeUp (tags: weights) before {doing}"
+            )
 
     def Sleep(self, request, context) -> rollout_pb2.SleepResponse:
         if request.level > 2:
@@ -208,8 +231,9 @@ class RolloutServicer:
     def _status(self, **kw) -> rollout_pb2.WeightUpdateStatus:
         r = self.receiver
         kw.setdefault("num_tensors", len(r.refs))
-        return rollout_pb2.WeightUpdateStatus(version=r.version or self.version, num_bytes=r.data_bytes,
-                                              in_progress=r.in_progress, **kw)
+        return rollout_pb2.WeightUpdateStatus(
+            version=r.version or self.version, num_bytes=r.data_bytes, in_progress=r.in_progress, **kw
+        )
 
     def close(self) -> None:
         self.receiver.close()

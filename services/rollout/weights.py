@@ -79,8 +79,10 @@ class WeightReceiver:
         if transport == "cuda_ipc" and not torch.cuda.is_available():
             raise InvalidArgument("cuda_ipc needs a GPU shared with the sender; use shm or stream")
         if not 0 < total_bytes <= self.max_bytes:
-            raise InvalidArgument(f"total_bytes must be in 1..{self.max_bytes} (this model's weights at 8 bytes "
-                                  f"an element), got {total_bytes}")
+            raise InvalidArgument(
+                f"total_bytes must be in 1..{self.max_bytes} (this model's weights at 8 bytes "
+                f"an element), got {total_bytes}"
+            )
         bucket_bytes = bucket_bytes or total_bytes
         if bucket_bytes > total_bytes:
             raise InvalidArgument(f"bucket_bytes {bucket_bytes} is more than total_bytes {total_bytes}")
@@ -126,8 +128,9 @@ class WeightReceiver:
             if ref.name not in self.expected:
                 raise InvalidArgument(f"tensor {ref.name!r} is not a parameter of this model")
             if list(ref.shape) != self.expected[ref.name]:
-                raise InvalidArgument(f"tensor {ref.name!r} has shape {list(ref.shape)}, "
-                                      f"the model's is {self.expected[ref.name]}")
+                raise InvalidArgument(
+                    f"tensor {ref.name!r} has shape {list(ref.shape)}, the model's is {self.expected[ref.name]}"
+                )
             if not ref_dtype(ref).is_floating_point:
                 raise InvalidArgument(f"tensor {ref.name!r}: weights must be floating point")
             if ref.offset + ref_nbytes(ref) > self.bucket_bytes:
@@ -149,9 +152,10 @@ class WeightReceiver:
                 raise InvalidArgument(f"bucket data are for the stream transport, not {self.transport}")
             end = b.data_offset + len(data)
             if end > self.bucket_bytes:
-                raise InvalidArgument(f"data at offset {b.data_offset} runs past the bucket's {self.bucket_bytes} "
-                                      "bytes")
-            self.segment.map[b.data_offset:end] = data
+                raise InvalidArgument(
+                    f"data at offset {b.data_offset} runs past the bucket's {self.bucket_bytes} bytes"
+                )
+            self.segment.map[b.data_offset : end] = data
             self.data_bytes += len(data)
 
     def _check_data(self, refs: list) -> None:

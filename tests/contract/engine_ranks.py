@@ -50,8 +50,13 @@ def batch():
     response_mask = torch.ones(B, T)
     response_mask[1, 4:] = 0  # a short response
     pos = (mask.cumsum(1) - 1).clamp(min=0)
-    return {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "responses": ids[:, P:],
-            "response_mask": response_mask}
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "position_ids": pos,
+        "responses": ids[:, P:],
+        "response_mask": response_mask,
+    }
 
 
 def main():
@@ -63,10 +68,13 @@ def main():
     else:
         dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    cfg = EngineConfig(engine=engine_name, mixed_precision="--mixed-precision" in flags,
-                       gradient_checkpointing="--grad-ckpt" in flags,
-                       hsdp_replicate=int(flags[flags.index("--hsdp") + 1]) if "--hsdp" in flags else 1,
-                       micro_batch_size=1)
+    cfg = EngineConfig(
+        engine=engine_name,
+        mixed_precision="--mixed-precision" in flags,
+        gradient_checkpointing="--grad-ckpt" in flags,
+        hsdp_replicate=int(flags[flags.index("--hsdp") + 1]) if "--hsdp" in flags else 1,
+        micro_batch_size=1,
+    )
     engine = build_engine(cfg, model, "causal", OptimConfig(lr=1e-3, grad_clip=0.0))
     full = batch()
     if "--cancel-at" in flags:
@@ -75,7 +83,7 @@ def main():
     mine = {k: v[rows] for k, v in full.items()}
     share = "--share" in flags
     size = 2 if share else 1
-    micro = [{k: v[i:i + size] for k, v in mine.items()} for i in range(0, len(mine["input_ids"]), size)]
+    micro = [{k: v[i : i + size] for k, v in mine.items()} for i in range(0, len(mine["input_ids"]), size)]
     total_tokens = full["response_mask"].sum().item()
 
     def logprobs(model, mb):
@@ -129,8 +137,12 @@ def gather_as_pushed(engine, out) -> dict:
         if share is not None:
             handles = share(b, tensors)
             if engine.rank == 0:
-                shared.append({"gpus": [h.device_uuid for h in handles],
-                               "same": all(h.handle == digest(tensors) for h in handles)})
+                shared.append(
+                    {
+                        "gpus": [h.device_uuid for h in handles],
+                        "same": all(h.handle == digest(tensors) for h in handles),
+                    }
+                )
     if engine.rank == 0 and share is not None:
         with open(os.path.join(out, "shared.json"), "w") as f:
             json.dump(shared, f)
@@ -138,8 +150,9 @@ def gather_as_pushed(engine, out) -> dict:
 
 
 def digest(tensors) -> bytes:
-    return hashlib.sha256(b"".join(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
-                                   for t in tensors)).digest()
+    return hashlib.sha256(
+        b"".join(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes() for t in tensors)
+    ).digest()
 
 
 class CpuBucket:
@@ -149,14 +162,15 @@ class CpuBucket:
         self.size = size
 
     def fill(self, tensors, bucket) -> rollout_pb2.CudaIpcHandle:
-        return rollout_pb2.CudaIpcHandle(device=dist.get_rank(), device_uuid=f"rank-{dist.get_rank()}",
-                                         handle=digest(tensors))
+        return rollout_pb2.CudaIpcHandle(
+            device=dist.get_rank(), device_uuid=f"rank-{dist.get_rank()}", handle=digest(tensors)
+        )
 
 
 def cancelled_update(engine, full, flags, out):
     value = lambda flag, default: int(flags[flags.index(flag) + 1]) if flag in flags else default  # noqa: E731
     rank, world, rows = dist.get_rank(), dist.get_world_size(), value("--rows", B)
-    mine = {k: v[rank * rows // world:(rank + 1) * rows // world] for k, v in full.items()}
+    mine = {k: v[rank * rows // world : (rank + 1) * rows // world] for k, v in full.items()}
     before = {k: v.detach().cpu().clone() for k, v in engine.full_state_dict().items()}
     stop_at = value("--cancel-at", 0)
     if rank == 0 and stop_at:
@@ -164,8 +178,9 @@ def cancelled_update(engine, full, flags, out):
         comm._alive = lambda: next(checks) < stop_at
     stats = {}
     try:
-        ActorRole(engine).update(DataProto(mine), "sft", parse_loss("actor", "sft", {"mini_batch_size": value(
-            "--mini", 2)}), rows, 1)
+        ActorRole(engine).update(
+            DataProto(mine), "sft", parse_loss("actor", "sft", {"mini_batch_size": value("--mini", 2)}), rows, 1
+        )
     except comm.Cancelled as e:
         stats = {**e.meta, "message": str(e)}
     stats["gradients"] = sum(p.grad is not None for p in engine.module.parameters())

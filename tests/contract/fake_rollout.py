@@ -22,8 +22,9 @@ class FakeRollout:
             if not context.is_active():
                 self.left.set()
                 break
-        return rollout_pb2.WeightUpdateStatus(version=request.version, in_progress=True, shm_segment=self.segment,
-                                              shm_nonce=self.nonce)
+        return rollout_pb2.WeightUpdateStatus(
+            version=request.version, in_progress=True, shm_segment=self.segment, shm_nonce=self.nonce
+        )
 
     def SendWeights(self, buckets, context) -> rollout_pb2.WeightUpdateStatus:
         for _ in buckets:  # the bytes (stream) are taken and dropped

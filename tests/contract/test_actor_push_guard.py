@@ -69,8 +69,12 @@ def test_a_push_writes_only_into_a_segment_of_ours_sealed_for_it(actor):
         made += [other, live, target, link, hard]
         link.symlink_to(other)
         os.link(target, hard)
-        cases = {"not our naming": (other.name, other_nonce), "a symlink": (link.name, other_nonce),
-                 "a second link": (hard.name, target_nonce), "sealed for another update": (live.name, os.urandom(32))}
+        cases = {
+            "not our naming": (other.name, other_nonce),
+            "a symlink": (link.name, other_nonce),
+            "a second link": (hard.name, target_nonce),
+            "sealed for another update": (live.name, os.urandom(32)),
+        }
         before = {p: digest(p) for p in (other, live, target)}
         for case, (name, nonce) in cases.items():
             server = serve(FakeRollout(name, nonce), port=0)
@@ -103,8 +107,10 @@ def test_a_push_stops_with_its_caller_and_holds_up_nothing(actor):
     stalled, quiet = FakeRollout(stall=stall), FakeRollout()
     servers = [serve(stalled, port=0), serve(quiet, port=0)]
     try:
-        first = threading.Thread(target=lambda: pytest.raises(ServiceError, push, actor, servers[0].address,
-                                                              timeout=3, transport="stream"), daemon=True)
+        first = threading.Thread(
+            target=lambda: pytest.raises(ServiceError, push, actor, servers[0].address, timeout=3, transport="stream"),
+            daemon=True,
+        )
         first.start()
         for _ in range(100):  # until the first push is at the stalled rollout (it holds the actor's ranks)
             if stalled.calls:
@@ -134,8 +140,10 @@ def test_sigterm_stops_an_actor_stuck_in_a_push(tiny_lm, tmp_path):
     stalled = FakeRollout(stall=stall)
     server = serve(stalled, port=0)
     try:
-        waiting = threading.Thread(target=lambda: pytest.raises(ServiceError, push, s, server.address, timeout=300,
-                                                                transport="stream"), daemon=True)
+        waiting = threading.Thread(
+            target=lambda: pytest.raises(ServiceError, push, s, server.address, timeout=300, transport="stream"),
+            daemon=True,
+        )
         waiting.start()
         for _ in range(100):
             if stalled.calls:

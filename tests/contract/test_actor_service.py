@@ -22,9 +22,11 @@ P, T = 5, 6
 
 class Service:
     def __init__(self, *args: str, root: str = tempfile.gettempdir()):  # pytest's tmp_path lies under it
-        self.proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", "actor", "--checkpoint-root", root,
-                                      *args],
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "meshrl.cli", "serve", "actor", "--checkpoint-root", root, *args],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         line = self.proc.stdout.readline()
         assert "listening on" in line, line
         self.client = Client(line.split()[-1], SERVICE, timeout=300)
@@ -51,16 +53,24 @@ def batch(rows=4, seed=0) -> DataProto:
     mask[0, :2] = 0
     response_mask = torch.ones(rows, T)
     response_mask[-1, 3:] = 0
-    return DataProto({"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
-                      "responses": ids[:, P:], "response_mask": response_mask})
+    return DataProto(
+        {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
+            "responses": ids[:, P:],
+            "response_mask": response_mask,
+        }
+    )
 
 
 def hf_logprobs(model_dir, data: DataProto) -> torch.Tensor:
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     b = data.batch
     with torch.no_grad():
-        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
-                       position_ids=b["position_ids"]).logits[:, -T - 1:-1]
+        logits = model(
+            input_ids=b["input_ids"], attention_mask=b["attention_mask"], position_ids=b["position_ids"]
+        ).logits[:, -T - 1 : -1]
     return torch.log_softmax(logits, -1).gather(-1, b["responses"].unsqueeze(-1)).squeeze(-1)
 
 
@@ -74,8 +84,9 @@ def seq_logprob(lp, data):
 
 @pytest.fixture(scope="module")
 def actor(tiny_lm):
-    s = Service("--role", "actor", "--model", str(tiny_lm), "--world-size", "2", "--lr", "1e-3",
-                "--micro-batch-size", "2")
+    s = Service(
+        "--role", "actor", "--model", str(tiny_lm), "--world-size", "2", "--lr", "1e-3", "--micro-batch-size", "2"
+    )
     yield s
     s.stop()
 
@@ -185,11 +196,15 @@ def test_an_on_policy_update_needs_no_old_logprob_pass(actor, tmp_path):
     assert torch.allclose(actor.logprobs(data), after_explicit, atol=1e-6)
     assert r2.metrics["actor/pg_loss"] == pytest.approx(r1.metrics["actor/pg_loss"], abs=1e-6)
     assert r2.metrics["actor/ppo_kl"] == 0 and r2.metrics["actor/grad_norm"] == pytest.approx(
-        r1.metrics["actor/grad_norm"], rel=1e-5)
+        r1.metrics["actor/grad_norm"], rel=1e-5
+    )
     assert r2.metrics["rollout/kl_to_actor"] == pytest.approx(0.5, abs=1e-5)
     for params, match in [({"mini_batch_size": 2}, "takes one optimizer step"), ({"epochs": 2}, "runs one epoch")]:
-        expect(grpc.StatusCode.INVALID_ARGUMENT,
-               lambda: actor.update(next_step(actor), "ppo", data, old_logprobs_key="", **params), match)
+        expect(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            lambda: actor.update(next_step(actor), "ppo", data, old_logprobs_key="", **params),  # noqa: B023 - called at once, in the loop
+            match,
+        )
 
 
 def test_dpo_raises_the_chosen_vs_rejected_margin(actor):
@@ -248,8 +263,11 @@ def test_checkpoints_stay_under_the_root_and_counters_are_bounded(tiny_lm, tmp_p
         bad = grpc.StatusCode.INVALID_ARGUMENT
         for path in (str(outside / "c"), "../outside/c", "escape/c", "/etc"):
             for method in ("SaveCheckpoint", "LoadCheckpoint"):
-                expect(bad, lambda: s.call(method, actor_pb2.CheckpointRequest(path=path)), "is outside this service's "
-                       "checkpoint root")
+                expect(
+                    bad,
+                    lambda: s.call(method, actor_pb2.CheckpointRequest(path=path)),  # noqa: B023 - called at once, in the loop
+                    "is outside this service's checkpoint root",
+                )
         assert not any(outside.iterdir())  # nothing was written there
         saved = s.call("SaveCheckpoint", actor_pb2.CheckpointRequest(path="run/c"))  # relative: under the root
         assert saved.path == str(root.resolve() / "run" / "c") and (root / "run" / "c" / "actor_service.json").is_file()
@@ -258,19 +276,23 @@ def test_checkpoints_stay_under_the_root_and_counters_are_bounded(tiny_lm, tmp_p
         expect(bad, lambda: s.update(2**63 - 1, "sft", data), "UpdateRequest.step must be in 1..")
         expect(bad, lambda: s.update(10_001, "sft", data), "is more than 10000 past the last applied step 0")
         assert s.update(1, "sft", data).metrics["actor/sft_loss"] > 0  # the service still trains
-        expect(bad, lambda: s.call("PushWeights", actor_pb2.PushWeightsRequest(rollout_address="127.0.0.1:1",
-                                                                               version=2**62)),
-               "PushWeightsRequest.version must be in 1..")
+        expect(
+            bad,
+            lambda: s.call("PushWeights", actor_pb2.PushWeightsRequest(rollout_address="127.0.0.1:1", version=2**62)),
+            "PushWeightsRequest.version must be in 1..",
+        )
     finally:
         s.stop()
 
 
 def long_update(service, step, **call):
     """An SFT update of 100 epochs x 16 mini-batches (1,600 optimizer steps): a minute or more here."""
-    spec = actor_pb2.LossSpec(name="sft", params={"epochs": to_value(100, "epochs"),
-                                                  "mini_batch_size": to_value(8, "mini_batch_size")})
-    return service.client.call("Update", Payload(actor_pb2.UpdateRequest(step=step, loss=spec), batch(rows=128)),
-                               **call)
+    spec = actor_pb2.LossSpec(
+        name="sft", params={"epochs": to_value(100, "epochs"), "mini_batch_size": to_value(8, "mini_batch_size")}
+    )
+    return service.client.call(
+        "Update", Payload(actor_pb2.UpdateRequest(step=step, loss=spec), batch(rows=128)), **call
+    )
 
 
 def test_an_update_whose_caller_goes_away_stops_between_micro_batches(tiny_lm, tmp_path):
@@ -280,8 +302,19 @@ def test_an_update_whose_caller_goes_away_stops_between_micro_batches(tiny_lm, t
     import threading
     import time
 
-    s = Service("--role", "actor", "--model", str(tiny_lm), "--world-size", "1", "--lr", "1e-3",
-                "--micro-batch-size", "2", root=str(tmp_path))
+    s = Service(
+        "--role",
+        "actor",
+        "--model",
+        str(tiny_lm),
+        "--world-size",
+        "1",
+        "--lr",
+        "1e-3",
+        "--micro-batch-size",
+        "2",
+        root=str(tmp_path),
+    )
     try:
         probe = batch(seed=3)
         s.call("SaveCheckpoint", actor_pb2.CheckpointRequest(path="c"))
@@ -295,9 +328,11 @@ def test_an_update_whose_caller_goes_away_stops_between_micro_batches(tiny_lm, t
             partial = s.call("Describe").details["partial"]
         taken = int(partial.split(" after ")[1].split()[0])
         assert 0 < taken < 1600 and "of its 1600 optimizer steps" in partial, partial
-        for call in (lambda: s.update(1, "sft", probe),
-                     lambda: s.call("SaveCheckpoint", actor_pb2.CheckpointRequest(path="d")),
-                     lambda: s.call("PushWeights", actor_pb2.PushWeightsRequest(rollout_address="127.0.0.1:1"))):
+        for call in (
+            lambda: s.update(1, "sft", probe),
+            lambda: s.call("SaveCheckpoint", actor_pb2.CheckpointRequest(path="d")),
+            lambda: s.call("PushWeights", actor_pb2.PushWeightsRequest(rollout_address="127.0.0.1:1")),
+        ):
             expect(grpc.StatusCode.FAILED_PRECONDITION, call, "LoadCheckpoint first")
         s.call("LoadCheckpoint", actor_pb2.CheckpointRequest(path="c"))
         assert torch.equal(s.logprobs(probe), saved) and s.call("Describe").details["partial"] == ""
@@ -317,8 +352,25 @@ def test_an_update_whose_caller_goes_away_stops_between_micro_batches(tiny_lm, t
 def test_the_lr_schedule_advances_once_per_update(tiny_lm, tmp_path):
     """Warm-up over 2 updates, then cosine to 10% at update 5, as verl counts them: each Update's two
     optimizer steps (mini-batches of 2 rows) run at that update's rate."""
-    s = Service("--role", "actor", "--model", str(tiny_lm), "--world-size", "1", "--lr", "1e-3", "--warmup-steps", "2",
-                "--total-steps", "5", "--lr-schedule", "cosine", "--min-lr-ratio", "0.1", root=str(tmp_path))
+    s = Service(
+        "--role",
+        "actor",
+        "--model",
+        str(tiny_lm),
+        "--world-size",
+        "1",
+        "--lr",
+        "1e-3",
+        "--warmup-steps",
+        "2",
+        "--total-steps",
+        "5",
+        "--lr-schedule",
+        "cosine",
+        "--min-lr-ratio",
+        "0.1",
+        root=str(tmp_path),
+    )
     try:
         replies = [s.update(step, "sft", batch(seed=step), mini_batch_size=2) for step in range(1, 6)]
     finally:
@@ -335,24 +387,39 @@ def test_offload_and_reload(actor):
 
 def test_push_weights_checks_its_request(actor):
     for address in ("", "127.0.0.1:70000", "rollout", "127.0.0.1:x"):  # port 70000 was dialled (as 4464)
-        expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: actor.call("PushWeights", actor_pb2.PushWeightsRequest(
-            rollout_address=address, version=1)), "must be HOST:PORT with a port in 1..65535")
+        expect(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            lambda: actor.call("PushWeights", actor_pb2.PushWeightsRequest(rollout_address=address, version=1)),  # noqa: B023 - called at once, in the loop
+            "must be HOST:PORT with a port in 1..65535",
+        )
     somewhere = {"rollout_address": "127.0.0.1:1", "version": 1}
-    expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: actor.call("PushWeights", actor_pb2.PushWeightsRequest(
-        transport="pigeon", **somewhere)), "transport must be one of")
-    expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: actor.call("PushWeights", actor_pb2.PushWeightsRequest(
-        bucket_bytes=8, **somewhere)), "bucket_bytes must be 0")
+    expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        lambda: actor.call("PushWeights", actor_pb2.PushWeightsRequest(transport="pigeon", **somewhere)),
+        "transport must be one of",
+    )
+    expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        lambda: actor.call("PushWeights", actor_pb2.PushWeightsRequest(bucket_bytes=8, **somewhere)),
+        "bucket_bytes must be 0",
+    )
 
 
 def test_init_over_rpc_ref_and_critic(tiny_lm):
     ref = Service("--role", "ref", "--world-size", "1")
-    critic = Service("--role", "critic", "--model", str(tiny_lm), "--world-size", "1", "--engine", "plain",
-                     "--lr", "1e-3")
+    critic = Service(
+        "--role", "critic", "--model", str(tiny_lm), "--world-size", "1", "--engine", "plain", "--lr", "1e-3"
+    )
     try:
         data = batch()
         expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: ref.logprobs(data, "ref_logprobs"), "call Init first")
-        expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: ref.call("Init", actor_pb2.InitRequest(
-            model=str(tiny_lm), engine={"engin": to_value("plain", "e")})), "unknown key(s) ['engin']")
+        expect(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            lambda: ref.call(
+                "Init", actor_pb2.InitRequest(model=str(tiny_lm), engine={"engin": to_value("plain", "e")})
+            ),
+            "unknown key(s) ['engin']",
+        )
         init = actor_pb2.InitRequest(model=str(tiny_lm), engine={"engine": to_value("plain", "e")})
         assert ref.call("Init", init).details["initialized"] == "true"
         assert ref.call("Init", init).role == "ref"  # the same settings again: fine
@@ -382,10 +449,17 @@ def ragged(seed: int) -> DataProto:
     prompts, responses = [5, 1, 2, 5, 1, 2, 1, 2], [6, 1, 2, 6, 1, 1, 1, 2]
     mask = torch.zeros(8, P + T, dtype=torch.long)
     for i, (p, r) in enumerate(zip(prompts, responses)):
-        mask[i, P - p:P + r] = 1
+        mask[i, P - p : P + r] = 1
     ids = torch.randint(4, 100, (8, P + T), generator=torch.Generator().manual_seed(seed)) * mask
-    return DataProto({"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
-                      "responses": ids[:, P:], "response_mask": mask[:, P:].float()})
+    return DataProto(
+        {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
+            "responses": ids[:, P:],
+            "response_mask": mask[:, P:].float(),
+        }
+    )
 
 
 def test_a_token_budget_gives_the_same_logprobs_and_updates(actor, tmp_path):
@@ -398,16 +472,27 @@ def test_a_token_budget_gives_the_same_logprobs_and_updates(actor, tmp_path):
     assert len(token_groups(parts[0], 16)) != len(token_groups(parts[1], 16))  # the ranks must agree
     actor.update(next_step(actor), "sft", batch(seed=5))
     actor.call("SaveCheckpoint", actor_pb2.CheckpointRequest(path=str(tmp_path / "c")))
-    budget = Service("--role", "actor", "--model", actor.call("Describe").model, "--world-size", "2", "--lr", "1e-3",
-                     "--micro-batch-tokens", "16")
+    budget = Service(
+        "--role",
+        "actor",
+        "--model",
+        actor.call("Describe").model,
+        "--world-size",
+        "2",
+        "--lr",
+        "1e-3",
+        "--micro-batch-tokens",
+        "16",
+    )
     try:
         budget.call("LoadCheckpoint", actor_pb2.CheckpointRequest(path=str(tmp_path / "c")))
         mask = data.batch["response_mask"]  # padding positions are 0 with a budget (they were never computed)
         same = lambda a, b: torch.allclose(a * mask, b * mask, atol=1e-5)  # noqa: E731
         lp = actor.logprobs(data)
         assert same(budget.logprobs(data), lp)
-        ppo = DataProto(dict(data.batch, actor_logprobs=lp,
-                             advantages=torch.linspace(-1, 1, 8)[:, None].expand(8, T).contiguous()))
+        ppo = DataProto(
+            dict(data.batch, actor_logprobs=lp, advantages=torch.linspace(-1, 1, 8)[:, None].expand(8, T).contiguous())
+        )
         step = next_step(actor)
         r1 = actor.update(step, "ppo", ppo, mini_batch_size=4)
         r2 = budget.update(step, "ppo", ppo, mini_batch_size=4)
@@ -435,8 +520,19 @@ def test_rows_that_share_a_prompt_run_it_once_with_the_same_results(actor, tmp_p
     data = DataProto(grouped([5, 2, 4], [[6, 1, 3, 2], [6, 6, 1, 4], [1, 2, 3, 4]], width=(P, T), seed=3))
     actor.update(next_step(actor), "sft", batch(seed=5))
     actor.call("SaveCheckpoint", actor_pb2.CheckpointRequest(path=str(tmp_path / "c")))
-    full = Service("--role", "actor", "--model", actor.call("Describe").model, "--world-size", "2", "--lr", "1e-3",
-                   "--micro-batch-size", "2", "--no-share-prompts")
+    full = Service(
+        "--role",
+        "actor",
+        "--model",
+        actor.call("Describe").model,
+        "--world-size",
+        "2",
+        "--lr",
+        "1e-3",
+        "--micro-batch-size",
+        "2",
+        "--no-share-prompts",
+    )
     try:
         full.call("LoadCheckpoint", actor_pb2.CheckpointRequest(path=str(tmp_path / "c")))
         mask = data.batch["response_mask"]

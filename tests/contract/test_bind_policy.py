@@ -30,8 +30,10 @@ def test_loopback_hosts(host):
     assert is_loopback(host)
 
 
-@pytest.mark.parametrize("host", ["0.0.0.0", "::", "[::]", "", "10.0.0.5", "192.168.1.2", "example.com",
-                                  "localhost.example.com", "::ffff:10.0.0.1"])
+@pytest.mark.parametrize(
+    "host",
+    ["0.0.0.0", "::", "[::]", "", "10.0.0.5", "192.168.1.2", "example.com", "localhost.example.com", "::ffff:10.0.0.1"],
+)
 def test_hosts_beyond_loopback(host):
     assert not is_loopback(host)
 
@@ -76,8 +78,18 @@ def test_meshrl_serve_names_the_flag(plain_env):
 
 
 def test_meshrl_serve_with_the_flag_listens_everywhere(plain_env):
-    cmd = [sys.executable, "-m", "meshrl.cli", "serve", "reward", "--workers", "0", "--host", "0.0.0.0",
-           "--insecure-bind"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "meshrl.cli",
+        "serve",
+        "reward",
+        "--workers",
+        "0",
+        "--host",
+        "0.0.0.0",
+        "--insecure-bind",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=plain_env)
     try:
         line = proc.stdout.readline()

@@ -45,11 +45,22 @@ def launch(world: int, engine: str, model, out: pathlib.Path, *flags: str) -> No
         pytest.skip(f"{world} NCCL ranks need {world} GPUs; this machine has {torch.cuda.device_count()}")
     out.mkdir(parents=True, exist_ok=True)
     port = str(free_port())
-    procs = [subprocess.Popen([sys.executable, str(HELPER), engine, str(model), str(out), *flags],
-                              env={**os.environ, "RANK": str(r), "WORLD_SIZE": str(world),
-                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port},
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(world)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(HELPER), engine, str(model), str(out), *flags],
+            env={
+                **os.environ,
+                "RANK": str(r),
+                "WORLD_SIZE": str(world),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": port,
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(world)
+    ]
     logs = [p.communicate(timeout=300)[0] for p in procs]
     for p, log in zip(procs, logs):
         assert p.returncode == 0, log[-3000:]
@@ -87,10 +98,18 @@ def test_plain_engine_learns(reference):
     assert after > before  # one NLL step raised the log-probs of the data
 
 
-@pytest.mark.parametrize("engine,flags", [("fsdp2", []), ("fsdp1", []), ("fsdp2", ["--hsdp", "2"]),
-                                          ("fsdp2", ["--grad-ckpt"]), ("fsdp2", ["--share"]), ("fsdp1", ["--share"])],
-                         ids=["fsdp2", "fsdp1", "hsdp", "fsdp2-gradient-checkpointing", "fsdp2-shared-prompts",
-                              "fsdp1-shared-prompts"])
+@pytest.mark.parametrize(
+    "engine,flags",
+    [
+        ("fsdp2", []),
+        ("fsdp1", []),
+        ("fsdp2", ["--hsdp", "2"]),
+        ("fsdp2", ["--grad-ckpt"]),
+        ("fsdp2", ["--share"]),
+        ("fsdp1", ["--share"]),
+    ],
+    ids=["fsdp2", "fsdp1", "hsdp", "fsdp2-gradient-checkpointing", "fsdp2-shared-prompts", "fsdp1-shared-prompts"],
+)
 def test_two_ranks_match_one_process(reference, tiny_lm, tmp_path, engine, flags):
     two = run(2, engine, tiny_lm, tmp_path, *flags)
     assert_same_step(reference, two)
@@ -124,8 +143,9 @@ def test_checkpoint_round_trip_and_hf_export(tiny_lm, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(hf)
     b = batch()
     with torch.no_grad():
-        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
-                       position_ids=b["position_ids"]).logits[:, P - 1:-1]
+        logits = model(
+            input_ids=b["input_ids"], attention_mask=b["attention_mask"], position_ids=b["position_ids"]
+        ).logits[:, P - 1 : -1]
     lp = torch.log_softmax(logits, -1).gather(-1, b["responses"].unsqueeze(-1)).squeeze(-1)
     assert lp.shape == (4, T) and torch.allclose(lp, trained["logprobs"], atol=1e-5)
     for k, v in model.state_dict().items():
@@ -134,8 +154,11 @@ def test_checkpoint_round_trip_and_hf_export(tiny_lm, tmp_path):
 
 def stopped_update(world: int, engine: str, model, out: pathlib.Path, *flags: str) -> dict:
     launch(world, engine, model, out, *flags)
-    return {"stats": json.loads((out / "stats.json").read_text()), "before": load_file(out / "before.safetensors"),
-            "weights": load_file(out / "weights.safetensors")}
+    return {
+        "stats": json.loads((out / "stats.json").read_text()),
+        "before": load_file(out / "before.safetensors"),
+        "weights": load_file(out / "weights.safetensors"),
+    }
 
 
 def same_weights(a: dict, b: dict) -> bool:
@@ -145,8 +168,7 @@ def same_weights(a: dict, b: dict) -> bool:
 @pytest.fixture(scope="module")
 def first_step_only(tiny_lm, tmp_path_factory):
     """An uncancelled SFT update on rows 0-1 alone: one optimizer step, the first of the 4-row update below."""
-    return stopped_update(1, "plain", tiny_lm, tmp_path_factory.mktemp("first"), "--cancel-at", "0",
-                          "--rows", "2")
+    return stopped_update(1, "plain", tiny_lm, tmp_path_factory.mktemp("first"), "--cancel-at", "0", "--rows", "2")
 
 
 @pytest.mark.parametrize("stop_at", [3, 4], ids=["between-steps", "mid-mini-batch"])

@@ -88,25 +88,34 @@ def test_reset_passes_the_task_and_seed(scripted):
     assert scripted.call("Close", env_pb2.CloseRequest(episode_id=r.episode_id)).closed
 
 
-@pytest.mark.parametrize("task_json, match", [
-    ("{not json", "task_json is not JSON"),
-    ("[1, 2]", "must be a JSON object"),
-    ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", "task_json is nested too deeply"),  # once INTERNAL
-])
+@pytest.mark.parametrize(
+    "task_json, match",
+    [
+        ("{not json", "task_json is not JSON"),
+        ("[1, 2]", "must be a JSON object"),
+        ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", "task_json is nested too deeply"),  # once INTERNAL
+    ],
+)
 def test_bad_tasks(scripted, task_json, match):
-    expect(grpc.StatusCode.INVALID_ARGUMENT,
-           lambda: scripted.call("Reset", env_pb2.ResetRequest(task_json=task_json)), match)
+    expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        lambda: scripted.call("Reset", env_pb2.ResetRequest(task_json=task_json)),
+        match,
+    )
 
 
-@pytest.mark.parametrize("action, code, match", [
-    ("crash", grpc.StatusCode.ABORTED, "failed in step: RuntimeError: the tool fell over"),
-    ("refuse", grpc.StatusCode.INVALID_ARGUMENT, "refused this in step: no such tool"),
-    ("hang", grpc.StatusCode.ABORTED, "took longer than --step-timeout 1 s"),
-    ("bad-type", grpc.StatusCode.ABORTED, "returned a int observation"),
-    ("bad-reward", grpc.StatusCode.ABORTED, "returned reward nan"),
-    ("short", grpc.StatusCode.ABORTED, "must return (observation, reward, done, info)"),
-    ("x" * 101, grpc.StatusCode.INVALID_ARGUMENT, "exceeds --max-action-chars 100"),
-])
+@pytest.mark.parametrize(
+    "action, code, match",
+    [
+        ("crash", grpc.StatusCode.ABORTED, "failed in step: RuntimeError: the tool fell over"),
+        ("refuse", grpc.StatusCode.INVALID_ARGUMENT, "refused this in step: no such tool"),
+        ("hang", grpc.StatusCode.ABORTED, "took longer than --step-timeout 1 s"),
+        ("bad-type", grpc.StatusCode.ABORTED, "returned a int observation"),
+        ("bad-reward", grpc.StatusCode.ABORTED, "returned reward nan"),
+        ("short", grpc.StatusCode.ABORTED, "must return (observation, reward, done, info)"),
+        ("x" * 101, grpc.StatusCode.INVALID_ARGUMENT, "exceeds --max-action-chars 100"),
+    ],
+)
 def test_a_failing_step_ends_its_episode_and_the_service_goes_on(scripted, action, code, match):
     r = reset(scripted)
     expect(code, lambda: step(scripted, r.episode_id, action), match)
@@ -136,8 +145,10 @@ def test_episode_limit_and_idle_episodes():
 
 def test_meshrl_serve_env_hosts_a_file_of_the_users(tmp_path):
     env_file = tmp_path / "my_env.py"
-    env_file.write_text("class Echo:\n    def reset(self, task, seed=None):\n        return 'hi'\n"
-                        "    def step(self, action):\n        return action.upper(), 1.0, True, {}\n")
+    env_file.write_text(
+        "class Echo:\n    def reset(self, task, seed=None):\n        return 'hi'\n"
+        "    def step(self, action):\n        return action.upper(), 1.0, True, {}\n"
+    )
     proc, address = launch(["env", "--env", f"{env_file}:Echo"])
     try:
         with Client(address, SERVICE, timeout=60) as client:
@@ -163,8 +174,11 @@ def test_hung_steps_are_stopped_and_later_episodes_run():
     try:
         for _ in range(3):
             r = reset(client)
-            expect(grpc.StatusCode.ABORTED, lambda: step(client, r.episode_id, "forever"),
-                   "took longer than --step-timeout 1 s")
+            expect(
+                grpc.StatusCode.ABORTED,
+                lambda: step(client, r.episode_id, "forever"),  # noqa: B023 - called at once, in the loop
+                "took longer than --step-timeout 1 s",
+            )
         r = reset(client, {"n": 1})
         assert r.observation == "task 1 seed None" and step(client, r.episode_id, "done").done
         assert client.health(SERVICE.full_name) == "SERVING"
@@ -179,8 +193,11 @@ def test_episodes_of_a_replaced_worker_are_lost_with_a_clear_status():
     try:
         hung, beside = reset(client), reset(client)  # one worker process: both live in it
         expect(grpc.StatusCode.ABORTED, lambda: step(client, hung.episode_id, "forever"), "--step-timeout")
-        expect(grpc.StatusCode.ABORTED, lambda: step(client, beside.episode_id, "hi"),
-               "episode lost: its worker was replaced after a hung step")
+        expect(
+            grpc.StatusCode.ABORTED,
+            lambda: step(client, beside.episode_id, "hi"),
+            "episode lost: its worker was replaced after a hung step",
+        )
         expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: step(client, beside.episode_id, "hi"), "no episode")
         fresh = reset(client)
         assert step(client, fresh.episode_id, "hi").observation == "echo hi"

@@ -40,8 +40,10 @@ def test_long_non_ascii_details_keep_their_status(client, char):
     message = "bad field: " + char * 2500
     for _ in range(5):  # between gRPC's soft and hard metadata limits a refusal is random
         with pytest.raises(ServiceError) as e:
-            client.call("Score", Payload(reward_pb2.ScoreRequest(),
-                                         DataProto({"x": torch.ones(1, 1)}, meta_info={"message": message})))
+            client.call(
+                "Score",
+                Payload(reward_pb2.ScoreRequest(), DataProto({"x": torch.ones(1, 1)}, meta_info={"message": message})),
+            )
         assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT, e.value.details
         assert e.value.details.startswith("bad field: " + char * 10)
         assert len(e.value.details.encode()) <= MAX_DETAILS

@@ -30,29 +30,78 @@ ROLLOUT = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
 ACTOR = actor_pb2.DESCRIPTOR.services_by_name["ActorService"]
 BAD = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.DEADLINE_EXCEEDED}
 SEQUENCE = ["input_ids", "attention_mask", "position_ids"]
-RESPONSE = ["responses", "response_mask", "advantages", "returns", "values", "actor_logprobs", "ref_logprobs",
-            "old_log_probs", "token_level_scores", "rollout_logprobs"]
+RESPONSE = [
+    "responses",
+    "response_mask",
+    "advantages",
+    "returns",
+    "values",
+    "actor_logprobs",
+    "ref_logprobs",
+    "old_log_probs",
+    "token_level_scores",
+    "rollout_logprobs",
+]
 COLUMNS = ["prompt", "uid", "data_source", "reward_model", "extra_info", "response_text", "x" * 300]
 INTS = [0, 1, 2, 5, 31, 63, 64, 127, 255, 256, 10**4, 2**31 - 1, 2**31, 2**53, 2**63 - 1, -1, -(2**63)]
 FLOATS = [0.0, 1.0, -1.0, 0.5, 1e-30, 1e30, math.inf, -math.inf, math.nan]
-TEXT = st.one_of(st.sampled_from(["", "x", "1+1=", "../..", "/etc/passwd", "\x00", "é" * 50, "x" * 10_000,
-                                  "127.0.0.1:1", "shm", "stream", "cuda_ipc", "ppo", "dpo", "sft", "value"]),
-                 st.text(max_size=20))
-PACK = {data_pb2.FLOAT32: "f", data_pb2.FLOAT64: "d", data_pb2.INT64: "q", data_pb2.INT32: "i",
-        data_pb2.INT8: "b", data_pb2.UINT8: "B", data_pb2.BOOL: "B"}
+TEXT = st.one_of(
+    st.sampled_from(
+        [
+            "",
+            "x",
+            "1+1=",
+            "../..",
+            "/etc/passwd",
+            "\x00",
+            "é" * 50,
+            "x" * 10_000,
+            "127.0.0.1:1",
+            "shm",
+            "stream",
+            "cuda_ipc",
+            "ppo",
+            "dpo",
+            "sft",
+            "value",
+        ]
+    ),
+    st.text(max_size=20),
+)
+PACK = {
+    data_pb2.FLOAT32: "f",
+    data_pb2.FLOAT64: "d",
+    data_pb2.INT64: "q",
+    data_pb2.INT32: "i",
+    data_pb2.INT8: "b",
+    data_pb2.UINT8: "B",
+    data_pb2.BOOL: "B",
+}
 
 
 def value(depth: int = 0):
-    leaves = [st.builds(lambda: data_pb2.Value(null_value=True)), st.builds(lambda b: data_pb2.Value(bool_value=b),
-              st.booleans()), st.builds(lambda i: data_pb2.Value(int_value=i), st.sampled_from(INTS)),
-              st.builds(lambda f: data_pb2.Value(float_value=f), st.sampled_from(FLOATS)),
-              st.builds(lambda s: data_pb2.Value(string_value=s), TEXT)]
+    leaves = [
+        st.builds(lambda: data_pb2.Value(null_value=True)),
+        st.builds(lambda b: data_pb2.Value(bool_value=b), st.booleans()),
+        st.builds(lambda i: data_pb2.Value(int_value=i), st.sampled_from(INTS)),
+        st.builds(lambda f: data_pb2.Value(float_value=f), st.sampled_from(FLOATS)),
+        st.builds(lambda s: data_pb2.Value(string_value=s), TEXT),
+    ]
     if depth < 2:
-        leaves.append(st.builds(lambda vs: data_pb2.Value(list_value=data_pb2.ListValue(values=vs)),
-                                st.lists(value(depth + 1), max_size=3)))
-        leaves.append(st.builds(lambda kv: data_pb2.Value(map_value=data_pb2.MapValue(fields=kv)),
-                                st.dictionaries(st.sampled_from(["role", "content", "ground_truth", "x"]),
-                                                value(depth + 1), max_size=3)))
+        leaves.append(
+            st.builds(
+                lambda vs: data_pb2.Value(list_value=data_pb2.ListValue(values=vs)),
+                st.lists(value(depth + 1), max_size=3),
+            )
+        )
+        leaves.append(
+            st.builds(
+                lambda kv: data_pb2.Value(map_value=data_pb2.MapValue(fields=kv)),
+                st.dictionaries(
+                    st.sampled_from(["role", "content", "ground_truth", "x"]), value(depth + 1), max_size=3
+                ),
+            )
+        )
     return st.one_of(leaves)
 
 
@@ -86,10 +135,14 @@ def sound_batch(rows: int, prompt: int, response: int) -> data_pb2.DataProto:
 
     def t(name, dtype, values, w):
         return data_pb2.Tensor(name=name, dtype=dtype, shape=[rows, w], data=pack(dtype, values))
+
     ids = [4 + (i * 7) % 50 for i in range(rows * width)]
-    tensors = [t("input_ids", data_pb2.INT64, ids, width), t("attention_mask", data_pb2.INT64, [1] * len(ids), width),
-               t("position_ids", data_pb2.INT64, [i % width for i in range(len(ids))], width),
-               t("responses", data_pb2.INT64, [4 + i % 50 for i in range(rows * response)], response)]
+    tensors = [
+        t("input_ids", data_pb2.INT64, ids, width),
+        t("attention_mask", data_pb2.INT64, [1] * len(ids), width),
+        t("position_ids", data_pb2.INT64, [i % width for i in range(len(ids))], width),
+        t("responses", data_pb2.INT64, [4 + i % 50 for i in range(rows * response)], response),
+    ]
     tensors += [t(n, data_pb2.FLOAT32, [0.5] * (rows * response), response) for n in RESPONSE[1:]]
 
     def strings(*v):
@@ -97,11 +150,29 @@ def sound_batch(rows: int, prompt: int, response: int) -> data_pb2.DataProto:
 
     def values(v):
         return data_pb2.Column(values=[v] * rows)
-    chat = data_pb2.Value(list_value=data_pb2.ListValue(values=[data_pb2.Value(map_value=data_pb2.MapValue(
-        fields={"role": data_pb2.Value(string_value="user"), "content": data_pb2.Value(string_value="1+1=")}))]))
+
+    chat = data_pb2.Value(
+        list_value=data_pb2.ListValue(
+            values=[
+                data_pb2.Value(
+                    map_value=data_pb2.MapValue(
+                        fields={
+                            "role": data_pb2.Value(string_value="user"),
+                            "content": data_pb2.Value(string_value="1+1="),
+                        }
+                    )
+                )
+            ]
+        )
+    )
     truth = data_pb2.Value(map_value=data_pb2.MapValue(fields={"ground_truth": data_pb2.Value(string_value="2")}))
-    columns = {"prompt": values(chat), "uid": strings("u"), "data_source": strings("arithmetic"),
-               "reward_model": values(truth), "response_text": strings("2")}
+    columns = {
+        "prompt": values(chat),
+        "uid": strings("u"),
+        "data_source": strings("arithmetic"),
+        "reward_model": values(truth),
+        "response_text": strings("2"),
+    }
     return data_pb2.DataProto(tensors=tensors, non_tensors=columns, num_rows=rows)
 
 
@@ -125,10 +196,14 @@ def batch(draw):
     tensors = [draw(wild_tensor(n, rows, prompt + response if n in SEQUENCE else response)) for n in names]
     cols = {c: column(draw, rows) for c in draw(st.lists(st.sampled_from(COLUMNS), unique=True, max_size=3))}
     meta = draw(st.dictionaries(st.sampled_from(["temperature", "step", "x"]), value(), max_size=2))
-    counts = draw(st.sampled_from([(rows, 0, 0), (rows, 0, rows), (rows + 1, 0, 0), (rows, 1, 2), (2**40, 0, 0),
-                                   (rows, 0, 2**63)]))
-    return data_pb2.DataProto(tensors=tensors, non_tensors=cols, meta=meta, num_rows=counts[0],
-                              row_offset=counts[1], total_rows=counts[2])
+    counts = draw(
+        st.sampled_from(
+            [(rows, 0, 0), (rows, 0, rows), (rows + 1, 0, 0), (rows, 1, 2), (2**40, 0, 0), (rows, 0, 2**63)]
+        )
+    )
+    return data_pb2.DataProto(
+        tensors=tensors, non_tensors=cols, meta=meta, num_rows=counts[0], row_offset=counts[1], total_rows=counts[2]
+    )
 
 
 def column(draw, rows: int) -> data_pb2.Column:
@@ -155,15 +230,21 @@ def field_value(field, depth: int):
         return st.binary(max_size=32)
     if t == F.TYPE_ENUM:
         return st.sampled_from([v.number for v in field.enum_type.values])
-    lo, hi = {F.TYPE_INT32: (-2**31, 2**31 - 1), F.TYPE_UINT32: (0, 2**32 - 1), F.TYPE_UINT64: (0, 2**64 - 1),
-              F.TYPE_SFIXED32: (-2**31, 2**31 - 1), F.TYPE_FIXED32: (0, 2**32 - 1),
-              F.TYPE_FIXED64: (0, 2**64 - 1)}.get(t, (-2**63, 2**63 - 1))
+    lo, hi = {
+        F.TYPE_INT32: (-(2**31), 2**31 - 1),
+        F.TYPE_UINT32: (0, 2**32 - 1),
+        F.TYPE_UINT64: (0, 2**64 - 1),
+        F.TYPE_SFIXED32: (-(2**31), 2**31 - 1),
+        F.TYPE_FIXED32: (0, 2**32 - 1),
+        F.TYPE_FIXED64: (0, 2**64 - 1),
+    }.get(t, (-(2**63), 2**63 - 1))
     return st.one_of(st.sampled_from([v for v in INTS if lo <= v <= hi] + [lo, hi]), st.integers(lo, hi))
 
 
 @st.composite
 def _message(draw, descriptor, depth: int):
     from google.protobuf import message_factory
+
     cls = message_factory.GetMessageClass(descriptor)
     if descriptor.full_name == "meshrl.v1.DataProto":
         return draw(batch())
@@ -206,21 +287,35 @@ def message(descriptor, depth: int = 0):
 @st.composite
 def request(draw, service):
     """(method, list of raw request messages): random bytes, or one or more messages from the proto."""
-    carriers = [m for m in service.methods if "data" in m.input_type.fields_by_name
-                and m.input_type.fields_by_name["data"].message_type is not None]
+    carriers = [
+        m
+        for m in service.methods
+        if "data" in m.input_type.fields_by_name and m.input_type.fields_by_name["data"].message_type is not None
+    ]
     method = draw(st.sampled_from([*service.methods, *carriers, *carriers]))  # the batch methods go deepest
     if draw(st.integers(0, 4)) == 0:
         parts = draw(st.lists(st.binary(max_size=200), min_size=1, max_size=3))
     else:
-        parts = [m.SerializeToString() for m in
-                 draw(st.lists(message(method.input_type), min_size=1,
-                                     max_size=draw(st.sampled_from([1, 1, 1, 2])) if method.client_streaming else 1))]
+        parts = [
+            m.SerializeToString()
+            for m in draw(
+                st.lists(
+                    message(method.input_type),
+                    min_size=1,
+                    max_size=draw(st.sampled_from([1, 1, 1, 2])) if method.client_streaming else 1,
+                )
+            )
+        ]
     return method, parts
 
 
 def call(channel, method, parts, token_metadata=()):
-    kind = {(False, False): channel.unary_unary, (True, False): channel.stream_unary,
-            (False, True): channel.unary_stream, (True, True): channel.stream_stream}
+    kind = {
+        (False, False): channel.unary_unary,
+        (True, False): channel.stream_unary,
+        (False, True): channel.unary_stream,
+        (True, True): channel.stream_stream,
+    }
     stub = kind[(method.client_streaming, method.server_streaming)](method_path(method))
     reply = stub(iter(parts) if method.client_streaming else parts[0], timeout=60, metadata=token_metadata)
     if method.server_streaming:
@@ -230,8 +325,9 @@ def call(channel, method, parts, token_metadata=()):
 def fuzz(address: str, service, healthy, examples: int):
     channel = grpc.insecure_channel(address)
 
-    @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+    )
     @given(request(service))
     def one(req):
         method, parts = req
@@ -266,8 +362,11 @@ def rollout(tiny_lm):
 @pytest.fixture(scope="module")
 def actor(tiny_lm, tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz_ckpt")
-    proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", "actor", "--model", str(tiny_lm),
-                             "--checkpoint-root", str(root)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "meshrl.cli", "serve", "actor", "--model", str(tiny_lm), "--checkpoint-root", str(root)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline()
     assert "listening on" in line, line
     yield line.split()[-1]
@@ -276,15 +375,25 @@ def actor(tiny_lm, tmp_path_factory):
 
 
 def chat_batch(rows=2):
-    return DataProto(non_tensor_batch={"prompt": [[{"role": "user", "content": "1+1="}]] * rows,
-                                       "uid": [f"u{i}" for i in range(rows)]})
+    return DataProto(
+        non_tensor_batch={
+            "prompt": [[{"role": "user", "content": "1+1="}]] * rows,
+            "uid": [f"u{i}" for i in range(rows)],
+        }
+    )
 
 
 def test_the_reward_service_survives_any_request(reward):
     def healthy():
-        scores = RewardClient(reward, timeout=60).score(DataProto(non_tensor_batch={
-            "response_text": ["2", "3"], "data_source": ["arithmetic"] * 2,
-            "reward_model": [{"ground_truth": "2"}] * 2}))
+        scores = RewardClient(reward, timeout=60).score(
+            DataProto(
+                non_tensor_batch={
+                    "response_text": ["2", "3"],
+                    "data_source": ["arithmetic"] * 2,
+                    "reward_model": [{"ground_truth": "2"}] * 2,
+                }
+            )
+        )
         assert scores.scores.tolist() == [1.0, 0.0]
 
     fuzz(reward, REWARD, healthy, examples=200)
@@ -294,8 +403,15 @@ def test_the_rollout_service_survives_any_request(rollout):
     def healthy():
         client = Client(rollout, ROLLOUT, timeout=60)
         client.call("WakeUp")
-        out = client.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=rollout_pb2.SamplingParams(
-            n=2, temperature=1.0, max_new_tokens=4, logprobs=True)), chat_batch()))
+        out = client.call(
+            "Generate",
+            Payload(
+                rollout_pb2.GenerateRequest(
+                    sampling=rollout_pb2.SamplingParams(n=2, temperature=1.0, max_new_tokens=4, logprobs=True)
+                ),
+                chat_batch(),
+            ),
+        )
         assert len(out.data) == 4
 
     fuzz(rollout, ROLLOUT, healthy, examples=300)
@@ -313,6 +429,7 @@ def test_the_actor_service_survives_any_request(actor):
 def test_the_issues_cases_are_the_callers_mistakes(rollout, reward, actor, tiny_lm):
     """The cases found by hand before the fuzzer: bad wire format, token ids past the vocabulary (they
     reached the model), a response mask of width 0, an error quoting a 10,000-character name."""
+
     def status(address, method, parts):
         try:
             call(grpc.insecure_channel(address), method, parts)
@@ -326,13 +443,15 @@ def test_the_issues_cases_are_the_callers_mistakes(rollout, reward, actor, tiny_
     past = sound_batch(1, 3, 2)
     past.tensors[0].data = pack(data_pb2.INT64, [4, 10**6, 5, 6, 7])
     sampling = rollout_pb2.SamplingParams(n=1, max_new_tokens=2, temperature=1.0)
-    code, details = status(rollout, generate, [rollout_pb2.GenerateRequest(data=past, sampling=sampling)
-                                               .SerializeToString()])
+    code, details = status(
+        rollout, generate, [rollout_pb2.GenerateRequest(data=past, sampling=sampling).SerializeToString()]
+    )
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "token id 1000000 is outside the vocabulary" in details
     code, details = status(actor, logprobs, [actor_pb2.BatchRequest(data=past).SerializeToString()])
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "'input_ids' holds values outside" in details
-    many = rollout_pb2.GenerateRequest(data=sound_batch(2, 3, 2), sampling=rollout_pb2.SamplingParams(
-        n=2**31, max_new_tokens=2, temperature=1.0))
+    many = rollout_pb2.GenerateRequest(
+        data=sound_batch(2, 3, 2), sampling=rollout_pb2.SamplingParams(n=2**31, max_new_tokens=2, temperature=1.0)
+    )
     code, details = status(rollout, generate, [many.SerializeToString()])
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "exceeds the rollout's limit of 64 samples" in details
     empty = sound_batch(2, 3, 2)

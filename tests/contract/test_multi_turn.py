@@ -8,7 +8,6 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from meshrl.rpc import Client, Server
-from meshrl.v1 import env_pb2, rollout_pb2
 from orchestrator import multi_turn
 from orchestrator.config import load_config
 from orchestrator.data import PromptDataset
@@ -21,6 +20,7 @@ from services.rollout.servicer import RolloutServicer
 
 class Scripted:
     """Answers turn k with "result k"; done after DONE_AT turns; the task "crash" fails at its second turn."""
+
     DONE_AT = 3
 
     def reset(self, task, seed=None):
@@ -40,11 +40,26 @@ def mesh(tiny_lm, arithmetic_data):
     rollout = RolloutServicer(RolloutConfig(model=str(tiny_lm), backend="hf", max_model_len=128))
     env = EnvServicer(EnvConfig(step_timeout=10), Scripted)
     servers = [Server([rollout]).start(), Server([env]).start()]
-    cfg = load_config(None, [f"data.train_files={arithmetic_data['train']}", f"actor.model={tiny_lm}",
-                             "rollout.n=2", "rollout.max_new_tokens=5", "rollout.multi_turn=true",
-                             "rollout.max_turns=4", "rollout.max_response_tokens=60", "rollout.concurrency=8"])
-    m = Mesh(cfg, {"rollout": Client(servers[0].address, RolloutServicer.SERVICE, timeout=120),
-                   "env": Client(servers[1].address, EnvServicer.SERVICE, timeout=120)})
+    cfg = load_config(
+        None,
+        [
+            f"data.train_files={arithmetic_data['train']}",
+            f"actor.model={tiny_lm}",
+            "rollout.n=2",
+            "rollout.max_new_tokens=5",
+            "rollout.multi_turn=true",
+            "rollout.max_turns=4",
+            "rollout.max_response_tokens=60",
+            "rollout.concurrency=8",
+        ],
+    )
+    m = Mesh(
+        cfg,
+        {
+            "rollout": Client(servers[0].address, RolloutServicer.SERVICE, timeout=120),
+            "env": Client(servers[1].address, EnvServicer.SERVICE, timeout=120),
+        },
+    )
     m.tokenizer = AutoTokenizer.from_pretrained(tiny_lm)
     yield m
     for s in servers:
@@ -54,8 +69,9 @@ def mesh(tiny_lm, arithmetic_data):
 
 
 def prompts(mesh, rows: int, truths=None):
-    data = PromptDataset(mesh.cfg.data.train_files, mesh.tokenizer, 64).batch(list(range(rows)),
-                                                                              [f"u{i}" for i in range(rows)])
+    data = PromptDataset(mesh.cfg.data.train_files, mesh.tokenizer, 64).batch(
+        list(range(rows)), [f"u{i}" for i in range(rows)]
+    )
     if truths is not None:
         data.non_tensor_batch["reward_model"] = [{"ground_truth": t} for t in truths]
     return data
@@ -78,7 +94,9 @@ def test_trajectories_token_by_token(mesh, tiny_lm):
         for a, b in spans:
             policy[a:b] = 1
         assert torch.equal(mask[:length], policy) and mask[length:].sum() == 0
-        assert (lp[:length][policy == 1] < 0).all() and (lp[:length][policy == 0] == 0).all() and (lp[length:] == 0).all()
+        assert (
+            (lp[:length][policy == 1] < 0).all() and (lp[:length][policy == 0] == 0).all() and (lp[length:] == 0).all()
+        )
         # between the turns, exactly the tokens of the observations; before the first, the reset's
         first = "start" if i // 2 % 2 else ""
         observations = [first, " result 1", " result 2"]
@@ -87,10 +105,13 @@ def test_trajectories_token_by_token(mesh, tiny_lm):
             expected = tok(text, add_special_tokens=False)["input_ids"] if text else []
             assert response[start:a].tolist() == expected
         # each policy token's log-prob is the model's, given everything before it (observations included)
-        ids = gen.batch["input_ids"][i:i + 1]
+        ids = gen.batch["input_ids"][i : i + 1]
         with torch.no_grad():
-            logits = model(input_ids=ids, attention_mask=gen.batch["attention_mask"][i:i + 1],
-                           position_ids=gen.batch["position_ids"][i:i + 1]).logits[0, P - 1:-1]
+            logits = model(
+                input_ids=ids,
+                attention_mask=gen.batch["attention_mask"][i : i + 1],
+                position_ids=gen.batch["position_ids"][i : i + 1],
+            ).logits[0, P - 1 : -1]
         ref = torch.log_softmax(logits.float(), -1).gather(-1, response[:, None]).squeeze(-1)
         assert torch.allclose(ref[:length][policy == 1], lp[:length][policy == 1], atol=1e-4)
     assert torch.allclose(scored.scores, torch.full((6,), 0.75))
@@ -103,8 +124,9 @@ def test_trajectories_token_by_token(mesh, tiny_lm):
 def test_limits_and_a_failing_environment_end_only_their_trajectory(mesh):
     mesh.cfg.rollout.max_turns = 2  # the scripted episode needs 3: cut at 2, its episode closed
     try:
-        gen, scored, _ = multi_turn.sample(mesh, prompts(mesh, 2, truths=["7", "crash"]), seed=1,
-                                           tokenizer=mesh.tokenizer)
+        gen, scored, _ = multi_turn.sample(
+            mesh, prompts(mesh, 2, truths=["7", "crash"]), seed=1, tokenizer=mesh.tokenizer
+        )
     finally:
         mesh.cfg.rollout.max_turns = 4
     errors = list(gen.non_tensor_batch["env_error"])

@@ -54,6 +54,7 @@ def test_clients_past_capacity_all_get_served():
     # Before the queue and the retries, 6 of the 8 failed with RESOURCE_EXHAUSTED.
     server = serve(EchoScorer(), max_workers=2)
     try:
+
         def call():
             with Client(server.address, SERVICE, timeout=60) as c:
                 return c.call("Score", request(1.0)).data.batch["scores"].tolist()
@@ -71,7 +72,8 @@ def test_a_call_waits_for_a_slot_rather_than_failing():
     server = serve(EchoScorer(), max_workers=1)
     try:
         threads, _, errors = in_background(
-            lambda: Client(server.address, SERVICE, timeout=30).call("Score", request(0.5)), 1)
+            lambda: Client(server.address, SERVICE, timeout=30).call("Score", request(0.5)), 1
+        )
         time.sleep(0.2)  # the slow call holds the only slot
         assert raw_score(server.address)  # no retry of ours: it waited in the queue
         threads[0].join()
@@ -84,7 +86,8 @@ def test_past_the_queue_a_refusal_carries_a_retry_after_hint():
     server = serve(EchoScorer(), max_workers=1, queue=1)
     try:
         threads, _, errors = in_background(
-            lambda: Client(server.address, SERVICE, timeout=30).call("Score", request(2.0)), 2)
+            lambda: Client(server.address, SERVICE, timeout=30).call("Score", request(2.0)), 2
+        )
         time.sleep(0.5)  # one call runs, one waits: the queue is full
         with pytest.raises(grpc.RpcError) as e:
             raw_score(server.address)

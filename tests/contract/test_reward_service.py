@@ -37,17 +37,23 @@ def rules():
 
 @pytest.fixture(scope="module")
 def user_fn():
-    server, servicer, client = start(RewardConfig(function=f"{FUNCS}:compute_score", workers=2, timeout=1.0,
-                                                  on_error="score", error_score=-1.0))
+    server, servicer, client = start(
+        RewardConfig(function=f"{FUNCS}:compute_score", workers=2, timeout=1.0, on_error="score", error_score=-1.0)
+    )
     yield client
     server.stop(0)
     servicer.close()
 
 
 def samples(responses, truths, source="arithmetic", **columns):
-    return DataProto(non_tensor_batch={
-        "response_text": responses, "data_source": [source] * len(responses),
-        "reward_model": [{"ground_truth": g} for g in truths], **columns})
+    return DataProto(
+        non_tensor_batch={
+            "response_text": responses,
+            "data_source": [source] * len(responses),
+            "reward_model": [{"ground_truth": g} for g in truths],
+            **columns,
+        }
+    )
 
 
 def test_describe(rules):
@@ -64,10 +70,13 @@ def test_rule_scores_in_order_with_extras(rules):
 
 
 def test_mixed_data_sources_pick_their_scorers(rules):
-    batch = DataProto(non_tensor_batch={
-        "response_text": ["7", "#### 1,000", "\\boxed{\\frac{1}{2}}"],
-        "data_source": ["arithmetic", "openai/gsm8k", "lighteval/MATH"],
-        "reward_model": [{"ground_truth": "7"}, {"ground_truth": "1000"}, {"ground_truth": "0.5"}]})
+    batch = DataProto(
+        non_tensor_batch={
+            "response_text": ["7", "#### 1,000", "\\boxed{\\frac{1}{2}}"],
+            "data_source": ["arithmetic", "openai/gsm8k", "lighteval/MATH"],
+            "reward_model": [{"ground_truth": "7"}, {"ground_truth": "1000"}, {"ground_truth": "0.5"}],
+        }
+    )
     assert rules.score(batch).scores.tolist() == [1.0, 1.0, 1.0]
 
 
@@ -86,16 +95,28 @@ def test_a_large_batch_streams_and_keeps_its_order(rules):
     assert out.scores.tolist() == [float(i % 3 != 0) for i in range(n)]
 
 
-@pytest.mark.parametrize("batch,match", [
-    (DataProto(non_tensor_batch={"data_source": ["arithmetic"]}), "column 'response_text' is missing"),
-    (samples([7], ["7"]), "row 0: response_text is a int, not text"),
-    (DataProto(non_tensor_batch={"response_text": ["7", "8"], "data_source": ["arithmetic"] * 2,
-                                 "reward_model": [{"ground_truth": "7"}, {"style": "rule"}]}),
-     "row 1: reward_model.ground_truth is missing"),
-    (samples(["7"], ["7"], source="unknown/set"), "row 0: no built-in scorer for data_source 'unknown/set'"),
-    (DataProto(non_tensor_batch={"response_text": ["7"], "data_source": ["arithmetic"], "reward_model": ["7"]}),
-     "row 0: reward_model is a str"),
-])
+@pytest.mark.parametrize(
+    "batch,match",
+    [
+        (DataProto(non_tensor_batch={"data_source": ["arithmetic"]}), "column 'response_text' is missing"),
+        (samples([7], ["7"]), "row 0: response_text is a int, not text"),
+        (
+            DataProto(
+                non_tensor_batch={
+                    "response_text": ["7", "8"],
+                    "data_source": ["arithmetic"] * 2,
+                    "reward_model": [{"ground_truth": "7"}, {"style": "rule"}],
+                }
+            ),
+            "row 1: reward_model.ground_truth is missing",
+        ),
+        (samples(["7"], ["7"], source="unknown/set"), "row 0: no built-in scorer for data_source 'unknown/set'"),
+        (
+            DataProto(non_tensor_batch={"response_text": ["7"], "data_source": ["arithmetic"], "reward_model": ["7"]}),
+            "row 0: reward_model is a str",
+        ),
+    ],
+)
 def test_bad_input_is_invalid_argument_then_the_service_goes_on(rules, batch, match):
     with pytest.raises(ServiceError) as e:
         rules.score(batch)
@@ -142,9 +163,15 @@ def test_batched_user_function():
         servicer.close()
 
 
-@pytest.mark.parametrize("name, batched, workers", [
-    ("compute_score_batched_reordered", True, 1), ("compute_score_batched_reordered", True, 0),
-    ("compute_score_keyword_only", False, 1), ("compute_score_keyword_only", False, 0)])
+@pytest.mark.parametrize(
+    "name, batched, workers",
+    [
+        ("compute_score_batched_reordered", True, 1),
+        ("compute_score_batched_reordered", True, 0),
+        ("compute_score_keyword_only", False, 1),
+        ("compute_score_keyword_only", False, 0),
+    ],
+)
 def test_arguments_are_passed_by_keyword_as_verl_does(name, batched, workers):
     """Another parameter order used to score everything 0 with status ok; keyword-only parameters failed."""
     server, servicer, client = start(RewardConfig(function=f"{FUNCS}:{name}", batched=batched, workers=workers))
@@ -160,8 +187,11 @@ def test_arguments_are_passed_by_keyword_as_verl_does(name, batched, workers):
 def test_a_function_verl_could_not_call_is_refused_at_start(tmp_path):
     f = tmp_path / "r.py"
     f.write_text("def compute_score(source, text, truth):\n    return 1.0\n")
-    with pytest.raises(ValueError, match=r"parameter\(s\) \['source', 'text', 'truth'\] are not what verl passes; "
-                                         r"it calls compute_score\(data_source=..., solution_str=..."):
+    with pytest.raises(
+        ValueError,
+        match=r"parameter\(s\) \['source', 'text', 'truth'\] are not what verl passes; "
+        r"it calls compute_score\(data_source=..., solution_str=...",
+    ):
         RewardServicer(RewardConfig(function=f"{f}:compute_score", workers=0))
 
 
@@ -222,6 +252,7 @@ def test_concurrent_clients(rules):
 
 class WrongCount:
     """A remote reward server that answers with one score too few (not ours: any server may)."""
+
     SERVICE = reward_pb2.DESCRIPTOR.services_by_name["RewardService"]
 
     def Score(self, request, context):
@@ -239,8 +270,9 @@ def test_client_refuses_a_reply_with_the_wrong_number_of_scores():
 
 
 def test_meshrl_serve_reward_cli(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", "reward", "--workers", "1"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "meshrl.cli", "serve", "reward", "--workers", "1"], stdout=subprocess.PIPE, text=True
+    )
     try:
         line = proc.stdout.readline()
         assert "listening on 127.0.0.1:" in line, line

@@ -29,14 +29,19 @@ def rollout(tiny_lm):
 
 
 def chats(*questions):
-    return DataProto(non_tensor_batch={"prompt": [[{"role": "user", "content": q}] for q in questions],
-                                       "uid": [f"u{i}" for i in range(len(questions))]})
+    return DataProto(
+        non_tensor_batch={
+            "prompt": [[{"role": "user", "content": q}] for q in questions],
+            "uid": [f"u{i}" for i in range(len(questions))],
+        }
+    )
 
 
 def generate(client, data, **sampling):
     sampling = {"n": 1, "temperature": 1.0, "max_new_tokens": 8, "logprobs": True, **sampling}
-    return client.call("Generate", Payload(rollout_pb2.GenerateRequest(
-        sampling=rollout_pb2.SamplingParams(**sampling)), data))
+    return client.call(
+        "Generate", Payload(rollout_pb2.GenerateRequest(sampling=rollout_pb2.SamplingParams(**sampling)), data)
+    )
 
 
 def expect(code, fn, match):
@@ -82,29 +87,43 @@ def test_a_prompt_sampled_n_times_runs_once_with_the_same_results(rollout, tiny_
     questions = chats("3+4=", "12+7=", "5+5=")
     one = generate(rollout, questions, greedy=True).data.batch["responses"]
     three = generate(rollout, questions, greedy=True, n=3).data.batch["responses"]
-    assert torch.equal(three, one.repeat_interleave(3, 0)[:, :three.shape[1]])
+    assert torch.equal(three, one.repeat_interleave(3, 0)[:, : three.shape[1]])
     d = generate(rollout, questions, n=4, seed=3).data
     T = d.batch["responses"].shape[1]
     model = AutoModelForCausalLM.from_pretrained(tiny_lm).eval()
     with torch.no_grad():
-        logits = model(input_ids=d.batch["input_ids"], attention_mask=d.batch["attention_mask"],
-                       position_ids=d.batch["position_ids"]).logits[:, -T - 1:-1]
+        logits = model(
+            input_ids=d.batch["input_ids"],
+            attention_mask=d.batch["attention_mask"],
+            position_ids=d.batch["position_ids"],
+        ).logits[:, -T - 1 : -1]
     local = torch.log_softmax(logits, -1).gather(-1, d.batch["responses"].unsqueeze(-1)).squeeze(-1)
     assert torch.allclose(local * d.batch["response_mask"], d.batch["rollout_logprobs"], atol=1e-4)
 
 
-@pytest.mark.parametrize("data,sampling,match", [
-    (chats("1+1="), {"n": 0}, "sampling.n must be >= 1"),
-    (chats("1+1="), {"max_new_tokens": 0}, "max_new_tokens must be >= 1"),
-    (chats("1+1="), {"top_p": 1.5}, "top_p must be in"),
-    (chats("1+1="), {"temperature": -1.0}, "temperature must be a finite number >= 0"),
-    (chats("1+1=" * 30), {}, "row 0: prompt of"),
-    (DataProto({"input_ids": torch.zeros(2, 3, dtype=torch.long), "attention_mask": torch.tensor([[1, 1, 1], [0, 0, 0]])}),
-     {}, "row 1: empty prompt"),
-    (DataProto(non_tensor_batch={"text": ["hi"]}), {}, "needs input_ids + attention_mask"),
-    (DataProto(non_tensor_batch={"prompt": [5]}), {}, "row 0: a prompt is a string or a non-empty list"),
-    (DataProto(non_tensor_batch={"prompt": [[{"content": "hi"}]]}), {}, "row 0: message 0 must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "data,sampling,match",
+    [
+        (chats("1+1="), {"n": 0}, "sampling.n must be >= 1"),
+        (chats("1+1="), {"max_new_tokens": 0}, "max_new_tokens must be >= 1"),
+        (chats("1+1="), {"top_p": 1.5}, "top_p must be in"),
+        (chats("1+1="), {"temperature": -1.0}, "temperature must be a finite number >= 0"),
+        (chats("1+1=" * 30), {}, "row 0: prompt of"),
+        (
+            DataProto(
+                {
+                    "input_ids": torch.zeros(2, 3, dtype=torch.long),
+                    "attention_mask": torch.tensor([[1, 1, 1], [0, 0, 0]]),
+                }
+            ),
+            {},
+            "row 1: empty prompt",
+        ),
+        (DataProto(non_tensor_batch={"text": ["hi"]}), {}, "needs input_ids + attention_mask"),
+        (DataProto(non_tensor_batch={"prompt": [5]}), {}, "row 0: a prompt is a string or a non-empty list"),
+        (DataProto(non_tensor_batch={"prompt": [[{"content": "hi"}]]}), {}, "row 0: message 0 must be a mapping"),
+    ],
+)
 def test_bad_generate_requests(rollout, data, sampling, match):
     expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: generate(rollout, data, **sampling), match)
 
@@ -142,12 +161,22 @@ def test_bad_weight_updates_keep_the_old_weights(rollout, tiny_lm):
     old = grpc.StatusCode.FAILED_PRECONDITION
 
     def begin(version, transport="shm", size=total):
-        return rollout.call("BeginWeightUpdate", rollout_pb2.BeginWeightUpdateRequest(
-            version=version, transport=transport, total_bytes=size))
+        return rollout.call(
+            "BeginWeightUpdate",
+            rollout_pb2.BeginWeightUpdateRequest(version=version, transport=transport, total_bytes=size),
+        )
 
     expect(bad, lambda: begin(v + 1, size=512 << 20), "total_bytes must be in 1..")  # no /dev/shm on a word
-    expect(bad, lambda: rollout.call("BeginWeightUpdate", rollout_pb2.BeginWeightUpdateRequest(
-        version=v + 1, transport="shm", total_bytes=total, bucket_bytes=total + 1)), "is more than total_bytes")
+    expect(
+        bad,
+        lambda: rollout.call(
+            "BeginWeightUpdate",
+            rollout_pb2.BeginWeightUpdateRequest(
+                version=v + 1, transport="shm", total_bytes=total, bucket_bytes=total + 1
+            ),
+        ),
+        "is more than total_bytes",
+    )
 
     def send(*buckets):
         return rollout.call_stream("SendWeights", buckets)
@@ -172,11 +201,17 @@ def test_bad_weight_updates_keep_the_old_weights(rollout, tiny_lm):
     expect(bad, lambda: finish(v + 1), "update incomplete: 0 of")
     begin(v + 1)
     handle = rollout_pb2.CudaIpcHandle(device=0, handle=b"h", device_uuid="GPU-x")
-    expect(bad, lambda: send(rollout_pb2.WeightBucket(version=v + 1, refs=refs, cuda_ipc=handle)),
-           "CUDA IPC handle came for the shm transport")
+    expect(
+        bad,
+        lambda: send(rollout_pb2.WeightBucket(version=v + 1, refs=refs, cuda_ipc=handle)),
+        "CUDA IPC handle came for the shm transport",
+    )
     begin(v + 1)
-    expect(bad, lambda: send(rollout_pb2.WeightBucket(version=v + 1, refs=refs, cuda_ipc_copies=[handle])),
-           "cuda_ipc_copies without WeightBucket.cuda_ipc")
+    expect(
+        bad,
+        lambda: send(rollout_pb2.WeightBucket(version=v + 1, refs=refs, cuda_ipc_copies=[handle])),
+        "cuda_ipc_copies without WeightBucket.cuda_ipc",
+    )
     expect(bad, lambda: begin(v + 1, "carrier-pigeon"), "transport must be one of")
     expect(bad, lambda: begin(2**63 - 1), "BeginWeightUpdateRequest.version must be in 1..")  # used to pin it
     after = generate(rollout, probe, temperature=0.0)
@@ -204,9 +239,15 @@ def test_an_abandoned_bucketed_update_is_refused_until_a_complete_one(rollout, t
     v = rollout.call("Describe").weight_version
     named = current_weights(tiny_lm, 0.9)
     buckets = weights.plan([(k, t.dtype, list(t.shape)) for k, t in named.items()], 1 << 20)
-    begun = rollout.call("BeginWeightUpdate", rollout_pb2.BeginWeightUpdateRequest(
-        version=v + 1, transport="stream", total_bytes=sum(b.size for b in buckets),
-        bucket_bytes=max(b.size for b in buckets)))
+    begun = rollout.call(
+        "BeginWeightUpdate",
+        rollout_pb2.BeginWeightUpdateRequest(
+            version=v + 1,
+            transport="stream",
+            total_bytes=sum(b.size for b in buckets),
+            bucket_bytes=max(b.size for b in buckets),
+        ),
+    )
     assert begun.in_progress
     first = buckets[0]
     rollout.call_stream("SendWeights", weights._stream(v + 1, first, [named[r.name] for r in first.refs]))
@@ -248,14 +289,20 @@ def test_sleep_and_wake(rollout, tiny_lm):
     assert rollout.call("Describe").details["sleeping"] == "true"
     expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: generate(rollout, probe), "asleep")
     version = before.msg.weight_version + 1
-    expect(grpc.StatusCode.FAILED_PRECONDITION,
-           lambda: weights.push_state(rollout, current_weights(tiny_lm, 1.3), version, "shm"), "WakeUp")
+    expect(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        lambda: weights.push_state(rollout, current_weights(tiny_lm, 1.3), version, "shm"),
+        "WakeUp",
+    )
     half = rollout.call("WakeUp", rollout_pb2.SleepRequest(tags=["weights"]))
     assert half.sleeping and list(half.asleep) == ["kv_cache"]
     weights.push_state(rollout, current_weights(tiny_lm, 1.3), version, "shm")
     expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: generate(rollout, probe), "kv_cache")
-    expect(grpc.StatusCode.INVALID_ARGUMENT,
-           lambda: rollout.call("WakeUp", rollout_pb2.SleepRequest(tags=["optimizer"])), "optimizer")
+    expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        lambda: rollout.call("WakeUp", rollout_pb2.SleepRequest(tags=["optimizer"])),
+        "optimizer",
+    )
     expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: rollout.call("Sleep", rollout_pb2.SleepRequest(level=3)), "level")
     assert not rollout.call("WakeUp", rollout_pb2.SleepRequest()).sleeping
     after = generate(rollout, probe, temperature=0.0)
@@ -268,8 +315,13 @@ def test_cuda_ipc_is_refused_without_a_gpu(rollout):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     v = rollout.call("Describe").weight_version + 1
-    expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: rollout.call("BeginWeightUpdate", rollout_pb2.BeginWeightUpdateRequest(
-        version=v, transport="cuda_ipc", total_bytes=64)), "cuda_ipc needs a GPU")
+    expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        lambda: rollout.call(
+            "BeginWeightUpdate", rollout_pb2.BeginWeightUpdateRequest(version=v, transport="cuda_ipc", total_bytes=64)
+        ),
+        "cuda_ipc needs a GPU",
+    )
 
 
 def test_a_cancelled_generate_stops_and_frees_the_engine(rollout):
@@ -279,8 +331,16 @@ def test_a_cancelled_generate_stops_and_frees_the_engine(rollout):
 
     start = time.monotonic()
     with pytest.raises(ServiceError) as e:
-        rollout.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=rollout_pb2.SamplingParams(
-            n=2000, temperature=1.0, max_new_tokens=40)), chats("1+1=", "2+2=", "3+3=", "4+4=")), timeout=1)
+        rollout.call(
+            "Generate",
+            Payload(
+                rollout_pb2.GenerateRequest(
+                    sampling=rollout_pb2.SamplingParams(n=2000, temperature=1.0, max_new_tokens=40)
+                ),
+                chats("1+1=", "2+2=", "3+3=", "4+4="),
+            ),
+            timeout=1,
+        )
     assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
     assert len(generate(rollout, chats("5+5=")).data) == 1
     assert time.monotonic() - start < 15
@@ -295,16 +355,38 @@ def test_sigterm_stops_a_busy_rollout_within_seconds(tiny_lm):
     import threading
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "serve", "rollout", "--backend", "hf",
-                             "--model", str(tiny_lm), "--max-model-len", "64"], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "meshrl.cli",
+            "serve",
+            "rollout",
+            "--backend",
+            "hf",
+            "--model",
+            str(tiny_lm),
+            "--max-model-len",
+            "64",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline()
     assert "listening on" in line, line
     client, outcome = Client(line.split()[-1], SERVICE, timeout=120, retries=0), {}
 
     def busy():
         try:
-            client.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=rollout_pb2.SamplingParams(
-                n=2000, temperature=1.0, max_new_tokens=40)), chats("1+1=", "2+2=", "3+3=", "4+4=")))
+            client.call(
+                "Generate",
+                Payload(
+                    rollout_pb2.GenerateRequest(
+                        sampling=rollout_pb2.SamplingParams(n=2000, temperature=1.0, max_new_tokens=40)
+                    ),
+                    chats("1+1=", "2+2=", "3+3=", "4+4="),
+                ),
+            )
         except ServiceError as e:
             outcome["code"] = e.code
 
@@ -342,8 +424,9 @@ def test_a_push_meets_a_generation_in_flight(tiny_lm, on_update):
 
     def long():
         try:
-            out["long"] = generate(client, chats("1+1=", "2+2="), n=100 if on_update == "wait" else 2000,
-                                   max_new_tokens=40)
+            out["long"] = generate(
+                client, chats("1+1=", "2+2="), n=100 if on_update == "wait" else 2000, max_new_tokens=40
+            )
         except ServiceError as e:
             out["long"] = e
         out["long_end"] = time.monotonic()
@@ -360,8 +443,11 @@ def test_a_push_meets_a_generation_in_flight(tiny_lm, on_update):
         second.start()
         if on_update == "wait":
             wait_until(lambda: servicer.draining)
-            expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: generate(client, chats("3+3=")),
-                   "waiting for the generations in flight")
+            expect(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                lambda: generate(client, chats("3+3=")),
+                "waiting for the generations in flight",
+            )
         first.join(120)
         second.join(120)
         if on_update == "wait":

@@ -57,8 +57,11 @@ def test_health_command(server):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         free = s.getsockname()[1]
-    down = subprocess.run([sys.executable, "-m", "meshrl.cli", "health", f"127.0.0.1:{free}", "--timeout", "1"],
-                          capture_output=True, text=True)
+    down = subprocess.run(
+        [sys.executable, "-m", "meshrl.cli", "health", f"127.0.0.1:{free}", "--timeout", "1"],
+        capture_output=True,
+        text=True,
+    )
     assert down.returncode == 1 and "UNAVAILABLE" in down.stderr
 
 
@@ -66,12 +69,15 @@ def test_reflection_lists_and_describes_services(server):
     with grpc.insecure_channel(server.address) as ch:
         stub = reflection_pb2_grpc.ServerReflectionStub(ch)
         md = (("authorization", f"Bearer {TOKEN}"),)
-        [reply] = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
-                                            metadata=md)
+        [reply] = stub.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), metadata=md
+        )
         names = {s.name for s in reply.list_services_response.service}
         assert {"meshrl.v1.RewardService", "grpc.health.v1.Health"} <= names
-        [reply] = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(
-            file_containing_symbol="meshrl.v1.RewardService")]), metadata=md)
+        [reply] = stub.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(file_containing_symbol="meshrl.v1.RewardService")]),
+            metadata=md,
+        )
         assert reply.file_descriptor_response.file_descriptor_proto
 
 
@@ -86,26 +92,36 @@ def test_small_call_round_trip(client):
 
 def test_big_batch_streams_both_ways(server, client):
     rows = 16384
-    data = DataProto({"x": torch.randn(rows, 512), "ids": torch.arange(rows * 64).view(rows, 64)},
-                     {"uid": [f"u{i}" for i in range(rows)]})  # ~40 MB
+    data = DataProto(
+        {"x": torch.randn(rows, 512), "ids": torch.arange(rows * 64).view(rows, 64)},
+        {"uid": [f"u{i}" for i in range(rows)]},
+    )  # ~40 MB
     reply = score(client, data)
-    assert torch.equal(reply.data.batch["x"], data.batch["x"]) and torch.equal(reply.data.batch["ids"], data.batch["ids"])
+    assert torch.equal(reply.data.batch["x"], data.batch["x"]) and torch.equal(
+        reply.data.batch["ids"], data.batch["ids"]
+    )
     assert torch.allclose(reply.data.batch["scores"], data.batch["x"].sum(1))
     assert list(reply.data.non_tensor_batch["uid"]) == list(data.non_tensor_batch["uid"])
     # It really travelled as a stream of ~4 MB messages, both ways.
     parts = list(split_rows(Payload(reward_pb2.ScoreRequest(), data)))
     assert len(parts) >= 8 and max(map(len, parts)) <= 5 << 20
     with grpc.insecure_channel(server.address, options=[("grpc.max_receive_message_length", 8 << 20)]) as ch:
-        replies = list(ch.stream_stream("/meshrl.v1.RewardService/Score")(
-            iter(parts), metadata=(("authorization", f"Bearer {TOKEN}"),), timeout=60))
+        replies = list(
+            ch.stream_stream("/meshrl.v1.RewardService/Score")(
+                iter(parts), metadata=(("authorization", f"Bearer {TOKEN}"),), timeout=60
+            )
+        )
     assert len(replies) >= 8
     assert decode_message(reward_pb2.ScoreResponse, replies[0])[2] == rows
 
 
-@pytest.mark.parametrize("parts,match", [
-    ([b"\x0a\x05garbage"], "malformed protobuf"),
-    ([reward_pb2.ScoreRequest().SerializeToString()], "ScoreRequest.data is missing"),
-])
+@pytest.mark.parametrize(
+    "parts,match",
+    [
+        ([b"\x0a\x05garbage"], "malformed protobuf"),
+        ([reward_pb2.ScoreRequest().SerializeToString()], "ScoreRequest.data is missing"),
+    ],
+)
 def test_bad_bytes_are_invalid_argument_then_service_carries_on(server, client, parts, match):
     with grpc.insecure_channel(server.address) as ch:
         call = ch.stream_stream("/meshrl.v1.RewardService/Score")
@@ -119,8 +135,11 @@ def test_truncated_stream_is_invalid_argument(server):
     parts = list(split_rows(Payload(reward_pb2.ScoreRequest(), DataProto({"x": torch.randn(4096, 1024)}))))
     with grpc.insecure_channel(server.address) as ch:
         with pytest.raises(grpc.RpcError) as e:
-            list(ch.stream_stream("/meshrl.v1.RewardService/Score")(
-                iter(parts[:-1]), metadata=(("authorization", f"Bearer {TOKEN}"),), timeout=30))
+            list(
+                ch.stream_stream("/meshrl.v1.RewardService/Score")(
+                    iter(parts[:-1]), metadata=(("authorization", f"Bearer {TOKEN}"),), timeout=30
+                )
+            )
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "truncated" in e.value.details()
 
 
@@ -163,11 +182,16 @@ def test_a_taken_port_is_refused_not_shared(server):
     """gRPC's default SO_REUSEPORT let a second server split the connections with the first."""
     with pytest.raises(OSError, match=f"could not bind 127.0.0.1:{server.port}"):
         serve(EchoScorer(), port=server.port)
-    out = subprocess.run([sys.executable, "-m", "meshrl.cli", "serve", "reward", "--workers", "0", "--port",
-                          str(server.port)], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "meshrl.cli", "serve", "reward", "--workers", "0", "--port", str(server.port)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 1
-    assert out.stderr.strip().splitlines()[-1] == (f"meshrl serve reward: could not bind 127.0.0.1:{server.port} "
-                                                   "(is another server on that port?)")
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"meshrl serve reward: could not bind 127.0.0.1:{server.port} (is another server on that port?)"
+    )
     for _ in range(30):  # every new connection still reaches the one server
         with Client(server.address, SERVICE, token=TOKEN) as c:
             assert c.call("Describe").backend == "echo"
@@ -176,8 +200,10 @@ def test_a_taken_port_is_refused_not_shared(server):
 def test_health_needs_a_port_and_no_heavy_imports(server):
     out = subprocess.run([sys.executable, "-m", "meshrl.cli", "health", "localhost"], capture_output=True, text=True)
     assert out.returncode == 2 and "give HOST:PORT, got 'localhost'" in out.stderr
-    probe = ("import sys; from meshrl.cli import main; rc = main(['health', sys.argv[1]]); "
-             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules; sys.exit(rc)")
+    probe = (
+        "import sys; from meshrl.cli import main; rc = main(['health', sys.argv[1]]); "
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules; sys.exit(rc)"
+    )
     ok = subprocess.run([sys.executable, "-c", probe, server.address], capture_output=True, text=True)
     assert ok.returncode == 0 and "SERVING" in ok.stdout, ok.stderr
 
@@ -187,8 +213,11 @@ def test_wait_ready_names_the_service_that_is_there_instead(server):
 
     actor = actor_pb2.DESCRIPTOR.services_by_name["ActorService"]
     with Client(server.address, actor, token=TOKEN) as c:
-        with pytest.raises(ValueError, match=rf"{server.address} serves \['meshrl.v1.RewardService'\], not "
-                                             r"meshrl.v1.ActorService: is the address right\?"):
+        with pytest.raises(
+            ValueError,
+            match=rf"{server.address} serves \['meshrl.v1.RewardService'\], not "
+            r"meshrl.v1.ActorService: is the address right\?",
+        ):
             c.wait_ready(30)  # a ValueError at once, not a TimeoutError after 30 s
 
 
@@ -243,8 +272,9 @@ def test_busy_work_never_starves_health_or_describe():
 
     s = serve(EchoScorer(), max_workers=3, queue=0)
     slow = Payload(reward_pb2.ScoreRequest(), DataProto({"x": torch.ones(1, 1)}, meta_info={"sleep": 4}))
-    stuck = [threading.Thread(target=lambda: Client(s.address, SERVICE, timeout=30).call("Score", slow))
-             for _ in range(3)]
+    stuck = [
+        threading.Thread(target=lambda: Client(s.address, SERVICE, timeout=30).call("Score", slow)) for _ in range(3)
+    ]
     for t in stuck:
         t.start()
     time.sleep(0.5)
@@ -274,8 +304,9 @@ def test_sigterm_drains_in_flight_calls_then_exits(tmp_path):
         c = Client(address, SERVICE, timeout=30)
         c.wait_ready(10)
         result = {}
-        slow = threading.Thread(target=lambda: result.update(
-            r=score(c, DataProto({"x": torch.ones(1, 3)}, meta_info={"sleep": 1.5}))))
+        slow = threading.Thread(
+            target=lambda: result.update(r=score(c, DataProto({"x": torch.ones(1, 3)}, meta_info={"sleep": 1.5})))
+        )
         slow.start()
         time.sleep(0.5)  # the slow call is in flight
         proc.send_signal(signal.SIGTERM)

@@ -19,6 +19,7 @@ from meshrl.v1 import reward_pb2
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from echo_service import EchoScorer  # noqa: E402
 
+
 def status_kib(field: str) -> int:
     return int(re.search(rf"{field}:\s+(\d+) kB", pathlib.Path("/proc/self/status").read_text()).group(1))
 
@@ -29,8 +30,15 @@ def reset_peak_rss() -> None:
 
 def declaring(total_rows: int, parts: int = 2) -> list[bytes]:
     """`parts` one-row messages (a tensor and a column, ~70 bytes each) of a stream declaring total_rows."""
-    return [encode_message(reward_pb2.ScoreRequest(), DataProto({"x": torch.ones(1, 1)}, {"uid": ["a"]}),
-                           row_offset=i, total_rows=total_rows) for i in range(parts)]
+    return [
+        encode_message(
+            reward_pb2.ScoreRequest(),
+            DataProto({"x": torch.ones(1, 1)}, {"uid": ["a"]}),
+            row_offset=i,
+            total_rows=total_rows,
+        )
+        for i in range(parts)
+    ]
 
 
 def test_memory_follows_the_rows_received_not_the_declared_count():
@@ -61,8 +69,11 @@ def test_growing_buffers_keep_every_row():
     x = torch.randn(total, 3)
     asm, start = Assembler(reward_pb2.ScoreRequest), 0
     for n in rows:
-        part = DataProto({"x": x[start:start + n]}, {"uid": [f"u{i}" for i in range(start, start + n)]},
-                         {"first": 1} if start == 0 else {})
+        part = DataProto(
+            {"x": x[start : start + n]},
+            {"uid": [f"u{i}" for i in range(start, start + n)]},
+            {"first": 1} if start == 0 else {},
+        )
         asm.add(encode_message(reward_pb2.ScoreRequest(), part, row_offset=start, total_rows=total))
         start += n
     out = asm.result().data

@@ -112,8 +112,13 @@ class LocalCompose:
         for c in self.volumes.get(name, {}).values():
             pathlib.Path(c).mkdir(parents=True, exist_ok=True)
         log = open(self.workdir / f"{name}.log", "w")
-        self.procs[name] = subprocess.Popen(self.command(name, self.services[name]["command"]), cwd=ROOT,
-                                            env=self.environment(name), stdout=log, stderr=subprocess.STDOUT)
+        self.procs[name] = subprocess.Popen(
+            self.command(name, self.services[name]["command"]),
+            cwd=ROOT,
+            env=self.environment(name),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
     def log_tail(self, name: str, chars: int = 2000) -> str:
         return (self.workdir / f"{name}.log").read_text()[-chars:]
@@ -132,8 +137,10 @@ class LocalCompose:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.procs[name].poll() is not None:
-                raise ComposeError(f"service {name} exited with code {self.procs[name].returncode} before it was "
-                                   f"healthy; its log ends:\n{self.log_tail(name)}")
+                raise ComposeError(
+                    f"service {name} exited with code {self.procs[name].returncode} before it was "
+                    f"healthy; its log ends:\n{self.log_tail(name)}"
+                )
             if subprocess.run(cmd, cwd=ROOT, env=self.environment(name), capture_output=True).returncode == 0:
                 return
             time.sleep(1)
@@ -158,7 +165,9 @@ class LocalCompose:
                 if condition == "service_completed_successfully":
                     code = self.wait_done(dep, timeout)
                     if code != 0:
-                        raise ComposeError(f"service {dep} exited with code {code}; its log ends:\n{self.log_tail(dep)}")
+                        raise ComposeError(
+                            f"service {dep} exited with code {code}; its log ends:\n{self.log_tail(dep)}"
+                        )
                 elif condition == "service_healthy":
                     self.wait_healthy(dep, timeout)
             self.start(name)

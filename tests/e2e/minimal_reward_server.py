@@ -37,8 +37,12 @@ def main(generated: str, port_file: str) -> None:
                     truth = rm.map_value.fields["ground_truth"]
                     truths.append(truth.string_value if truth.HasField("string_value") else str(truth.int_value))
             scores = [float(r.strip() == t) for r, t in zip(responses, truths)]
-            tensor = data_pb2.Tensor(name="scores", dtype=data_pb2.FLOAT32, shape=[len(scores)],
-                                     data=struct.pack(f"<{len(scores)}f", *scores))
+            tensor = data_pb2.Tensor(
+                name="scores",
+                dtype=data_pb2.FLOAT32,
+                shape=[len(scores)],
+                data=struct.pack(f"<{len(scores)}f", *scores),
+            )
             yield reward_pb2.ScoreResponse(data=data_pb2.DataProto(tensors=[tensor], num_rows=len(scores)))
 
     server = grpc.server(futures.ThreadPoolExecutor(4))

@@ -13,8 +13,13 @@ needs_node = pytest.mark.skipif(not (shutil.which("node") and shutil.which("npm"
 def start(name: str) -> tuple[subprocess.Popen, str]:
     """(the server's process, its address) for examples/<name>."""
     folder = EXAMPLES / name
-    subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=folder, check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+        cwd=folder,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     proc = subprocess.Popen(["node", "server.js", "--port", "0"], cwd=folder, stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     assert line.startswith("listening on 127.0.0.1:"), line

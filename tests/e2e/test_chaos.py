@@ -23,21 +23,39 @@ KILLS = {4: "rollout", 9: "reward", 14: "actor"}  # after this step is logged, k
 
 def settings(tiny_lm, arithmetic_data, tmp_path, run_dir) -> list[str]:
     varied = tmp_path / "varied_reward.py"  # an untrained model scores 0 on the task: no advantages
-    varied.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                      "    return float(len(solution_str) % 3)\n")
-    return [f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}", "data.train_batch_size=4",
-            "rollout.n=2", "rollout.backend=hf", "actor.engine=plain", "reward.workers=1", "trainer.save_every=5",
-            "actor.lr=1e-3", f"reward.function={varied}:compute_score", "trainer.total_steps=20",
-            "trainer.val_every=0", "trainer.logger=[console]", "trainer.trace=", "trainer.max_restarts=3",
-            f"trainer.run_dir={run_dir}"]
+    varied.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return float(len(solution_str) % 3)\n"
+    )
+    return [
+        f"actor.model={tiny_lm}",
+        f"data.train_files={arithmetic_data['train']}",
+        "data.train_batch_size=4",
+        "rollout.n=2",
+        "rollout.backend=hf",
+        "actor.engine=plain",
+        "reward.workers=1",
+        "trainer.save_every=5",
+        "actor.lr=1e-3",
+        f"reward.function={varied}:compute_score",
+        "trainer.total_steps=20",
+        "trainer.val_every=0",
+        "trainer.logger=[console]",
+        "trainer.trace=",
+        "trainer.max_restarts=3",
+        f"trainer.run_dir={run_dir}",
+    ]
 
 
 def service(orchestrator: psutil.Process, name: str) -> psutil.Process:
     """The service's main process: `meshrl serve actor --role actor ...`, `meshrl serve rollout ...`."""
     for p in orchestrator.children(recursive=True):
         cmd = p.cmdline()
-        if "serve" in cmd and cmd[cmd.index("serve") + 1] == ("actor" if name == "actor" else name) and \
-                (name != "actor" or "--role" in cmd and cmd[cmd.index("--role") + 1] == "actor"):
+        if (
+            "serve" in cmd
+            and cmd[cmd.index("serve") + 1] == ("actor" if name == "actor" else name)
+            and (name != "actor" or "--role" in cmd and cmd[cmd.index("--role") + 1] == "actor")
+        ):
             return p
     raise AssertionError(f"no {name} service under the orchestrator")
 
@@ -50,8 +68,11 @@ def steps_logged(run_dir) -> list[int]:
 def test_killed_services_are_started_again_and_the_run_ends_as_if_untouched(tiny_lm, arithmetic_data, tmp_path):
     chaos, log = tmp_path / "chaos", tmp_path / "chaos.log"
     with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "grpo",
-                                 *settings(tiny_lm, arithmetic_data, tmp_path, chaos)], stdout=f, stderr=f)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "meshrl.cli", "grpo", *settings(tiny_lm, arithmetic_data, tmp_path, chaos)],
+            stdout=f,
+            stderr=f,
+        )
     orchestrator, killed, pids, deadline = psutil.Process(proc.pid), [], [], time.monotonic() + 600
     while proc.poll() is None and time.monotonic() < deadline:  # kills as the steps go by
         logged = steps_logged(chaos)
@@ -76,8 +97,10 @@ def test_killed_services_are_started_again_and_the_run_ends_as_if_untouched(tiny
     a = load_file(whole / "checkpoints" / "step_20" / "actor" / "hf" / "model.safetensors")
     b = load_file(chaos / "checkpoints" / "step_20" / "actor" / "hf" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert not torch.equal(a["model.layers.0.mlp.down_proj.weight"],  # and they did move
-                           load_file(tiny_lm / "model.safetensors")["model.layers.0.mlp.down_proj.weight"])
+    assert not torch.equal(
+        a["model.layers.0.mlp.down_proj.weight"],  # and they did move
+        load_file(tiny_lm / "model.safetensors")["model.layers.0.mlp.down_proj.weight"],
+    )
 
 
 @pytest.mark.parametrize("name", ["reward", "actor"])
@@ -99,13 +122,23 @@ def test_a_service_given_by_address_is_waited_for(tiny_lm, arithmetic_data, tmp_
         port = s.getsockname()[1]
     run_dir = tmp_path / "given"
     overrides = [*settings(tiny_lm, arithmetic_data, tmp_path, run_dir), "trainer.total_steps=8"]
-    serve = [sys.executable, "-m", "meshrl.cli", "serve", *serve_args(load_config(None, overrides), name),
-             "--port", str(port)]
+    serve = [
+        sys.executable,
+        "-m",
+        "meshrl.cli",
+        "serve",
+        *serve_args(load_config(None, overrides), name),
+        "--port",
+        str(port),
+    ]
     given = subprocess.Popen(serve, stdout=subprocess.DEVNULL)
     log = run_dir.parent / "given.log"
     with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "grpo", *overrides,
-                                 f"{name}.address=127.0.0.1:{port}"], stdout=f, stderr=f)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "meshrl.cli", "grpo", *overrides, f"{name}.address=127.0.0.1:{port}"],
+            stdout=f,
+            stderr=f,
+        )
     try:
         deadline = time.monotonic() + 300
         while max(steps_logged(run_dir), default=0) < 6 and time.monotonic() < deadline:

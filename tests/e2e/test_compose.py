@@ -10,7 +10,6 @@ import sys
 
 import pytest
 import yaml
-
 from compose_local import ROOT, ComposeError, LocalCompose
 
 COMPOSE = ROOT / "docker-compose.yml"
@@ -29,8 +28,9 @@ def test_the_compose_file_runs_grpo_through_its_services(tmp_path):
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == [0, 1, 2]
     # every service traced into the folder the file names, under the orchestrator's steps
-    services = {json.loads(line)["service"] for f in (run_dir / "traces").glob("*.jsonl")
-                for line in f.read_text().splitlines()}
+    services = {
+        json.loads(line)["service"] for f in (run_dir / "traces").glob("*.jsonl") for line in f.read_text().splitlines()
+    }
     assert {"meshrl-orchestrator", "meshrl-actor", "meshrl-rollout", "meshrl-reward"} <= services
     assert (tmp_path / "certs" / "orchestrator" / "orchestrator.pem").is_file()  # it all ran over mutual TLS
 
@@ -81,8 +81,9 @@ def test_each_container_holds_only_its_own_roles_key():
 
 
 def test_certs_per_role_hold_one_key_each(tmp_path):
-    subprocess.run([sys.executable, "-m", "meshrl.cli", "certs", str(tmp_path), "--per-role"], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "meshrl.cli", "certs", str(tmp_path), "--per-role"], check=True, capture_output=True
+    )
     assert not list(tmp_path.glob("*.key"))  # none left where every container could read them
     for role in ("orchestrator", "actor", "rollout", "reward", "env"):
         assert sorted(p.name for p in (tmp_path / role).iterdir()) == sorted(["ca.pem", f"{role}.pem", f"{role}.key"])

@@ -24,8 +24,9 @@ def external(tmp_path_factory):
     for package in (out / "meshrl", out / "meshrl" / "v1"):  # found before the installed meshrl
         (package / "__init__.py").touch()
     port_file = out / "port"
-    proc = subprocess.Popen([sys.executable, str(HERE / "minimal_reward_server.py"), str(out), str(port_file)],
-                            cwd=out)  # cwd: the generated package, not this checkout's meshrl
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "minimal_reward_server.py"), str(out), str(port_file)], cwd=out
+    )  # cwd: the generated package, not this checkout's meshrl
     deadline = time.monotonic() + 60
     while not (port_file.exists() and port_file.read_text()):
         assert proc.poll() is None and time.monotonic() < deadline, "the minimal server did not start"
@@ -36,10 +37,24 @@ def external(tmp_path_factory):
 
 
 def test_grpo_trains_against_a_server_built_from_the_protos(external, tiny_lm, arithmetic_data, tmp_path):
-    run_dir = run("grpo", load_config(None, [
-        f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}", "data.train_batch_size=4",
-        "rollout.n=4", "rollout.backend=hf", "actor.engine=plain", "trainer.total_steps=2", "trainer.logger=[]",
-        f"reward.address={external}", f"trainer.run_dir={tmp_path / 'run'}"]))
+    run_dir = run(
+        "grpo",
+        load_config(
+            None,
+            [
+                f"actor.model={tiny_lm}",
+                f"data.train_files={arithmetic_data['train']}",
+                "data.train_batch_size=4",
+                "rollout.n=4",
+                "rollout.backend=hf",
+                "actor.engine=plain",
+                "trainer.total_steps=2",
+                "trainer.logger=[]",
+                f"reward.address={external}",
+                f"trainer.run_dir={tmp_path / 'run'}",
+            ],
+        ),
+    )
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and all("actor/pg_loss" in r for r in rows)
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]

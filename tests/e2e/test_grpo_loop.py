@@ -14,11 +14,22 @@ from orchestrator.main import run
 
 
 def test_grpo_runs_steps_and_logs_them(tiny_lm, arithmetic_data, tmp_path):
-    cfg = load_config(None, [f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}",
-                             f"trainer.run_dir={tmp_path}", "trainer.total_steps=2", "data.train_batch_size=4",
-                             "rollout.n=2", "rollout.backend=hf", "actor.world_size=2", "reward.workers=1",
-                             "rollout.colocate=true",  # sleeps between generations, takes its weights half awake
-                             "algorithm.rollout_is=token"])
+    cfg = load_config(
+        None,
+        [
+            f"actor.model={tiny_lm}",
+            f"data.train_files={arithmetic_data['train']}",
+            f"trainer.run_dir={tmp_path}",
+            "trainer.total_steps=2",
+            "data.train_batch_size=4",
+            "rollout.n=2",
+            "rollout.backend=hf",
+            "actor.world_size=2",
+            "reward.workers=1",
+            "rollout.colocate=true",  # sleeps between generations, takes its weights half awake
+            "algorithm.rollout_is=token",
+        ],
+    )
     run_dir = run("grpo", cfg)
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2]
@@ -34,32 +45,60 @@ def test_grpo_runs_steps_and_logs_them(tiny_lm, arithmetic_data, tmp_path):
 def computed(run_dir) -> list[dict]:
     """Each step's metrics but its clock readings."""
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in m.items() if not k.startswith(("timing_s/", "perf/")) and "seconds" not in k}
-            for m in lines]
+    return [
+        {k: v for k, v in m.items() if not k.startswith(("timing_s/", "perf/")) and "seconds" not in k} for m in lines
+    ]
 
 
-@pytest.mark.parametrize("algorithm, extra", [
-    ("grpo", []),
-    ("reinforce", ["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl=adaptive",  # the KL controller's state
-                   "algorithm.kl_coef=0.1", "algorithm.kl_target=0.001", "algorithm.kl_horizon=10",  # shapes
-                   "algorithm.rollout_is=sequence"]),  # the rewards; old log-probs from their own pass
-    # so does the critic's checkpoint (its advantages), sampling a step ahead; a synchronous PPO case added
-    # ~70 s to the suite and nothing this one and the GRPO case do not cover
-    ("ppo", ["critic.lr=1e-3", "trainer.max_staleness=1"]),
-])
+@pytest.mark.parametrize(
+    "algorithm, extra",
+    [
+        ("grpo", []),
+        (
+            "reinforce",
+            [
+                "algorithm.use_kl_in_reward=true",
+                "algorithm.kl_ctrl=adaptive",  # the KL controller's state
+                "algorithm.kl_coef=0.1",
+                "algorithm.kl_target=0.001",
+                "algorithm.kl_horizon=10",  # shapes
+                "algorithm.rollout_is=sequence",
+            ],
+        ),  # the rewards; old log-probs from their own pass
+        # so does the critic's checkpoint (its advantages), sampling a step ahead; a synchronous PPO case added
+        # ~70 s to the suite and nothing this one and the GRPO case do not cover
+        ("ppo", ["critic.lr=1e-3", "trainer.max_staleness=1"]),
+    ],
+)
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(algorithm, extra, tiny_lm, arithmetic_data, tmp_path):
     from safetensors.torch import load_file
 
     varied = tmp_path / "varied_reward.py"  # an untrained model scores 0 on the task: no advantages, no change
-    varied.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                      "    return float(len(solution_str) % 3)\n")
-    base = [f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}", "data.train_batch_size=4",
-            "rollout.n=2", "rollout.backend=hf", "actor.engine=plain", "reward.workers=1", "trainer.save_every=2",
-            "actor.lr=1e-3", f"reward.function={varied}:compute_score", *extra]
+    varied.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return float(len(solution_str) % 3)\n"
+    )
+    base = [
+        f"actor.model={tiny_lm}",
+        f"data.train_files={arithmetic_data['train']}",
+        "data.train_batch_size=4",
+        "rollout.n=2",
+        "rollout.backend=hf",
+        "actor.engine=plain",
+        "reward.workers=1",
+        "trainer.save_every=2",
+        "actor.lr=1e-3",
+        f"reward.function={varied}:compute_score",
+        *extra,
+    ]
     whole = run(algorithm, load_config(None, [*base, f"trainer.run_dir={tmp_path / 'whole'}", "trainer.total_steps=4"]))
     run(algorithm, load_config(None, [*base, f"trainer.run_dir={tmp_path / 'cut'}", "trainer.total_steps=2"]))
-    resumed = run(algorithm, load_config(None, [*base, f"trainer.run_dir={tmp_path / 'cut'}", "trainer.total_steps=4",
-                                     "trainer.resume=true"]))
+    resumed = run(
+        algorithm,
+        load_config(
+            None, [*base, f"trainer.run_dir={tmp_path / 'cut'}", "trainer.total_steps=4", "trainer.resume=true"]
+        ),
+    )
     steps = [json.loads(line)["step"] for line in (resumed / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]
     for step, (w, r) in enumerate(zip(computed(whole), computed(resumed)), 1):  # where the runs part, if they do
@@ -71,21 +110,39 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(algorithm, extra, ti
     a = load_file(whole / "checkpoints" / "step_4" / "actor" / "hf" / "model.safetensors")
     b = load_file(resumed / "checkpoints" / "step_4" / "actor" / "hf" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert not torch.equal(a["model.layers.0.mlp.down_proj.weight"],
-                           load_file(tiny_lm / "model.safetensors")["model.layers.0.mlp.down_proj.weight"])
+    assert not torch.equal(
+        a["model.layers.0.mlp.down_proj.weight"],
+        load_file(tiny_lm / "model.safetensors")["model.layers.0.mlp.down_proj.weight"],
+    )
 
 
 def test_multi_turn_grpo_through_the_calculator(tiny_lm, arithmetic_data, tmp_path):
     """rollout.multi_turn=true: each sample an episode of the calculator environment (our env service,
     started with the mesh), scored by the environment and the reward service together (env.reward=sum)."""
     varied = tmp_path / "varied_reward.py"  # the untrained model never answers right: a signal to train on
-    varied.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                      "    return float(len(solution_str) % 3)\n")
-    cfg = load_config(None, [f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}",
-                             f"trainer.run_dir={tmp_path / 'run'}", "trainer.total_steps=2", "data.train_batch_size=4",
-                             "rollout.n=2", "rollout.backend=hf", "actor.engine=plain", "reward.workers=1",
-                             "rollout.multi_turn=true", "rollout.max_turns=3", "rollout.max_new_tokens=6",
-                             "env.reward=sum", f"reward.function={varied}:compute_score"])
+    varied.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return float(len(solution_str) % 3)\n"
+    )
+    cfg = load_config(
+        None,
+        [
+            f"actor.model={tiny_lm}",
+            f"data.train_files={arithmetic_data['train']}",
+            f"trainer.run_dir={tmp_path / 'run'}",
+            "trainer.total_steps=2",
+            "data.train_batch_size=4",
+            "rollout.n=2",
+            "rollout.backend=hf",
+            "actor.engine=plain",
+            "reward.workers=1",
+            "rollout.multi_turn=true",
+            "rollout.max_turns=3",
+            "rollout.max_new_tokens=6",
+            "env.reward=sum",
+            f"reward.function={varied}:compute_score",
+        ],
+    )
     run_dir = run("grpo", cfg)
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2]

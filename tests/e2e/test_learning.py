@@ -29,8 +29,13 @@ def warm(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("warm")
     model = make_model(root / "model", TinyModelConfig())
     data = make_data(root / "data", ArithmeticConfig())  # the main job's task: 500 held-out problems
-    sft = run("sft", load_config(str(ROOT / "configs/arithmetic_sft.yaml"), [
-        *COMMON, f"data.train_files={data['train']}", f"actor.model={model}", f"trainer.run_dir={root / 'sft'}"]))
+    sft = run(
+        "sft",
+        load_config(
+            str(ROOT / "configs/arithmetic_sft.yaml"),
+            [*COMMON, f"data.train_files={data['train']}", f"actor.model={model}", f"trainer.run_dir={root / 'sft'}"],
+        ),
+    )
     return {"model": sft / "hf", "data": data}
 
 
@@ -38,10 +43,22 @@ def learn(warm: dict, run_dir, *grpo_overrides: str) -> tuple[dict, object]:
     """GRPO on the default task from the warm-up (configs/arithmetic_grpo.yaml, as the main job runs it):
     the held-out gain and the run's folder."""
     data = warm["data"]
-    grpo = run("grpo", load_config(str(ROOT / "configs/arithmetic_grpo.yaml"), [
-        *COMMON, f"data.train_files={data['train']}", f"actor.model={warm['model']}",
-        f"data.val_files={data['test']}", f"trainer.run_dir={run_dir}",
-        f"trainer.total_steps={GRPO_STEPS}", f"trainer.val_every={GRPO_STEPS}", *grpo_overrides]))
+    grpo = run(
+        "grpo",
+        load_config(
+            str(ROOT / "configs/arithmetic_grpo.yaml"),
+            [
+                *COMMON,
+                f"data.train_files={data['train']}",
+                f"actor.model={warm['model']}",
+                f"data.val_files={data['test']}",
+                f"trainer.run_dir={run_dir}",
+                f"trainer.total_steps={GRPO_STEPS}",
+                f"trainer.val_every={GRPO_STEPS}",
+                *grpo_overrides,
+            ],
+        ),
+    )
     gain = held_out_gain(grpo)
     assert gain is not None and gain["n"] == 500
     print(gain_line(gain))
@@ -80,10 +97,14 @@ SHUFFLED = [f"reward.function={ROOT / 'tests/e2e/shuffled_reward.py'}:compute_sc
 
 
 @pytest.mark.control
-@pytest.mark.parametrize("broken", [
-    ["actor.lr=1e-12"],  # the optimizer moves nothing (lr must be > 0)
-    SHUFFLED,  # rewards shuffled over the batch: the same mean, no signal
-], ids=["lr0", "shuffled-rewards"])
+@pytest.mark.parametrize(
+    "broken",
+    [
+        ["actor.lr=1e-12"],  # the optimizer moves nothing (lr must be > 0)
+        SHUFFLED,  # rewards shuffled over the batch: the same mean, no signal
+    ],
+    ids=["lr0", "shuffled-rewards"],
+)
 def test_a_run_that_cannot_learn_fails_the_bar(warm, tmp_path, broken):
     gain, _ = learn(warm, tmp_path, *broken)
     assert not learned(gain), gain_line(gain)

@@ -14,19 +14,32 @@ from orchestrator.main import run
 from orchestrator.trainer import StepFailed
 
 # An untrained model scores 0 on the task, and equal scores teach nothing: vary them by length.
-VARIED = ("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-          "    return float(len(solution_str) % 3)\n")
+VARIED = (
+    "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+    "    return float(len(solution_str) % 3)\n"
+)
 
 
 @pytest.fixture
 def base(tiny_lm, arithmetic_data, tmp_path):
     reward = tmp_path / "varied_reward.py"
     reward.write_text(VARIED)
-    return [f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}",
-            f"data.val_files={arithmetic_data['test']}", "data.val_batch_size=32", "trainer.val_every=2",
-            "data.train_batch_size=4", "rollout.n=4", "rollout.backend=hf", "actor.engine=plain", "reward.workers=1",
-            "actor.lr=1e-3", f"reward.function={reward}:compute_score", f"trainer.run_dir={tmp_path / 'run'}",
-            "trainer.total_steps=2"]
+    return [
+        f"actor.model={tiny_lm}",
+        f"data.train_files={arithmetic_data['train']}",
+        f"data.val_files={arithmetic_data['test']}",
+        "data.val_batch_size=32",
+        "trainer.val_every=2",
+        "data.train_batch_size=4",
+        "rollout.n=4",
+        "rollout.backend=hf",
+        "actor.engine=plain",
+        "reward.workers=1",
+        "actor.lr=1e-3",
+        f"reward.function={reward}:compute_score",
+        f"trainer.run_dir={tmp_path / 'run'}",
+        "trainer.total_steps=2",
+    ]
 
 
 def rows(run_dir):
@@ -39,15 +52,29 @@ def changed(run_dir, tiny_lm) -> bool:
     return any(not torch.equal(after[k], before[k]) for k in before)
 
 
-@pytest.mark.parametrize("algorithm, extra, expected", [
-    ("ppo", ["critic.lr=1e-3", "algorithm.lam=0.95"], {"critic/vf_loss", "actor/pg_loss", "timing_s/values"}),
-    ("rloo", ["rollout.chunks=2"],  # two Generate calls a step, each scored as it returns
-     {"actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl"}),
-    ("reinforce", ["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl=adaptive", "algorithm.kl_coef=0.1",
-                   "algorithm.kl_target=0.001", "algorithm.kl_horizon=10"],
-     {"actor/pg_loss", "actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff", "timing_s/ref"}),
-    ("dpo", [], {"actor/dpo_loss", "actor/num_pairs"}),
-])
+@pytest.mark.parametrize(
+    "algorithm, extra, expected",
+    [
+        ("ppo", ["critic.lr=1e-3", "algorithm.lam=0.95"], {"critic/vf_loss", "actor/pg_loss", "timing_s/values"}),
+        (
+            "rloo",
+            ["rollout.chunks=2"],  # two Generate calls a step, each scored as it returns
+            {"actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl"},
+        ),
+        (
+            "reinforce",
+            [
+                "algorithm.use_kl_in_reward=true",
+                "algorithm.kl_ctrl=adaptive",
+                "algorithm.kl_coef=0.1",
+                "algorithm.kl_target=0.001",
+                "algorithm.kl_horizon=10",
+            ],
+            {"actor/pg_loss", "actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff", "timing_s/ref"},
+        ),
+        ("dpo", [], {"actor/dpo_loss", "actor/num_pairs"}),
+    ],
+)
 def test_each_algorithm_trains_through_the_mesh(algorithm, extra, expected, base, tiny_lm):
     run_dir = run(algorithm, load_config(None, [*base, *extra]))
     logged = rows(run_dir)
@@ -57,7 +84,9 @@ def test_each_algorithm_trains_through_the_mesh(algorithm, extra, expected, base
         assert expected <= set(r), expected - set(r)
         assert all(math.isfinite(v) for v in r.values())
     assert changed(run_dir, tiny_lm)
-    assert (run_dir / "curves.png").stat().st_size > 1000 and "critic/score/mean" in (run_dir / "summary.md").read_text()
+    assert (run_dir / "curves.png").stat().st_size > 1000 and "critic/score/mean" in (
+        run_dir / "summary.md"
+    ).read_text()
     assert list((run_dir / "tensorboard").iterdir())
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     assert [s["step"] for s in samples] == [1] * 4 + [2] * 4  # trainer.samples_per_step=4
@@ -69,8 +98,20 @@ def test_each_algorithm_trains_through_the_mesh(algorithm, extra, expected, base
 
 def test_validation_reports_mean_and_best_at_k(base):
     """... in a run that saves nothing (trainer.save_every=0, save_final=false: a quick experiment)."""
-    run_dir = run("grpo", load_config(None, [*base, "trainer.total_steps=1", "trainer.val_k=3", "reward.function=",
-                                             "trainer.save_every=0", "trainer.save_final=false"]))
+    run_dir = run(
+        "grpo",
+        load_config(
+            None,
+            [
+                *base,
+                "trainer.total_steps=1",
+                "trainer.val_k=3",
+                "reward.function=",
+                "trainer.save_every=0",
+                "trainer.save_final=false",
+            ],
+        ),
+    )
     first = rows(run_dir)[0]  # the built-in arithmetic scorer: acc too
     assert 0 <= first["val/acc/mean@3"] <= first["val/acc/best@3"] <= 1 and "val/acc/mean" in first
     assert not (run_dir / "checkpoints").exists() and not (run_dir / "hf").exists()
@@ -78,8 +119,12 @@ def test_validation_reports_mean_and_best_at_k(base):
 
 def test_a_reward_model_started_by_the_run_scores_the_samples(base, tiny_rm):
     """reward.model reaches the reward service the run starts (it was a service flag no run could set)."""
-    run_dir = run("grpo", load_config(None, [*base, "trainer.total_steps=1", "reward.function=",
-                                             f"reward.model={tiny_rm}", "reward.batch_size=8"]))
+    run_dir = run(
+        "grpo",
+        load_config(
+            None, [*base, "trainer.total_steps=1", "reward.function=", f"reward.model={tiny_rm}", "reward.batch_size=8"]
+        ),
+    )
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     assert samples and all(math.isfinite(s["score"]) for s in samples)
     assert any(s["score"] not in (0.0, 1.0) for s in samples)  # a model's score, not a rule's
@@ -92,28 +137,48 @@ def test_failed_rewards_are_counted_and_every_logger_gets_the_run(base, tmp_path
     for var in ("WANDB_MODE", "MLFLOW_TRACKING_URI"):
         monkeypatch.delenv(var, raising=False)
     flaky = tmp_path / "flaky_reward.py"
-    flaky.write_text("def compute_score(solution_str, ground_truth, **kwargs):\n"
-                     "    if len(solution_str) % 2:\n        raise ValueError('odd length')\n    return 1.0\n")
-    run_dir = run("grpo", load_config(None, [*base, f"reward.function={flaky}:compute_score", "reward.on_error=score",
-                                             "trainer.val_every=0", "trainer.total_steps=3",
-                                             "trainer.logger=[console,tensorboard,wandb,mlflow]"]))
+    flaky.write_text(
+        "def compute_score(solution_str, ground_truth, **kwargs):\n"
+        "    if len(solution_str) % 2:\n        raise ValueError('odd length')\n    return 1.0\n"
+    )
+    run_dir = run(
+        "grpo",
+        load_config(
+            None,
+            [
+                *base,
+                f"reward.function={flaky}:compute_score",
+                "reward.on_error=score",
+                "trainer.val_every=0",
+                "trainer.total_steps=3",
+                "trainer.logger=[console,tensorboard,wandb,mlflow]",
+            ],
+        ),
+    )
     logged = rows(run_dir)
     assert [r["step"] for r in logged] == [0, 1, 2, 3]
     assert "val/score/mean" in logged[0] and "val/score/mean" not in logged[1] and "val/score/mean" in logged[3]
     failed = [r["reward/num_failed"] for r in logged[1:]]
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     odd = [s for s in samples if len(s["response"]) % 2]
-    assert odd and all(s["reward_status"] == "error" and "odd length" in s["reward_error"] and s["score"] == 0
-                       for s in odd)
+    assert odd and all(
+        s["reward_status"] == "error" and "odd length" in s["reward_error"] and s["score"] == 0 for s in odd
+    )
     assert sum(failed) > 0 and "samples failed to score" in caplog.text
     assert list((run_dir / "wandb").glob("offline-run-*")) and list((run_dir / "mlruns").rglob("critic/score/mean"))
 
 
 def test_a_service_dying_mid_step_fails_clearly_and_the_run_resumes(base, tmp_path):
     dying = tmp_path / "dying_reward.py"  # kills the reward service (its parent) at the third step's scoring
-    dying.write_text("import os, signal\n" + VARIED.replace("    return", "    if extra_info and os.path.exists("
-                     f"{str(tmp_path / 'armed')!r}"
-                     "):\n        os.kill(os.getppid(), signal.SIGKILL)\n    return"))
+    dying.write_text(
+        "import os, signal\n"
+        + VARIED.replace(
+            "    return",
+            "    if extra_info and os.path.exists("
+            f"{str(tmp_path / 'armed')!r}"
+            "):\n        os.kill(os.getppid(), signal.SIGKILL)\n    return",
+        )
+    )
     common = [*base, "trainer.total_steps=4", "trainer.save_every=2", "data.val_files="]
     run("grpo", load_config(None, [*common, "trainer.total_steps=2", f"reward.function={dying}:compute_score"]))
     (tmp_path / "armed").touch()

@@ -5,6 +5,7 @@ import json
 
 import grpc
 import pytest
+from node_example import needs_node, start
 
 from meshrl.errors import ServiceError
 from meshrl.rpc import Client, Server
@@ -12,7 +13,6 @@ from meshrl.v1 import env_pb2
 from services.env.calculator import Calculator
 from services.rollout.config import RolloutConfig
 from services.rollout.servicer import RolloutServicer
-from node_example import needs_node, start
 
 SERVICE = env_pb2.DESCRIPTOR.services_by_name["EnvService"]
 
@@ -29,12 +29,15 @@ def node_env():
     proc.wait(10)
 
 
-@pytest.mark.parametrize("actions", [
-    ["<calc>12*(3+4)-5</calc>", "so 79"],
-    ["<calc>99*99</calc>", "<calc>1+</calc>", "9801"],
-    ["I think 42"],
-    ["<calc>123456789*987654321</calc>", "no idea"],
-])
+@pytest.mark.parametrize(
+    "actions",
+    [
+        ["<calc>12*(3+4)-5</calc>", "so 79"],
+        ["<calc>99*99</calc>", "<calc>1+</calc>", "9801"],
+        ["I think 42"],
+        ["<calc>123456789*987654321</calc>", "no idea"],
+    ],
+)
 def test_node_answers_as_the_python_calculator(node_env, actions):
     truth = "79" if "12*" in actions[0] else "9801" if "99*99" in actions[0] else "42"
     py = Calculator()
@@ -73,8 +76,9 @@ def test_episodes_play_through_the_node_environment(node_env, tiny_lm, arithmeti
     rollout = RolloutServicer(RolloutConfig(model=str(tiny_lm), backend="hf", max_model_len=128))
     server = Server([rollout]).start()
     try:
-        cfg = load_config(None, ["rollout.n=2", "rollout.multi_turn=true", "rollout.max_turns=2",
-                                 "rollout.max_new_tokens=8"])
+        cfg = load_config(
+            None, ["rollout.n=2", "rollout.multi_turn=true", "rollout.max_turns=2", "rollout.max_new_tokens=8"]
+        )
         mesh = Mesh(cfg, {"rollout": Client(server.address, RolloutServicer.SERVICE, timeout=120), "env": node_env})
         mesh.env_stop = json.loads(node_env.call("Describe").details["stop"])
         tok = AutoTokenizer.from_pretrained(tiny_lm)

@@ -6,6 +6,7 @@ with @grpc/grpc-js and reads meshrl's row streams. Skipped where node/npm are ab
 
 import grpc
 import pytest
+from node_example import needs_node, start
 
 from meshrl.clients import RewardClient
 from meshrl.codec import Payload, split_rows
@@ -13,7 +14,6 @@ from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.v1 import reward_pb2
 from services.reward.scorers import arithmetic
-from node_example import needs_node, start
 
 pytestmark = needs_node
 
@@ -29,8 +29,13 @@ def node_server():
 
 
 def batch(responses, truths):
-    return DataProto(non_tensor_batch={"response_text": responses, "data_source": ["arithmetic"] * len(responses),
-                                       "reward_model": [{"ground_truth": t} for t in truths]})
+    return DataProto(
+        non_tensor_batch={
+            "response_text": responses,
+            "data_source": ["arithmetic"] * len(responses),
+            "reward_model": [{"ground_truth": t} for t in truths],
+        }
+    )
 
 
 def test_describe(node_server):

@@ -23,10 +23,28 @@ def test_ctrl_c_is_an_interrupt_not_a_service_failure(tiny_lm, arithmetic_data, 
     died first, and the run reported "RewardService.Score ... Connection refused")."""
     run = tmp_path / "run"
     orchestrator = subprocess.Popen(  # its own group, standing for the terminal's foreground group
-        [sys.executable, "-m", "meshrl.cli", "grpo", f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}",
-         f"trainer.run_dir={run}", "trainer.total_steps=1000", "trainer.val_every=0", "trainer.logger=[console]",
-         "trainer.trace=", "rollout.backend=hf", "reward.workers=1", "data.train_batch_size=4", "rollout.n=2"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "meshrl.cli",
+            "grpo",
+            f"actor.model={tiny_lm}",
+            f"data.train_files={arithmetic_data['train']}",
+            f"trainer.run_dir={run}",
+            "trainer.total_steps=1000",
+            "trainer.val_every=0",
+            "trainer.logger=[console]",
+            "trainer.trace=",
+            "rollout.backend=hf",
+            "reward.workers=1",
+            "data.train_batch_size=4",
+            "rollout.n=2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     family = []
     try:
         wait_for_step_one(orchestrator, run)
@@ -51,10 +69,27 @@ def test_ctrl_c_is_an_interrupt_not_a_service_failure(tiny_lm, arithmetic_data, 
 def test_services_die_with_a_killed_orchestrator(tiny_lm, arithmetic_data, tmp_path):
     run = tmp_path / "run"
     orchestrator = subprocess.Popen(
-        [sys.executable, "-m", "meshrl.cli", "grpo", f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}",
-         f"trainer.run_dir={run}", "trainer.total_steps=1000", "trainer.val_every=0", "trainer.logger=[console]",
-         "trainer.trace=", "rollout.backend=hf", "actor.world_size=2", "reward.workers=1", "data.train_batch_size=4",
-         "rollout.n=2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "meshrl.cli",
+            "grpo",
+            f"actor.model={tiny_lm}",
+            f"data.train_files={arithmetic_data['train']}",
+            f"trainer.run_dir={run}",
+            "trainer.total_steps=1000",
+            "trainer.val_every=0",
+            "trainer.logger=[console]",
+            "trainer.trace=",
+            "rollout.backend=hf",
+            "actor.world_size=2",
+            "reward.workers=1",
+            "data.train_batch_size=4",
+            "rollout.n=2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     family = []
     try:
         wait_for_step_one(orchestrator, run)

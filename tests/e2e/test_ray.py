@@ -22,10 +22,22 @@ def cluster():
 
 
 def config(tiny_lm, arithmetic_data, run_dir, *extra):
-    return load_config(None, [f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}",
-                              f"trainer.run_dir={run_dir}", "trainer.total_steps=2", "data.train_batch_size=4",
-                              "rollout.n=2", "rollout.backend=hf", "actor.engine=fsdp2", "actor.world_size=2",
-                              "reward.workers=1", *extra])
+    return load_config(
+        None,
+        [
+            f"actor.model={tiny_lm}",
+            f"data.train_files={arithmetic_data['train']}",
+            f"trainer.run_dir={run_dir}",
+            "trainer.total_steps=2",
+            "data.train_batch_size=4",
+            "rollout.n=2",
+            "rollout.backend=hf",
+            "actor.engine=fsdp2",
+            "actor.world_size=2",
+            "reward.workers=1",
+            *extra,
+        ],
+    )
 
 
 @pytest.mark.slow

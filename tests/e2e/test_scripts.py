@@ -27,8 +27,9 @@ def test_run_refuses_a_bad_seed_before_setting_anything_up(args):
 def test_prepare_seeds_the_model_the_split_and_the_warm_up(tmp_path):
     run = tmp_path / "run"
     env = {"PATH": "/usr/bin:/bin", "MESHRL": MESHRL, "SEED": "3", "SFT_STEPS": "1"}
-    subprocess.run(["bash", "scripts/prepare.sh", str(run)], cwd=ROOT, env=env, check=True, capture_output=True,
-                   timeout=300)
+    subprocess.run(
+        ["bash", "scripts/prepare.sh", str(run)], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300
+    )
     assert (run / "recipe").read_text().startswith("seed 3 ") and (run / "sft" / "hf" / "config.json").is_file()
     expected = make_data(tmp_path / "expected", ArithmeticConfig(seed=3))
     assert pd.read_parquet(run / "data" / "test.parquet").equals(pd.read_parquet(expected["test"]))
@@ -37,6 +38,7 @@ def test_prepare_seeds_the_model_the_split_and_the_warm_up(tmp_path):
     theirs = load_file(make_model(tmp_path / "m3", TinyModelConfig(seed=3)) / "model.safetensors")
     assert all((ours[k] == theirs[k]).all() for k in ours)
     built = (run / "sft" / "hf" / "model.safetensors").stat().st_mtime_ns
-    subprocess.run(["bash", "scripts/prepare.sh", str(run)], cwd=ROOT, env=env, check=True, capture_output=True,
-                   timeout=60)
+    subprocess.run(
+        ["bash", "scripts/prepare.sh", str(run)], cwd=ROOT, env=env, check=True, capture_output=True, timeout=60
+    )
     assert (run / "sft" / "hf" / "model.safetensors").stat().st_mtime_ns == built  # same seed: kept

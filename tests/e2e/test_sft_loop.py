@@ -9,9 +9,19 @@ from orchestrator.main import run
 
 
 def test_sft_lowers_the_loss_and_exports_a_model(tiny_lm, arithmetic_data, tmp_path):
-    cfg = load_config(None, [f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}",
-                             f"trainer.run_dir={tmp_path}", "trainer.total_steps=30", "data.train_batch_size=16",
-                             "actor.lr=1e-3", "actor.micro_batch_size=16", "actor.engine=plain"])
+    cfg = load_config(
+        None,
+        [
+            f"actor.model={tiny_lm}",
+            f"data.train_files={arithmetic_data['train']}",
+            f"trainer.run_dir={tmp_path}",
+            "trainer.total_steps=30",
+            "data.train_batch_size=16",
+            "actor.lr=1e-3",
+            "actor.micro_batch_size=16",
+            "actor.engine=plain",
+        ],
+    )
     run_dir = run("sft", cfg)
     losses = [json.loads(line)["actor/sft_loss"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(losses) == 30 and sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5

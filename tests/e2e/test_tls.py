@@ -14,10 +14,10 @@ import grpc
 import pytest
 import torch
 
+from meshrl import tls
 from meshrl.codec import Payload
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
-from meshrl import tls
 from meshrl.rpc import Client
 from meshrl.rpc.server import Server
 from meshrl.v1 import reward_pb2, rollout_pb2
@@ -35,7 +35,8 @@ def certs(tmp_path_factory):
     done = subprocess.run([sys.executable, "-m", "meshrl.cli", "certs", str(out)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["ca.pem", *(f"{r}.{x}" for r in tls.ROLES for x in ("pem", "key"))])  # no CA key left lying about
+        ["ca.pem", *(f"{r}.{x}" for r in tls.ROLES for x in ("pem", "key"))]
+    )  # no CA key left lying about
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in out.glob("*.key"))
     return out
 
@@ -73,14 +74,16 @@ def test_roles_callers_and_servers_are_checked(tls_on, monkeypatch):
                 c.call("Describe")
             assert e.value.code == grpc.StatusCode.UNAVAILABLE
         ca = (tls_on / "ca.pem").read_bytes()
-        with grpc.secure_channel(server.address, grpc.ssl_channel_credentials(ca), options=[
-                ("grpc.ssl_target_name_override", "reward")]) as ch:  # TLS without a client certificate
+        with grpc.secure_channel(
+            server.address, grpc.ssl_channel_credentials(ca), options=[("grpc.ssl_target_name_override", "reward")]
+        ) as ch:  # TLS without a client certificate
             with pytest.raises(grpc.RpcError) as e:
                 ch.unary_unary("/meshrl.v1.RewardService/Describe")(b"", timeout=5)
             assert e.value.code() == grpc.StatusCode.UNAVAILABLE
         env = {**os.environ, tls.VAR: str(tls_on)}
-        health = subprocess.run([sys.executable, "-m", "meshrl.cli", "health", server.address], env=env,
-                                capture_output=True, text=True)
+        health = subprocess.run(
+            [sys.executable, "-m", "meshrl.cli", "health", server.address], env=env, capture_output=True, text=True
+        )
         assert health.returncode == 0 and "SERVING" in health.stdout, health.stderr
     finally:
         server.stop(0)
@@ -89,11 +92,28 @@ def test_roles_callers_and_servers_are_checked(tls_on, monkeypatch):
 def test_a_grpo_run_trains_over_mutual_tls(tls_on, tiny_lm, arithmetic_data, tmp_path):
     run = tmp_path / "run"
     done = subprocess.run(
-        [sys.executable, "-m", "meshrl.cli", "grpo", f"actor.model={tiny_lm}",
-         f"data.train_files={arithmetic_data['train']}",
-         f"trainer.run_dir={run}", "trainer.total_steps=2", "trainer.val_every=0", "trainer.logger=[console]",
-         "trainer.trace=", "rollout.backend=hf", "reward.workers=1", "data.train_batch_size=4", "rollout.n=2"],
-        env={**os.environ, tls.VAR: str(tls_on)}, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "meshrl.cli",
+            "grpo",
+            f"actor.model={tiny_lm}",
+            f"data.train_files={arithmetic_data['train']}",
+            f"trainer.run_dir={run}",
+            "trainer.total_steps=2",
+            "trainer.val_every=0",
+            "trainer.logger=[console]",
+            "trainer.trace=",
+            "rollout.backend=hf",
+            "reward.workers=1",
+            "data.train_batch_size=4",
+            "rollout.n=2",
+        ],
+        env={**os.environ, tls.VAR: str(tls_on)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in steps] == [1, 2]

@@ -3,10 +3,9 @@ in the mesh sends it (orchestrator, reward client, the actor's weight push), and
 command line; a run without one makes a token of its own for the services it starts, also when another
 is given by address, and never sends it to that one."""
 
-from concurrent import futures
-
 import subprocess
 import sys
+from concurrent import futures
 
 import grpc
 import psutil
@@ -28,10 +27,29 @@ def run_and_probe(tiny_lm, arithmetic_data, run, role="reward", extra=()) -> tup
     """A 2-step GRPO run; while it runs, the command lines of its services and what an anonymous
     Describe on its `role` service gets (None: it answered)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "meshrl.cli", "grpo", f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}",
-         f"trainer.run_dir={run}", "trainer.total_steps=2", "trainer.val_every=0", "trainer.logger=[console]",
-         "trainer.trace=", "rollout.backend=hf", "reward.workers=1", "data.train_batch_size=4", "rollout.n=2",
-         "trainer.save_every=2", *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "meshrl.cli",
+            "grpo",
+            f"actor.model={tiny_lm}",
+            f"data.train_files={arithmetic_data['train']}",
+            f"trainer.run_dir={run}",
+            "trainer.total_steps=2",
+            "trainer.val_every=0",
+            "trainer.logger=[console]",
+            "trainer.trace=",
+            "rollout.backend=hf",
+            "reward.workers=1",
+            "data.train_batch_size=4",
+            "rollout.n=2",
+            "trainer.save_every=2",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     services, out, code = [], [], None
     for line in proc.stdout:  # check the services while they run
         out.append(line)
@@ -77,8 +95,9 @@ class Recorder(grpc.ServerInterceptor):
         return continuation(details)
 
 
-def test_a_given_service_does_not_open_the_runs_own_nor_learn_its_token(tiny_lm, arithmetic_data, tmp_path,
-                                                                          monkeypatch):
+def test_a_given_service_does_not_open_the_runs_own_nor_learn_its_token(
+    tiny_lm, arithmetic_data, tmp_path, monkeypatch
+):
     """reward.address names someone else's scorer: the actor and rollout this run starts still require the
     run's token (an anonymous Update, PushWeights or LoadCheckpoint is refused), and the scorer is called
     without it."""
@@ -94,8 +113,9 @@ def test_a_given_service_does_not_open_the_runs_own_nor_learn_its_token(tiny_lm,
     port = scorer.add_insecure_port("127.0.0.1:0")
     scorer.start()
     try:
-        _, code = run_and_probe(tiny_lm, arithmetic_data, tmp_path / "run", role="actor",
-                                extra=[f"reward.address=127.0.0.1:{port}"])
+        _, code = run_and_probe(
+            tiny_lm, arithmetic_data, tmp_path / "run", role="actor", extra=[f"reward.address=127.0.0.1:{port}"]
+        )
     finally:
         scorer.stop(0)
         servicer.close()

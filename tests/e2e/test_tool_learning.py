@@ -33,13 +33,35 @@ def test_grpo_with_the_calculator_answers_better(tmp_path):
     model = make_model(tmp_path / "model", TinyModelConfig())
     data = make_data(tmp_path / "data", ArithmeticConfig(ops="*", max_operand=99, tool=True))
     common = ["actor.engine=plain", "actor.world_size=1", "trainer.trace="]
-    sft = run("sft", load_config(str(ROOT / "configs/arithmetic_sft.yaml"), [
-        *common, f"actor.model={model}", f"data.train_files={data['train']}", f"trainer.run_dir={tmp_path / 'sft'}",
-        f"trainer.total_steps={SFT_STEPS}"]))
-    grpo = run("grpo", load_config(str(ROOT / "configs/calculator_grpo.yaml"), [
-        *common, f"actor.model={sft / 'hf'}", f"data.train_files={data['train']}", f"data.val_files={data['test']}",
-        f"trainer.run_dir={tmp_path / 'grpo'}", f"trainer.total_steps={GRPO_STEPS}", f"trainer.val_every={GRPO_STEPS}",
-        "data.train_batch_size=16"]))
+    sft = run(
+        "sft",
+        load_config(
+            str(ROOT / "configs/arithmetic_sft.yaml"),
+            [
+                *common,
+                f"actor.model={model}",
+                f"data.train_files={data['train']}",
+                f"trainer.run_dir={tmp_path / 'sft'}",
+                f"trainer.total_steps={SFT_STEPS}",
+            ],
+        ),
+    )
+    grpo = run(
+        "grpo",
+        load_config(
+            str(ROOT / "configs/calculator_grpo.yaml"),
+            [
+                *common,
+                f"actor.model={sft / 'hf'}",
+                f"data.train_files={data['train']}",
+                f"data.val_files={data['test']}",
+                f"trainer.run_dir={tmp_path / 'grpo'}",
+                f"trainer.total_steps={GRPO_STEPS}",
+                f"trainer.val_every={GRPO_STEPS}",
+                "data.train_batch_size=16",
+            ],
+        ),
+    )
     gain = held_out_gain(grpo)
     assert gain is not None and gain["n"] == 500
     print(gain_line(gain))

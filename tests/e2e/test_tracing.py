@@ -18,10 +18,24 @@ from orchestrator.main import run
 @pytest.fixture
 def traced_run(tiny_lm, arithmetic_data, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("traced")
-    run("grpo", load_config(None, [f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}",
-                                   f"trainer.run_dir={run_dir}", "trainer.total_steps=2", "data.train_batch_size=4",
-                                   "rollout.n=2", "rollout.backend=hf", "actor.engine=plain", "reward.workers=1",
-                                   "trainer.trace=jsonl"]))
+    run(
+        "grpo",
+        load_config(
+            None,
+            [
+                f"actor.model={tiny_lm}",
+                f"data.train_files={arithmetic_data['train']}",
+                f"trainer.run_dir={run_dir}",
+                "trainer.total_steps=2",
+                "data.train_batch_size=4",
+                "rollout.n=2",
+                "rollout.backend=hf",
+                "actor.engine=plain",
+                "reward.workers=1",
+                "trainer.trace=jsonl",
+            ],
+        ),
+    )
     return run_dir
 
 
@@ -47,8 +61,12 @@ def test_each_step_is_one_trace_across_every_service(traced_run):
 
 
 def test_meshrl_trace_prints_a_timeline(traced_run):
-    out = subprocess.run([sys.executable, "-m", "meshrl.cli", "trace", str(traced_run), "--step", "1"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "meshrl.cli", "trace", str(traced_run), "--step", "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "step 1 (grpo)" in out and "RolloutService/Generate" in out and "|#" in out
     with pytest.raises(ValueError, match="no trace for step 9"):
         timeline(load_spans(traced_run), 9)
@@ -80,8 +98,9 @@ def test_spans_reach_an_otlp_collector(monkeypatch):
 
     class Collector(trace_service_pb2_grpc.TraceServiceServicer):
         def Export(self, request, context):
-            received.extend((rs.resource, span) for rs in request.resource_spans
-                            for ss in rs.scope_spans for span in ss.spans)
+            received.extend(
+                (rs.resource, span) for rs in request.resource_spans for ss in rs.scope_spans for span in ss.spans
+            )
             return trace_service_pb2.ExportTraceServiceResponse()
 
     server = grpc.server(futures.ThreadPoolExecutor(2))

@@ -47,8 +47,21 @@ def rollout(tiny_lm):
 
 @pytest.fixture(scope="module")
 def actor(tiny_lm):
-    proc, address = launch(["actor", "--role", "actor", "--model", str(tiny_lm), "--world-size", "2", "--lr", "1e-3",
-                             "--checkpoint-root", tempfile.gettempdir()])
+    proc, address = launch(
+        [
+            "actor",
+            "--role",
+            "actor",
+            "--model",
+            str(tiny_lm),
+            "--world-size",
+            "2",
+            "--lr",
+            "1e-3",
+            "--checkpoint-root",
+            tempfile.gettempdir(),
+        ]
+    )
     client = Client(address, ACTOR, timeout=300)
     yield client
     proc.terminate()
@@ -56,8 +69,11 @@ def actor(tiny_lm):
 
 
 def prompts():
-    return DataProto(non_tensor_batch={"prompt": [[{"role": "user", "content": f"{a}+{b}="}]
-                                                  for a, b in [(3, 4), (12, 7), (0, 9), (5, 5)]]})
+    return DataProto(
+        non_tensor_batch={
+            "prompt": [[{"role": "user", "content": f"{a}+{b}="}] for a, b in [(3, 4), (12, 7), (0, 9), (5, 5)]]
+        }
+    )
 
 
 def generate(rollout, **kw):
@@ -67,8 +83,9 @@ def generate(rollout, **kw):
 
 def parity(actor, rollout) -> tuple[float, float]:
     gen = generate(rollout, seed=5).data
-    lp = actor.call("ComputeLogProbs", Payload(actor_pb2.BatchRequest(temperature=1.0),
-                                               gen.select(BASE))).data.batch["actor_logprobs"]
+    lp = actor.call("ComputeLogProbs", Payload(actor_pb2.BatchRequest(temperature=1.0), gen.select(BASE))).data.batch[
+        "actor_logprobs"
+    ]
     mask = gen.batch["response_mask"]
     diff = (lp - gen.batch["rollout_logprobs"]).abs() * mask
     return diff.max().item(), (diff.sum() / mask.sum()).item()
@@ -76,9 +93,15 @@ def parity(actor, rollout) -> tuple[float, float]:
 
 def sft_step(actor, step):
     """One SFT update on random sequences: it only has to move the weights."""
-    data = DataProto({"input_ids": torch.randint(4, 100, (4, 12)), "attention_mask": torch.ones(4, 12, dtype=torch.long),
-                      "position_ids": torch.arange(12).repeat(4, 1), "responses": torch.randint(4, 100, (4, 6)),
-                      "response_mask": torch.ones(4, 6)})
+    data = DataProto(
+        {
+            "input_ids": torch.randint(4, 100, (4, 12)),
+            "attention_mask": torch.ones(4, 12, dtype=torch.long),
+            "position_ids": torch.arange(12).repeat(4, 1),
+            "responses": torch.randint(4, 100, (4, 6)),
+            "response_mask": torch.ones(4, 6),
+        }
+    )
     data.batch["input_ids"][:, 6:] = data.batch["responses"]
     actor.call("Update", Payload(actor_pb2.UpdateRequest(step=step, loss=actor_pb2.LossSpec(name="sft")), data))
 
@@ -89,8 +112,9 @@ def test_a_seeded_batch_over_the_token_budget(rollout):
     ids = torch.randint(4, 100, (600, 20), generator=g)
     data = DataProto({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
     sampling = rollout_pb2.SamplingParams(n=1, temperature=1.0, max_new_tokens=2, seed=11)
-    runs = [rollout.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=sampling), data)).data
-            for _ in range(2)]
+    runs = [
+        rollout.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=sampling), data)).data for _ in range(2)
+    ]
     assert len(runs[0]) == 600 and torch.equal(runs[0].batch["responses"], runs[1].batch["responses"])
 
 
@@ -100,14 +124,17 @@ def test_vllm_same_seed_same_tokens(rollout):
     assert a.meta_info["weight_version"] == rollout.call("Describe").weight_version
 
 
-@pytest.mark.parametrize("transport,step,bucket", [("shm", 1, 0), ("stream", 2, 0), ("shm", 3, 1 << 20),
-                                                   ("stream", 4, 1 << 20)])
+@pytest.mark.parametrize(
+    "transport,step,bucket", [("shm", 1, 0), ("stream", 2, 0), ("shm", 3, 1 << 20), ("stream", 4, 1 << 20)]
+)
 def test_parity_after_pushing_the_actors_weights(actor, rollout, transport, step, bucket):
     """bucket 1 MiB: the 2-rank FSDP2 actor gathers and sends a block at a time, and vLLM loads each
     bucket as it comes (its fused q/k/v and gate/up layers whole, since a block is never split)."""
     sft_step(actor, step)
-    pushed = actor.call("PushWeights", actor_pb2.PushWeightsRequest(rollout_address=rollout.address,
-                                                                    transport=transport, bucket_bytes=bucket))
+    pushed = actor.call(
+        "PushWeights",
+        actor_pb2.PushWeightsRequest(rollout_address=rollout.address, transport=transport, bucket_bytes=bucket),
+    )
     assert pushed.version == step and rollout.call("Describe").weight_version == step
     worst, mean = parity(actor, rollout)
     print(f"parity after {transport} push (bucket {bucket or 'whole'}): max |diff| {worst:.2e}, mean {mean:.2e}")
@@ -128,8 +155,13 @@ def test_a_perturbed_weight_fails_parity(actor, rollout, tmp_path):
 
 def cpu_seconds(pids: list[int]) -> float:
     ticks = os.sysconf("SC_CLK_TCK")
-    return sum(sum(int(x) for x in pathlib.Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[11:13])
-               for p in pids) / ticks
+    return (
+        sum(
+            sum(int(x) for x in pathlib.Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[11:13])
+            for p in pids
+        )
+        / ticks
+    )
 
 
 def test_an_idle_engine_leaves_the_cores_to_others(rollout):
@@ -154,8 +186,16 @@ def test_a_cancelled_generate_is_aborted_in_the_engine(rollout):
     before = generate(rollout, seed=9).data.batch["responses"]
     start = time.monotonic()
     with pytest.raises(ServiceError) as e:
-        rollout.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=rollout_pb2.SamplingParams(
-            n=2000, temperature=1.0, max_new_tokens=40)), prompts()), timeout=2)
+        rollout.call(
+            "Generate",
+            Payload(
+                rollout_pb2.GenerateRequest(
+                    sampling=rollout_pb2.SamplingParams(n=2000, temperature=1.0, max_new_tokens=40)
+                ),
+                prompts(),
+            ),
+            timeout=2,
+        )
     assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
     assert torch.equal(generate(rollout, seed=9).data.batch["responses"], before)
     print(f"deadline 2 s; the next Generate was served {time.monotonic() - start:.2f} s after the first call")
@@ -172,8 +212,15 @@ def test_concurrent_generates_share_the_engine(rollout):
     out = {}
 
     def long():
-        out["long"] = rollout.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=rollout_pb2.SamplingParams(
-            n=50, temperature=1.0, max_new_tokens=100)), prompts())).data
+        out["long"] = rollout.call(
+            "Generate",
+            Payload(
+                rollout_pb2.GenerateRequest(
+                    sampling=rollout_pb2.SamplingParams(n=50, temperature=1.0, max_new_tokens=100)
+                ),
+                prompts(),
+            ),
+        ).data
 
     thread = threading.Thread(target=long)
     thread.start()
@@ -183,8 +230,10 @@ def test_concurrent_generates_share_the_engine(rollout):
     short = generate(rollout, seed=9).data.batch["responses"]
     short_s, overlapped = time.monotonic() - start, thread.is_alive()
     thread.join(300)
-    print(f"the short Generate took {short_s:.2f} s beside the long one, which took {time.monotonic() - start:.2f} s "
-          "from then on")
+    print(
+        f"the short Generate took {short_s:.2f} s beside the long one, which took {time.monotonic() - start:.2f} s "
+        "from then on"
+    )
     assert overlapped, "the short Generate waited for the long one to finish"
     assert torch.equal(short, alone)
     assert len(out["long"]) == 200 and rollout.call("Describe").details["generations_in_flight"] == "0"
@@ -199,8 +248,15 @@ def test_chunked_calls_sample_what_one_call_samples(rollout, tiny_lm, arithmetic
     from orchestrator.data import PromptDataset
     from orchestrator.mesh import Mesh
 
-    cfg = load_config(None, [f"data.train_files={arithmetic_data['train']}", "rollout.n=3",
-                             "rollout.max_new_tokens=12", "rollout.chunks=3"])
+    cfg = load_config(
+        None,
+        [
+            f"data.train_files={arithmetic_data['train']}",
+            "rollout.n=3",
+            "rollout.max_new_tokens=12",
+            "rollout.chunks=3",
+        ],
+    )
     reward, address = launch(["reward", "--workers", "0"])
     try:
         mesh = Mesh(cfg, {"rollout": rollout, "reward": Client(address, REWARD, timeout=120)})
@@ -227,11 +283,11 @@ def test_multi_turn_episodes_on_vllm(rollout, tiny_lm, arithmetic_data):
     every policy token has its log-prob."""
     from transformers import AutoTokenizer
 
+    from meshrl.rpc import Server
     from orchestrator import multi_turn
     from orchestrator.config import load_config
     from orchestrator.data import PromptDataset
     from orchestrator.mesh import Mesh
-    from meshrl.rpc import Server
     from services.env.config import EnvConfig
     from services.env.servicer import EnvServicer
 
@@ -251,8 +307,16 @@ def test_multi_turn_episodes_on_vllm(rollout, tiny_lm, arithmetic_data):
     env = EnvServicer(EnvConfig(), Tagged)
     server = Server([env]).start()
     try:
-        cfg = load_config(None, ["rollout.n=2", "rollout.multi_turn=true", "rollout.max_turns=3",
-                                 "rollout.max_new_tokens=12", "rollout.max_response_tokens=60"])
+        cfg = load_config(
+            None,
+            [
+                "rollout.n=2",
+                "rollout.multi_turn=true",
+                "rollout.max_turns=3",
+                "rollout.max_new_tokens=12",
+                "rollout.max_response_tokens=60",
+            ],
+        )
         mesh = Mesh(cfg, {"rollout": rollout, "env": Client(server.address, EnvServicer.SERVICE, timeout=60)})
         mesh.env_stop = Tagged.STOP
         tok = AutoTokenizer.from_pretrained(tiny_lm)
@@ -297,8 +361,11 @@ def local_logprobs(model, gen) -> torch.Tensor:
     """A plain HF forward's log-probs of the rollout's own samples (the layout's response positions)."""
     T = gen.batch["responses"].shape[1]
     with torch.no_grad():
-        logits = model(input_ids=gen.batch["input_ids"], attention_mask=gen.batch["attention_mask"],
-                       position_ids=gen.batch["position_ids"]).logits[:, -T - 1:-1]
+        logits = model(
+            input_ids=gen.batch["input_ids"],
+            attention_mask=gen.batch["attention_mask"],
+            position_ids=gen.batch["position_ids"],
+        ).logits[:, -T - 1 : -1]
     return torch.log_softmax(logits.float(), -1).gather(-1, gen.batch["responses"].unsqueeze(-1)).squeeze(-1)
 
 
@@ -329,14 +396,17 @@ def test_pushed_embedding_reaches_the_output_head(request, tied):
 def test_a_push_in_the_rollouts_dtype_halves_the_bytes_and_changes_nothing(actor, tiny_lm):
     """A bfloat16 rollout rounds what it is sent to bfloat16 either way: sent bfloat16 (rollout.dtype, as a
     run sends it) it takes half the bytes and generates exactly what it does when sent float32."""
-    proc, address = launch(["rollout", "--model", str(tiny_lm), "--backend", "hf", "--dtype", "bfloat16",
-                            "--max-model-len", "128"])
+    proc, address = launch(
+        ["rollout", "--model", str(tiny_lm), "--backend", "hf", "--dtype", "bfloat16", "--max-model-len", "128"]
+    )
     try:
         rollout = Client(address, ROLLOUT, timeout=300)
         out = {}
         for version, dtype in ((1, ""), (2, "bfloat16")):
-            pushed = actor.call("PushWeights", actor_pb2.PushWeightsRequest(
-                rollout_address=address, transport="shm", version=version, dtype=dtype))
+            pushed = actor.call(
+                "PushWeights",
+                actor_pb2.PushWeightsRequest(rollout_address=address, transport="shm", version=version, dtype=dtype),
+            )
             gen = generate(rollout, seed=5).data
             out[dtype] = (pushed.num_bytes, gen.batch["responses"], gen.batch["rollout_logprobs"])
         assert out["bfloat16"][0] * 2 == out[""][0]

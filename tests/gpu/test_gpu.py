@@ -43,8 +43,11 @@ def rollout(tiny_lm):
 
 
 def generate(rollout, seed=5):
-    prompts = DataProto(non_tensor_batch={"prompt": [[{"role": "user", "content": f"{a}+{b}="}]
-                                                     for a, b in [(3, 4), (12, 7), (0, 9), (5, 5)]]})
+    prompts = DataProto(
+        non_tensor_batch={
+            "prompt": [[{"role": "user", "content": f"{a}+{b}="}] for a, b in [(3, 4), (12, 7), (0, 9), (5, 5)]]
+        }
+    )
     sampling = rollout_pb2.SamplingParams(n=2, temperature=1.0, max_new_tokens=16, logprobs=True, seed=seed)
     return rollout.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=sampling), prompts))
 
@@ -82,8 +85,21 @@ def test_cuda_ipc_push_from_another_process_gives_parity(rollout, tiny_lm, bucke
 
 def test_the_actor_on_nccl_ranks_pushes_over_cuda_ipc(rollout, tiny_lm):
     world = torch.cuda.device_count()
-    proc, address = launch(["actor", "--role", "actor", "--model", str(tiny_lm), "--world-size", "auto", "--lr", "1e-3",
-                             "--checkpoint-root", tempfile.gettempdir()])
+    proc, address = launch(
+        [
+            "actor",
+            "--role",
+            "actor",
+            "--model",
+            str(tiny_lm),
+            "--world-size",
+            "auto",
+            "--lr",
+            "1e-3",
+            "--checkpoint-root",
+            tempfile.gettempdir(),
+        ]
+    )
     try:
         actor = Client(address, ACTOR, timeout=300)
         assert actor.call("Describe").world_size == world
@@ -92,14 +108,21 @@ def test_the_actor_on_nccl_ranks_pushes_over_cuda_ipc(rollout, tiny_lm):
         actor.call("Update", Payload(actor_pb2.UpdateRequest(step=1, loss=actor_pb2.LossSpec(name="sft")), data))
         version = rollout.call("Describe").weight_version + 1
         for bucket in (0, 1 << 20):
-            pushed = actor.call("PushWeights", actor_pb2.PushWeightsRequest(
-                rollout_address=rollout.address, transport="cuda_ipc", version=version, bucket_bytes=bucket))
+            pushed = actor.call(
+                "PushWeights",
+                actor_pb2.PushWeightsRequest(
+                    rollout_address=rollout.address, transport="cuda_ipc", version=version, bucket_bytes=bucket
+                ),
+            )
             assert pushed.version == version
             after = generate(rollout).data
-            lp = actor.call("ComputeLogProbs", Payload(actor_pb2.BatchRequest(temperature=1.0),
-                                                       after.select(BASE))).data.batch["actor_logprobs"]
+            lp = actor.call(
+                "ComputeLogProbs", Payload(actor_pb2.BatchRequest(temperature=1.0), after.select(BASE))
+            ).data.batch["actor_logprobs"]
             gap = worst_gap(lp, after)
-            print(f"actor ({world} NCCL ranks) -> rollout over cuda_ipc, bucket {bucket or 'whole'}: max |diff| {gap:.2e}")
+            print(
+                f"actor ({world} NCCL ranks) -> rollout over cuda_ipc, bucket {bucket or 'whole'}: max |diff| {gap:.2e}"
+            )
             assert gap < TOLERANCE
             version += 1
     finally:
@@ -108,10 +131,22 @@ def test_the_actor_on_nccl_ranks_pushes_over_cuda_ipc(rollout, tiny_lm):
 
 
 def test_grpo_on_the_gpu(tiny_lm, arithmetic_data, tmp_path):
-    cfg = load_config(None, [f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}",
-                             f"trainer.run_dir={tmp_path}", "trainer.total_steps=2", "data.train_batch_size=4",
-                             "rollout.n=2", "rollout.backend=hf", "rollout.weight_transport=cuda_ipc",
-                             "rollout.weight_bucket_mb=1", "actor.world_size=auto", "reward.workers=1"])
+    cfg = load_config(
+        None,
+        [
+            f"actor.model={tiny_lm}",
+            f"data.train_files={arithmetic_data['train']}",
+            f"trainer.run_dir={tmp_path}",
+            "trainer.total_steps=2",
+            "data.train_batch_size=4",
+            "rollout.n=2",
+            "rollout.backend=hf",
+            "rollout.weight_transport=cuda_ipc",
+            "rollout.weight_bucket_mb=1",
+            "actor.world_size=auto",
+            "reward.workers=1",
+        ],
+    )
     lines = [json.loads(line) for line in (run("grpo", cfg) / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2]
     assert all(m["rollout/kl_to_actor"] < 1e-3 for m in lines)  # the rollout runs what the actor pushed

@@ -17,11 +17,18 @@ def ragged() -> DataProto:
     n = len(PROMPTS)
     mask = torch.zeros(n, P + T, dtype=torch.long)
     for i, (p, r) in enumerate(zip(PROMPTS, RESPONSES)):
-        mask[i, P - p:P + r] = 1
+        mask[i, P - p : P + r] = 1
     ids = torch.randint(4, 100, (n, P + T), generator=torch.Generator().manual_seed(0)) * mask
-    return DataProto({"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
-                      "responses": ids[:, P:], "response_mask": mask[:, P:].float(),
-                      "advantages": torch.arange(n, dtype=torch.float32)[:, None].expand(n, T).contiguous()})
+    return DataProto(
+        {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
+            "responses": ids[:, P:],
+            "response_mask": mask[:, P:].float(),
+            "advantages": torch.arange(n, dtype=torch.float32)[:, None].expand(n, T).contiguous(),
+        }
+    )
 
 
 def test_extents_are_the_rows_own_lengths():
@@ -60,10 +67,12 @@ def test_trimming_cuts_only_padding_and_restore_undoes_it():
     kept = 0
     for g, mb in zip(groups, micros):
         width = max(PROMPTS[i] for i in g) + max(1, max(RESPONSES[i] for i in g))
-        assert mb["input_ids"].shape == (len(g), width) and mb["responses"].shape[1] == width - max(PROMPTS[i] for i in g)
+        assert mb["input_ids"].shape == (len(g), width) and mb["responses"].shape[1] == width - max(
+            PROMPTS[i] for i in g
+        )
         kept += int(mb["attention_mask"].sum())
         # the cut keeps each row's response at the end of its prompt: the positions a forward predicts from
-        assert torch.equal(mb["input_ids"][:, -mb["responses"].shape[1]:], mb["responses"])
+        assert torch.equal(mb["input_ids"][:, -mb["responses"].shape[1] :], mb["responses"])
     assert kept == int(data.batch["attention_mask"].sum())  # no valid token was cut
     back = restore([mb["advantages"] * mb["response_mask"] for mb in micros], groups, T)
     assert torch.equal(back, data.batch["advantages"] * data.batch["response_mask"])

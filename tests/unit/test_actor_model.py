@@ -14,8 +14,17 @@ def gpt2(path):
 
 
 def llama(path):
-    LlamaForCausalLM(LlamaConfig(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=2,
-                                 num_key_value_heads=1, vocab_size=64, attention_dropout=0.5)).save_pretrained(path)
+    LlamaForCausalLM(
+        LlamaConfig(
+            num_hidden_layers=2,
+            hidden_size=32,
+            intermediate_size=64,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            vocab_size=64,
+            attention_dropout=0.5,
+        )
+    ).save_pretrained(path)
     return path
 
 
@@ -46,11 +55,16 @@ def grouped(prompts: list[int], responses: list[list[int]], width=(6, 5), seed=0
     mask = torch.zeros(len(rows), P + T, dtype=torch.long)
     ids = torch.randint(4, 60, (len(rows), P + T), generator=g)
     for i, (p, r, prompt) in enumerate(rows):
-        mask[i, P - p:P + r] = 1
+        mask[i, P - p : P + r] = 1
         ids[i, :P] = prompt
     ids = ids * mask
-    return {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
-            "responses": ids[:, P:], "response_mask": mask[:, P:].float()}
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
+        "responses": ids[:, P:],
+        "response_mask": mask[:, P:].float(),
+    }
 
 
 @pytest.mark.parametrize("make", [gpt2, llama], ids=["gpt2", "llama"])

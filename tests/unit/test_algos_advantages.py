@@ -5,8 +5,14 @@ import math
 import pytest
 import torch
 
-from meshrl.algos.advantages import (ADVANTAGE_ESTIMATORS, compute_gae, compute_grpo, compute_reinforce_plus_plus,
-                                     compute_reinforce_plus_plus_baseline, compute_rloo)
+from meshrl.algos.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    compute_gae,
+    compute_grpo,
+    compute_reinforce_plus_plus,
+    compute_reinforce_plus_plus_baseline,
+    compute_rloo,
+)
 from meshrl.algos.masked import masked_mean, masked_var, masked_whiten
 
 
@@ -23,9 +29,9 @@ def test_gae_by_hand():
     v = torch.tensor([[0.5, 0.6, 0.7]])
     m = torch.ones(1, 3)
     adv, ret = compute_gae(r, v, m, gamma=0.9, lam=0.8, whiten=False)
-    d2 = 1.0 - 0.7                      # last step: no next value
-    d1 = 0.0 + 0.9 * 0.7 - 0.6          # 0.03
-    d0 = 0.0 + 0.9 * 0.6 - 0.5          # 0.04
+    d2 = 1.0 - 0.7  # last step: no next value
+    d1 = 0.0 + 0.9 * 0.7 - 0.6  # 0.03
+    d0 = 0.0 + 0.9 * 0.6 - 0.5  # 0.04
     a2 = d2
     a1 = d1 + 0.72 * a2
     a0 = d0 + 0.72 * a1

@@ -6,8 +6,15 @@ import pytest
 import torch
 
 from meshrl.algos.kl import AdaptiveKLController, FixedKLController, apply_kl_penalty, kl_penalty
-from meshrl.algos.losses import (dpo_loss, entropy_from_logits, kl_loss, ppo_policy_loss, rollout_is_weights,
-                                 sft_loss, value_loss)
+from meshrl.algos.losses import (
+    dpo_loss,
+    entropy_from_logits,
+    kl_loss,
+    ppo_policy_loss,
+    rollout_is_weights,
+    sft_loss,
+    value_loss,
+)
 from meshrl.algos.masked import agg_loss
 from meshrl.algos.pairs import best_worst_pairs
 
@@ -90,7 +97,7 @@ def test_kl_estimators_by_hand():
     k1 = math.log(0.5) - math.log(0.25)  # log 2
     assert kl_penalty(logp, ref, "k1").item() == pytest.approx(k1)
     assert kl_penalty(logp, ref, "abs").item() == pytest.approx(k1)
-    assert kl_penalty(logp, ref, "k2").item() == pytest.approx(0.5 * k1 ** 2)
+    assert kl_penalty(logp, ref, "k2").item() == pytest.approx(0.5 * k1**2)
     assert kl_penalty(logp, ref, "k3").item() == pytest.approx(0.5 - 1 + k1)  # r - 1 - log r with r = 0.5
     with pytest.raises(ValueError, match="kl estimator must be one of"):
         kl_penalty(logp, ref, "k4")

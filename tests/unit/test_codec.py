@@ -17,8 +17,12 @@ from meshrl.v1 import reward_pb2, rollout_pb2
 DTYPES = list(TO_TORCH.values())
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False)
-    | st.text(max_size=20) | st.binary(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20)
+    | st.binary(max_size=8),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
     max_leaves=10,
 )
@@ -35,8 +39,11 @@ def random_tensor(dtype: torch.dtype, shape: tuple[int, ...], seed: int) -> torc
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and bytes(a.contiguous().view(torch.uint8).numpy()) == bytes(
-        b.contiguous().view(torch.uint8).numpy())
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and bytes(a.contiguous().view(torch.uint8).numpy()) == bytes(b.contiguous().view(torch.uint8).numpy())
+    )
 
 
 def assert_same(a: DataProto, b: DataProto):
@@ -95,8 +102,15 @@ def test_message_roundtrip_with_other_fields(data, max_new_tokens, stop):
 
 
 def test_decode_is_zero_copy_and_aligned():
-    data = DataProto({"x": torch.randn(64, 32), "ids": torch.arange(64), "h": torch.randn(64, 3).half(),
-                      "b": torch.randn(64, 5).bfloat16()}, {"s": ["a"] * 64})
+    data = DataProto(
+        {
+            "x": torch.randn(64, 32),
+            "ids": torch.arange(64),
+            "h": torch.randn(64, 3).half(),
+            "b": torch.randn(64, 5).bfloat16(),
+        },
+        {"s": ["a"] * 64},
+    )
     buf = encode_message(reward_pb2.ScoreRequest(), data)
     start = np.frombuffer(buf, dtype=np.uint8).ctypes.data
     back = decode_message(reward_pb2.ScoreRequest, buf)[0].data
@@ -139,26 +153,34 @@ def f32(name="x", shape=(2, 2), nbytes=16, **kw):
     return pb.Tensor(name=name, dtype=pb.FLOAT32, shape=list(shape), data=b"\0" * nbytes, **kw)
 
 
-@pytest.mark.parametrize("buf,match", [
-    (raw([f32(nbytes=15)], 2), r"tensor 'x': 15 bytes of data do not match shape \[2, 2\] of float32 \(16 bytes\)"),
-    (raw([f32(nbytes=17)], 2), r"tensor 'x': 17 bytes"),
-    (raw([pb.Tensor(name="x", dtype=42, shape=[1], data=b"\0")], 1), r"tensor 'x': unknown dtype 42"),
-    (raw([pb.Tensor(name="x", shape=[1], data=b"\0")], 1), r"tensor 'x': unknown dtype 0"),
-    (raw([f32(), f32("y", (3, 2), 24)], 2), r"tensor 'y' has 3 rows but the batch has 2"),
-    (raw([f32()], 3), r"tensor 'x' has 2 rows but the batch has 3"),
-    (raw([f32(), f32()], 2), r"tensor 'x' appears twice"),
-    (raw([f32(name="")], 2), r"tensor #0 has no name"),
-    (raw([f32(shape=(), nbytes=4)], 1), r"tensor 'x': scalar"),
-    (raw([f32(shape=(2, -2), nbytes=0)], 2), r"tensor 'x': negative dimension"),
-    (raw([pb.Tensor(name="m", dtype=pb.BOOL, shape=[2], data=b"\x01\x07")], 2), r"tensor 'm': bool data"),
-    (raw([], 2, non_tensors={"s": pb.Column(values=[pb.Value(string_value="a")])}),
-     r"non_tensor 's' has 1 rows but the batch has 2"),
-    (raw([f32()], 2, non_tensors={"x": pb.Column(values=[pb.Value(int_value=1)] * 2)}), r"both tensors and non-tensors"),
-    (raw([], 1, non_tensors={"s": pb.Column(values=[pb.Value()])}), r"non_tensor 's' row 0: value has no kind"),
-    (raw([f32()], 2)[:-3], r"truncated"),
-    (b"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", r"varint longer than 10 bytes"),
-    (b"\x0b", r"wire type 3"),
-])
+@pytest.mark.parametrize(
+    "buf,match",
+    [
+        (raw([f32(nbytes=15)], 2), r"tensor 'x': 15 bytes of data do not match shape \[2, 2\] of float32 \(16 bytes\)"),
+        (raw([f32(nbytes=17)], 2), r"tensor 'x': 17 bytes"),
+        (raw([pb.Tensor(name="x", dtype=42, shape=[1], data=b"\0")], 1), r"tensor 'x': unknown dtype 42"),
+        (raw([pb.Tensor(name="x", shape=[1], data=b"\0")], 1), r"tensor 'x': unknown dtype 0"),
+        (raw([f32(), f32("y", (3, 2), 24)], 2), r"tensor 'y' has 3 rows but the batch has 2"),
+        (raw([f32()], 3), r"tensor 'x' has 2 rows but the batch has 3"),
+        (raw([f32(), f32()], 2), r"tensor 'x' appears twice"),
+        (raw([f32(name="")], 2), r"tensor #0 has no name"),
+        (raw([f32(shape=(), nbytes=4)], 1), r"tensor 'x': scalar"),
+        (raw([f32(shape=(2, -2), nbytes=0)], 2), r"tensor 'x': negative dimension"),
+        (raw([pb.Tensor(name="m", dtype=pb.BOOL, shape=[2], data=b"\x01\x07")], 2), r"tensor 'm': bool data"),
+        (
+            raw([], 2, non_tensors={"s": pb.Column(values=[pb.Value(string_value="a")])}),
+            r"non_tensor 's' has 1 rows but the batch has 2",
+        ),
+        (
+            raw([f32()], 2, non_tensors={"x": pb.Column(values=[pb.Value(int_value=1)] * 2)}),
+            r"both tensors and non-tensors",
+        ),
+        (raw([], 1, non_tensors={"s": pb.Column(values=[pb.Value()])}), r"non_tensor 's' row 0: value has no kind"),
+        (raw([f32()], 2)[:-3], r"truncated"),
+        (b"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", r"varint longer than 10 bytes"),
+        (b"\x0b", r"wire type 3"),
+    ],
+)
 def test_bad_input_names_the_problem(buf, match):
     with pytest.raises(ValueError, match=match):
         decode_dataproto(buf)
@@ -182,8 +204,16 @@ def test_message_with_data_field_twice_is_rejected():
 
 
 def test_plain_columns_travel_as_typed_lists():
-    data = DataProto(non_tensor_batch={"s": ["a", "b"], "i": [1, 2], "f": [0.5, 1.5], "b": [True, False],
-                                       "mixed": [1, "a"], "none": [None, "x"]})
+    data = DataProto(
+        non_tensor_batch={
+            "s": ["a", "b"],
+            "i": [1, 2],
+            "f": [0.5, 1.5],
+            "b": [True, False],
+            "mixed": [1, "a"],
+            "none": [None, "x"],
+        }
+    )
     msg = to_proto(data)
     assert list(msg.non_tensors["s"].strings) == ["a", "b"] and list(msg.non_tensors["i"].ints) == [1, 2]
     assert list(msg.non_tensors["f"].floats) == [0.5, 1.5] and list(msg.non_tensors["b"].bools) == [True, False]

@@ -27,9 +27,13 @@ SET_ELSEWHERE = {
     (EnvConfig, "max_action_chars"): "service-only",
     (EnvConfig, "processes"): "service-only: how the service spreads its episodes",
 }
-SECTIONS = [(EngineConfig, run_config.ActorSection), (OptimConfig, run_config.ActorSection),
-            (RolloutConfig, run_config.RolloutSection), (RewardConfig, run_config.RewardSection),
-            (EnvConfig, run_config.EnvSection)]
+SECTIONS = [
+    (EngineConfig, run_config.ActorSection),
+    (OptimConfig, run_config.ActorSection),
+    (RolloutConfig, run_config.RolloutSection),
+    (RewardConfig, run_config.RewardSection),
+    (EnvConfig, run_config.EnvSection),
+]
 
 
 def default(field: dataclasses.Field):
@@ -43,5 +47,6 @@ def test_every_service_setting_is_reachable_with_the_services_default(service, s
         if (service, f.name) in SET_ELSEWHERE:
             continue
         assert f.name in run_fields, f"{service.__name__}.{f.name} cannot be set from the run config"
-        assert default(run_fields[f.name]) == default(f), \
+        assert default(run_fields[f.name]) == default(f), (
             f"{section.__name__}.{f.name} defaults to {default(run_fields[f.name])!r}, the service to {default(f)!r}"
+        )

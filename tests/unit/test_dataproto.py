@@ -95,8 +95,12 @@ def test_chunk_split_concat_roundtrip():
     with pytest.raises(ValueError, match="keys"):
         DataProto.concat([d, d.select(["ids"])])
     with pytest.raises(ValueError, match="disagrees"):
-        DataProto.concat([d[:2], DataProto.from_single_dict({**d[2:].batch, **d[2:].non_tensor_batch},
-                                                            meta_info={"temperature": 0.5})])
+        DataProto.concat(
+            [
+                d[:2],
+                DataProto.from_single_dict({**d[2:].batch, **d[2:].non_tensor_batch}, meta_info={"temperature": 0.5}),
+            ]
+        )
 
 
 def test_repeat_interleaved_and_tiled():

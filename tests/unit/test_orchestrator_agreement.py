@@ -46,8 +46,14 @@ def started_from(cfg, role: str) -> str:
     return settings_json(parsed(EngineConfig, args), parsed(OptimConfig, args, skip=("betas",)))
 
 
-BASE = ["actor.model=m", "data.train_files=t", "actor.lr=5e-5", "actor.micro_batch_tokens=4096", "rollout.backend=hf",
-        "trainer.total_steps=80"]
+BASE = [
+    "actor.model=m",
+    "data.train_files=t",
+    "actor.lr=5e-5",
+    "actor.micro_batch_tokens=4096",
+    "rollout.backend=hf",
+    "trainer.total_steps=80",
+]
 
 
 def test_services_started_from_the_config_agree_with_it():
@@ -61,8 +67,13 @@ def test_a_difference_stops_the_run_naming_the_key_and_both_values():
     config it loads said 5e-5, 4096-token micro-batches and hf."""
     cfg = load_config(None, BASE)
     other = load_config(None, [*BASE, "actor.lr=1e-4", "actor.micro_batch_tokens=0", "rollout.backend=vllm"])
-    mesh = Mesh(cfg, {"actor": Reporting(started_from(other, "actor")),
-                      "rollout": Reporting(started_from(other, "rollout"), "10.0.0.3:50053")})
+    mesh = Mesh(
+        cfg,
+        {
+            "actor": Reporting(started_from(other, "actor")),
+            "rollout": Reporting(started_from(other, "rollout"), "10.0.0.3:50053"),
+        },
+    )
     with pytest.raises(ValueError) as e:
         agree(cfg, mesh, {"actor", "rollout"})
     text = str(e.value)
@@ -75,8 +86,14 @@ def test_a_difference_stops_the_run_naming_the_key_and_both_values():
 def test_adopt_takes_the_services_values_and_unreported_settings_are_not_compared(tmp_path):
     cfg = load_config(None, [*BASE, "trainer.given_settings=adopt"])
     other = load_config(None, [*BASE, "actor.lr=1e-4", "rollout.dtype=bfloat16"])
-    mesh = Mesh(cfg, {"actor": Reporting(started_from(other, "actor")), "rollout": Reporting(started_from(other, "rollout")),
-                      "reward": Reporting(None)})
+    mesh = Mesh(
+        cfg,
+        {
+            "actor": Reporting(started_from(other, "actor")),
+            "rollout": Reporting(started_from(other, "rollout")),
+            "reward": Reporting(None),
+        },
+    )
     assert agree(cfg, mesh, {"actor", "rollout", "reward"}) is True
     assert cfg.actor.lr == 1e-4 and cfg.rollout.dtype == "bfloat16"
     placed = load_config(None, [*BASE, "actor.world_size=2", "rollout.kv_cache_gb=4"])  # a service's own business

@@ -26,8 +26,12 @@ def completion(tokens):
 
 
 PROMPTS = [[5, 6, 7], [8], [9, 10, 11, 12, 13], [14, 15]]  # of different lengths, so each part pads its own
-SAMPLES = [[completion([20, 21]), completion([22])], [completion([23] * 6), completion([24, 25])],
-           [completion([26]), completion([27, 28, 29])], [completion([30] * 2), completion([31] * 4)]]
+SAMPLES = [
+    [completion([20, 21]), completion([22])],
+    [completion([23] * 6), completion([24, 25])],
+    [completion([26]), completion([27, 28, 29])],
+    [completion([30] * 2), completion([31] * 4)],
+]
 
 
 @pytest.mark.parametrize("cut", [[0, 1, 4], [0, 2, 4], [0, 1, 2, 3, 4]])
@@ -48,16 +52,23 @@ def test_the_oldest_weight_version_stands_for_the_joined_batch():
 
 
 def test_joined_scores():
-    a = Scores(torch.tensor([1.0, 0.0]), torch.tensor([[0.0, 1.0], [0.0, 0.0]]),
-               {"acc": np.array([True, False], dtype=object), "reward_error": np.array(["", "boom"], dtype=object)},
-               {"reward/num_failed": 1.0, "reward/score/mean": 0.5})
-    b = Scores(torch.tensor([1.0, 1.0, 1.0, 0.0]), torch.tensor([[1.0], [1.0], [1.0], [0.0]]),
-               {"acc": np.array([True] * 3 + [False], dtype=object)},
-               {"reward/num_failed": 0.0, "reward/score/mean": 0.75})
+    a = Scores(
+        torch.tensor([1.0, 0.0]),
+        torch.tensor([[0.0, 1.0], [0.0, 0.0]]),
+        {"acc": np.array([True, False], dtype=object), "reward_error": np.array(["", "boom"], dtype=object)},
+        {"reward/num_failed": 1.0, "reward/score/mean": 0.5},
+    )
+    b = Scores(
+        torch.tensor([1.0, 1.0, 1.0, 0.0]),
+        torch.tensor([[1.0], [1.0], [1.0], [0.0]]),
+        {"acc": np.array([True] * 3 + [False], dtype=object)},
+        {"reward/num_failed": 0.0, "reward/score/mean": 0.75},
+    )
     s = join_scores([a, b], width=3)
     assert torch.equal(s.scores, torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0, 0.0]))
-    assert torch.equal(s.token_level_scores, torch.tensor([[0.0, 1.0, 0], [0, 0, 0], [1, 0, 0], [1, 0, 0],
-                                                           [1, 0, 0], [0, 0, 0]]))
+    assert torch.equal(
+        s.token_level_scores, torch.tensor([[0.0, 1.0, 0], [0, 0, 0], [1, 0, 0], [1, 0, 0], [1, 0, 0], [0, 0, 0]])
+    )
     assert list(s.columns["acc"]) == [True, False, True, True, True, False]
     assert list(s.columns["reward_error"]) == ["", "boom", None, None, None, None]
     assert s.metrics == {"reward/num_failed": 1.0, "reward/score/mean": (2 * 0.5 + 4 * 0.75) / 6}

@@ -27,8 +27,15 @@ def mesh(colocate: bool, roles=("actor", "ref", "rollout")):
 def test_colocated_generation_has_the_gpu_to_itself_and_gives_it_back():
     m, calls = mesh(True)
     m.generate(DataProto(), seed=1)
-    assert calls == ["actor.Offload", "ref.Offload", "rollout.WakeUp", "rollout.Generate", "rollout.Sleep",
-                     "actor.Reload", "ref.Reload"]
+    assert calls == [
+        "actor.Offload",
+        "ref.Offload",
+        "rollout.WakeUp",
+        "rollout.Generate",
+        "rollout.Sleep",
+        "actor.Reload",
+        "ref.Reload",
+    ]
     calls.clear()
     m.push_weights(version=1)  # into the sleeping rollout: its weights wake, its KV cache stays freed
     assert calls == ["rollout.WakeUp(weights)", "actor.PushWeights"]
@@ -41,6 +48,7 @@ def test_a_failed_generation_leaves_the_models_where_they_are():
         calls.append(f"rollout.{method}")
         if method == "Generate":
             raise RuntimeError("the rollout died")
+
     m["rollout"].call = fail
     try:
         m.generate(DataProto())

@@ -31,15 +31,17 @@ def test_dataset_renders_chat_prompts_and_keeps_columns(arithmetic_data, tokeniz
 
 def test_long_prompts_are_filtered_and_counted(arithmetic_data, tokenizer, tmp_path):
     frame = pd.read_parquet(arithmetic_data["test"])
-    frame.loc[:9, "prompt"] = frame.loc[:9, "prompt"].apply(
-        lambda p: [{"role": "user", "content": "1+" * 50 + "1="}])
+    frame.loc[:9, "prompt"] = frame.loc[:9, "prompt"].apply(lambda p: [{"role": "user", "content": "1+" * 50 + "1="}])
     path = tmp_path / "long.parquet"
     frame.to_parquet(path)
     ds = PromptDataset(str(path), tokenizer, max_prompt_length=32)
     assert ds.num_filtered == 10 and len(ds) == len(frame) - 10
     # the error names the key and how long the prompts are, so the fix is obvious
-    with pytest.raises(ValueError, match=r"data.train_files: no prompt fits 2 tokens \(data.max_prompt_length.*"
-                                         r"prompts are 7-105 tokens"):
+    with pytest.raises(
+        ValueError,
+        match=r"data.train_files: no prompt fits 2 tokens \(data.max_prompt_length.*"
+        r"prompts are 7-105 tokens",
+    ):
         PromptDataset(str(path), tokenizer, max_prompt_length=2)
     with pytest.raises(ValueError, match="not found"):
         PromptDataset(str(tmp_path / "nope.parquet"), tokenizer, 32)
@@ -79,10 +81,13 @@ def test_string_prompts_are_one_user_message(arithmetic_data, tokenizer, tmp_pat
         PromptDataset(str(path), tokenizer, 64)
 
 
-@pytest.mark.parametrize("bad,match", [
-    ([{"role": None, "content": "1+1="}], r"message 0 must be a mapping with 'role'"),
-    ([{"role": "robot", "content": "1+1="}], r"message 0 has role 'robot'"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ([{"role": None, "content": "1+1="}], r"message 0 must be a mapping with 'role'"),
+        ([{"role": "robot", "content": "1+1="}], r"message 0 has role 'robot'"),
+    ],
+)
 def test_a_prompt_the_template_cannot_take_names_its_row(arithmetic_data, tokenizer, tmp_path, bad, match):
     frame = pd.read_parquet(arithmetic_data["test"]).head(4)
     frame["prompt"] = [bad if i == 2 else list(p) for i, p in enumerate(frame["prompt"])]
@@ -92,11 +97,16 @@ def test_a_prompt_the_template_cannot_take_names_its_row(arithmetic_data, tokeni
         PromptDataset(str(path), tokenizer, 64)
 
 
-@pytest.mark.parametrize("bad,match", [
-    (7, "a prompt is a string or a non-empty list of chat messages"), ([], "a prompt is a string or a non-empty list"),
-    ("", "the prompt is an empty string"), ([{"role": "user", "content": 5}], "message 0's content must be text"),
-    (["1+1="], "message 0 must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (7, "a prompt is a string or a non-empty list of chat messages"),
+        ([], "a prompt is a string or a non-empty list"),
+        ("", "the prompt is an empty string"),
+        ([{"role": "user", "content": 5}], "message 0's content must be text"),
+        (["1+1="], "message 0 must be a mapping"),
+    ],
+)
 def test_as_messages_refuses_what_no_template_renders(bad, match):
     with pytest.raises(ValueError, match=r"^here: " + match):
         as_messages(bad, "here")

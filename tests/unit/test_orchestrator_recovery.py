@@ -30,8 +30,9 @@ class FakeClient:
     def call(self, method, request=None, timeout=None):
         self.calls.append(method)
         if method == "Describe":
-            return common_pb2.ServiceInfo(weight_version=self.version, details={
-                "partial": self.partial, "torn": str(self.torn).lower()})
+            return common_pb2.ServiceInfo(
+                weight_version=self.version, details={"partial": self.partial, "torn": str(self.torn).lower()}
+            )
         return type("Reply", (), {"seconds": 0.0})()
 
 
@@ -81,13 +82,27 @@ def setup(clients, ours, dead=(), checkpoint=0, monkeypatch=None, tmp_path=None)
 
 def go(mesh, services, algorithm=None, log=None, restarts=1):
     start = {"sampler": {"state": "start"}, "algorithm": {"state": "start"}, "rng": torch.get_rng_state()}
-    return recover(StepFailed("step 7 failed: boom"), restarts, 7, ("batch",), services, mesh,
-                   algorithm or FakeAlgorithm(), FakeSampler(), log or FakeLog(), start)
+    return recover(
+        StepFailed("step 7 failed: boom"),
+        restarts,
+        7,
+        ("batch",),
+        services,
+        mesh,
+        algorithm or FakeAlgorithm(),
+        FakeSampler(),
+        log or FakeLog(),
+        start,
+    )
 
 
 def test_a_failure_that_lost_nothing_is_raised(monkeypatch, tmp_path):
-    mesh, services = setup({n: FakeClient(n) for n in ("actor", "rollout", "reward")}, ["actor", "rollout", "reward"],
-                           monkeypatch=monkeypatch, tmp_path=tmp_path)
+    mesh, services = setup(
+        {n: FakeClient(n) for n in ("actor", "rollout", "reward")},
+        ["actor", "rollout", "reward"],
+        monkeypatch=monkeypatch,
+        tmp_path=tmp_path,
+    )
     with pytest.raises(StepFailed, match="boom"):
         go(mesh, services)
     with pytest.raises(StepFailed, match="boom"):  # restarts spent
@@ -96,8 +111,9 @@ def test_a_failure_that_lost_nothing_is_raised(monkeypatch, tmp_path):
 
 def test_a_dead_rollout_costs_its_step_and_gets_the_weights(monkeypatch, tmp_path):
     clients = {n: FakeClient(n) for n in ("actor", "rollout", "reward")}
-    mesh, services = setup(clients, ["actor", "rollout", "reward"], dead=["rollout"], monkeypatch=monkeypatch,
-                           tmp_path=tmp_path)
+    mesh, services = setup(
+        clients, ["actor", "rollout", "reward"], dead=["rollout"], monkeypatch=monkeypatch, tmp_path=tmp_path
+    )
     assert go(mesh, services) == (7, ("batch",))
     assert services.restarted == {"rollout"} and "PushWeights" in clients["actor"].calls
 
@@ -105,7 +121,11 @@ def test_a_dead_rollout_costs_its_step_and_gets_the_weights(monkeypatch, tmp_pat
 def test_a_rollout_left_with_half_a_weight_update_gets_the_weights_again(monkeypatch, tmp_path):
     """A bucketed push that broke off (a network error, say) leaves a given rollout refusing to generate:
     it is not restarted, only pushed the actor's weights, and the step is done again."""
-    clients = {"actor": FakeClient("actor"), "rollout": FakeClient("rollout", torn=True), "reward": FakeClient("reward")}
+    clients = {
+        "actor": FakeClient("actor"),
+        "rollout": FakeClient("rollout", torn=True),
+        "reward": FakeClient("reward"),
+    }
     mesh, services = setup(clients, ["actor", "reward"], monkeypatch=monkeypatch, tmp_path=tmp_path)
     assert go(mesh, services) == (7, ("batch",))
     assert services.restarted == set() and "PushWeights" in clients["actor"].calls
@@ -115,10 +135,14 @@ def test_an_actor_stopped_between_steps_takes_the_run_to_its_checkpoint(monkeypa
     """Alive but holding half an update (its Update's deadline passed): started afresh with our rollout
     (which takes no weights older than its own), and the run goes on after checkpoint 5; the reward
     service holds nothing of the run and is left alone."""
-    clients = {"actor": FakeClient("actor", partial="update step 7 was stopped after 1 of 4 optimizer steps"),
-               "rollout": FakeClient("rollout"), "reward": FakeClient("reward")}
-    mesh, services = setup(clients, ["actor", "rollout", "reward"], checkpoint=5, monkeypatch=monkeypatch,
-                           tmp_path=tmp_path)
+    clients = {
+        "actor": FakeClient("actor", partial="update step 7 was stopped after 1 of 4 optimizer steps"),
+        "rollout": FakeClient("rollout"),
+        "reward": FakeClient("reward"),
+    }
+    mesh, services = setup(
+        clients, ["actor", "rollout", "reward"], checkpoint=5, monkeypatch=monkeypatch, tmp_path=tmp_path
+    )
     log = FakeLog()
     assert go(mesh, services, log=log) == (6, None)
     assert services.restarted == {"actor", "rollout"} and log.forgot == 5
@@ -127,8 +151,11 @@ def test_an_actor_stopped_between_steps_takes_the_run_to_its_checkpoint(monkeypa
 def test_a_given_actor_that_comes_back_fresh_restarts_the_run(monkeypatch, tmp_path):
     """No checkpoint yet: the given actor came back with its base weights, ours start afresh, and the run
     goes back to its start (data order, algorithm state)."""
-    clients = {"actor": FakeClient("actor", answering=False), "rollout": FakeClient("rollout"),
-               "reward": FakeClient("reward")}
+    clients = {
+        "actor": FakeClient("actor", answering=False),
+        "rollout": FakeClient("rollout"),
+        "reward": FakeClient("reward"),
+    }
     mesh, services = setup(clients, ["rollout", "reward"], monkeypatch=monkeypatch, tmp_path=tmp_path)
     algorithm = FakeAlgorithm()
     assert go(mesh, services, algorithm) == (1, None)
@@ -138,8 +165,11 @@ def test_a_given_actor_that_comes_back_fresh_restarts_the_run(monkeypatch, tmp_p
 
 def test_trained_weights_with_no_checkpoint_to_go_back_to_are_an_error(monkeypatch, tmp_path):
     """A given actor stopped between steps, every service given: nothing can take it back to the start."""
-    clients = {"actor": FakeClient("actor", version=7, partial="stopped"), "rollout": FakeClient("rollout", version=6),
-               "reward": FakeClient("reward")}
+    clients = {
+        "actor": FakeClient("actor", version=7, partial="stopped"),
+        "rollout": FakeClient("rollout", version=6),
+        "reward": FakeClient("reward"),
+    }
     mesh, services = setup(clients, [], monkeypatch=monkeypatch, tmp_path=tmp_path)
     with pytest.raises(StepFailed, match="actor, rollout .* no checkpoint to go back to: set trainer.save_every"):
         go(mesh, services)
@@ -161,6 +191,9 @@ def test_a_service_ahead_of_the_run_stops_it_at_the_start_with_the_fix(tmp_path)
     fine = Mesh(cfg, {"actor": AheadClient("actor", last_step=5), "rollout": AheadClient("rollout", version=5)})
     recovery.check_not_ahead(fine, ("actor",), 5)  # a resumed run at its checkpoint
     ahead = Mesh(cfg, {"actor": AheadClient("actor", last_step=10000), "rollout": AheadClient("rollout", 2**53 - 1)})
-    with pytest.raises(ValueError, match=r"actor at .* holds step 10000; rollout at .* holds weight version "
-                                         r"9007199254740991, ahead of this run \(at step 0\).*Restart it"):
+    with pytest.raises(
+        ValueError,
+        match=r"actor at .* holds step 10000; rollout at .* holds weight version "
+        r"9007199254740991, ahead of this run \(at step 0\).*Restart it",
+    ):
         recovery.check_not_ahead(ahead, ("actor",), 0)

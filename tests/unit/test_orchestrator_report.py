@@ -3,8 +3,8 @@
 import json
 
 from meshrl.cli import ALGORITHMS
-from orchestrator.main import LOOPS
 from orchestrator.loggers import RunLog
+from orchestrator.main import LOOPS
 from orchestrator.report import finish_report, gain_line, held_out_gain, read_metrics, summary_table
 
 
@@ -20,8 +20,12 @@ def test_metrics_log_appends_and_a_rewritten_step_keeps_its_last_values(tmp_path
 
 
 def test_summary_names_first_last_and_best():
-    rows = [{"step": 0, "val/acc/mean": 0.4}, {"step": 1, "critic/score/mean": 0.1},
-            {"step": 2, "critic/score/mean": 0.3, "val/acc/mean": 0.7}, {"step": 3, "val/acc/mean": 0.6}]
+    rows = [
+        {"step": 0, "val/acc/mean": 0.4},
+        {"step": 1, "critic/score/mean": 0.1},
+        {"step": 2, "critic/score/mean": 0.3, "val/acc/mean": 0.7},
+        {"step": 3, "val/acc/mean": 0.6},
+    ]
     table = summary_table(rows)
     assert "| critic/score/mean | 0.1 (1) | 0.3 (2) |" in table
     assert "| val/acc/mean | 0.4 (0) | 0.6 (3) |" in table
@@ -29,8 +33,9 @@ def test_summary_names_first_last_and_best():
 
 
 def test_finish_report_writes_png_and_summary(tmp_path):
-    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps({"step": s, "critic/score/mean": s / 10,
-                                                                  "actor/pg_loss": 1 / s}) for s in range(1, 6)))
+    (tmp_path / "metrics.jsonl").write_text(
+        "\n".join(json.dumps({"step": s, "critic/score/mean": s / 10, "actor/pg_loss": 1 / s}) for s in range(1, 6))
+    )
     assert "critic/score/mean" in finish_report(tmp_path)
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "actor/pg_loss" in (tmp_path / "summary.md").read_text()
@@ -79,8 +84,16 @@ def test_curves_show_what_moves_and_the_multi_turn_panels():
     fraction (or kl_to_actor) instead; multi-turn runs get their turns and tool calls drawn."""
     from orchestrator.report import choose_panels
 
-    rows = [{"step": s, "actor/ppo_kl": 0.0, "actor/pg_clipfrac": 0.01 * s, "multi_turn/turns/mean": 1 + s / 10,
-             "multi_turn/tool_calls/mean": s / 10} for s in range(1, 5)]
+    rows = [
+        {
+            "step": s,
+            "actor/ppo_kl": 0.0,
+            "actor/pg_clipfrac": 0.01 * s,
+            "multi_turn/turns/mean": 1 + s / 10,
+            "multi_turn/tool_calls/mean": s / 10,
+        }
+        for s in range(1, 5)
+    ]
     panels = dict(choose_panels(rows))
     assert panels["KL / clip"] == "actor/pg_clipfrac"
     assert panels["turns per episode"] == "multi_turn/turns/mean"

@@ -16,14 +16,25 @@ from orchestrator.trainer import every, sample_rows, score_metrics
 
 def generated(n=4, T=3) -> DataProto:
     """A Generate reply as the rollout builds it: model inputs, log-probs, and the prompts' columns."""
-    return DataProto({"input_ids": torch.ones(n, 7, dtype=torch.long), "position_ids": torch.zeros(n, 7, dtype=torch.long),
-                      "attention_mask": torch.ones(n, 7, dtype=torch.long), "rollout_logprobs": torch.zeros(n, T),
-                      "responses": torch.ones(n, T, dtype=torch.long),
-                      "response_mask": torch.tensor([[1, 1, 0]] * n, dtype=torch.float32)},
-                     {"prompt": [[{"role": "system", "content": "be brief"}, {"role": "user", "content": f"{i}+1="}]
-                                 for i in range(n)],
-                      "data_source": ["arithmetic"] * n, "reward_model": [{"ground_truth": str(i + 1)} for i in range(n)],
-                      "response_text": [str(i + 1) for i in range(n)], "uid": [f"u{i}" for i in range(n)]})
+    return DataProto(
+        {
+            "input_ids": torch.ones(n, 7, dtype=torch.long),
+            "position_ids": torch.zeros(n, 7, dtype=torch.long),
+            "attention_mask": torch.ones(n, 7, dtype=torch.long),
+            "rollout_logprobs": torch.zeros(n, T),
+            "responses": torch.ones(n, T, dtype=torch.long),
+            "response_mask": torch.tensor([[1, 1, 0]] * n, dtype=torch.float32),
+        },
+        {
+            "prompt": [
+                [{"role": "system", "content": "be brief"}, {"role": "user", "content": f"{i}+1="}] for i in range(n)
+            ],
+            "data_source": ["arithmetic"] * n,
+            "reward_model": [{"ground_truth": str(i + 1)} for i in range(n)],
+            "response_text": [str(i + 1) for i in range(n)],
+            "uid": [f"u{i}" for i in range(n)],
+        },
+    )
 
 
 def test_the_reward_request_carries_text_and_masks_not_model_inputs():
@@ -41,8 +52,10 @@ def test_a_scores_only_reply_gets_token_level_scores_on_the_last_token():
 
 def test_failed_samples_are_counted_and_warned_about(caplog):
     gen = reward_request(generated(2))
-    reply = DataProto({"scores": torch.tensor([0.0, 1.0])},
-                      {"reward_status": ["error", "ok"], "reward_error": ["ZeroDivisionError: division by zero", ""]})
+    reply = DataProto(
+        {"scores": torch.tensor([0.0, 1.0])},
+        {"reward_status": ["error", "ok"], "reward_error": ["ZeroDivisionError: division by zero", ""]},
+    )
     scored = check_reply("x:1", gen, reply, {})  # a server that sends the columns but no metrics
     with caplog.at_level(logging.WARNING):
         metrics = score_metrics(scored)
@@ -52,14 +65,41 @@ def test_failed_samples_are_counted_and_warned_about(caplog):
 
 def test_sample_rows_hold_prompt_response_score_truth_and_extras():
     gen = generated(3)
-    scored = check_reply("x:1", gen, DataProto({"scores": torch.tensor([1.0, 0.0, 1.0])},
-                                               {"acc": [True, False, True], "pred": ["1", "x", "3"],
-                                                "reward_status": ["ok"] * 3, "reward_error": [""] * 3}), {})
+    scored = check_reply(
+        "x:1",
+        gen,
+        DataProto(
+            {"scores": torch.tensor([1.0, 0.0, 1.0])},
+            {
+                "acc": [True, False, True],
+                "pred": ["1", "x", "3"],
+                "reward_status": ["ok"] * 3,
+                "reward_error": [""] * 3,
+            },
+        ),
+        {},
+    )
     rows = sample_rows(gen, scored, 2)
-    assert rows == [{"prompt": "0+1=", "response": "1", "score": 1.0, "ground_truth": "1", "acc": True, "pred": "1",
-                     "reward_status": "ok"},
-                    {"prompt": "1+1=", "response": "2", "score": 0.0, "ground_truth": "2", "acc": False, "pred": "x",
-                     "reward_status": "ok"}]
+    assert rows == [
+        {
+            "prompt": "0+1=",
+            "response": "1",
+            "score": 1.0,
+            "ground_truth": "1",
+            "acc": True,
+            "pred": "1",
+            "reward_status": "ok",
+        },
+        {
+            "prompt": "1+1=",
+            "response": "2",
+            "score": 0.0,
+            "ground_truth": "2",
+            "acc": False,
+            "pred": "x",
+            "reward_status": "ok",
+        },
+    ]
     assert "| prompt | response | score |" in samples_markdown(rows)
 
 
@@ -86,7 +126,8 @@ def test_run_log_writes_jsonl_tensorboard_wandb_and_mlflow_offline(tmp_path, mon
     import mlflow
 
     history = mlflow.MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri()).get_metric_history(
-        run_id, "critic/score/mean")
+        run_id, "critic/score/mean"
+    )
     assert [(m.step, m.value) for m in history] == [(1, 0.5), (2, 1.0)]
     assert list((tmp_path / "mlruns").rglob("samples/step_000002.json"))
 
@@ -114,7 +155,8 @@ def test_a_resumed_run_logs_each_step_once_everywhere(tmp_path, monkeypatch):
 
     run_id = (tmp_path / "mlruns_run_id").read_text()
     history = mlflow.MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri()).get_metric_history(
-        run_id, "critic/score/mean")
+        run_id, "critic/score/mean"
+    )
     assert sorted(m.step for m in history) == [0, 1, 2, 3]
     events = EventAccumulator(str(tmp_path / "tensorboard"))
     events.Reload()

@@ -8,8 +8,10 @@ from orchestrator.services import listening
 
 
 def test_output_after_the_listening_line_is_drained(capfd):
-    chatty = ("import sys; print('rollout service listening on 127.0.0.1:5', flush=True); "
-              "[print('INFO engine step', i) for i in range(40000)]; print('the end')")  # ~0.8 MB, 12x a pipe
+    chatty = (
+        "import sys; print('rollout service listening on 127.0.0.1:5', flush=True); "
+        "[print('INFO engine step', i) for i in range(40000)]; print('the end')"
+    )  # ~0.8 MB, 12x a pipe
     proc = subprocess.Popen([sys.executable, "-c", chatty], stdout=subprocess.PIPE, text=True)
     _, address = listening(proc, ["rollout"])
     assert address == "127.0.0.1:5"

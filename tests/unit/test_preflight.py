@@ -12,8 +12,12 @@ from orchestrator.preflight import check
 
 @pytest.fixture
 def base(tiny_lm, arithmetic_data):
-    return [f"actor.model={tiny_lm}", f"data.train_files={arithmetic_data['train']}", "data.train_batch_size=4",
-            "rollout.n=2"]
+    return [
+        f"actor.model={tiny_lm}",
+        f"data.train_files={arithmetic_data['train']}",
+        "data.train_batch_size=4",
+        "rollout.n=2",
+    ]
 
 
 def roles(algorithm, cfg):
@@ -25,44 +29,55 @@ def checked(algorithm, overrides):
     check(cfg, roles(algorithm, cfg))
 
 
-@pytest.mark.parametrize("algorithm, extra, match", [
-    ("grpo", ["actor.engine=plain", "actor.world_size=3"], r"actor.engine=plain runs one process: set actor.world_size=1"),
-    ("grpo", ["actor.world_size=9"], r"actor.world_size=9 is more ranks than the 8 rows of a step "
-                                     r"\(data.train_batch_size=4 x rollout.n=2\)"),
-    ("sft", ["actor.world_size=5"], r"more ranks than the 4 rows of a step \(data.train_batch_size=4\)"),
-    ("ppo", ["critic.world_size=9"], r"critic.world_size=9"),
-    ("grpo", ["rollout.weight_transport=ipc"], r"rollout.weight_transport=ipc must be one of"),
-    ("grpo", ["rollout.weight_bucket_mb=0"], r"rollout.weight_bucket_mb=0 must be >= 1"),
-    ("grpo", ["rollout.dtype=float8"], r"rollout.dtype=float8 must be one of"),
-    ("grpo", ["algorithm.rollout_is=tis"], r"algorithm.rollout_is=tis must be one of"),
-    ("grpo", ["rollout.colocate=true", "trainer.max_staleness=1"], r"runs them at once: set one of them off"),
-    ("grpo", ["algorithm.rollout_is_cap=0.5"], r"algorithm.rollout_is_cap=0.5 must be >= 1"),
-    ("grpo", ["rollout.backend=sglang"], r"rollout.backend=sglang must be one of"),
-    ("grpo", ["rollout.chunks=0"], r"rollout.chunks=0 must be in 1..16"),
-    ("grpo", ["rollout.multi_turn=true", "rollout.max_turns=0"], r"rollout.max_turns=0 and rollout.concurrency"),
-    ("grpo", ["rollout.multi_turn=true", "rollout.max_turns=40"], r"a multi-turn response of up to 640 tokens"),
-    ("grpo", ["rollout.multi_turn=true", "env.reward=judge"], r"env.reward must be one of"),
-    ("dpo", ["rollout.multi_turn=true"], r"rollout.multi_turn works with ppo, grpo, rloo and reinforce"),
-    ("grpo", ["rollout.on_update=drop"], r"rollout.on_update must be one of"),
-    ("grpo", ["rollout.max_new_tokens=300"], r"leaves no room for a prompt in rollout.max_model_len=256"),
-    ("grpo", ["data.max_prompt_length=250"], r"data.max_prompt_length=250 \+ rollout.max_new_tokens=16 exceeds"),
-    ("grpo", ["reward.on_error=ignore"], r"reward.on_error=ignore must be one of"),
-    ("grpo", ["reward.batched=true"], r"reward.batched=true applies to a user function"),
-    ("grpo", ["reward.function=/no/such/file.py:compute_score"], r"file /no/such/file.py not found"),
-    ("grpo", ["reward.function=no_colon.py"], r"must look like path/to/file.py:function_name"),
-    ("grpo", ["trainer.run_dir="], r"trainer.run_dir is empty"),
-    ("grpo", ["reward.model=/no/such/rm"], r"reward.model=/no/such/rm is not a HuggingFace model folder"),
-    ("grpo", ["reward.model=/no/such/rm", "reward.function=r.py:f"], r"reward.function and reward.model both set"),
-    ("grpo", ["actor.lr=nan"], r"actor.lr: expected float, got str 'nan'"),
-    ("grpo", ["actor.lr=.nan"], r"actor.lr=nan must be a finite number"),
-    ("grpo", ["actor.lr=-1"], r"actor.lr=-1.0 must be > 0"),
-    ("ppo", ["critic.lr=0"], r"critic.lr=0.0 must be > 0"),
-    ("grpo", ["rollout.temperature=-1"], r"rollout.temperature=-1.0 must be >= 0"),
-    ("grpo", ["rollout.top_p=0"], r"rollout.top_p=0.0 must be in \(0, 1\]"),
-    ("grpo", ["algorithm.kl_coef=.inf"], r"algorithm.kl_coef=inf must be a finite number"),
-    ("grpo", ["reward.address=127.0.0.1:70000"], r"reward.address=127.0.0.1:70000 must be HOST:PORT with a port"),
-    ("grpo", ["rollout.address=localhost"], r"rollout.address=localhost must be HOST:PORT"),
-])
+@pytest.mark.parametrize(
+    "algorithm, extra, match",
+    [
+        (
+            "grpo",
+            ["actor.engine=plain", "actor.world_size=3"],
+            r"actor.engine=plain runs one process: set actor.world_size=1",
+        ),
+        (
+            "grpo",
+            ["actor.world_size=9"],
+            r"actor.world_size=9 is more ranks than the 8 rows of a step "
+            r"\(data.train_batch_size=4 x rollout.n=2\)",
+        ),
+        ("sft", ["actor.world_size=5"], r"more ranks than the 4 rows of a step \(data.train_batch_size=4\)"),
+        ("ppo", ["critic.world_size=9"], r"critic.world_size=9"),
+        ("grpo", ["rollout.weight_transport=ipc"], r"rollout.weight_transport=ipc must be one of"),
+        ("grpo", ["rollout.weight_bucket_mb=0"], r"rollout.weight_bucket_mb=0 must be >= 1"),
+        ("grpo", ["rollout.dtype=float8"], r"rollout.dtype=float8 must be one of"),
+        ("grpo", ["algorithm.rollout_is=tis"], r"algorithm.rollout_is=tis must be one of"),
+        ("grpo", ["rollout.colocate=true", "trainer.max_staleness=1"], r"runs them at once: set one of them off"),
+        ("grpo", ["algorithm.rollout_is_cap=0.5"], r"algorithm.rollout_is_cap=0.5 must be >= 1"),
+        ("grpo", ["rollout.backend=sglang"], r"rollout.backend=sglang must be one of"),
+        ("grpo", ["rollout.chunks=0"], r"rollout.chunks=0 must be in 1..16"),
+        ("grpo", ["rollout.multi_turn=true", "rollout.max_turns=0"], r"rollout.max_turns=0 and rollout.concurrency"),
+        ("grpo", ["rollout.multi_turn=true", "rollout.max_turns=40"], r"a multi-turn response of up to 640 tokens"),
+        ("grpo", ["rollout.multi_turn=true", "env.reward=judge"], r"env.reward must be one of"),
+        ("dpo", ["rollout.multi_turn=true"], r"rollout.multi_turn works with ppo, grpo, rloo and reinforce"),
+        ("grpo", ["rollout.on_update=drop"], r"rollout.on_update must be one of"),
+        ("grpo", ["rollout.max_new_tokens=300"], r"leaves no room for a prompt in rollout.max_model_len=256"),
+        ("grpo", ["data.max_prompt_length=250"], r"data.max_prompt_length=250 \+ rollout.max_new_tokens=16 exceeds"),
+        ("grpo", ["reward.on_error=ignore"], r"reward.on_error=ignore must be one of"),
+        ("grpo", ["reward.batched=true"], r"reward.batched=true applies to a user function"),
+        ("grpo", ["reward.function=/no/such/file.py:compute_score"], r"file /no/such/file.py not found"),
+        ("grpo", ["reward.function=no_colon.py"], r"must look like path/to/file.py:function_name"),
+        ("grpo", ["trainer.run_dir="], r"trainer.run_dir is empty"),
+        ("grpo", ["reward.model=/no/such/rm"], r"reward.model=/no/such/rm is not a HuggingFace model folder"),
+        ("grpo", ["reward.model=/no/such/rm", "reward.function=r.py:f"], r"reward.function and reward.model both set"),
+        ("grpo", ["actor.lr=nan"], r"actor.lr: expected float, got str 'nan'"),
+        ("grpo", ["actor.lr=.nan"], r"actor.lr=nan must be a finite number"),
+        ("grpo", ["actor.lr=-1"], r"actor.lr=-1.0 must be > 0"),
+        ("ppo", ["critic.lr=0"], r"critic.lr=0.0 must be > 0"),
+        ("grpo", ["rollout.temperature=-1"], r"rollout.temperature=-1.0 must be >= 0"),
+        ("grpo", ["rollout.top_p=0"], r"rollout.top_p=0.0 must be in \(0, 1\]"),
+        ("grpo", ["algorithm.kl_coef=.inf"], r"algorithm.kl_coef=inf must be a finite number"),
+        ("grpo", ["reward.address=127.0.0.1:70000"], r"reward.address=127.0.0.1:70000 must be HOST:PORT with a port"),
+        ("grpo", ["rollout.address=localhost"], r"rollout.address=localhost must be HOST:PORT"),
+    ],
+)
 def test_bad_settings_are_one_line_errors(base, algorithm, extra, match):
     with pytest.raises(ValueError, match=match) as e:
         checked(algorithm, [*base, *extra])
@@ -76,7 +91,9 @@ def test_cuda_ipc_without_a_gpu_is_refused_unless_both_ends_are_elsewhere(base):
         pytest.skip("this machine has a GPU")
     with pytest.raises(ValueError, match="cuda_ipc needs the actor and rollout on one GPU"):
         checked("grpo", [*base, "rollout.weight_transport=cuda_ipc"])
-    checked("grpo", [*base, "rollout.weight_transport=cuda_ipc", "actor.address=gpu-host:1", "rollout.address=gpu-host:2"])
+    checked(
+        "grpo", [*base, "rollout.weight_transport=cuda_ipc", "actor.address=gpu-host:1", "rollout.address=gpu-host:2"]
+    )
 
 
 def test_world_sizes_resolve_and_fit_the_gpus(base, monkeypatch):
@@ -88,8 +105,11 @@ def test_world_sizes_resolve_and_fit_the_gpus(base, monkeypatch):
     check(cfg, roles("ppo", cfg))
     monkeypatch.setattr(hosts, "gpus", lambda: 2)
     assert load_config(None, base).actor.world_size == 2  # auto: one rank per GPU
-    with pytest.raises(ValueError, match=r"actor.world_size=4 puts 4 ranks on this machine's 2 GPU\(s\), and NCCL "
-                                         r"refuses two ranks on one device: set actor.world_size=auto"):
+    with pytest.raises(
+        ValueError,
+        match=r"actor.world_size=4 puts 4 ranks on this machine's 2 GPU\(s\), and NCCL "
+        r"refuses two ranks on one device: set actor.world_size=auto",
+    ):
         checked("grpo", [*base, "actor.world_size=4"])
     checked("grpo", [*base, "actor.world_size=4", "actor.address=elsewhere:1"])  # not placed here
     cfg = load_config(None, [*base, "actor.world_size=4"])
@@ -122,21 +142,42 @@ def test_a_good_config_passes(base):
 
 
 def test_the_cli_says_it_in_one_line_before_starting_anything(base, tmp_path):
-    out = subprocess.run([sys.executable, "-m", "meshrl.cli", "grpo", *base, "actor.engine=plain", "actor.world_size=3",
-                          f"trainer.run_dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "meshrl.cli",
+            "grpo",
+            *base,
+            "actor.engine=plain",
+            "actor.world_size=3",
+            f"trainer.run_dir={tmp_path / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 1
     errors = [line for line in out.stderr.splitlines() if "error" in line]
-    assert errors == ["meshrl grpo: error: actor.engine=plain runs one process: set actor.world_size=1 (it is 3), "
-                      "or use engine fsdp2"], out.stderr
+    assert errors == [
+        "meshrl grpo: error: actor.engine=plain runs one process: set actor.world_size=1 (it is 3), or use engine fsdp2"
+    ], out.stderr
     assert "started" not in out.stderr and not (tmp_path / "run").exists()  # no service, no run folder
 
 
 def test_help_lists_every_config_key():
-    out = subprocess.run([sys.executable, "-m", "meshrl.cli", "grpo", "--help"], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "meshrl.cli", "grpo", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0 and out.stdout.startswith("usage: meshrl grpo [--config FILE]")
-    for key in ("actor.lr=1.0e-05", "rollout.max_model_len=256", "reward.batched=false", "trainer.logger=",
-                "data.max_prompt_length=0", "algorithm.kl_coef=0.001"):
+    for key in (
+        "actor.lr=1.0e-05",
+        "rollout.max_model_len=256",
+        "reward.batched=false",
+        "trainer.logger=",
+        "data.max_prompt_length=0",
+        "algorithm.kl_coef=0.001",
+    ):
         assert key in out.stdout, key
     assert "reward.batched=false  the function takes lists" in out.stdout
 
@@ -174,11 +215,14 @@ def test_settings_no_service_of_the_run_reads_are_warned_about(base, caplog):
     assert "do nothing" not in caplog.text
 
 
-@pytest.mark.parametrize("override,match", [
-    ("actor_rollout_ref.actor.optim.lr=1e-6", r"verl's actor_rollout_ref.actor.optim.lr is actor.lr here"),
-    ("trainer.save_freq=5", r"unknown key trainer.save_freq.*verl's trainer.save_freq is trainer.save_every here"),
-    ("actor_rollout_ref.rollout.foo=1", r"a verl key: `meshrl grpo --help` lists ours"),
-])
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        ("actor_rollout_ref.actor.optim.lr=1e-6", r"verl's actor_rollout_ref.actor.optim.lr is actor.lr here"),
+        ("trainer.save_freq=5", r"unknown key trainer.save_freq.*verl's trainer.save_freq is trainer.save_every here"),
+        ("actor_rollout_ref.rollout.foo=1", r"a verl key: `meshrl grpo --help` lists ours"),
+    ],
+)
 def test_verl_keys_get_a_hint_naming_ours(override, match, tmp_path):
     with pytest.raises(ValueError, match=match):
         load_config(None, [override])

@@ -1,7 +1,6 @@
 """The committed generated code matches the protos, and the protos keep the batch convention."""
 
 import filecmp
-import pathlib
 
 import pytest
 
@@ -17,22 +16,23 @@ def test_generated_code_is_fresh(tmp_path):
     fresh = sorted(p.name for p in (tmp_path / "meshrl" / "v1").iterdir())
     committed = protogen.ROOT / "meshrl" / "v1"
     assert fresh, "protoc wrote nothing"
-    stale = [n for n in fresh if not (committed / n).exists()
-             or not filecmp.cmp(tmp_path / "meshrl" / "v1" / n, committed / n, shallow=False)]
+    stale = [
+        n
+        for n in fresh
+        if not (committed / n).exists() or not filecmp.cmp(tmp_path / "meshrl" / "v1" / n, committed / n, shallow=False)
+    ]
     assert not stale, f"stale generated code {stale}: run `python -m meshrl.protogen`"
     extra = {p.name for p in committed.glob("*_pb2*")} - set(fresh)
     assert not extra, f"generated files without a proto: {sorted(extra)}"
 
 
 def test_every_proto_has_a_module():
-    assert {p.stem for p in protogen.proto_files()} == {m.__name__.split(".")[-1].removesuffix("_pb2")
-                                                       for m in MODULES}
+    assert {p.stem for p in protogen.proto_files()} == {m.__name__.split(".")[-1].removesuffix("_pb2") for m in MODULES}
 
 
 def all_messages():
     for module in MODULES:
-        for msg in module.DESCRIPTOR.message_types_by_name.values():
-            yield msg
+        yield from module.DESCRIPTOR.message_types_by_name.values()
 
 
 def test_batches_travel_only_in_a_top_level_field_named_data():

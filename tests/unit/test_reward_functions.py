@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from services.reward.functions import check_result, load
 from meshrl.algos.masked import token_level
+from services.reward.functions import check_result, load
 
 VERL_STYLE = '''
 import re
@@ -26,10 +26,13 @@ def test_load_a_verl_reward_file_by_path(tmp_path):
     assert fn("arithmetic", "it is 19", "19") == {"score": 1.0, "found": True}
 
 
-@pytest.mark.parametrize("spec,match", [
-    ("no_colon.py", "must look like"),
-    ("/does/not/exist.py:f", "does not exist"),
-])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ("no_colon.py", "must look like"),
+        ("/does/not/exist.py:f", "does not exist"),
+    ],
+)
 def test_bad_specs(spec, match):
     with pytest.raises(ValueError, match=match):
         load(spec)
@@ -45,28 +48,34 @@ def test_missing_function_and_broken_file(tmp_path):
         load(f"{f}:compute_score")
 
 
-@pytest.mark.parametrize("result,expected", [
-    (1, (1.0, {})),
-    (0.5, (0.5, {})),
-    (np.float32(0.25), (0.25, {})),
-    (torch.tensor(2.0), (2.0, {})),
-    ({"score": 1.0, "acc": True, "pred": "19"}, (1.0, {"acc": True, "pred": "19"})),
-])
+@pytest.mark.parametrize(
+    "result,expected",
+    [
+        (1, (1.0, {})),
+        (0.5, (0.5, {})),
+        (np.float32(0.25), (0.25, {})),
+        (torch.tensor(2.0), (2.0, {})),
+        ({"score": 1.0, "acc": True, "pred": "19"}, (1.0, {"acc": True, "pred": "19"})),
+    ],
+)
 def test_good_results(result, expected):
     assert check_result(result) == expected
 
 
-@pytest.mark.parametrize("result,match", [
-    (math.nan, "returned nan, expected a finite number"),
-    (math.inf, "returned inf"),
-    ("1.0", "returned a str"),
-    (None, "returned a NoneType"),
-    (True, "returned a bool"),
-    ([1.0], "returned a list"),
-    ({"acc": 1}, "without 'score'"),
-    ({"score": "high"}, "returned a str"),
-    ({"score": 1.0, "detail": [1, 2]}, "extra 'detail' is a list"),
-])
+@pytest.mark.parametrize(
+    "result,match",
+    [
+        (math.nan, "returned nan, expected a finite number"),
+        (math.inf, "returned inf"),
+        ("1.0", "returned a str"),
+        (None, "returned a NoneType"),
+        (True, "returned a bool"),
+        ([1.0], "returned a list"),
+        ({"acc": 1}, "without 'score'"),
+        ({"score": "high"}, "returned a str"),
+        ({"score": 1.0, "detail": [1, 2]}, "extra 'detail' is a list"),
+    ],
+)
 def test_bad_results_say_what_was_wrong(result, match):
     with pytest.raises(ValueError, match=match):
         check_result(result)

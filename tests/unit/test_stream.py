@@ -95,19 +95,28 @@ def test_part_with_other_fields_is_refused():
     asm.add(parts[0])
     p = decode_message(rollout_pb2.GenerateRequest, parts[1])
     from meshrl.codec import encode_message
-    bad = encode_message(rollout_pb2.GenerateRequest(sampling=rollout_pb2.SamplingParams(n=9)), p[0].data,
-                         row_offset=p[1], total_rows=p[2])
+
+    bad = encode_message(
+        rollout_pb2.GenerateRequest(sampling=rollout_pb2.SamplingParams(n=9)),
+        p[0].data,
+        row_offset=p[1],
+        total_rows=p[2],
+    )
     with pytest.raises(ValueError, match="fields other than `data` differ"):
         asm.add(bad)
 
 
 def test_part_with_different_tensor_shape_is_refused():
     from meshrl.codec import encode_message
+
     asm = Assembler(rollout_pb2.GenerateRequest)
     asm.add(encode_message(MSG, DataProto({"x": torch.zeros(2, 3)}), row_offset=0, total_rows=4))
     with pytest.raises(ValueError, match=r"tensor 'x': part at row 2"):
-        asm.add(encode_message(rollout_pb2.GenerateRequest(), DataProto({"x": torch.zeros(2, 4)}),
-                               row_offset=2, total_rows=4))
+        asm.add(
+            encode_message(
+                rollout_pb2.GenerateRequest(), DataProto({"x": torch.zeros(2, 4)}), row_offset=2, total_rows=4
+            )
+        )
 
 
 def test_empty_stream_is_refused():

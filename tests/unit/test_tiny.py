@@ -40,8 +40,9 @@ def test_chat_template_marks_roles_and_ends_assistant_turns(tiny_lm):
     tok = AutoTokenizer.from_pretrained(tiny_lm)
     prompt = tok.apply_chat_template([{"role": "user", "content": "3+4="}], tokenize=False, add_generation_prompt=True)
     assert prompt == "<|user|>3+4=\n<|assistant|>"
-    full = tok.apply_chat_template([{"role": "user", "content": "3+4="}, {"role": "assistant", "content": "7"}],
-                                   tokenize=False)
+    full = tok.apply_chat_template(
+        [{"role": "user", "content": "3+4="}, {"role": "assistant", "content": "7"}], tokenize=False
+    )
     assert full.endswith("<|assistant|>7</s>\n")
     ids = tok(prompt)["input_ids"]
     assert ids[0] == tok.convert_tokens_to_ids("<|user|>") and ids[-1] == tok.convert_tokens_to_ids("<|assistant|>")
@@ -104,11 +105,14 @@ def test_small_problem_space_draws_with_replacement():
     assert len(train) == 100 and not set(train) & set(test)
 
 
-@pytest.mark.parametrize("cfg,match", [
-    (ArithmeticConfig(ops="/"), "ops must be"),
-    (ArithmeticConfig(num_test=500, max_operand=3), "leaves no training problems"),
-    (ArithmeticConfig(max_operand=-1), ">= 0"),
-])
+@pytest.mark.parametrize(
+    "cfg,match",
+    [
+        (ArithmeticConfig(ops="/"), "ops must be"),
+        (ArithmeticConfig(num_test=500, max_operand=3), "leaves no training problems"),
+        (ArithmeticConfig(max_operand=-1), ">= 0"),
+    ],
+)
 def test_bad_data_config_is_refused(cfg, match, tmp_path):
     with pytest.raises(ValueError, match=match):
         make_data(tmp_path, cfg)
@@ -116,10 +120,16 @@ def test_bad_data_config_is_refused(cfg, match, tmp_path):
 
 def test_cli_writes_model_and_data(tmp_path):
     meshrl = [sys.executable, "-m", "meshrl.cli"]
-    subprocess.run([*meshrl, "make-model", str(tmp_path / "m"), "--hidden-size", "64", "--num-layers", "1"],
-                   check=True, capture_output=True)
-    subprocess.run([*meshrl, "make-data", str(tmp_path / "d"), "--num-train", "20", "--num-test", "5"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [*meshrl, "make-model", str(tmp_path / "m"), "--hidden-size", "64", "--num-layers", "1"],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [*meshrl, "make-data", str(tmp_path / "d"), "--num-train", "20", "--num-test", "5"],
+        check=True,
+        capture_output=True,
+    )
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "m").config.hidden_size == 64
     assert len(pd.read_parquet(tmp_path / "d" / "test.parquet")) == 5
 
@@ -129,7 +139,9 @@ def test_meshrl_help_imports_neither_torch_nor_transformers():
     import subprocess
     import sys
 
-    code = ("import sys; from meshrl.cli import build_parser; build_parser().format_help(); "
-            "print(sorted(m for m in ('torch', 'transformers', 'pandas') if m in sys.modules))")
+    code = (
+        "import sys; from meshrl.cli import build_parser; build_parser().format_help(); "
+        "print(sorted(m for m in ('torch', 'transformers', 'pandas') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

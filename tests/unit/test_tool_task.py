@@ -20,7 +20,7 @@ def test_tool_traces_replay_through_the_calculator(tmp_path):
         obs, reward, done, _ = env.step(call + "</calc>")
         assert CALL.search(call) and obs == f"<result>{truth}</result>" and not done
         assert rest.startswith(obs)
-        _, reward, done, info = env.step(rest[len(obs):])
+        _, reward, done, info = env.step(rest[len(obs) :])
         assert done and reward == 1.0 and info["tool_calls"] == 1
 
 
@@ -36,8 +36,15 @@ def test_the_calculator_evaluates_integers_only():
     from services.env.calculator import evaluate
 
     assert evaluate("12*(3+4)-5") == 79 and evaluate("-7//2") == -4 and evaluate("17 % 5") == 2
-    for bad, match in [("__import__('os')", "only integers"), ("2**10", "only integers"), ("1.5*2", "only integers"),
-                       ("1/0", "only integers"), ("5//0", "division by zero"), ("9" * 61, "wider than 60"),
-                       ("1+" * 150 + "1", "longer than 200"), ("1+", "cannot parse")]:
+    for bad, match in [
+        ("__import__('os')", "only integers"),
+        ("2**10", "only integers"),
+        ("1.5*2", "only integers"),
+        ("1/0", "only integers"),
+        ("5//0", "division by zero"),
+        ("9" * 61, "wider than 60"),
+        ("1+" * 150 + "1", "longer than 200"),
+        ("1+", "cannot parse"),
+    ]:
         with pytest.raises(ValueError, match=match):
             evaluate(bad)

@@ -11,10 +11,12 @@ F32 = torch.float32
 def specs(layers=3, width=16):
     out = [("model.embed_tokens.weight", F32, [100, width])]
     for i in range(layers):
-        out += [(f"model.layers.{i}.self_attn.q_proj.weight", F32, [width, width]),
-                (f"model.layers.{i}.self_attn.k_proj.weight", F32, [width // 2, width]),
-                (f"model.layers.{i}.mlp.up_proj.weight", F32, [2 * width, width]),
-                (f"model.layers.{i}.input_layernorm.weight", F32, [width])]
+        out += [
+            (f"model.layers.{i}.self_attn.q_proj.weight", F32, [width, width]),
+            (f"model.layers.{i}.self_attn.k_proj.weight", F32, [width // 2, width]),
+            (f"model.layers.{i}.mlp.up_proj.weight", F32, [2 * width, width]),
+            (f"model.layers.{i}.input_layernorm.weight", F32, [width]),
+        ]
     return out + [("model.norm.weight", F32, [width]), ("lm_head.weight", F32, [100, width])]
 
 
@@ -27,8 +29,12 @@ def test_buckets_keep_blocks_whole_and_within_the_bound():
         assert b.size <= 2 * block or len({weights.block_of(r.name) for r in b.refs}) == 1
         layers = {weights.block_of(r.name) for r in b.refs}
         for layer in layers:  # a block is never split between buckets
-            assert all(weights.block_of(n) != layer for other in buckets if other is not b
-                       for n in (r.name for r in other.refs))
+            assert all(
+                weights.block_of(n) != layer
+                for other in buckets
+                if other is not b
+                for n in (r.name for r in other.refs)
+            )
         ends = [r.offset + weights.ref_nbytes(r) for r in b.refs]
         assert all(r.offset % weights.ALIGN == 0 for r in b.refs) and max(ends) <= b.size
         assert all(b.refs[i].offset >= ends[i - 1] for i in range(1, len(b.refs)))  # no overlaps
@@ -63,7 +69,7 @@ def test_stream_chunks_cover_a_bucket_without_its_padding():
     flat = bytearray(bucket.size)
     for offset, pieces in weights.stream_chunks(list(named.values()), bucket.refs, chunk=16):
         for p in pieces:
-            flat[offset:offset + len(p)] = p
+            flat[offset : offset + len(p)] = p
             offset += len(p)
     for t, r in zip(named.values(), bucket.refs):
         got = torch.frombuffer(flat, dtype=t.dtype, count=t.numel(), offset=r.offset).view(t.shape)

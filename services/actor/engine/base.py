@@ -10,15 +10,20 @@ import contextlib
 import json
 import math
 import pathlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
 from torch.distributed.tensor import DTensor
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
-                                                     set_state_dict)
 
 from services.actor.comm import Cancelled, stop_requested
 from services.actor.config import EngineConfig, OptimConfig
@@ -41,8 +46,9 @@ def _dcp_errors(doing: str, path: pathlib.Path):
     except CheckpointException as e:
         first = next(iter(e.failures.values()), None)
         cause = first[0] if isinstance(first, tuple) else first
-        raise RuntimeError(f"DCP could not {doing} the checkpoint at {path}: {type(cause).__name__}: "
-                           f"{str(cause)[:500]}") from None
+        raise RuntimeError(
+            f"DCP could not {doing} the checkpoint at {path}: {type(cause).__name__}: {str(cause)[:500]}"
+        ) from None
 
 
 def lr_lambda(cfg: OptimConfig) -> Callable[[int], float]:
@@ -53,6 +59,7 @@ def lr_lambda(cfg: OptimConfig) -> Callable[[int], float]:
             return 1.0
         progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.total_steps - cfg.warmup_steps))
         return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
     return factor
 
 
@@ -79,8 +86,9 @@ class Engine:
             self.module = self.wrap(model.to(self.device))
         self.optimizer = self.scheduler = None
         if optim is not None:
-            self.optimizer = torch.optim.AdamW(self.module.parameters(), lr=optim.lr, betas=optim.betas,
-                                               weight_decay=optim.weight_decay)
+            self.optimizer = torch.optim.AdamW(
+                self.module.parameters(), lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay
+            )
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(optim))
         self.on_device = True
 
@@ -209,8 +217,9 @@ class Engine:
         with _dcp_errors("load", path):
             dcp.load(state, checkpoint_id=str(path / "dcp"))
         if self.optimizer is not None:
-            set_state_dict(self.module, self.optimizer, model_state_dict=state["model"],
-                           optim_state_dict=state["optim"])
+            set_state_dict(
+                self.module, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+            )
             self.scheduler.load_state_dict(json.loads((path / "scheduler.json").read_text()))
         else:
             set_state_dict(self.module, [], model_state_dict=state["model"], optim_state_dict={})

@@ -29,15 +29,25 @@ class FSDP1Engine(Engine):
         # FSDP1 flattens parameters into shards of a flat buffer: what a push announces (full shapes and
         # dtypes, HF names) is read here, while the model is whole
         self.full_specs = {k: (v.dtype, v.shape) for k, v in model.state_dict().items()}
-        mp = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=torch.float32) \
-            if self.cfg.mixed_precision else None
+        mp = (
+            MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=torch.float32)
+            if self.cfg.mixed_precision
+            else None
+        )
         device_id = self.device  # on CPU too: without it FSDP1 looks for an accelerator and refuses
-        module = FSDP(model, auto_wrap_policy=ModuleWrapPolicy(layer_classes(model)), mixed_precision=mp,
-                      device_id=device_id, use_orig_params=True)
+        module = FSDP(
+            model,
+            auto_wrap_policy=ModuleWrapPolicy(layer_classes(model)),
+            mixed_precision=mp,
+            device_id=device_id,
+            use_orig_params=True,
+        )
         # each unit under its HF prefix, and each name's unit: the longest prefix it has (a block's, else
         # the root's "")
-        units = sorted(((name.replace(WRAPPED, ""), m) for name, m in module.named_modules() if isinstance(m, FSDP)),
-                       key=lambda u: -len(u[0]))
+        units = sorted(
+            ((name.replace(WRAPPED, ""), m) for name, m in module.named_modules() if isinstance(m, FSDP)),
+            key=lambda u: -len(u[0]),
+        )
         self.unit_of = {n: next((p, m) for p, m in units if not p or n.startswith(p + ".")) for n in self.full_specs}
         return module
 
@@ -62,6 +72,6 @@ class FSDP1Engine(Engine):
             unit = self.unit_of[wanted[0]][1]
             with FSDP.summon_full_params(unit, recurse=False, writeback=False):
                 for n in wanted:
-                    rel = n[len(prefix) + 1:] if prefix else n
+                    rel = n[len(prefix) + 1 :] if prefix else n
                     out[n] = functools.reduce(getattr, rel.split("."), unit.module).detach().clone()
         return [out[n] for n in names]

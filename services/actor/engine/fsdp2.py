@@ -26,8 +26,11 @@ class FSDP2Engine(Engine):
             mesh = init_device_mesh(self.device.type, (rep, world // rep), mesh_dim_names=("replicate", "shard"))
         else:
             mesh = init_device_mesh(self.device.type, (world,), mesh_dim_names=("shard",))
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
-            if self.cfg.mixed_precision else MixedPrecisionPolicy()
+        mp = (
+            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            if self.cfg.mixed_precision
+            else MixedPrecisionPolicy()
+        )
         blocks = layer_classes(model)
         for module in model.modules():
             if type(module) in blocks:
@@ -40,8 +43,11 @@ class FSDP2Engine(Engine):
         # tensor at a time and each rank keeps its shard (verl's and torchtitan's meta-device init)
         module = self.wrap(model)
         module.to_empty(device=self.device)
-        set_model_state_dict(module, full.state_dict() if full is not None else {},
-                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        set_model_state_dict(
+            module,
+            full.state_dict() if full is not None else {},
+            options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True),
+        )
         broadcast_unsaved_buffers(module, full)
         return module
 

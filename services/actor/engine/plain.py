@@ -11,8 +11,9 @@ class PlainEngine(Engine):
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         if dist.get_world_size() != 1:
-            raise ValueError(f"the plain engine runs on one rank; this group has {dist.get_world_size()} "
-                             "(use fsdp2 for several)")
+            raise ValueError(
+                f"the plain engine runs on one rank; this group has {dist.get_world_size()} (use fsdp2 for several)"
+            )
         return model
 
     def autocast(self):

@@ -23,8 +23,10 @@ BY_DATA_SOURCE = {
 def default_compute_score(data_source, solution_str, ground_truth, extra_info=None):
     fn = BY_DATA_SOURCE.get(data_source)
     if fn is None:
-        raise ValueError(f"no built-in scorer for data_source {data_source!r}; built-in: {sorted(BY_DATA_SOURCE)}; "
-                         "pass a user function (--function file.py:name) for others")
+        raise ValueError(
+            f"no built-in scorer for data_source {data_source!r}; built-in: {sorted(BY_DATA_SOURCE)}; "
+            "pass a user function (--function file.py:name) for others"
+        )
     if ground_truth is None:
         raise ValueError("reward_model.ground_truth is missing")
     return fn(data_source, solution_str, ground_truth, extra_info)

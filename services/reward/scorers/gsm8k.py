@@ -34,8 +34,9 @@ def same_answer(a: str, b: str) -> bool:
         return a == b
 
 
-def compute_score(data_source, solution_str, ground_truth, extra_info=None, method="strict",
-                  format_score=0.0, score=1.0):
+def compute_score(
+    data_source, solution_str, ground_truth, extra_info=None, method="strict", format_score=0.0, score=1.0
+):
     answer = extract_solution(solution_str, method)
     if answer is None:
         return {"score": 0.0, "acc": False, "format_ok": False}
