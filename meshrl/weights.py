@@ -146,12 +146,14 @@ def push(
     transport: str,
     share: Callable[[Bucket, list[torch.Tensor]], list] | None = None,
     deadline: float | None = None,
+    rollback: bool = False,
 ) -> dict[str, float]:
     """Send the buckets to the rollout service behind `client` (a meshrl.rpc.Client); tensors_of(bucket)
     gives a bucket's tensors in its refs' order, on any device, when it is its turn. cuda_ipc: share(bucket,
     tensors) gives the CudaIpcHandles of the bucket's copies, one per GPU, the first this process's (by
     default: one copy, in this process's reused CUDA bucket). deadline (time.monotonic()): when the
-    sender's own caller stops waiting."""
+    sender's own caller stops waiting. rollback: the rollout takes `version` even below its own (a run
+    going back to a checkpoint)."""
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
     start = time.perf_counter()
@@ -159,7 +161,7 @@ def push(
     begun = client.call(
         "BeginWeightUpdate",
         rollout_pb2.BeginWeightUpdateRequest(
-            version=version, transport=transport, total_bytes=total, bucket_bytes=largest
+            version=version, transport=transport, total_bytes=total, bucket_bytes=largest, rollback=rollback
         ),
         timeout=call_timeout(largest, deadline),
     )  # the rollout may make (fault in) a segment this large
@@ -222,8 +224,13 @@ def _stream(version: int, b: Bucket, tensors: list[torch.Tensor]):
 
 
 def push_state(
-    client, named: dict[str, torch.Tensor], version: int, transport: str, bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    client,
+    named: dict[str, torch.Tensor],
+    version: int,
+    transport: str,
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+    rollback: bool = False,
 ) -> dict[str, float]:
     """push() for a state dict held whole (HF names)."""
     buckets = plan([(k, t.dtype, list(t.shape)) for k, t in named.items()], bucket_bytes)
-    return push(client, buckets, lambda b: [named[r.name] for r in b.refs], version, transport)
+    return push(client, buckets, lambda b: [named[r.name] for r in b.refs], version, transport, rollback=rollback)

@@ -53,7 +53,7 @@ def resume(run_dir: pathlib.Path, mesh: Mesh, algorithm: Algorithm, sampler) -> 
     algorithm.load_state_dict(state["algorithm"])
     torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
     if mesh.has("rollout"):
-        mesh.push_weights(version=state["step"])
+        mesh.push_weights(version=state["step"], rollback=True)  # the rollout may be ahead (given by address)
     log.info("resumed from %s (step %d)", path, state["step"])
     return state["step"]
 

@@ -184,9 +184,11 @@ class Mesh:
         for role in trained:
             self[role].call("Reload", actor_pb2.OffloadRequest())
 
-    def push_weights(self, version: int) -> float:
+    def push_weights(self, version: int, rollback: bool = False) -> float:
         """Actor weights to the rollout (the config's transport); returns the seconds it took. A colocated
-        rollout wakes its weights for it; its KV cache stays freed until it generates."""
+        rollout wakes its weights for it; its KV cache stays freed until it generates. rollback: the rollout
+        takes `version` even below its own (the run went back to a checkpoint; a rollout given by address
+        kept the newer weights)."""
         if self.cfg.rollout.colocate:
             self["rollout"].call("WakeUp", rollout_pb2.SleepRequest(tags=["weights"]))
         if self.producer is not None:  # sampling ahead: steps due the older weights go first
@@ -199,6 +201,7 @@ class Mesh:
                 version=version,
                 bucket_bytes=self.cfg.rollout.weight_bucket_mb << 20,
                 dtype=self.cfg.rollout.dtype,
+                rollback=rollback,
             ),
         )
         if self.producer is not None:

@@ -109,18 +109,20 @@ class CheckpointResponse(_message.Message):
     def __init__(self, path: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
 
 class PushWeightsRequest(_message.Message):
-    __slots__ = ("rollout_address", "transport", "version", "bucket_bytes", "dtype")
+    __slots__ = ("rollout_address", "transport", "version", "bucket_bytes", "dtype", "rollback")
     ROLLOUT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     BUCKET_BYTES_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
+    ROLLBACK_FIELD_NUMBER: _ClassVar[int]
     rollout_address: str
     transport: str
     version: int
     bucket_bytes: int
     dtype: str
-    def __init__(self, rollout_address: _Optional[str] = ..., transport: _Optional[str] = ..., version: _Optional[int] = ..., bucket_bytes: _Optional[int] = ..., dtype: _Optional[str] = ...) -> None: ...
+    rollback: bool
+    def __init__(self, rollout_address: _Optional[str] = ..., transport: _Optional[str] = ..., version: _Optional[int] = ..., bucket_bytes: _Optional[int] = ..., dtype: _Optional[str] = ..., rollback: _Optional[bool] = ...) -> None: ...
 
 class PushWeightsResponse(_message.Message):
     __slots__ = ("version", "num_bytes", "seconds")

@@ -49,16 +49,18 @@ class GenerateResponse(_message.Message):
     def __init__(self, data: _Optional[_Union[_data_pb2.DataProto, _Mapping]] = ..., weight_version: _Optional[int] = ...) -> None: ...
 
 class BeginWeightUpdateRequest(_message.Message):
-    __slots__ = ("version", "transport", "total_bytes", "bucket_bytes")
+    __slots__ = ("version", "transport", "total_bytes", "bucket_bytes", "rollback")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     BUCKET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ROLLBACK_FIELD_NUMBER: _ClassVar[int]
     version: int
     transport: str
     total_bytes: int
     bucket_bytes: int
-    def __init__(self, version: _Optional[int] = ..., transport: _Optional[str] = ..., total_bytes: _Optional[int] = ..., bucket_bytes: _Optional[int] = ...) -> None: ...
+    rollback: bool
+    def __init__(self, version: _Optional[int] = ..., transport: _Optional[str] = ..., total_bytes: _Optional[int] = ..., bucket_bytes: _Optional[int] = ..., rollback: _Optional[bool] = ...) -> None: ...
 
 class TensorRef(_message.Message):
     __slots__ = ("name", "dtype", "shape", "offset")

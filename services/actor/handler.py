@@ -134,7 +134,16 @@ def send_to_rollout(args: dict, buckets: list, tensors_of: Callable, share: Call
         ) as rollout,
         cut_when_caller_leaves(rollout),
     ):
-        return weights.push(rollout, buckets, tensors_of, args["version"], args["transport"], share, deadline)
+        return weights.push(
+            rollout,
+            buckets,
+            tensors_of,
+            args["version"],
+            args["transport"],
+            share,
+            deadline,
+            args.get("rollback", False),
+        )
 
 
 @contextlib.contextmanager

@@ -288,6 +288,7 @@ class ActorServicer:
                 "rollout_address": request.rollout_address,
                 "transport": transport,
                 "version": version,
+                "rollback": request.rollback,
                 "bucket_bytes": request.bucket_bytes or weights.DEFAULT_BUCKET_BYTES,
                 "seconds_left": context.time_remaining() if context is not None else None,
             },

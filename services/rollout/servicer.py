@@ -148,7 +148,7 @@ class RolloutServicer:
             # a torn engine takes its own version again: the sender that broke off pushes what it had
             floor = self.version - 1 if self.torn else self.version
             name = self.receiver.begin(
-                request.version, request.transport, request.total_bytes, request.bucket_bytes, floor
+                request.version, request.transport, request.total_bytes, request.bucket_bytes, floor, request.rollback
             )
             # checked and open (new Generates are refused): now the ones in flight finish or stop
             self._quiesce(request.version if self.cfg.on_update == "interrupt" else None)

@@ -70,9 +70,11 @@ class WeightReceiver:
         """Several buckets: each is loaded as it arrives."""
         return self.bucket_bytes < self.total
 
-    def begin(self, version: int, transport: str, total_bytes: int, bucket_bytes: int, current: int) -> str:
+    def begin(
+        self, version: int, transport: str, total_bytes: int, bucket_bytes: int, current: int, rollback: bool = False
+    ) -> str:
         check_counter(version, "BeginWeightUpdateRequest.version")
-        if version <= current:
+        if version <= current and not rollback:
             raise FailedPrecondition(f"weight version {version} is not newer than the version in use ({current})")
         if transport not in TRANSPORTS:
             raise InvalidArgument(f"transport must be one of {list(TRANSPORTS)}, got {transport!r}")

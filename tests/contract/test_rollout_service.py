@@ -151,6 +151,20 @@ def test_push_new_weights(rollout, tiny_lm, transport):
     assert not torch.equal(after.data.batch["rollout_logprobs"], before.data.batch["rollout_logprobs"])
 
 
+def test_a_rollback_takes_an_older_version_and_nothing_else_does(rollout, tiny_lm):
+    """A run back at its checkpoint pushes the checkpoint's (older) version into a rollout given by address,
+    which kept the newer weights: only a push that says so (rollback) is taken; the engine then runs it."""
+    probe = chats("4+4=")
+    v = rollout.call("Describe").weight_version
+    weights.push_state(rollout, current_weights(tiny_lm, 1.5), v + 2, "stream")
+    with pytest.raises(ServiceError, match="is not newer than the version in use"):
+        weights.push_state(rollout, current_weights(tiny_lm), v + 1, "stream")
+    weights.push_state(rollout, current_weights(tiny_lm), v + 1, "stream", rollback=True)
+    after = generate(rollout, probe, temperature=0.0)
+    assert after.msg.weight_version == v + 1 == rollout.call("Describe").weight_version
+    weights.push_state(rollout, current_weights(tiny_lm, 1.5), v + 2, "stream")  # and on from there
+
+
 def test_bad_weight_updates_keep_the_old_weights(rollout, tiny_lm):
     probe = chats("2+2=")
     before = generate(rollout, probe, temperature=0.0)
