@@ -5,10 +5,10 @@ hint, and the services stop after the orchestrator."""
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import psutil
+from small_run import grpo_command
 
 
 def wait_for_step_one(orchestrator, run):
@@ -23,23 +23,7 @@ def test_ctrl_c_is_an_interrupt_not_a_service_failure(tiny_lm, arithmetic_data, 
     died first, and the run reported "RewardService.Score ... Connection refused")."""
     run = tmp_path / "run"
     orchestrator = subprocess.Popen(  # its own group, standing for the terminal's foreground group
-        [
-            sys.executable,
-            "-m",
-            "meshrl.cli",
-            "grpo",
-            f"actor.model={tiny_lm}",
-            f"data.train_files={arithmetic_data['train']}",
-            f"trainer.run_dir={run}",
-            "trainer.total_steps=1000",
-            "trainer.val_every=0",
-            "trainer.logger=[console]",
-            "trainer.trace=",
-            "rollout.backend=hf",
-            "reward.workers=1",
-            "data.train_batch_size=4",
-            "rollout.n=2",
-        ],
+        grpo_command(tiny_lm, arithmetic_data, run, 1000),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -69,24 +53,7 @@ def test_ctrl_c_is_an_interrupt_not_a_service_failure(tiny_lm, arithmetic_data, 
 def test_services_die_with_a_killed_orchestrator(tiny_lm, arithmetic_data, tmp_path):
     run = tmp_path / "run"
     orchestrator = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "meshrl.cli",
-            "grpo",
-            f"actor.model={tiny_lm}",
-            f"data.train_files={arithmetic_data['train']}",
-            f"trainer.run_dir={run}",
-            "trainer.total_steps=1000",
-            "trainer.val_every=0",
-            "trainer.logger=[console]",
-            "trainer.trace=",
-            "rollout.backend=hf",
-            "actor.world_size=2",
-            "reward.workers=1",
-            "data.train_batch_size=4",
-            "rollout.n=2",
-        ],
+        grpo_command(tiny_lm, arithmetic_data, run, 1000, "actor.world_size=2"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

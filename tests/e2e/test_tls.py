@@ -24,6 +24,7 @@ from meshrl.v1 import reward_pb2, rollout_pb2
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "contract"))
 from echo_service import EchoScorer  # noqa: E402
+from small_run import grpo_command
 
 REWARD = reward_pb2.DESCRIPTOR.services_by_name["RewardService"]
 ROLLOUT = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
@@ -92,23 +93,7 @@ def test_roles_callers_and_servers_are_checked(tls_on, monkeypatch):
 def test_a_grpo_run_trains_over_mutual_tls(tls_on, tiny_lm, arithmetic_data, tmp_path):
     run = tmp_path / "run"
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "meshrl.cli",
-            "grpo",
-            f"actor.model={tiny_lm}",
-            f"data.train_files={arithmetic_data['train']}",
-            f"trainer.run_dir={run}",
-            "trainer.total_steps=2",
-            "trainer.val_every=0",
-            "trainer.logger=[console]",
-            "trainer.trace=",
-            "rollout.backend=hf",
-            "reward.workers=1",
-            "data.train_batch_size=4",
-            "rollout.n=2",
-        ],
+        grpo_command(tiny_lm, arithmetic_data, run, 2),
         env={**os.environ, tls.VAR: str(tls_on)},
         capture_output=True,
         text=True,

@@ -4,12 +4,12 @@ command line; a run without one makes a token of its own for the services it sta
 is given by address, and never sends it to that one."""
 
 import subprocess
-import sys
 from concurrent import futures
 
 import grpc
 import psutil
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from small_run import grpo_command
 
 from meshrl.errors import ServiceError
 from meshrl.rpc import Client
@@ -27,25 +27,7 @@ def run_and_probe(tiny_lm, arithmetic_data, run, role="reward", extra=()) -> tup
     """A 2-step GRPO run; while it runs, the command lines of its services and what an anonymous
     Describe on its `role` service gets (None: it answered)."""
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "meshrl.cli",
-            "grpo",
-            f"actor.model={tiny_lm}",
-            f"data.train_files={arithmetic_data['train']}",
-            f"trainer.run_dir={run}",
-            "trainer.total_steps=2",
-            "trainer.val_every=0",
-            "trainer.logger=[console]",
-            "trainer.trace=",
-            "rollout.backend=hf",
-            "reward.workers=1",
-            "data.train_batch_size=4",
-            "rollout.n=2",
-            "trainer.save_every=2",
-            *extra,
-        ],
+        grpo_command(tiny_lm, arithmetic_data, run, 2, "trainer.save_every=2", *extra),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
