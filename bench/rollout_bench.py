@@ -97,8 +97,8 @@ def in_process_rate(model: str, prompts, args, repeats: int) -> float:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
+    from meshrl.config.rollout import RolloutConfig
     from services.rollout.backend_vllm import engine_args
-    from services.rollout.config import RolloutConfig
 
     llm = LLM(**engine_args(RolloutConfig(model=model, max_model_len=MAX_LEN)))
     params = [

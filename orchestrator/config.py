@@ -16,10 +16,10 @@ import typing
 import yaml
 
 from meshrl import hosts
+from meshrl.config.actor import LR_SCHEDULES
 from meshrl.flags import field_docs
 from meshrl.typed import build
 from orchestrator import verl_keys
-from services.actor.config import LR_SCHEDULES
 
 LOGGERS = ("console", "tensorboard", "wandb", "mlflow")
 

@@ -22,6 +22,9 @@ import torch
 from meshrl.clients import RewardClient
 from meshrl.codec import Payload
 from meshrl.codec.values import to_value
+from meshrl.config.actor import EngineConfig, OptimConfig
+from meshrl.config.reward import RewardConfig
+from meshrl.config.rollout import RolloutConfig
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.flags import dataclass_args
@@ -29,9 +32,6 @@ from meshrl.rpc import Client
 from meshrl.v1 import actor_pb2, rollout_pb2
 from orchestrator.config import Config
 from orchestrator.services import Services
-from services.actor.config import EngineConfig, OptimConfig
-from services.reward.config import RewardConfig
-from services.rollout.config import RolloutConfig
 
 POLICY_INPUTS = ["input_ids", "attention_mask", "position_ids", "responses"]
 

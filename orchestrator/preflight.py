@@ -19,18 +19,18 @@ import pathlib
 
 from meshrl import hosts
 from meshrl.algos.losses import ROLLOUT_IS
+from meshrl.config.actor import ENGINE_NAMES
+from meshrl.config.reward import ON_ERROR
+from meshrl.config.rollout import BACKENDS, ON_UPDATE
 from meshrl.weights import DTYPES, TRANSPORTS
 from orchestrator.config import Config
 from orchestrator.data import check_inputs
 
 log = logging.getLogger(__name__)
 
-# The services' own choices (services/*/config.py), which the orchestrator may not import: the
-# services refuse the same values, only later.
-BACKENDS = ("vllm", "hf")
-ENGINES = ("auto", "fsdp2", "fsdp1", "plain")
-ON_ERROR = ("fail", "score")
-ON_UPDATE = ("wait", "interrupt")
+# The services' own choices (meshrl/config), checked here before anything starts; the run adds "auto" (plain
+# for one rank, fsdp2 for several).
+ENGINES = ("auto", *ENGINE_NAMES)
 ENV_REWARDS = ("env", "service", "sum")
 LOGGER_PACKAGES = {"wandb": "wandb", "mlflow": "mlflow"}
 MAX_CHUNKS = 16  # the rollout serves 16 calls at once (meshrl.rpc.server's max_workers)

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from meshrl import weights
+from meshrl.config.actor import EngineConfig, OptimConfig
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.rpc import Client
@@ -21,7 +22,6 @@ from meshrl.rpc.token import peer_token
 from meshrl.typed import build
 from meshrl.v1 import rollout_pb2
 from services.actor.comm import Cancelled, Group, caller_alive, stop_requested
-from services.actor.config import EngineConfig, OptimConfig
 from services.actor.engine import build_engine
 from services.actor.losses import parse_loss
 from services.actor.roles import KIND, ROLES

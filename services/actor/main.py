@@ -13,10 +13,10 @@ import os
 import torch
 
 from meshrl import hosts
+from meshrl.config.actor import EngineConfig, OptimConfig
 from meshrl.flags import add_dataclass_flags, add_server_flags
 from meshrl.rpc.server import run_service
 from services.actor.comm import Driver
-from services.actor.config import EngineConfig, OptimConfig
 from services.actor.handler import RankHandler
 from services.actor.launch import join_group, leave_group, new_store, rank_env, start_ranks
 from services.actor.roles import ROLES

@@ -17,6 +17,7 @@ import pathlib
 from meshrl import weights
 from meshrl.codec import Payload
 from meshrl.codec.values import from_value
+from meshrl.config.actor import EngineConfig, OptimConfig
 from meshrl.dataproto import DataProto, unpad
 from meshrl.errors import MAX_STEP_ADVANCE, Aborted, FailedPrecondition, InvalidArgument, check_counter
 from meshrl.flags import settings_json
@@ -24,7 +25,6 @@ from meshrl.typed import build
 from meshrl.v1 import actor_pb2, common_pb2
 from services.actor import batches, integrity
 from services.actor.comm import Driver, RankError
-from services.actor.config import EngineConfig, OptimConfig
 from services.actor.losses import parse_loss
 
 STATE_FILE = "actor_service.json"

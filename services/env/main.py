@@ -6,9 +6,9 @@ meshrl serve env --env path/to/my_env.py:MyEnv --step-timeout 10
 
 import argparse
 
+from meshrl.config.env import EnvConfig
 from meshrl.flags import add_dataclass_flags, add_server_flags, dataclass_from_args
 from meshrl.rpc.server import run_service
-from services.env.config import EnvConfig
 from services.env.servicer import EnvServicer
 
 

@@ -19,10 +19,10 @@ import select
 import threading
 import time
 
+from meshrl.config.env import EnvConfig
 from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument
 from meshrl.lifeline import child_env
 from meshrl.pipes import Child, read_frame, write_frame
-from services.env.config import EnvConfig
 from services.env.episodes import Episodes, stop_strings
 
 log = logging.getLogger(__name__)

@@ -18,9 +18,9 @@ import threading
 import time
 import uuid
 
+from meshrl.config.env import EnvConfig
 from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument, ResourceExhausted
 from meshrl.v1 import common_pb2, env_pb2
-from services.env.config import EnvConfig
 from services.env.pool import EnvPool, Worker
 
 

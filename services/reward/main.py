@@ -2,9 +2,9 @@
 
 import argparse
 
+from meshrl.config.reward import RewardConfig
 from meshrl.flags import add_dataclass_flags, add_server_flags, dataclass_from_args
 from meshrl.rpc.server import run_service
-from services.reward.config import RewardConfig
 from services.reward.servicer import RewardServicer
 
 

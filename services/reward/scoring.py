@@ -9,9 +9,9 @@ import logging
 
 import torch
 
+from meshrl.config.reward import RewardConfig
 from meshrl.errors import InvalidArgument
 from services.reward import functions
-from services.reward.config import RewardConfig
 from services.reward.pool import Outcome, WorkerPool
 from services.reward.samples import Sample
 from services.reward.scorers import BY_DATA_SOURCE

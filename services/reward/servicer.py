@@ -1,10 +1,10 @@
 """The RewardService: decode the request, score, encode the reply. Nothing else lives here."""
 
 from meshrl.codec import Payload
+from meshrl.config.reward import RewardConfig
 from meshrl.errors import InvalidArgument
 from meshrl.flags import settings_json
 from meshrl.v1 import common_pb2, reward_pb2
-from services.reward.config import RewardConfig
 from services.reward.samples import build_reply, read_samples
 from services.reward.scoring import make_scorer
 

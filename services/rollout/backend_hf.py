@@ -12,9 +12,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StoppingCriteria, StoppingCriteriaList
 
 from meshrl import cuda_ipc
+from meshrl.config.rollout import RolloutConfig
 from meshrl.errors import Aborted
 from meshrl.shm import attach
-from services.rollout.config import RolloutConfig
 from services.rollout.sampling import Completion, Sampling
 
 

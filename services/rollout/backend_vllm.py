@@ -14,8 +14,8 @@ import threading
 
 import torch
 
+from meshrl.config.rollout import RolloutConfig
 from meshrl.errors import Aborted
-from services.rollout.config import RolloutConfig
 from services.rollout.sampling import Completion, Sampling
 
 

@@ -5,9 +5,9 @@ meshrl serve rollout --model models/tiny-lm --backend vllm --max-model-len 512
 
 import argparse
 
+from meshrl.config.rollout import RolloutConfig
 from meshrl.flags import add_dataclass_flags, add_server_flags, dataclass_from_args
 from meshrl.rpc.server import run_service
-from services.rollout.config import RolloutConfig
 from services.rollout.servicer import RolloutServicer
 
 

@@ -19,12 +19,12 @@ from transformers import AutoConfig, AutoTokenizer
 
 from meshrl.codec import Payload
 from meshrl.codec.rawbytes import decode_bytes_field
+from meshrl.config.rollout import RolloutConfig
 from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument
 from meshrl.flags import settings_json
 from meshrl.rpc.methods import raw_request
 from meshrl.v1 import common_pb2, rollout_pb2
 from services.rollout import layout
-from services.rollout.config import RolloutConfig
 from services.rollout.sampling import from_proto
 from services.rollout.weights import WeightReceiver, checkpoint_shapes
 

@@ -27,11 +27,11 @@ import torch.distributed as dist
 from safetensors.torch import save_file
 
 from meshrl import cuda_ipc
+from meshrl.config.actor import EngineConfig, OptimConfig
 from meshrl.dataproto import DataProto
 from meshrl.v1 import rollout_pb2
 from meshrl.weights import plan
 from services.actor import comm
-from services.actor.config import EngineConfig, OptimConfig
 from services.actor.engine import build_engine
 from services.actor.handler import per_gpu_share
 from services.actor.losses import parse_loss

@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 
 from meshrl.clients import RewardClient
 from meshrl.codec import Payload
+from meshrl.config.reward import RewardConfig
+from meshrl.config.rollout import RolloutConfig
 from meshrl.dataproto import DataProto
 from meshrl.rpc import Client, Server
 from meshrl.rpc.methods import method_path
 from meshrl.v1 import actor_pb2, data_pb2, reward_pb2, rollout_pb2
-from services.reward.config import RewardConfig
 from services.reward.servicer import RewardServicer
-from services.rollout.config import RolloutConfig
 from services.rollout.servicer import RolloutServicer
 
 REWARD = reward_pb2.DESCRIPTOR.services_by_name["RewardService"]

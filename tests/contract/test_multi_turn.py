@@ -7,14 +7,14 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from meshrl.config.env import EnvConfig
+from meshrl.config.rollout import RolloutConfig
 from meshrl.rpc import Client, Server
 from orchestrator import multi_turn
 from orchestrator.config import load_config
 from orchestrator.data import PromptDataset
 from orchestrator.mesh import Mesh
-from services.env.config import EnvConfig
 from services.env.servicer import EnvServicer
-from services.rollout.config import RolloutConfig
 from services.rollout.servicer import RolloutServicer
 
 

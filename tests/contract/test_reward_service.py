@@ -11,11 +11,11 @@ import torch
 
 from meshrl.clients import RewardClient
 from meshrl.codec import Payload
+from meshrl.config.reward import RewardConfig
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.rpc import Server, serve
 from meshrl.v1 import reward_pb2
-from services.reward.config import RewardConfig
 from services.reward.servicer import RewardServicer
 
 FUNCS = pathlib.Path(__file__).parent / "reward_functions.py"

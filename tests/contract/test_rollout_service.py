@@ -7,12 +7,12 @@ from safetensors.torch import load_file
 
 from meshrl import weights
 from meshrl.codec import Payload
+from meshrl.config.rollout import RolloutConfig
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.rpc import Client, Server
 from meshrl.shm import SEAL_BYTES
 from meshrl.v1 import rollout_pb2
-from services.rollout.config import RolloutConfig
 from services.rollout.servicer import RolloutServicer
 
 SERVICE = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]

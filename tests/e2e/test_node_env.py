@@ -7,11 +7,11 @@ import grpc
 import pytest
 from node_example import needs_node, start
 
+from meshrl.config.rollout import RolloutConfig
 from meshrl.errors import ServiceError
 from meshrl.rpc import Client, Server
 from meshrl.v1 import env_pb2
 from services.env.calculator import Calculator
-from services.rollout.config import RolloutConfig
 from services.rollout.servicer import RolloutServicer
 
 SERVICE = env_pb2.DESCRIPTOR.services_by_name["EnvService"]

@@ -11,11 +11,11 @@ import psutil
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from small_run import grpo_command
 
+from meshrl.config.reward import RewardConfig
 from meshrl.errors import ServiceError
 from meshrl.rpc import Client
 from meshrl.rpc.methods import service_handler
 from meshrl.v1 import actor_pb2, reward_pb2
-from services.reward.config import RewardConfig
 from services.reward.servicer import RewardServicer
 
 REWARD = reward_pb2.DESCRIPTOR.services_by_name["RewardService"]

@@ -283,12 +283,12 @@ def test_multi_turn_episodes_on_vllm(rollout, tiny_lm, arithmetic_data):
     every policy token has its log-prob."""
     from transformers import AutoTokenizer
 
+    from meshrl.config.env import EnvConfig
     from meshrl.rpc import Server
     from orchestrator import multi_turn
     from orchestrator.config import load_config
     from orchestrator.data import PromptDataset
     from orchestrator.mesh import Mesh
-    from services.env.config import EnvConfig
     from services.env.servicer import EnvServicer
 
     class Tagged:

@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 
+from meshrl.config.actor import EngineConfig, OptimConfig
+from meshrl.config.env import EnvConfig
+from meshrl.config.reward import RewardConfig
+from meshrl.config.rollout import RolloutConfig
 from orchestrator import config as run_config
-from services.actor.config import EngineConfig, OptimConfig
-from services.env.config import EnvConfig
-from services.reward.config import RewardConfig
-from services.rollout.config import RolloutConfig
 
 # service setting -> how the run sets it, where not by the same name in the section
 SET_ELSEWHERE = {

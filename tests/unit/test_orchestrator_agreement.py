@@ -8,15 +8,15 @@ import json
 import grpc
 import pytest
 
+from meshrl.config.actor import EngineConfig, OptimConfig
+from meshrl.config.reward import RewardConfig
+from meshrl.config.rollout import RolloutConfig
 from meshrl.errors import ServiceError
 from meshrl.flags import add_dataclass_flags, dataclass_from_args, settings_json
 from meshrl.v1 import common_pb2
 from orchestrator.agreement import agree
 from orchestrator.config import load_config
 from orchestrator.mesh import Mesh, serve_args
-from services.actor.config import EngineConfig, OptimConfig
-from services.reward.config import RewardConfig
-from services.rollout.config import RolloutConfig
 
 
 def parsed(cls, args, skip=()):

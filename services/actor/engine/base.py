@@ -25,8 +25,8 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.tensor import DTensor
 
+from meshrl.config.actor import EngineConfig, OptimConfig
 from services.actor.comm import Cancelled, stop_requested
-from services.actor.config import EngineConfig, OptimConfig
 from services.actor.model import empty_model, load_model
 
 
