@@ -34,8 +34,9 @@ def cmd_health(args) -> int:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    host, sep, port = args.address.rpartition(":")
-    if not sep or not host or not port.isdigit():  # grpc would try port 443 for a bare host name
+    from meshrl.hosts import is_address
+
+    if not is_address(args.address):
         print(f"meshrl health: give HOST:PORT, got {args.address!r}", file=sys.stderr)
         return 2
     from meshrl import tls

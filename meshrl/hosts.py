@@ -1,4 +1,5 @@
-"""What this machine offers the services: CPU cores, GPUs, and what `world_size=auto` and `threads=0` mean.
+"""What this machine offers the services: CPU cores, GPUs, what `world_size=auto` and `threads=0` mean, and
+what a service address looks like.
 
 On a GPU machine a training role gets one rank per visible GPU. On CPU it gets
 one rank with every core as its threads: ranks on one host share its memory, so
@@ -39,3 +40,9 @@ def threads_per_rank(threads: int, ranks: int) -> int:
     """Torch threads for each rank: `threads`, or where it is 0 the cores shared out over the ranks, so
     that ranks x threads never exceeds the cores (oversubscribed ranks spin against each other)."""
     return threads if threads > 0 else max(1, cores() // ranks)
+
+
+def is_address(text: str) -> bool:
+    """HOST:PORT with a port a socket can have (grpc would dial port 443 for a bare host, and 70000 as 4464)."""
+    host, sep, port = text.rpartition(":")
+    return bool(sep and host and port.isdigit() and 1 <= int(port) <= 65535)

@@ -105,8 +105,7 @@ def check_addresses(cfg: Config, roles: set[str]) -> None:
         address = getattr(getattr(cfg, role, None), "address", "")
         if not address:
             continue
-        host, sep, port = address.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        if not hosts.is_address(address):
             raise ValueError(f"{role}.address={address} must be HOST:PORT with a port in 1..65535")
 
 

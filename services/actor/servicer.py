@@ -21,6 +21,7 @@ from meshrl.config.actor import EngineConfig, OptimConfig
 from meshrl.dataproto import DataProto, unpad
 from meshrl.errors import MAX_STEP_ADVANCE, Aborted, FailedPrecondition, InvalidArgument, check_counter
 from meshrl.flags import settings_json
+from meshrl.hosts import is_address
 from meshrl.typed import build
 from meshrl.v1 import actor_pb2, common_pb2
 from services.actor import batches, integrity
@@ -253,8 +254,7 @@ class ActorServicer:
         if self.role == "critic":
             raise InvalidArgument("a critic's weights are not a policy: push from the actor")
         self._require_whole()
-        host, sep, port = request.rollout_address.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        if not is_address(request.rollout_address):
             raise InvalidArgument(
                 f"PushWeightsRequest.rollout_address={request.rollout_address[:200]!r} must be "
                 "HOST:PORT with a port in 1..65535"
