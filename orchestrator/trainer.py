@@ -255,6 +255,25 @@ def one_step(
     return metrics
 
 
+def keep_token_from(given: set[str], started: set[str], services: Services) -> None:
+    """A token the run made is never sent to services given by address (meshrl.rpc.token); a given actor
+    could then not push into a rollout the run starts, which the run says before anything starts."""
+    if "actor" in given and "rollout" in started:
+        raise ValueError(
+            "actor.address is given and this run starts the rollout, which requires the run's "
+            "token, so the actor's weight push would be refused: set MESHRL_TOKEN (or "
+            "MESHRL_TOKEN_FILE) for the run and for that actor service"
+        )
+    if given:
+        services.given_token = ""
+        if "rollout" in given:
+            os.environ[PEER_VAR] = ""  # the actor's weight push to it
+        log.info(
+            "%s given by address: called without a token (set MESHRL_TOKEN to share one with them)",
+            ", ".join(sorted(given)),
+        )
+
+
 class RunInterrupted(Exception):
     """Ctrl-C (SIGINT): the run stopped where it was, its services stopped after it."""
 
@@ -283,22 +302,10 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     run_dir = pathlib.Path(cfg.trainer.run_dir)
     try:
         ours = wanted(cfg, roles)
-        token_made = run_token()  # the services this run starts answer no caller without the run's token
         given = {role for role, (address, _) in ours.items() if address}
-        if token_made and "actor" in given and "rollout" in set(ours) - given:
-            raise ValueError(
-                "actor.address is given and this run starts the rollout, which requires the run's "
-                "token, so the actor's weight push would be refused: set MESHRL_TOKEN (or "
-                "MESHRL_TOKEN_FILE) for the run and for that actor service"
-            )
-        if token_made and given:  # ... which services given by address are never sent (meshrl.rpc.token)
-            services.given_token = ""
-            if "rollout" in given:
-                os.environ[PEER_VAR] = ""  # the actor's weight push to it
-            log.info(
-                "%s given by address: called without a token (set MESHRL_TOKEN to share one with them)",
-                ", ".join(sorted(given)),
-            )
+        token_made = run_token()  # the services this run starts answer no caller without the run's token
+        if token_made:
+            keep_token_from(given, set(ours) - given, services)
         services.spawn_all(ours)  # they start while this process reads the data
         run_dir, tokenizer, data, sampler = prepare_run(cfg)
         val = None
@@ -308,7 +315,7 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
             )
         torch.manual_seed(cfg.trainer.seed)
         mesh = start_mesh(cfg, services, roles)
-        if agree(cfg, mesh, {role for role, (address, _) in ours.items() if address}):
+        if agree(cfg, mesh, given):
             save_config(cfg, run_dir / "config.yaml")  # what was really used
         mesh.tokenizer = tokenizer
         first = resume(run_dir, mesh, algorithm, sampler) + 1 if cfg.trainer.resume else 1
