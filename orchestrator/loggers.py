@@ -200,7 +200,9 @@ class RunLog:
                 lines = path.read_text().splitlines(keepends=True)
                 steps = [json.loads(line)["step"] for line in lines]
                 last = max([last, *steps])
-                path.write_text("".join(line for line, s in zip(lines, steps) if s <= step))
+                kept = path.with_suffix(".kept")  # whole or not at all for a reader of the file
+                kept.write_text("".join(line for line, s in zip(lines, steps) if s <= step))
+                os.replace(kept, path)
         return last
 
     def forget_after(self, step: int) -> None:

@@ -61,8 +61,10 @@ def service(orchestrator: psutil.Process, name: str) -> psutil.Process:
 
 
 def steps_logged(run_dir) -> list[int]:
+    """The steps metrics.jsonl holds; read while the run writes it, so a last line not yet whole is left out."""
     path = run_dir / "metrics.jsonl"
-    return [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.is_file() else []
+    text = path.read_text() if path.is_file() else ""
+    return [json.loads(line)["step"] for line in text[: text.rfind("\n") + 1].splitlines()]
 
 
 def test_killed_services_are_started_again_and_the_run_ends_as_if_untouched(tiny_lm, arithmetic_data, tmp_path):
