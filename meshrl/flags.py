@@ -17,7 +17,17 @@ import tokenize
 
 
 def field_docs(cls) -> dict[str, str]:
-    """{field name: its documentation} read from the class's source; {} where there is none."""
+    """{field name: its documentation} read from the source of the class and of the classes it is composed
+    of (a run section inherits its service's settings, and their documentation)."""
+    docs: dict[str, str] = {}
+    for base in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(base):
+            docs.update(_own_docs(base))
+    return docs
+
+
+def _own_docs(cls) -> dict[str, str]:
+    """{field name: its documentation} for the fields cls's own body declares; {} where there is none."""
     try:
         src = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):

@@ -10,6 +10,8 @@ import types
 import typing
 from typing import Any
 
+from meshrl.config.checked import FieldError
+
 
 def build(cls, data: dict[str, Any], where: str):
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -20,6 +22,8 @@ def build(cls, data: dict[str, Any], where: str):
     values = {k: _check(v, hints[k], f"{where}.{k}") for k, v in data.items()}
     try:
         return cls(**values)
+    except FieldError as e:  # names its keys: section.key
+        raise ValueError(e.named(where)) from None
     except (TypeError, ValueError) as e:
         raise ValueError(f"{where}: {e}") from None
 

@@ -32,14 +32,13 @@ import torch
 from meshrl.codec.dtypes import TO_TORCH, wire_dtype
 from meshrl.codec.frame import tensor_bytes
 from meshrl.codec.rawbytes import encode_bytes_field
+from meshrl.config.rollout import TRANSPORTS
 from meshrl.shm import open_sealed
 from meshrl.v1 import rollout_pb2
 
 ALIGN = 64
 CHUNK_BYTES = 4 << 20
 DEFAULT_BUCKET_BYTES = 512 << 20
-TRANSPORTS = ("shm", "stream", "cuda_ipc")
-DTYPES = ("float32", "bfloat16", "float16")  # what weights may be sent as (a rollout engine's dtypes)
 # A call to the rollout may take CALL_BASE_SECONDS beyond its bytes (Begin waits for the generations in
 # flight with rollout.on_update=wait), and its bytes may move as slowly as FLOOR_BYTES_PER_SECOND: far
 # below what was measured (stream 0.6 GB/s, shm 3.7 GB/s; shared NOTES).

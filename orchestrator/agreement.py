@@ -31,6 +31,7 @@ OWN = {
     "enforce_eager",
     "max_samples",
     "workers",
+    "processes",
     "batch_size",
     "max_length",
     "device",

@@ -3,9 +3,13 @@
     cfg = load_config("configs/grpo.yaml", ["actor.lr=1e-5", "rollout.n=8"])
 
 Unknown sections or keys and wrong types are errors naming the key; the
-resolved config is saved with the run (save_config). Each field's comment says
-what it does; the sections mirror the services (actor, ref, critic, rollout,
-reward), the data, the algorithm and the trainer.
+resolved config is saved with the run (save_config). The sections mirror the
+services (actor, ref, critic, rollout, reward, env), the data, the algorithm
+and the trainer. A service's settings are not declared here: its section is
+made of the service's own settings classes (meshrl/config), with their
+defaults, documentation and checks, plus the keys only a run has (an
+address, sampling, ...), each documented by its comment. `meshrl grpo --help`
+and docs/configuration.md list them all (describe_keys).
 """
 
 import dataclasses
@@ -16,12 +20,19 @@ import typing
 import yaml
 
 from meshrl import hosts
-from meshrl.config.actor import LR_SCHEDULES
+from meshrl.config.actor import EngineSettings, OptimSettings
+from meshrl.config.checked import Checked, FieldError, one_of, require
+from meshrl.config.env import EnvSettings
+from meshrl.config.losses import DPO_LOSSES, KL_ESTIMATORS, MAX_EPOCHS, PolicyLossSettings, RolloutISSettings
+from meshrl.config.reward import RewardConfig
+from meshrl.config.rollout import TRANSPORTS, RolloutSettings
 from meshrl.flags import field_docs
 from meshrl.typed import build
 from orchestrator import verl_keys
 
 LOGGERS = ("console", "tensorboard", "wandb", "mlflow")
+ENV_REWARDS = ("env", "service", "sum")
+MAX_CHUNKS = 16  # the rollout serves 16 calls at once (meshrl.rpc.server's max_workers)
 
 
 class NumbersLoader(yaml.SafeLoader):
@@ -48,7 +59,7 @@ def read_yaml(text: str):
 
 
 @dataclasses.dataclass
-class DataSection:
+class DataSection(Checked):
     train_files: str = ""  # parquet in verl's schema
     val_files: str = ""  # held-out parquet, same schema; empty: no validation
     prompt_key: str = "prompt"  # the column holding each prompt: chat messages, or a string (one user message)
@@ -60,99 +71,71 @@ class DataSection:
 
 
 @dataclasses.dataclass
-class ActorSection:
+class ActorSection(PolicyLossSettings, OptimSettings, EngineSettings):
+    """The policy. Its engine, optimizer and policy-loss keys are the actor service's own settings
+    (meshrl/config), sent to it as they are."""
+
     model: str = ""  # HuggingFace folder
     address: str = ""  # a running actor service; empty: start one
     world_size: int | str = "auto"  # ranks of the actor's process group; auto: one per visible GPU, or
     #   1 on CPU (one rank with every core trains faster there than FSDP over several)
-    engine: str = "auto"  # fsdp2, fsdp1, plain (one process, no sharding; world_size must be 1), or auto:
-    #   plain for one rank (FSDP's gathers buy nothing there), fsdp2 for several
     threads: int = 0  # torch threads per rank; 0: the cores shared out over the ranks (never more
     #   threads than cores)
-    lr: float = 1e-5  # AdamW's learning rate
-    weight_decay: float = 0.0  # AdamW's weight decay
-    warmup_steps: int = 0  # training steps of linear warm-up to lr
-    lr_schedule: str = "constant"  # constant, or cosine: decays to min_lr_ratio * lr at trainer.total_steps
-    min_lr_ratio: float = 0.0  # the cosine schedule's floor, as a share of lr
-    grad_clip: float = 1.0  # max global gradient norm; 0: no clipping
-    mixed_precision: bool = False  # bf16 parameters in forward/backward, fp32 gradient reduction and
-    #   master weights
-    gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory
-    hsdp_replicate: int = 1  # fsdp2: > 1 replicates over this many groups and shards within each (HSDP)
-    micro_batch_size: int = 8  # rows per forward/backward pass on each rank
-    micro_batch_tokens: int = 0  # > 0: micro-batches by this token budget instead (verl's dynamic batch
-    #   size): rows of similar length together, each pass cut to its own longest row; same gradients
-    share_prompts: bool = True  # rows with the same prompt (a GRPO group, a DPO pair) run it once in the
-    #   actor's passes (same outputs and gradients, less compute); false: every row runs its whole sequence
-    dropout: bool = False  # keep the model's dropout in training passes (off: log-probs are not random)
     ppo_epochs: int = 1  # passes over each batch
+    mini_batch_size: int = 0  # rows per optimizer step; 0: the whole batch
     reuse_logprobs: bool = True  # an on-policy update (ppo_epochs=1, one mini-batch, no KL in the reward)
     #   takes the PPO ratio against its own detached log-probs instead of a log-prob pass before it (as
     #   TRL and verl do; same gradients); false: always run that pass
-    mini_batch_size: int = 0  # rows per optimizer step; 0: the whole batch
-    clip_ratio_low: float = 0.2  # PPO clip: ratio >= 1 - clip_ratio_low
-    clip_ratio_high: float = 0.2  # PPO clip: ratio <= 1 + clip_ratio_high (DAPO's clip-higher when larger)
-    clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages
-    entropy_coeff: float = 0.0  # entropy bonus in the policy loss
-    use_kl_loss: bool = False  # KL(actor || ref) as a loss term (GRPO's), needs the ref service
-    kl_loss_coef: float = 0.001  # its weight
-    kl_loss_type: str = "k3"  # k1, k2, k3 (low-variance), abs, mse
-    loss_agg_mode: str = "token-mean"  # token-mean, seq-mean-token-sum, seq-mean-token-mean
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.world_size = hosts.world_size(self.world_size)
-        if self.threads < 0:
-            raise ValueError(f"threads={self.threads} must be >= 0 (0: the cores shared out over the ranks)")
-        if self.lr_schedule not in LR_SCHEDULES or not 0 <= self.min_lr_ratio <= 1:
-            raise ValueError(
-                f"lr_schedule must be one of {LR_SCHEDULES} (got {self.lr_schedule!r}) and "
-                f"min_lr_ratio in [0, 1] (got {self.min_lr_ratio})"
-            )
+        super().__post_init__()
+        require(self.threads >= 0, self, "threads", "must be >= 0 (0: the cores shared out over the ranks)")
+        require(1 <= self.ppo_epochs <= MAX_EPOCHS, self, "ppo_epochs", f"must be in 1..{MAX_EPOCHS}")
+        require(self.mini_batch_size >= 0, self, "mini_batch_size", "must be >= 0")
 
 
 @dataclasses.dataclass
-class RefSection:
+class RefSection(Checked):
+    """The frozen reference policy: the actor's model and engine settings."""
+
     address: str = ""  # a running ref service; empty: start one when the algorithm needs it
     world_size: int | str = "auto"  # ranks of the ref's process group (auto: as the actor's)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.world_size = hosts.world_size(self.world_size)
+        super().__post_init__()
 
 
 @dataclasses.dataclass
-class CriticSection:
+class CriticSection(Checked):
+    """PPO's value model: the actor's engine and optimizer settings, with its own model and learning rate."""
+
     model: str = ""  # empty: the actor's model with a value head
     address: str = ""  # a running critic service; empty: start one (ppo)
     world_size: int | str = "auto"  # ranks of the critic's process group (auto: as the actor's)
     lr: float = 1e-5  # the critic's learning rate
     clip_range_value: float = 0.5  # value clipping around the old values
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.world_size = hosts.world_size(self.world_size)
+        super().__post_init__()
+        require(self.lr > 0, self, "lr", "must be > 0")
 
 
 @dataclasses.dataclass
-class RolloutSection:
+class RolloutSection(RolloutSettings):
+    """Generation. Its engine keys are the rollout service's own settings (meshrl/config); the sampling and
+    weight-sync keys are the run's."""
+
     address: str = ""  # a running rollout service; empty: start one
-    backend: str = "vllm"  # vllm, or hf (transformers' generate: small models, debugging)
     n: int = 4  # samples per prompt
     temperature: float = 1.0  # sampling temperature (the actor's log-probs use the same)
     top_p: float = 1.0  # nucleus sampling; 1: off
     top_k: int = -1  # -1: off
     max_new_tokens: int = 16  # response tokens at most
-    max_model_len: int = 256  # prompt + response tokens the engine holds per sequence
     weight_transport: str = "shm"  # actor -> rollout: shm (same host), stream (any host), cuda_ipc (same GPU)
     weight_bucket_mb: int = 512  # weights are gathered, sent and loaded this many MiB at a time
-    dtype: str = "float32"  # the engine's weights and compute: float32, bfloat16, float16
-    tensor_parallel_size: int = 1  # vllm: GPUs the engine spreads over
-    gpu_memory_utilization: float = 0.3  # vllm: share of GPU memory the engine may take
-    kv_cache_gb: float = 1.0  # vllm on CPU: KV cache size
-    enforce_eager: bool = True  # vllm: no CUDA graphs (starts sooner; false decodes faster on a GPU)
-    max_samples: int = 65536  # the rollout refuses a Generate asking for more samples (prompts x n)
-    colocate: bool = False  # one GPU for all: the rollout sleeps while the models train, and the actor,
-    #   ref and critic move their weights and optimizer state to host memory while it generates
-    on_update: str = "wait"  # a push meeting Generate calls in flight: wait for them, or interrupt them
-    #   (they are sent again, on the new weights)
     chunks: int = 1  # a step's prompts go out as this many concurrent Generate calls, each scored as soon
     #   as it returns (vLLM steps them together; the HF backend takes them in turn)
     multi_turn: bool = False  # every sample is an episode in the environment service (env.*): turns of
@@ -162,58 +145,74 @@ class RolloutSection:
     #   x max_new_tokens
     concurrency: int = 256  # multi-turn: episodes played at once
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.n >= 1, self, "n", "must be >= 1")
+        require(self.max_new_tokens >= 1, self, "max_new_tokens", "must be >= 1")
+        if self.max_new_tokens >= self.max_model_len:
+            raise FieldError(
+                f"{{max_new_tokens}}={self.max_new_tokens} leaves no room for a prompt in "
+                f"{{max_model_len}}={self.max_model_len}"
+            )
+        require(self.temperature >= 0, self, "temperature", "must be >= 0 (0: greedy)")
+        require(0 < self.top_p <= 1, self, "top_p", "must be in (0, 1]")
+        require(self.top_k == -1 or self.top_k >= 1, self, "top_k", "must be -1 (off) or >= 1")
+        one_of(self, "weight_transport", TRANSPORTS)
+        require(self.weight_bucket_mb >= 1, self, "weight_bucket_mb", "must be >= 1")
+        require(
+            1 <= self.chunks <= MAX_CHUNKS,
+            self,
+            "chunks",
+            f"must be in 1..{MAX_CHUNKS} (concurrent Generate calls a step)",
+        )
+
 
 @dataclasses.dataclass
-class RewardSection:
+class RewardSection(RewardConfig):
+    """Scoring: the reward service's own settings (meshrl/config), or any RewardService server."""
+
     address: str = ""  # any RewardService server; empty: start ours (see docs/wire.md for the contract)
-    function: str | None = None  # path/to/file.py:compute_score; None: built-in scorers by data_source
-    batched: bool = False  # the function takes lists: compute_score(data_sources=, solution_strs=,
-    #   ground_truths=, extra_infos=) -> list, as verl's batched reward manager calls it
-    workers: int = 2  # worker processes for the function; 0: in the service process
-    timeout: float = 10.0  # seconds per sample before it counts as failed
-    on_error: str = "fail"  # a failed sample: fail (stop the step) or score (error_score, counted in
-    #   reward/num_failed and warned about)
-    error_score: float = 0.0  # the score of a failed sample with on_error=score
-    model: str | None = None  # a sequence-classification reward model (HF folder) scores prompt + response
-    #   through its own chat template, instead of a function or the built-in scorers
-    batch_size: int = 32  # reward model: samples per forward pass
-    max_length: int = 1024  # reward model: tokens kept per sample (the start is cut, the response end kept)
-    device: str = "auto"  # reward model: cpu, cuda, or auto (cuda when available)
 
 
 @dataclasses.dataclass
-class EnvSection:
-    address: str = ""  # any EnvService server (rollout.multi_turn); empty: start ours with `env`
-    module: str = "services.env.calculator:Calculator"  # the environment our service hosts:
-    #   package.module:Class or path/to/file.py:Class
-    step_timeout: float = 30.0  # seconds a tool call may take; a slower one ends its episode
-    workers: int = 256  # tool calls our service runs at once (at least rollout.concurrency)
+class EnvSection(EnvSettings):
+    """Multi-turn episodes (rollout.multi_turn): the environment service's own settings (meshrl/config) and
+    how the run scores a trajectory."""
+
+    address: str = ""  # any EnvService server (rollout.multi_turn); empty: start ours with `module`
     reward: str = "env"  # a trajectory's score: env (the environment's rewards, summed), service (the
     #   reward service on the whole response text) or sum (both)
     error_score: float = 0.0  # the environment's part of the score of an episode it failed
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        one_of(self, "reward", ENV_REWARDS)
+
 
 @dataclasses.dataclass
-class AlgorithmSection:
+class AlgorithmSection(RolloutISSettings):
     adv_estimator: str = ""  # empty: the command's own (ppo: gae, grpo, rloo, reinforce: reinforce_plus_plus)
     gamma: float = 1.0  # discount (GAE)
     lam: float = 1.0  # GAE's lambda
     norm_adv_by_std: bool = True  # False: Dr.GRPO
     use_kl_in_reward: bool = False  # reward = score - kl_coef * KL(actor || ref) per token
-    kl_penalty: str = "k1"  # the per-token KL estimate in the reward: k1, k2, k3, abs, mse
+    kl_penalty: str = "k1"  # the per-token KL estimate in the reward: k1, k2, k3 or abs
     kl_ctrl: str = "fixed"  # fixed or adaptive
     kl_coef: float = 0.001  # the penalty's (initial) coefficient
     kl_target: float = 0.1  # adaptive: the KL it steers to
     kl_horizon: int = 10000  # adaptive: samples over which it adjusts
-    rollout_is: str = "none"  # correct the loss for the rollout sampling from another policy than the one
-    #   trained (its numerics, older weights): token or sequence truncated importance weights
-    rollout_is_cap: float = 2.0  # their upper bound
     dpo_beta: float = 0.1  # DPO's inverse temperature
     dpo_loss: str = "sigmoid"  # sigmoid or ipo
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        one_of(self, "kl_penalty", KL_ESTIMATORS)
+        one_of(self, "kl_ctrl", ("fixed", "adaptive"))
+        one_of(self, "dpo_loss", DPO_LOSSES)
+
 
 @dataclasses.dataclass
-class TrainerSection:
+class TrainerSection(Checked):
     total_steps: int = 50  # training steps (one batch of prompts each)
     save_every: int = 10  # checkpoint every N steps (and at the last); 0: only at the last
     save_final: bool = True  # a checkpoint and the HF folder (run_dir/hf) after the last step; false: only
@@ -243,7 +242,8 @@ class TrainerSection:
     deterministic: bool = True  # K >= 1: step s is sampled from the weights of step max(last checkpoint,
     #   s - 1 - K) in every run and after a resume; false: from the newest the rollout has (within K)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
+        super().__post_init__()
         unknown = sorted(set(self.logger) - set(LOGGERS))
         if unknown:
             raise ValueError(f"logger: unknown {unknown}; known: {list(LOGGERS)}")
@@ -261,7 +261,7 @@ class TrainerSection:
 
 
 @dataclasses.dataclass
-class RaySection:
+class RaySection(Checked):
     """Only for `meshrl ray ...`: where and how the services are placed."""
 
     address: str = ""  # "auto" or HOST:PORT of a running cluster; empty: start a local one for the run
@@ -359,7 +359,8 @@ def describe_keys(width: int = 100) -> str:
             f"{name}:"
             + (f"  {cls.__doc__.strip()}" if cls.__doc__ and not cls.__doc__.startswith(cls.__name__) else "")
         )
-        for f in dataclasses.fields(cls):
+        own = set(cls.__dict__.get("__annotations__", {}))  # the section's own keys first, then the service's
+        for f in sorted(dataclasses.fields(cls), key=lambda f: f.name not in own):
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             shown = yaml.safe_dump(default, default_flow_style=True).strip().removesuffix("...").strip()
             head = f"  {name}.{f.name}={shown}"

@@ -12,19 +12,9 @@ import torch
 from meshrl.algos.pairs import best_worst_pairs
 from orchestrator.config import Config
 from orchestrator.mesh import Mesh
+from orchestrator.params import dpo_params
 from orchestrator.policy_gradient import POLICY_TENSORS
 from orchestrator.trainer import Timer, sample_and_score, score_metrics
-
-
-def dpo_params(cfg: Config) -> dict:
-    a, al = cfg.actor, cfg.algorithm
-    return {
-        "epochs": a.ppo_epochs,
-        "mini_batch_size": a.mini_batch_size,
-        "beta": al.dpo_beta,
-        "loss_type": al.dpo_loss,
-        "temperature": cfg.rollout.temperature,
-    }
 
 
 @dataclasses.dataclass

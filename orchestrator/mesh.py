@@ -22,9 +22,11 @@ import torch
 from meshrl.clients import RewardClient
 from meshrl.codec import Payload
 from meshrl.codec.values import to_value
-from meshrl.config.actor import EngineConfig, OptimConfig
+from meshrl.config.actor import EngineConfig, EngineSettings, OptimConfig, OptimSettings, engine_for
+from meshrl.config.checked import values_of
+from meshrl.config.env import EnvConfig, EnvSettings
 from meshrl.config.reward import RewardConfig
-from meshrl.config.rollout import RolloutConfig
+from meshrl.config.rollout import RolloutConfig, RolloutSettings
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.flags import dataclass_args
@@ -34,6 +36,7 @@ from orchestrator.config import Config
 from orchestrator.services import Services
 
 POLICY_INPUTS = ["input_ids", "attention_mask", "position_ids", "responses"]
+CONFIGS = {"rollout": RolloutConfig, "reward": RewardConfig, "env": EnvConfig}  # one config class: one flag set
 
 
 def absolute(path) -> str:
@@ -41,67 +44,36 @@ def absolute(path) -> str:
     return str(pathlib.Path(path).resolve())
 
 
-def engine_for(engine: str, world: int) -> str:
-    """actor.engine for a role of `world` ranks: "auto" is plain for one rank, fsdp2 for several."""
-    return engine if engine != "auto" else "plain" if world == 1 else "fsdp2"
-
-
 def settings(cfg: Config, role: str) -> dict:
     """The settings (service config field -> value) a role gets from the run config: what serve_args
-    writes as flags for a service the run starts, and what one given by address must report (Describe)."""
-    a = cfg.actor
+    writes as flags for a service the run starts, and what one given by address must report (Describe).
+    A section holds its service's settings classes (meshrl/config); the rest is filled in here."""
+    a, seed = cfg.actor, cfg.trainer.seed
     if role == "rollout":
-        return {**_fields(RolloutConfig, dataclasses.asdict(cfg.rollout)), "model": a.model, "seed": cfg.trainer.seed}
+        return {**values_of(RolloutSettings, cfg.rollout), "model": a.model, "seed": seed}
     if role == "reward":
-        return _fields(RewardConfig, dataclasses.asdict(cfg.reward))
-    if role == "critic":
-        world, lr = cfg.critic.world_size, cfg.critic.lr
-    else:
-        world, lr = cfg.ref.world_size if role == "ref" else a.world_size, a.lr
-    values = {
-        **dataclasses.asdict(a),
-        "engine": engine_for(a.engine, world),
-        "seed": cfg.trainer.seed,
-        "lr": lr,
-        "total_steps": cfg.trainer.total_steps,
-    }  # the schedule advances once per training step
-    engine = _fields(EngineConfig, values)
-    return engine if role == "ref" else {**engine, **_fields(OptimConfig, values, skip=("betas",))}
-
-
-def _fields(cls, values: dict, skip: tuple[str, ...] = ()) -> dict:
-    return {f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values and f.name not in skip}
+        return values_of(RewardConfig, cfg.reward)
+    if role == "env":  # a call beyond its workers would be RESOURCE_EXHAUSTED
+        return {**values_of(EnvSettings, cfg.env), "workers": max(cfg.env.workers, cfg.rollout.concurrency)}
+    world = {"critic": cfg.critic.world_size, "ref": cfg.ref.world_size}.get(role, a.world_size)
+    engine = {**values_of(EngineSettings, a), "engine": engine_for(a.engine, world), "seed": seed}
+    if role == "ref":
+        return engine
+    lr = cfg.critic.lr if role == "critic" else a.lr
+    steps = cfg.trainer.total_steps  # the schedule advances once per training step
+    return {**engine, **values_of(OptimSettings, a), "lr": lr, "total_steps": steps}
 
 
 def serve_args(cfg: Config, role: str) -> list[str]:
     """`meshrl serve ...` arguments of a role (actor, ref, critic, rollout, reward, env) from the config,
     written from the services' own config classes (meshrl.flags)."""
-    a = cfg.actor
-    if role == "rollout":
-        return ["rollout", *dataclass_args(RolloutConfig, settings(cfg, role))]
-    if role == "env":
-        e = cfg.env
-        workers = max(e.workers, cfg.rollout.concurrency)  # a call beyond them would be RESOURCE_EXHAUSTED
-        return ["env", "--env", e.module, "--step-timeout", str(e.step_timeout), "--workers", str(workers)]
-    if role == "reward":
-        return ["reward", *dataclass_args(RewardConfig, settings(cfg, role))]
-    model = cfg.critic.model or a.model if role == "critic" else a.model
-    world = {"critic": cfg.critic.world_size, "ref": cfg.ref.world_size}.get(role, a.world_size)
     values = settings(cfg, role)
-    args = [
-        "actor",
-        "--role",
-        role,
-        "--model",
-        model,
-        "--checkpoint-root",
-        absolute(cfg.trainer.run_dir),
-        "--world-size",
-        str(world),
-        "--threads",
-        str(a.threads),
-        *dataclass_args(EngineConfig, values),
-    ]
+    if role in CONFIGS:
+        return [role, *dataclass_args(CONFIGS[role], values)]
+    model = cfg.critic.model or cfg.actor.model if role == "critic" else cfg.actor.model
+    world = {"critic": cfg.critic.world_size, "ref": cfg.ref.world_size}.get(role, cfg.actor.world_size)
+    args = ["actor", "--role", role, "--model", model, "--checkpoint-root", absolute(cfg.trainer.run_dir)]
+    args += ["--world-size", str(world), "--threads", str(cfg.actor.threads), *dataclass_args(EngineConfig, values)]
     return args + ([] if role == "ref" else dataclass_args(OptimConfig, values))
 
 

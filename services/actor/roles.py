@@ -20,11 +20,11 @@ from meshrl.algos.losses import (
     value_loss,
 )
 from meshrl.algos.masked import agg_loss, masked_mean
+from meshrl.config.losses import Schedule
 from meshrl.dataproto import DataProto
 from services.actor.batches import BASE, micro_batches, minibatches, num_minibatches, restore, token_groups, trimmed
 from services.actor.comm import Cancelled
 from services.actor.engine import Engine
-from services.actor.losses import Schedule
 from services.actor.model import forward_response, token_logprobs
 
 

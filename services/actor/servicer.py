@@ -17,7 +17,8 @@ import pathlib
 from meshrl import weights
 from meshrl.codec import Payload
 from meshrl.codec.values import from_value
-from meshrl.config.actor import EngineConfig, OptimConfig
+from meshrl.config.actor import EngineConfig, OptimConfig, engine_for
+from meshrl.config.rollout import DTYPES
 from meshrl.dataproto import DataProto, unpad
 from meshrl.errors import MAX_STEP_ADVANCE, Aborted, FailedPrecondition, InvalidArgument, check_counter
 from meshrl.flags import settings_json
@@ -84,6 +85,8 @@ class ActorServicer:
             raise InvalidArgument(f"model {model!r} is not a HuggingFace folder (no config.json)")
         build(EngineConfig, engine, "engine")  # refuse bad settings before any rank starts
         build(OptimConfig, optim, "optim")
+        # "auto" is settled here, where the world size is known: the ranks and Describe see the engine in use
+        engine = {**engine, "engine": engine_for(engine.get("engine", EngineConfig.engine), self.world_size)}
         return {"model": model, "engine": engine, "optim": optim}
 
     def init(self, args: dict) -> common_pb2.ServiceInfo:
@@ -277,9 +280,9 @@ class ActorServicer:
                 f"PushWeightsRequest.bucket_bytes must be 0 (the default, "
                 f"{weights.DEFAULT_BUCKET_BYTES >> 20} MiB) or >= {weights.ALIGN}"
             )
-        if request.dtype and request.dtype not in weights.DTYPES:
+        if request.dtype and request.dtype not in DTYPES:
             raise InvalidArgument(
-                f"PushWeightsRequest.dtype must be one of {list(weights.DTYPES)} or empty, got {request.dtype[:50]!r}"
+                f"PushWeightsRequest.dtype must be one of {list(DTYPES)} or empty, got {request.dtype[:50]!r}"
             )
         reply = self._call(
             "push_weights",

@@ -1,7 +1,7 @@
 """`meshrl serve env`: Python environments behind the EnvService, until SIGTERM.
 
-meshrl serve env --env services.env.calculator:Calculator
-meshrl serve env --env path/to/my_env.py:MyEnv --step-timeout 10
+meshrl serve env --module services.env.calculator:Calculator
+meshrl serve env --module path/to/my_env.py:MyEnv --step-timeout 10
 """
 
 import argparse
@@ -19,4 +19,4 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     cfg = dataclass_from_args(EnvConfig, args)
     servicer = EnvServicer(cfg)
-    return run_service(servicer, args, f"env service ({cfg.env})", max_workers=cfg.workers)
+    return run_service(servicer, args, f"env service ({cfg.module})", max_workers=cfg.workers)

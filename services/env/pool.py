@@ -262,7 +262,7 @@ class EnvPool:
         if self.factory is not None:
             workers = [LocalWorker(self.factory, self.cfg.workers, self._gone) for _ in range(n)]
         else:
-            workers = [ProcessWorker(self.cfg.env, self.cfg.workers, self._gone) for _ in range(n)]
+            workers = [ProcessWorker(self.cfg.module, self.cfg.workers, self._gone) for _ in range(n)]
         deadline = time.monotonic() + START_TIMEOUT
         try:
             self.stop_strings = [w.wait_ready(deadline) for w in workers][0]

@@ -20,6 +20,7 @@ import uuid
 
 from meshrl.config.env import EnvConfig
 from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument, ResourceExhausted
+from meshrl.flags import settings_json
 from meshrl.v1 import common_pb2, env_pb2
 from services.env.pool import EnvPool, Worker
 
@@ -47,7 +48,7 @@ class EnvServicer:
     SERVICE = env_pb2.DESCRIPTOR.services_by_name["EnvService"]
 
     def __init__(self, cfg: EnvConfig, factory=None):
-        """factory: a class to host in this process instead of cfg.env's in worker processes (tests)."""
+        """factory: a class to host in this process instead of cfg.module's in worker processes (tests)."""
         self.cfg = cfg
         self.set_serving = None  # the server's health, once it watches (meshrl.rpc.server)
         self.pool = EnvPool(cfg, factory, on_health=self._health_changed)
@@ -68,7 +69,7 @@ class EnvServicer:
         return common_pb2.ServiceInfo(
             service="env",
             backend="python",
-            model=self.cfg.env,
+            model=self.cfg.module,
             details={
                 "episodes_open": str(len(self.episodes)),
                 "episodes_started": str(self.started),
@@ -77,6 +78,7 @@ class EnvServicer:
                 "processes": str(self.pool.size),
                 "workers_replaced": str(self.pool.replaced),
                 "stop": json.dumps(self.pool.stop_strings),
+                "settings": settings_json(self.cfg),
             },
         )
 

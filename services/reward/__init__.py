@@ -1,6 +1,6 @@
 """Reward service: rule-based scorers, user functions, reward models; `meshrl serve reward`.
 
-- config: RewardConfig, the service's settings.
+- its settings: RewardConfig in meshrl/config, shared with the run.
 - servicer: the RewardService gRPC methods (thin).
 - samples: request rows -> Samples, Outcomes -> the reply batch.
 - scoring: FunctionScorer (built-in or user function, in the worker pool) and ModelScorer.

@@ -148,8 +148,12 @@ def test_bad_requests_are_refused_and_change_nothing(actor):
     expect(bad, lambda: actor.update(100, "value", ppo), "the actor role does not train with loss 'value'")
     expect(bad, lambda: actor.update(100, "ppo", ppo, clip_ratio=0.2), "unknown key(s) ['clip_ratio']")
     expect(bad, lambda: actor.update(100, "ppo", ppo, epochs="two"), "loss ppo.epochs: expected int")
-    expect(bad, lambda: actor.update(100, "ppo", ppo, epochs=2**31), "epochs must be in 1..100")
-    expect(bad, lambda: actor.update(100, "ppo", ppo, clip_ratio_low=float("nan")), "clip_ratio_low must be a finite")
+    expect(bad, lambda: actor.update(100, "ppo", ppo, epochs=2**31), "ppo.epochs=2147483648 must be in 1..100")
+    expect(
+        bad,
+        lambda: actor.update(100, "ppo", ppo, clip_ratio_low=float("nan")),
+        "ppo.clip_ratio_low=nan must be a finite",
+    )
     expect(bad, lambda: actor.update(0, "ppo", ppo), "step must be > 0")
     expect(bad, lambda: actor.call("ComputeValues", actor_pb2.BatchRequest(), data), "call ComputeLogProbs")
     wrong = batch()

@@ -34,7 +34,7 @@ def serve(factory=None, **cfg):
 
 @pytest.fixture(scope="module")
 def scripted():
-    servicer, server, client = serve(env=SCRIPTED, step_timeout=1.0, max_episodes=8, max_action_chars=100)
+    servicer, server, client = serve(module=SCRIPTED, step_timeout=1.0, max_episodes=8, max_action_chars=100)
     yield client
     server.stop(0)
     servicer.close()
@@ -128,7 +128,7 @@ def test_a_failing_step_ends_its_episode_and_the_service_goes_on(scripted, actio
 
 
 def test_episode_limit_and_idle_episodes():
-    servicer, server, client = serve(env=SCRIPTED, max_episodes=2, idle_timeout=0.3)
+    servicer, server, client = serve(module=SCRIPTED, max_episodes=2, idle_timeout=0.3)
     try:
         a, b = reset(client), reset(client)
         expect(grpc.StatusCode.RESOURCE_EXHAUSTED, lambda: reset(client), "2 episodes are open")
@@ -149,7 +149,7 @@ def test_meshrl_serve_env_hosts_a_file_of_the_users(tmp_path):
         "class Echo:\n    def reset(self, task, seed=None):\n        return 'hi'\n"
         "    def step(self, action):\n        return action.upper(), 1.0, True, {}\n"
     )
-    proc, address = launch(["env", "--env", f"{env_file}:Echo"])
+    proc, address = launch(["env", "--module", f"{env_file}:Echo"])
     try:
         with Client(address, SERVICE, timeout=60) as client:
             r = reset(client)
@@ -162,15 +162,15 @@ def test_meshrl_serve_env_hosts_a_file_of_the_users(tmp_path):
 
 def test_a_bad_env_spec_is_named():
     with pytest.raises(ValueError, match="cannot be loaded"):
-        EnvServicer(EnvConfig(env="services.env.calculator:Nope"))
+        EnvServicer(EnvConfig(module="services.env.calculator:Nope"))
     with pytest.raises(ValueError, match="must look like"):
-        EnvConfig(env="no_colon")
+        EnvConfig(module="no_colon")
 
 
 def test_hung_steps_are_stopped_and_later_episodes_run():
     """--workers 2 and 3 steps that never return: each ends at --step-timeout, and the service still
     serves (a hung step once kept its thread: two made every later Reset ABORTED)."""
-    servicer, server, client = serve(env=SCRIPTED, workers=2, step_timeout=1.0)
+    servicer, server, client = serve(module=SCRIPTED, workers=2, step_timeout=1.0)
     try:
         for _ in range(3):
             r = reset(client)
@@ -189,7 +189,7 @@ def test_hung_steps_are_stopped_and_later_episodes_run():
 
 
 def test_episodes_of_a_replaced_worker_are_lost_with_a_clear_status():
-    servicer, server, client = serve(env=SCRIPTED, processes=1, step_timeout=1.0)
+    servicer, server, client = serve(module=SCRIPTED, processes=1, step_timeout=1.0)
     try:
         hung, beside = reset(client), reset(client)  # one worker process: both live in it
         expect(grpc.StatusCode.ABORTED, lambda: step(client, hung.episode_id, "forever"), "--step-timeout")
@@ -214,7 +214,7 @@ def test_a_tool_that_kills_its_process_ends_only_its_episode(scripted):
 
 
 def test_health_is_not_serving_while_no_worker_can_start(monkeypatch):
-    servicer, server, client = serve(env=SCRIPTED, workers=1, step_timeout=1.0)
+    servicer, server, client = serve(module=SCRIPTED, workers=1, step_timeout=1.0)
     try:
         assert client.health(SERVICE.full_name) == "SERVING"
         monkeypatch.setenv("MESHRL_TEST_ENV_BROKEN", "1")  # the replacement worker cannot load the environment
@@ -231,7 +231,7 @@ def test_health_is_not_serving_while_no_worker_can_start(monkeypatch):
 
 
 def test_sigterm_with_hung_steps_ends_within_the_grace():
-    proc, address = launch(["env", "--env", SCRIPTED, "--workers", "2", "--step-timeout", "300"])
+    proc, address = launch(["env", "--module", SCRIPTED, "--workers", "2", "--step-timeout", "300"])
     client = Client(address, SERVICE, timeout=120, retries=0)
     errors = []
 

@@ -44,7 +44,7 @@ def test_yaml_reads_numbers_as_users_write_them(tmp_path):
         ("", ["actor.lrr=1"], r"unknown key actor.lrr"),
         ("", ["trainer.total_steps=1.5"], r"trainer.total_steps: expected int, got float"),
         ("", ["data.shuffle=maybe"], r"data.shuffle: expected bool"),
-        ("", ["actor.lr_schedule=cosin"], r"lr_schedule must be one of \('constant', 'cosine'\)"),
+        ("", ["actor.lr_schedule=cosin"], r"actor.lr_schedule=cosin must be one of \('constant', 'cosine'\)"),
     ],
 )
 def test_mistakes_name_the_key(tmp_path, text, overrides, match):

@@ -55,9 +55,9 @@ def checked(algorithm, overrides):
         ("grpo", ["rollout.chunks=0"], r"rollout.chunks=0 must be in 1..16"),
         ("grpo", ["rollout.multi_turn=true", "rollout.max_turns=0"], r"rollout.max_turns=0 and rollout.concurrency"),
         ("grpo", ["rollout.multi_turn=true", "rollout.max_turns=40"], r"a multi-turn response of up to 640 tokens"),
-        ("grpo", ["rollout.multi_turn=true", "env.reward=judge"], r"env.reward must be one of"),
+        ("grpo", ["rollout.multi_turn=true", "env.reward=judge"], r"env.reward=judge must be one of"),
         ("dpo", ["rollout.multi_turn=true"], r"rollout.multi_turn works with ppo, grpo, rloo and reinforce"),
-        ("grpo", ["rollout.on_update=drop"], r"rollout.on_update must be one of"),
+        ("grpo", ["rollout.on_update=drop"], r"rollout.on_update=drop must be one of"),
         ("grpo", ["rollout.max_new_tokens=300"], r"leaves no room for a prompt in rollout.max_model_len=256"),
         ("grpo", ["data.max_prompt_length=250"], r"data.max_prompt_length=250 \+ rollout.max_new_tokens=16 exceeds"),
         ("grpo", ["reward.on_error=ignore"], r"reward.on_error=ignore must be one of"),
@@ -179,7 +179,7 @@ def test_help_lists_every_config_key():
         "algorithm.kl_coef=0.001",
     ):
         assert key in out.stdout, key
-    assert "reward.batched=false  the function takes lists" in out.stdout
+    assert "reward.batched=false  The function takes lists" in out.stdout
 
 
 @pytest.mark.parametrize("algorithm", ["dpo", "sft"])

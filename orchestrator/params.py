@@ -1,0 +1,37 @@
+"""The loss parameters an update sends the actor or critic (meshrl/config/losses.py defines each set), taken
+from the run config: the policy loss's and rollout correction's keys are the same classes in the config,
+so only the keys named differently in a run (verl's ppo_epochs, the DPO knobs under algorithm.*) and the
+values the run decides are written here."""
+
+from meshrl.config.checked import values_of
+from meshrl.config.losses import PolicyLossSettings, RolloutISSettings
+from orchestrator.config import Config
+
+
+def schedule(cfg: Config) -> dict:
+    """How every update walks over its batch: actor.ppo_epochs passes of actor.mini_batch_size rows."""
+    return {"epochs": cfg.actor.ppo_epochs, "mini_batch_size": cfg.actor.mini_batch_size}
+
+
+def ppo_params(cfg: Config, reuse: bool = False) -> dict:
+    """reuse: an on-policy update takes its ratio against its own detached log-probs (no old log-prob pass)."""
+    return {
+        **schedule(cfg),
+        **values_of(PolicyLossSettings, cfg.actor),
+        **values_of(RolloutISSettings, cfg.algorithm),
+        "temperature": cfg.rollout.temperature,
+        "old_logprobs_key": "" if reuse else "actor_logprobs",
+    }
+
+
+def value_params(cfg: Config) -> dict:
+    return {**schedule(cfg), "clip_range_value": cfg.critic.clip_range_value, "loss_agg_mode": cfg.actor.loss_agg_mode}
+
+
+def dpo_params(cfg: Config) -> dict:
+    al = cfg.algorithm
+    return {**schedule(cfg), "beta": al.dpo_beta, "loss_type": al.dpo_loss, "temperature": cfg.rollout.temperature}
+
+
+def sft_params(cfg: Config) -> dict:
+    return {"loss_agg_mode": cfg.actor.loss_agg_mode}
