@@ -44,7 +44,7 @@ def main() -> int:
         rollout, rollout_address = launch(
             ["rollout", "--model", str(model), "--backend", a.backend, "--max-model-len", "256"]
         )
-        env, env_address = launch(["env", "--env", f"{BENCH / 'sleepy_env.py'}:Sleepy", "--workers", "128"])
+        env, env_address = launch(["env", "--module", f"{BENCH / 'sleepy_env.py'}:Sleepy", "--workers", "128"])
         try:
             clients = {
                 "rollout": Client(

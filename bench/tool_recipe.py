@@ -4,8 +4,11 @@ tiny model, SFT on calculator traces for SFT_STEPS, then GRPO_STEPS of multi-tur
 
     .venv/bin/python bench/tool_recipe.py SFT_STEPS GRPO_STEPS [override ...]
     .venv/bin/python bench/tool_recipe.py 100 20 actor.lr=1e-4
+    TOOL_SHARE=0.3 .venv/bin/python bench/tool_recipe.py 100 20   # a warm-up that calls the tool 30% of the time
 """
 
+import json
+import os
 import pathlib
 import sys
 import tempfile
@@ -25,7 +28,10 @@ def main():
     tmp = pathlib.Path(tempfile.mkdtemp())
     start = time.time()
     model = make_model(tmp / "model", TinyModelConfig())
-    data = make_data(tmp / "data", ArithmeticConfig(ops="*", max_operand=99, tool=True))
+    data = make_data(
+        tmp / "data",
+        ArithmeticConfig(ops="*", max_operand=99, tool=True, tool_share=float(os.environ.get("TOOL_SHARE", "1"))),
+    )
     common = ["actor.engine=plain", "actor.world_size=1", "trainer.trace="]
     sft = run(
         "sft",
@@ -58,6 +64,11 @@ def main():
             ],
         ),
     )
+    rows = [json.loads(line) for line in (grpo / "metrics.jsonl").read_text().splitlines()]
+    calls = [r["multi_turn/tool_calls/mean"] for r in rows if "multi_turn/tool_calls/mean" in r]
+    scores = [r["critic/score/mean"] for r in rows if "critic/score/mean" in r]
+    print(f"tool calls per episode by step: {[round(c, 2) for c in calls]}")
+    print(f"training score by step: {[round(c, 2) for c in scores]}")
     print(
         f"SFT {sft_steps} steps, GRPO {grpo_steps} steps {extra}: {gain_line(held_out_gain(grpo))}; "
         f"SFT {warm - start:.0f} s, GRPO {time.time() - warm:.0f} s; run in {grpo}",

@@ -28,6 +28,8 @@ class ArithmeticConfig:
     seed: int = 0  # which problems are drawn
     tool: bool = False  # the SFT answer is a calculator trace, "<calc>12*7</calc><result>84</result>84" (the
     #   bundled tool task, services/env/calculator.py); the ground truth stays the number
+    tool_share: float = 1.0  # with tool: the share of training rows whose SFT answer is a trace (a seeded
+    #   draw); the others answer directly, so a warm-up leaves the policy calling the tool only sometimes
 
 
 def problems(cfg: ArithmeticConfig) -> tuple[list[tuple], list[tuple]]:
@@ -35,6 +37,8 @@ def problems(cfg: ArithmeticConfig) -> tuple[list[tuple], list[tuple]]:
     bad = set(cfg.ops) - set(OPS)
     if bad or not cfg.ops:
         raise ValueError(f"ops must be a non-empty string of {''.join(OPS)}, got {cfg.ops!r}")
+    if not 0 <= cfg.tool_share <= 1:
+        raise ValueError(f"tool_share must be in [0, 1], got {cfg.tool_share}")
     if cfg.max_operand < 0 or cfg.num_train < 0 or cfg.num_test < 0:
         raise ValueError("max_operand, num_train and num_test must be >= 0")
     space = list(itertools.product(range(cfg.max_operand + 1), sorted(set(cfg.ops)), range(cfg.max_operand + 1)))
@@ -53,11 +57,12 @@ def problems(cfg: ArithmeticConfig) -> tuple[list[tuple], list[tuple]]:
     return [(a, op, b) for a, op, b in train], [(a, op, b) for a, op, b in test]
 
 
-def rows(items: list[tuple], split: str, tool: bool = False) -> list[dict]:
-    out = []
+def rows(items: list[tuple], split: str, tool: bool = False, tool_share: float = 1.0, seed: int = 0) -> list[dict]:
+    out, rng = [], random.Random(seed + 1)
     for i, (a, op, b) in enumerate(items):
         question, truth = f"{a}{op}{b}=", str(OPS[op](a, b))
-        answer = f"<calc>{a}{op}{b}</calc><result>{truth}</result>{truth}" if tool else truth
+        traced = tool and rng.random() < tool_share
+        answer = f"<calc>{a}{op}{b}</calc><result>{truth}</result>{truth}" if traced else truth
         out.append(
             {
                 "data_source": DATA_SOURCE,
@@ -80,5 +85,6 @@ def make_data(out_dir: str | pathlib.Path, cfg: ArithmeticConfig = ArithmeticCon
     paths = {}
     for split, items in (("train", train), ("test", test)):
         paths[split] = out / f"{split}.parquet"
-        pd.DataFrame(rows(items, split, cfg.tool)).to_parquet(paths[split], index=False)
+        share = cfg.tool_share if split == "train" else 1.0
+        pd.DataFrame(rows(items, split, cfg.tool, share, cfg.seed)).to_parquet(paths[split], index=False)
     return paths

@@ -1,15 +1,16 @@
 """The tool claim, end to end on the bundled tool task (two-digit products, which the tiny model cannot
-work out in its head): a short SFT warm-up on calculator traces teaches the call format, then GRPO over
-multi-turn episodes with the calculator environment (configs/calculator_grpo.yaml) raises greedy held-out
-accuracy by GAIN_Z paired standard errors, and the policy keeps calling the tool. Multi-turn sampling is
-not bit-reproducible (which turns share a Generate call depends on timing), so the bar has room.
+work out in its head): a short SFT warm-up in which half the answers are calculator traces and half are
+direct answers leaves a policy that reaches for the calculator in about two episodes of three; GRPO over
+multi-turn episodes with the calculator environment (configs/calculator_grpo.yaml) then teaches it to
+call the tool (the tool pays: ~70% of tool episodes are right against ~2% of direct answers), and greedy
+held-out accuracy rises by GAIN_Z paired standard errors. Multi-turn sampling is not bit-reproducible
+(which turns share a Generate call depends on timing), so the bars have room.
 
-Not in the default suite (marker `unstable`; run it with `bash scripts/test.sh tests/e2e/test_tool_learning.py
--m unstable`): the claim held on the machine it was written on (+9.2 and +11.4 points, 4.6 and 5.4 standard
-errors) but not on the next one, whose CPU gives the same warm-up a different start (0.714, not 0.642) and
-GRPO +3.6 points (2.0 s.e.); from an 80-step warm-up +2.6 (1.7 s.e.), at twice the learning rate +1.6.
-The sampled (temperature 1) training score still rose there; the greedy held-out gain in 20 steps is
-what does not hold. bench/RESULTS.md has the runs."""
+History: the first recipe (every SFT answer a trace) left RL only the copying of the tool's result to
+improve, a gain that held on one machine (+9.2 and +11.4 points) but not on the next (+3.6, 2.0 s.e.),
+so the test left the default suite. With a half-and-half warm-up RL has tool use itself to learn, a
+larger effect: +8.6 ± 1.7 points (5.1 s.e.), tool calls per episode 0.67 -> 0.95 (bench/RESULTS.md,
+`TOOL_SHARE=0.5 .venv/bin/python bench/tool_recipe.py 100 20`)."""
 
 import json
 
@@ -23,15 +24,16 @@ from orchestrator.report import gain_line, held_out_gain
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 GAIN_Z = 3.0  # a short run: ~5 standard errors here (tests/e2e/test_learning.py asks 4 of a longer one)
-SFT_STEPS = 100  # part of the way: held-out accuracy ~0.64 with the tool here (0.95 after 300 steps)
+SFT_STEPS = 100  # part of the way: the call format is learned (not yet at 60 steps), accuracy ~0.6
+TOOL_SHARE = 0.5  # of the warm-up's answers are calculator traces
+MORE_CALLS = 0.15  # tool calls per episode, last three steps against the first
 GRPO_STEPS = 20
 
 
 @pytest.mark.slow
-@pytest.mark.unstable
-def test_grpo_with_the_calculator_answers_better(tmp_path):
+def test_grpo_teaches_the_policy_to_call_the_calculator_and_answer_better(tmp_path):
     model = make_model(tmp_path / "model", TinyModelConfig())
-    data = make_data(tmp_path / "data", ArithmeticConfig(ops="*", max_operand=99, tool=True))
+    data = make_data(tmp_path / "data", ArithmeticConfig(ops="*", max_operand=99, tool=True, tool_share=TOOL_SHARE))
     common = ["actor.engine=plain", "actor.world_size=1", "trainer.trace="]
     sft = run(
         "sft",
@@ -68,5 +70,6 @@ def test_grpo_with_the_calculator_answers_better(tmp_path):
     assert gain["gain"] > 0 and gain["gain"] >= GAIN_Z * gain["gain_se"], gain_line(gain)
     rows = [json.loads(line) for line in (grpo / "metrics.jsonl").read_text().splitlines()]
     calls = [r["multi_turn/tool_calls/mean"] for r in rows if "multi_turn/tool_calls/mean" in r]
-    print(f"tool calls per episode: {calls[0]:.2f} at the first step, {calls[-1]:.2f} at the last")
-    assert calls[-1] >= 0.9 and rows[-1]["multi_turn/num_env_failed"] == 0
+    late = sum(calls[-3:]) / 3
+    print(f"tool calls per episode: {calls[0]:.2f} at the first step, {late:.2f} over the last three")
+    assert late >= calls[0] + MORE_CALLS and rows[-1]["multi_turn/num_env_failed"] == 0

@@ -145,3 +145,18 @@ def test_meshrl_help_imports_neither_torch_nor_transformers():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_tool_share_mixes_traces_and_direct_answers_in_training_only(tmp_path):
+    def answers(cfg, split):
+        paths = make_data(tmp_path / f"{cfg.tool_share}", cfg)
+        return [r["answer"] for r in pd.read_parquet(paths[split])["extra_info"]]
+
+    mixed = ArithmeticConfig(ops="*", max_operand=99, tool=True, tool_share=0.5)
+    traced = [a.startswith("<calc>") for a in answers(mixed, "train")]
+    assert 0.45 < sum(traced) / len(traced) < 0.55
+    assert all(a.startswith("<calc>") for a in answers(mixed, "test"))  # held out: the ground truth is what counts
+    full = ArithmeticConfig(ops="*", max_operand=99, tool=True)
+    assert all(a.startswith("<calc>") for a in answers(full, "train"))
+    with pytest.raises(ValueError, match="tool_share must be in"):
+        problems(ArithmeticConfig(tool_share=1.5))
