@@ -46,7 +46,7 @@ def cmd_health(args) -> int:
         tls.set_role(tls.folder_role())  # inside a service's container: the only key there is its own
     with tls.channel(args.address, None, []) as channel:  # TLS (any mesh role's certificate) when configured
         try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
+            reply = health_pb2_grpc.HealthStub(channel).Check(  # type: ignore[attr-defined]  # not in the stubs
                 health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout, metadata=metadata
             )
         except grpc.RpcError as e:

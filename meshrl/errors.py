@@ -45,7 +45,8 @@ class ResourceExhausted(RuntimeError):
 class ServiceError(RuntimeError):
     """A call to a meshrl service failed; raised by meshrl.rpc.Client."""
 
-    def __init__(self, address: str, method: str, code: grpc.StatusCode, details: str):
+    def __init__(self, address: str, method: str, code: grpc.StatusCode, details: str | None):
+        """details: the status's text, as gRPC gives it (None when the status carried none)."""
         super().__init__(f"{method} at {address} failed: {code.name}: {details}")
         self.address, self.method, self.code, self.details = address, method, code, details
 

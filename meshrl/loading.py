@@ -33,6 +33,8 @@ def from_file(spec: str, kind: str = "reward function") -> Callable:
         raise ValueError(f"{kind} file {str(file)!r} does not exist")
     module_name = f"meshrl_user_{abs(hash(str(file)))}"
     module_spec = importlib.util.spec_from_file_location(module_name, file)
+    if module_spec is None or module_spec.loader is None:  # not a suffix Python imports (.py, .so, ...)
+        raise ValueError(f"{kind} file {str(file)!r} is not a Python module")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[module_name] = module  # dataclasses and pickling-free helpers in user code need it
     try:

@@ -135,6 +135,7 @@ def seal(seg: Segment) -> bytes:
     if seg.size <= SEAL_BYTES:
         raise ValueError(f"segment {seg.name!r} of {seg.size} bytes has no room for its seal")
     nonce = secrets.token_bytes(NONCE_BYTES)
+    assert seg.map is not None, f"segment {seg.name!r} is closed"
     seg.map[seg.size - SEAL_BYTES : seg.size] = (SEAL_MAGIC + nonce).ljust(SEAL_BYTES, b"\0")
     return nonce
 
@@ -171,6 +172,7 @@ def open_sealed(name: str, nonce: bytes) -> Segment:
         seg = _sealed[name][1]
     finally:
         os.close(fd)
+    assert seg.map is not None  # mapped above: st_size > SEAL_BYTES
     if not hmac.compare_digest(
         bytes(seg.map[st.st_size - SEAL_BYTES : st.st_size - SEAL_BYTES + len(SEAL_MAGIC) + NONCE_BYTES]),
         SEAL_MAGIC + nonce,

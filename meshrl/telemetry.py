@@ -22,6 +22,8 @@ import logging
 import os
 import pathlib
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
@@ -77,13 +79,14 @@ class JsonlSpanExporter:
         return True
 
 
-def exporters_from_env() -> list:
-    """The span exporters the environment asks for (see the module docstring)."""
+def exporters_from_env() -> list[tuple[str, Callable[[str], Any]]]:
+    """(name, make(service) -> span exporter) for each exporter the environment asks for (see the module
+    docstring); JsonlSpanExporter has the SpanExporter methods without the SDK's base class."""
     names = [n.strip() for n in os.environ.get("MESHRL_TRACE", "").split(",") if n.strip()]
     unknown = sorted(set(names) - {"jsonl", "console"})
     if unknown:
         raise ValueError(f"MESHRL_TRACE: unknown exporter(s) {unknown}; known: jsonl, console")
-    out = []
+    out: list[tuple[str, Callable[[str], Any]]] = []
     if "jsonl" in names:
         directory = os.environ.get("MESHRL_TRACE_DIR", "traces")
         out.append(

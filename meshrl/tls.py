@@ -17,6 +17,8 @@ import datetime
 import ipaddress
 import os
 import pathlib
+from collections.abc import Mapping
+from typing import cast
 
 import grpc
 
@@ -68,7 +70,8 @@ def credentials(role: str) -> tuple[bytes, bytes, bytes]:
     missing = [n for n in ("ca.pem", f"{role}.pem", f"{role}.key") if not (folder / n).is_file()]
     if missing:
         raise ValueError(f"{VAR}={path}: missing {missing} (make them with `meshrl certs {path}`)")
-    return tuple((folder / name).read_bytes() for name in ("ca.pem", f"{role}.key", f"{role}.pem"))
+    ca, key, cert = ((folder / name).read_bytes() for name in ("ca.pem", f"{role}.key", f"{role}.pem"))
+    return ca, key, cert
 
 
 def server_credentials(service_name: str) -> grpc.ServerCredentials | None:
@@ -92,7 +95,8 @@ def channel(address: str, service_name: str | None, options: list) -> grpc.Chann
 
 def caller_role(context: grpc.ServicerContext) -> str | None:
     """The common name of the caller's certificate; None on a plain connection."""
-    auth = context.auth_context() or {}
+    # grpc gives each property a list of values; types-grpcio says one bytes value
+    auth = cast(Mapping[str, list[bytes]], context.auth_context() or {})
     names = auth.get("x509_common_name") or []
     return names[0].decode() if names else None
 

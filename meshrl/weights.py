@@ -77,7 +77,9 @@ def plan(specs: list[tuple[str, torch.dtype, list[int]]], bucket_bytes: int = DE
     blocks: dict[str, list] = {}
     for spec in specs:
         blocks.setdefault(block_of(spec[0]), []).append(spec)
-    buckets, refs, size = [], [], 0
+    buckets: list[Bucket] = []
+    refs: list[rollout_pb2.TensorRef] = []
+    size = 0
     for block in blocks.values():
         need = sum(aligned(math.prod(shape) * dtype.itemsize) for _, dtype, shape in block)
         if refs and size + need > bucket_bytes:
@@ -118,7 +120,8 @@ def stream_chunks(
 ) -> Iterator[tuple[int, list[memoryview]]]:
     """(offset, pieces) of one bucket, about `chunk` bytes each (views of the tensors, not copies);
     padding between tensors is not sent."""
-    pieces, size, start = [], 0, 0
+    pieces: list[memoryview] = []
+    size = start = 0
     for t, ref in zip(tensors, refs):
         raw = tensor_bytes(t, ref.name)
         pos = 0
@@ -183,6 +186,7 @@ def push(
             tensors = [t.detach().cpu() for t in tensors]
             messages = _stream(version, b, tensors)
         else:
+            assert share is not None  # cuda_ipc: the caller's, or the default set above
             first, *copies = share(b, tensors)
             messages = iter(
                 [rollout_pb2.WeightBucket(version=version, refs=b.refs, cuda_ipc=first, cuda_ipc_copies=copies)]

@@ -1,7 +1,7 @@
 """RewardClient: score a batch on any RewardService server and check the reply."""
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -34,11 +34,11 @@ class RewardClient:
         self.client.wait_ready(timeout)
 
     def describe(self) -> common_pb2.ServiceInfo:
-        return self.client.call("Describe")
+        return cast(common_pb2.ServiceInfo, self.client.call("Describe"))
 
     def score(self, batch: DataProto) -> Scores:
-        reply = self.client.call("Score", Payload(reward_pb2.ScoreRequest(), batch))
-        return check_reply(self.address, batch, reply.data, dict(reply.msg.metrics))
+        reply = cast(Payload, self.client.call("Score", Payload(reward_pb2.ScoreRequest(), batch)))
+        return check_reply(self.address, batch, reply.data, dict(cast(reward_pb2.ScoreResponse, reply.msg).metrics))
 
     def close(self) -> None:
         self.client.close()

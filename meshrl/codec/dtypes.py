@@ -4,7 +4,7 @@ import torch
 
 from meshrl.v1 import data_pb2 as pb
 
-TO_TORCH: dict[int, torch.dtype] = {
+TO_TORCH: dict[pb.DType, torch.dtype] = {
     pb.FLOAT32: torch.float32,
     pb.FLOAT16: torch.float16,
     pb.BFLOAT16: torch.bfloat16,
@@ -15,10 +15,10 @@ TO_TORCH: dict[int, torch.dtype] = {
     pb.BOOL: torch.bool,
     pb.FLOAT64: torch.float64,
 }
-TO_WIRE: dict[torch.dtype, int] = {v: k for k, v in TO_TORCH.items()}
+TO_WIRE: dict[torch.dtype, pb.DType] = {v: k for k, v in TO_TORCH.items()}
 
 
-def wire_dtype(dtype: torch.dtype, name: str) -> int:
+def wire_dtype(dtype: torch.dtype, name: str) -> pb.DType:
     """The DType for a torch dtype; ValueError naming the tensor if the wire has none."""
     try:
         return TO_WIRE[dtype]
@@ -27,7 +27,7 @@ def wire_dtype(dtype: torch.dtype, name: str) -> int:
         raise ValueError(f"tensor {name!r}: dtype {dtype} cannot travel; supported: {supported}") from None
 
 
-def torch_dtype(dtype: int, name: str) -> torch.dtype:
+def torch_dtype(dtype: pb.DType, name: str) -> torch.dtype:
     try:
         return TO_TORCH[dtype]
     except KeyError:

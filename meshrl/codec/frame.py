@@ -22,7 +22,7 @@ import torch
 from meshrl.codec import protowire as w
 from meshrl.codec.dtypes import torch_dtype, wire_dtype
 from meshrl.codec.values import from_column, from_value, to_column, to_value
-from meshrl.dataproto import DataProto
+from meshrl.dataproto import DataProto, object_array
 from meshrl.v1 import data_pb2 as pb
 
 if sys.byteorder != "little":  # the wire is little-endian and we view bytes in place
@@ -77,7 +77,8 @@ def decode_dataproto(buf: Buffer, start: int = 0, end: int | None = None) -> tup
     clash = set(tensors) & set(non_tensors)
     if clash:
         raise ValueError(f"field(s) {sorted(clash)} are both tensors and non-tensors")
-    return DataProto(tensors, non_tensors, meta), msg.row_offset, msg.total_rows
+    columns = {k: object_array(v) for k, v in non_tensors.items()}
+    return DataProto(tensors, columns, meta), msg.row_offset, msg.total_rows
 
 
 def to_proto(data: DataProto) -> pb.DataProto:
@@ -115,7 +116,8 @@ def tensor_bytes(t: torch.Tensor, name: str = "tensor") -> memoryview:
     t = t.detach().to("cpu").contiguous()
     if t.numel() == 0:
         return memoryview(b"")
-    return memoryview(t.view(-1).view(torch.uint8).numpy())
+    # numpy's stubs give ndarray its buffer protocol (__buffer__) only for Python 3.12 on
+    return memoryview(t.view(-1).view(torch.uint8).numpy())  # type: ignore[arg-type]
 
 
 def _pad_for(pos: int, header: bytes, nbytes: int) -> bytes:

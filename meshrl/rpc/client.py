@@ -116,7 +116,9 @@ class Client:
         """SERVING, NOT_SERVING, UNKNOWN or SERVICE_UNKNOWN; raises ServiceError if unreachable."""
         stub = health_pb2_grpc.HealthStub(self.channel)
         try:
-            reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout, metadata=self.metadata)
+            reply = stub.Check(  # type: ignore[attr-defined]  # types-grpcio-health-checking leaves the stub's methods out
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout, metadata=self.metadata
+            )
         except grpc.RpcError as e:
             raise ServiceError(self.address, "Health.Check", e.code(), e.details()) from None
         return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
@@ -160,7 +162,8 @@ class Client:
 
         stub = reflection_pb2_grpc.ServerReflectionStub(self.channel)
         try:
-            replies = stub.ServerReflectionInfo(
+            # types-grpcio-reflection types this method as binascii.Incomplete (an exception class)
+            replies = stub.ServerReflectionInfo(  # type: ignore[operator]
                 iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
                 timeout=timeout,
                 metadata=self.metadata,

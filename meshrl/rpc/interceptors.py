@@ -74,7 +74,7 @@ def _guarded(handler: grpc.RpcMethodHandler, enter, leave=None) -> grpc.RpcMetho
 
 
 def _abort(context: grpc.ServicerContext, error: Exception, method: str):
-    if context.code() not in (None, grpc.StatusCode.OK):
+    if context.code() not in (None, grpc.StatusCode.OK):  # type: ignore[attr-defined]  # not in the stubs
         raise error  # the method already aborted with a status of its own
     code = status_for(error)
     internal = code == grpc.StatusCode.INTERNAL

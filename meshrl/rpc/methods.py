@@ -9,7 +9,7 @@ arrives assembled, a large response leaves as a row stream.
 """
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from google.protobuf import message_factory
@@ -30,23 +30,23 @@ def method_path(method: MethodDescriptor) -> str:
 def raw_request(fn: Callable) -> Callable:
     """Mark a servicer method that decodes its own request stream (it gets the raw bytes of each
     message), e.g. to read a large bytes field without protobuf's copies (meshrl.codec.rawbytes)."""
-    fn.raw_request = True
+    fn.__dict__["raw_request"] = True  # a function attribute, which mypy cannot declare; read with getattr
     return fn
 
 
 def read_request(cls: type[Message], request: bytes | Iterable[bytes], streaming: bool):
     """A Payload (batch-carrying types), a message, or, for a stream of messages without a batch,
     an iterator of messages (e.g. weight buckets, which the servicer consumes as they come)."""
-    if streaming and data_field_number(cls) is None:
-        return (cls.FromString(part) for part in request)
-    if streaming:
-        asm = Assembler(cls)
-        for part in request:
-            asm.add(part)
-        payload = asm.result()
-    else:
-        payload = decode_message(cls, request)[0]
-    return payload if data_field_number(cls) is not None else payload.msg
+    if not streaming:
+        payload = decode_message(cls, cast(bytes, request))[0]
+        return payload if data_field_number(cls) is not None else payload.msg
+    parts = cast(Iterable[bytes], request)  # a stream: each message's bytes, as they come
+    if data_field_number(cls) is None:
+        return (cls.FromString(part) for part in parts)
+    asm = Assembler(cls)
+    for part in parts:
+        asm.add(part)
+    return asm.result()
 
 
 def write_reply(cls: type[Message], reply: Any, streaming: bool) -> bytes | Iterator[bytes]:
@@ -96,13 +96,13 @@ def client_call(channel: grpc.Channel, method: MethodDescriptor) -> Callable[...
     """A function (request: Payload | Message, timeout, metadata) -> reply for one method."""
     req_cls, resp_cls = message_class(method.input_type), message_class(method.output_type)
     cs, ss = method.client_streaming, method.server_streaming
-    kind = {
+    kinds: dict[tuple[bool, bool], Callable[[str], Callable[..., Any]]] = {
         (False, False): channel.unary_unary,
         (True, False): channel.stream_unary,
         (False, True): channel.unary_stream,
         (True, True): channel.stream_stream,
-    }[(cs, ss)]
-    stub = kind(method_path(method))  # no (de)serializers: bytes both ways
+    }
+    stub = kinds[(cs, ss)](method_path(method))  # no (de)serializers: bytes both ways
 
     def call(request: Payload | Message, timeout: float, metadata) -> Payload | Message:
         payload = request if isinstance(request, Payload) else Payload(request)

@@ -86,7 +86,7 @@ class Server:
         """max_workers: work calls at once; queue (default: as many) more wait up to queue_wait seconds;
         insecure_bind: serve beyond loopback without TLS (else ValueError, see check_bind)."""
         queue = max_workers if queue is None else queue
-        interceptors = [TokenInterceptor(token)] if token else []
+        interceptors: list[grpc.ServerInterceptor] = [TokenInterceptor(token)] if token else []
         credentials = tls.server_credentials(servicers[0].SERVICE.name) if servicers else None
         check_bind(host, credentials is not None, insecure_bind)
         # who may call when nothing checks the caller, for the warning at start

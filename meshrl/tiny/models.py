@@ -59,7 +59,7 @@ def make_model(out_dir: str | pathlib.Path, cfg: TinyModelConfig = TinyModelConf
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
         tie_word_embeddings=cfg.tie_word_embeddings,
-        num_labels=1,
+        num_labels=1,  # type: ignore[call-arg]  # PreTrainedConfig takes it; LlamaConfig's signature does not list it
         dtype="float32",
     )
     torch.manual_seed(cfg.seed)

@@ -121,12 +121,15 @@ def token_groups(
     width = data.batch["responses"].shape[1]
     rows = (prompt_index(data.batch, width) if shared else torch.arange(len(data))).view(units, unit).tolist()
     family = [r[0] for r in rows]  # a unit's place in the order: with its first row's prompt
-    longest, first = {}, {}
+    longest: dict[int, int] = {}
+    first: dict[int, int] = {}
     for u in range(units):
         longest[family[u]] = max(longest.get(family[u], 0), up[u] + ur[u])
         first.setdefault(family[u], u)
     order = sorted(range(units), key=lambda u: (-longest[family[u]], first[family[u]], -(up[u] + ur[u]), u))
-    groups, P, T, prompts = [[]], 0, 0, set()  # the current group's longest prompt, response, its prompts
+    groups: list[list[int]] = [[]]
+    prompts: set[int] = set()
+    P, T = 0, 0  # the current group's longest prompt and response; `prompts`: its prompts
     for u in order:
         grown = (max(P, up[u]), max(T, ur[u]), prompts | set(rows[u]))
         if groups[-1] and len(grown[2]) * grown[0] + (len(groups[-1]) + 1) * unit * grown[1] > max_tokens:

@@ -65,25 +65,31 @@ class Group:
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
 
     def broadcast(self, data: bytes | None) -> bytes:
-        size = torch.tensor([len(data) if self.rank == 0 else 0], dtype=torch.int64)
+        """Rank 0's `data` on every rank (the other ranks pass None)."""
+        if self.rank == 0:
+            assert data is not None
+            dist.broadcast(torch.tensor([len(data)], dtype=torch.int64), 0)
+            if data:
+                dist.broadcast(torch.frombuffer(bytearray(data), dtype=torch.uint8), 0)
+            return data
+        size = torch.tensor([0], dtype=torch.int64)
         dist.broadcast(size, 0)
-        buf = (
-            torch.frombuffer(bytearray(data), dtype=torch.uint8)
-            if self.rank == 0 and size.item()
-            else torch.empty(size.item(), dtype=torch.uint8)
-        )
-        if size.item():
+        buf = torch.empty(int(size.item()), dtype=torch.uint8)
+        if len(buf):
             dist.broadcast(buf, 0)
-        return data if self.rank == 0 else bytes(buf.numpy())
+        return bytes(buf.numpy())
 
     def scatter(self, parts: list[bytes] | None) -> bytes:
-        sizes = torch.tensor([len(p) for p in parts] if self.rank == 0 else [0] * self.world_size, dtype=torch.int64)
-        dist.broadcast(sizes, 0)
+        """Rank 0's parts[r] on rank r (the other ranks pass None)."""
         if self.rank == 0:
+            assert parts is not None
+            dist.broadcast(torch.tensor([len(p) for p in parts], dtype=torch.int64), 0)
             for r in range(1, self.world_size):
-                if sizes[r]:
+                if parts[r]:
                     dist.send(torch.frombuffer(bytearray(parts[r]), dtype=torch.uint8), dst=r)
             return parts[0]
+        sizes = torch.tensor([0] * self.world_size, dtype=torch.int64)
+        dist.broadcast(sizes, 0)
         buf = torch.empty(int(sizes[self.rank]), dtype=torch.uint8)
         if len(buf):
             dist.recv(buf, src=0)
@@ -144,10 +150,12 @@ class Driver:
                 result = run_command(self.handler, method, args, mine)
             finally:
                 _alive = None
-            results = [_from_bytes(b) for b in self.group.gather(_to_bytes(result))]
+            gathered = self.group.gather(_to_bytes(result))
+            assert gathered is not None  # rank 0 gathers every rank's
+            replies = [_from_bytes(b) for b in gathered]
         finally:
             self.lock.release()
-        results = [DataProto() if r is None else r for r in results]  # not `or`: an empty batch is falsy
+        results = [DataProto() if r is None else r for r in replies]  # not `or`: an empty batch is falsy
         errors = [(r, d.meta_info) for r, d in enumerate(results) if "error" in d.meta_info]
         if errors:
             rank, meta = errors[0]

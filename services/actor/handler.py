@@ -22,9 +22,9 @@ from meshrl.rpc.token import peer_token
 from meshrl.typed import build
 from meshrl.v1 import rollout_pb2
 from services.actor.comm import Cancelled, Group, caller_alive, stop_requested
-from services.actor.engine import build_engine
+from services.actor.engine import Engine, build_engine
 from services.actor.losses import parse_loss
-from services.actor.roles import KIND, ROLES
+from services.actor.roles import KIND, ROLES, ActorRole, CriticRole, PolicyRole
 
 ROLLOUT_SERVICE = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
 
@@ -32,8 +32,13 @@ ROLLOUT_SERVICE = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
 class RankHandler:
     def __init__(self, role: str):
         self.role_name = role
-        self.role = None
-        self.push_failure = None  # rank 0: the rollout's refusal of the last push
+        self.role: PolicyRole | CriticRole | None = None  # built by init (ActorRole is a PolicyRole)
+        self.push_failure: ServiceError | None = None  # rank 0: the rollout's refusal of the last push
+
+    @property
+    def engine(self) -> Engine:
+        assert self.role is not None, "init comes first"
+        return self.role.engine
 
     def init(self, args: dict, part=None) -> None:
         engine_cfg = build(EngineConfig, args["engine"], "engine")
@@ -42,12 +47,15 @@ class RankHandler:
         self.role = ROLES[self.role_name](engine)
 
     def logprobs(self, args: dict, part: DataProto) -> DataProto:
+        assert isinstance(self.role, PolicyRole)  # actor and ref: the servicer asks a critic for values
         return self.role.logprobs(part, args["temperature"], args["with_entropy"])
 
     def values(self, args: dict, part: DataProto) -> DataProto:
+        assert isinstance(self.role, CriticRole)
         return self.role.values(part)
 
     def update(self, args: dict, part: DataProto) -> DataProto:
+        assert isinstance(self.role, ActorRole | CriticRole)  # ref is not trained
         params = parse_loss(self.role_name, args["loss"], args["params"])
         start = time.perf_counter()
         metrics = self.role.update(part, args["loss"], params, args["total_rows"], args["step"])
@@ -55,12 +63,12 @@ class RankHandler:
         return DataProto(meta_info=metrics)
 
     def save(self, args: dict, part=None) -> None:
-        self.role.engine.save(args["path"])
+        self.engine.save(args["path"])
         if args.get("export_hf"):
-            self.role.engine.export_hf(pathlib.Path(args["path"]) / "hf")
+            self.engine.export_hf(pathlib.Path(args["path"]) / "hf")
 
     def load(self, args: dict, part=None) -> None:
-        self.role.engine.load(args["path"])
+        self.engine.load(args["path"])
 
     def push_weights(self, args: dict, part=None) -> DataProto:
         """Gather the weights bucket by bucket (collective) and, on rank 0, send each to the rollout as it is
@@ -72,7 +80,7 @@ class RankHandler:
         cuda_ipc from several ranks (a GPU each): every rank has the gathered bucket on its GPU, so each
         shares its own copy and rank 0 sends all the handles; a rollout worker on one of these GPUs
         reads it there (verl's per-device handoff), not across the GPUs."""
-        engine = self.role.engine
+        engine = self.engine
         held = engine.weight_tensors()
         cast = getattr(torch, args["dtype"]) if args["dtype"] else None  # the rollout's dtype: half the bytes
 
@@ -116,10 +124,10 @@ class RankHandler:
             raise
 
     def offload(self, args: dict, part=None) -> DataProto:
-        return DataProto(meta_info={"device": self.role.engine.offload()})
+        return DataProto(meta_info={"device": self.engine.offload()})
 
     def reload(self, args: dict, part=None) -> DataProto:
-        return DataProto(meta_info={"device": self.role.engine.reload()})
+        return DataProto(meta_info={"device": self.engine.reload()})
 
 
 def send_to_rollout(args: dict, buckets: list, tensors_of: Callable, share: Callable | None) -> dict:

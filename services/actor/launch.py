@@ -51,16 +51,14 @@ def start_ranks(role: str, world_size: int, store: str, threads: int) -> list[su
 
 def join_group() -> None:
     """init_process_group from the environment (rank_env); picks the GPU of this rank where there is one."""
-    where = {
-        "init_method": f"file://{os.environ['MESHRL_GROUP_STORE']}",
-        "rank": int(os.environ["RANK"]),
-        "world_size": int(os.environ["WORLD_SIZE"]),
-    }
+    init_method = f"file://{os.environ['MESHRL_GROUP_STORE']}"
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
-        dist.init_process_group("cpu:gloo,cuda:nccl", **where)
+        backend = "cpu:gloo,cuda:nccl"
     else:
-        dist.init_process_group("gloo", **where)
+        backend = "gloo"
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size)
 
 
 def leave_group(store: str) -> None:

@@ -6,15 +6,20 @@ L - T - 1 + t (T = response length, L = sequence length).
 """
 
 import logging
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 import torch.nn.functional as F
 
+if TYPE_CHECKING:  # transformers is imported where a model is built, not with this module
+    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, PretrainedConfig, PreTrainedModel
+
 log = logging.getLogger(__name__)
 KINDS = ("causal", "value")
+M = TypeVar("M", bound=torch.nn.Module)
 
 
-def load_model(path: str, kind: str, dropout: bool = False) -> torch.nn.Module:
+def load_model(path: str, kind: str, dropout: bool = False) -> "PreTrainedModel":
     """A causal LM, or a value model: the same body with a one-output token-classification head.
 
     Dropout is off unless asked for: log-probs, values and the PPO ratio must be functions of the
@@ -32,7 +37,10 @@ def load_model(path: str, kind: str, dropout: bool = False) -> torch.nn.Module:
     level = loader.level
     loader.setLevel(logging.ERROR)
     try:
-        model, info = cls.from_pretrained(path, config=config, dtype=torch.float32, output_loading_info=True)
+        # output_loading_info=True: (model, info), which transformers' annotation of the return leaves out
+        model, info = cls.from_pretrained(  # type: ignore[misc]
+            path, config=config, dtype=torch.float32, output_loading_info=True
+        )
     finally:
         loader.setLevel(level)
     log.info(
@@ -44,7 +52,7 @@ def load_model(path: str, kind: str, dropout: bool = False) -> torch.nn.Module:
     return without_dropout(model, dropout)
 
 
-def empty_model(path: str, kind: str, dropout: bool = False) -> torch.nn.Module:
+def empty_model(path: str, kind: str, dropout: bool = False) -> "PreTrainedModel":
     """The model load_model builds, on the meta device: its shapes, types and tied weights, no memory.
     Sharded engines build this on every rank and fill their shards from rank 0's one loaded copy."""
     cls, config = model_class(path, kind, dropout)
@@ -52,7 +60,9 @@ def empty_model(path: str, kind: str, dropout: bool = False) -> torch.nn.Module:
         return without_dropout(cls.from_config(config, dtype=torch.float32), dropout)
 
 
-def model_class(path: str, kind: str, dropout: bool) -> tuple[type, object]:
+def model_class(
+    path: str, kind: str, dropout: bool
+) -> tuple[type["AutoModelForCausalLM"] | type["AutoModelForTokenClassification"], "PretrainedConfig"]:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
     if kind not in KINDS:
@@ -63,7 +73,7 @@ def model_class(path: str, kind: str, dropout: bool) -> tuple[type, object]:
     return (AutoModelForCausalLM if kind == "causal" else AutoModelForTokenClassification), config
 
 
-def without_dropout(model: torch.nn.Module, dropout: bool) -> torch.nn.Module:
+def without_dropout(model: M, dropout: bool) -> M:
     if not dropout:
         for m in model.modules():
             if isinstance(m, torch.nn.Dropout):

@@ -169,7 +169,8 @@ class ActorRole(PolicyRole):
                 mask = mb["response_mask"]
                 # on-policy: the old log-probs are this pass's own (same weights), without their gradient
                 old = mb[p.old_logprobs_key] if p.old_logprobs_key else lp.detach()
-                weights, m = None, {}
+                weights: torch.Tensor | None = None
+                m: dict[str, float] = {}
                 if p.rollout_is != "none":
                     weights, m = rollout_is_weights(old, mb["rollout_logprobs"], mask, p.rollout_is, p.rollout_is_cap)
                 total, pm = ppo_policy_loss(
@@ -304,5 +305,5 @@ class CriticRole:
         )
 
 
-ROLES = {"actor": ActorRole, "ref": PolicyRole, "critic": CriticRole}
+ROLES: dict[str, type[PolicyRole] | type[CriticRole]] = {"actor": ActorRole, "ref": PolicyRole, "critic": CriticRole}
 KIND = {"actor": "causal", "ref": "causal", "critic": "value"}

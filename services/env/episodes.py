@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import threading
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ class EnvError(Exception):
 class Episodes:
     def __init__(self, factory):
         self.factory = factory
-        self.envs: dict[str, object] = {}
+        self.envs: dict[str, Any] = {}  # the user's environment objects: any class with reset and step
         self.lock = threading.Lock()  # calls for different episodes run at once, on threads
 
     def handle(self, request: dict) -> dict:

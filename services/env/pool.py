@@ -50,7 +50,7 @@ class Worker:
 
     def call(self, request: dict, deadline: float) -> dict:
         """The reply to request; TimeoutError past deadline, WorkerLost if the worker goes."""
-        future = concurrent.futures.Future()
+        future: concurrent.futures.Future[dict] = concurrent.futures.Future()
         with self.lock:
             if self.lost:
                 raise WorkerLost(self.lost)
@@ -76,6 +76,32 @@ class Worker:
             waiting, self.pending = list(self.pending.values()), {}
         for future in waiting:
             future.set_exception(WorkerLost(self.lost))
+
+    # ---- what subclasses say ----------------------------------------------------------------
+
+    def wait_ready(self, deadline: float) -> list[str]:
+        """Its environment's STOP strings once it can serve."""
+        raise NotImplementedError
+
+    def discard(self) -> None:
+        """Drop a worker that never got to serve."""
+        raise NotImplementedError
+
+    def stop(self, reason: str) -> None:
+        """Stop it now (replaced by the pool); calls waiting on it end with WorkerLost(reason)."""
+        raise NotImplementedError
+
+    def shutdown(self, deadline: float) -> None:
+        """Ask it to close its episodes and stop (the service is stopping)."""
+        raise NotImplementedError
+
+    def join(self, deadline: float) -> None:
+        """Wait until it is gone, up to deadline."""
+        raise NotImplementedError
+
+    def send(self, request: dict, deadline: float) -> None:
+        """Hand it a request; TimeoutError if it cannot take one by deadline, WorkerLost if it is gone."""
+        raise NotImplementedError
 
 
 class ProcessWorker(Worker):
@@ -259,6 +285,7 @@ class EnvPool:
 
     def _start(self, n: int) -> list[Worker]:
         """n ready workers (started side by side), or the first one's error."""
+        workers: list[Worker]
         if self.factory is not None:
             workers = [LocalWorker(self.factory, self.cfg.workers, self._gone) for _ in range(n)]
         else:

@@ -21,7 +21,7 @@ extra per-sample values (numbers, bools, strings) beside it.
 import functools
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,7 @@ def load(spec: str, batched: bool = False) -> Callable:
 
 def by_keyword(fn: Callable, names: tuple[str, ...], spec: str) -> Callable:
     """fn wrapped to take `names` positionally and pass those it declares by keyword."""
+    params: Mapping[str, inspect.Parameter]
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):  # a builtin or C function: nothing to read, pass them all

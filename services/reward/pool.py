@@ -14,7 +14,7 @@ import logging
 import selectors
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 from meshrl.pipes import Child, read_frame, write_frame
 from services.reward.functions import Args
@@ -96,13 +96,15 @@ class WorkerPool:
 
     def _replace(self, w: Worker, outcomes: list, error: str, timed_out: bool) -> None:
         """w failed on its current sample (the whole chunk when batched); re-queue the rest."""
+        job = w.job
+        assert job is not None  # it failed on the chunk in hand
         code = self._respawn(w)
-        failed = w.job[w.done :] if self.batched else w.job[w.done : w.done + 1]
+        failed = job[w.done :] if self.batched else job[w.done : w.done + 1]
         if not timed_out:
             error = f"{error} (exit code {code})"
         for i in failed:
             outcomes[i] = Outcome(error=error, timed_out=timed_out)
-        rest = w.job[w.done + len(failed) :]
+        rest = job[w.done + len(failed) :]
         if rest:
             self._queue.appendleft(rest)
         log.warning("reward worker %s: %s; started a new one", w.proc.pid, error)
@@ -129,7 +131,7 @@ class WorkerPool:
             now = time.monotonic()
             for w in [w for w in self.workers if w.job is not None and now > w.deadline]:
                 self._replace(w, outcomes, f"timed out after {self.timeout:g}s", timed_out=True)
-        return outcomes
+        return cast(list[Outcome], outcomes)  # every sample has its outcome once no chunk is left
 
     def _send(self, w: Worker, job: list[int], outcomes: list) -> None:
         w.job, w.done = job, 0
@@ -157,10 +159,12 @@ class WorkerPool:
             w.ready = True
             return
         results = msg["results"] if self.batched else [msg]
+        job = w.job
+        assert job is not None  # results come for the chunk in hand
         for r in results:
-            i = w.job[w.done]
+            i = job[w.done]
             outcomes[i] = Outcome(score=r.get("score"), extras=r.get("extras") or {}, error=r.get("error"))
             w.done += 1
         w.deadline = time.monotonic() + self.timeout
-        if w.done == len(w.job):
+        if w.done == len(job):
             w.job = None

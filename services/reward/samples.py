@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from meshrl.algos.masked import token_level
-from meshrl.dataproto import DataProto
+from meshrl.dataproto import DataProto, object_array
 from meshrl.errors import Aborted, InvalidArgument
 from services.reward.pool import Outcome
 
@@ -91,4 +91,4 @@ def build_reply(
         values = [float(v) for v in columns[k] if isinstance(v, (int, float)) and math.isfinite(v)]
         if values:
             metrics[f"reward/{k}/mean"] = sum(values) / len(values)
-    return DataProto(tensors, columns), metrics
+    return DataProto(tensors, {k: object_array(v) for k, v in columns.items()}), metrics

@@ -74,7 +74,8 @@ class ModelScorer:
 
     def text(self, s: Sample) -> str:
         if s.prompt_text is not None and self.tokenizer.chat_template:
-            return self.tokenizer.apply_chat_template(
+            # tokenize=False: the text (transformers' annotation is the union of every mode's return)
+            return self.tokenizer.apply_chat_template(  # type: ignore[return-value]
                 [{"role": "user", "content": s.prompt_text}, {"role": "assistant", "content": s.response_text}],
                 tokenize=False,
             )

@@ -34,7 +34,8 @@ class HFBackend:
 
     def __init__(self, cfg: RolloutConfig):
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype)).to(self.device)
+        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype))
+        self.model = model.to(self.device)  # type: ignore[arg-type]  # PreTrainedModel.to's annotation lost its arguments
         self.model.eval()
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.model)
         self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
@@ -110,7 +111,7 @@ class HFBackend:
         return Completion(
             tokens,
             None if logprobs is None else logprobs[: len(tokens)],
-            self.tokenizer.decode(tokens, skip_special_tokens=True),
+            self.tokenizer.decode(tokens, skip_special_tokens=True),  # type: ignore[arg-type]  # one sequence: a str
             finish,
         )
 

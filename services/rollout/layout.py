@@ -11,7 +11,7 @@ and finish_reason columns.
 import torch
 
 from meshrl.chat import as_messages, render
-from meshrl.dataproto import DataProto
+from meshrl.dataproto import DataProto, object_array
 from meshrl.errors import InvalidArgument
 from meshrl.layout import rollout_tensors
 from services.rollout.sampling import Completion
@@ -66,9 +66,14 @@ def build(
         [p for p, _ in rows],
         [c.token_ids for _, c in rows],
         pad,
-        logprobs=[c.logprobs for _, c in rows] if with_logprobs else None,
+        logprobs=[logprobs_of(c) for _, c in rows] if with_logprobs else None,
     )
     columns = {k: [v for v in col for _ in range(n)] for k, col in data.non_tensor_batch.items()}
     columns["response_text"] = [c.text for _, c in rows]
     columns["finish_reason"] = [c.finish_reason for _, c in rows]
-    return DataProto(tensors, columns, {**data.meta_info, "pad_token_id": pad})
+    return DataProto(tensors, {k: object_array(v) for k, v in columns.items()}, {**data.meta_info, "pad_token_id": pad})
+
+
+def logprobs_of(c: Completion) -> list[float]:
+    assert c.logprobs is not None, "the backend was asked for log-probs"
+    return c.logprobs

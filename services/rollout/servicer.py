@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import threading
 
+import grpc
 from transformers import AutoConfig, AutoTokenizer
 
 from meshrl.codec import Payload
@@ -35,7 +36,7 @@ SLEEP_PARTS = ("weights", "kv_cache")  # vLLM's sleep tags, in the order an engi
 class Call:
     """A Generate in flight."""
 
-    context: object
+    context: grpc.ServicerContext | None  # None: the servicer called directly, not over gRPC
     interrupted: int | None = None  # the version of the update that stopped it
 
     def alive(self) -> bool:
@@ -182,6 +183,7 @@ class RolloutServicer:
         if transport == "cuda_ipc":
             self.backend.load_weights_cuda_ipc(ipc, refs, partial)
         else:
+            assert self.receiver.segment is not None  # staged at Begin for the shm and stream transports
             self.backend.load_weights(self.receiver.segment.name, refs, partial)
 
     def _quiesce(self, interrupt: int | None = None) -> None:

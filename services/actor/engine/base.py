@@ -11,7 +11,7 @@ import json
 import math
 import pathlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -28,6 +28,9 @@ from torch.distributed.tensor import DTensor
 from meshrl.config.actor import EngineConfig, OptimConfig
 from services.actor.comm import Cancelled, stop_requested
 from services.actor.model import empty_model, load_model
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 def default_device() -> torch.device:
@@ -83,7 +86,8 @@ class Engine:
         else:
             model = self.prepare(load_model(model_path, kind, cfg.dropout), optim)
             self.config = model.config
-            self.module = self.wrap(model.to(self.device))
+            # transformers annotates PreTrainedModel.to through a decorator that loses its arguments' types
+            self.module = self.wrap(model.to(self.device))  # type: ignore[arg-type]
         self.optimizer = self.scheduler = None
         if optim is not None:
             self.optimizer = torch.optim.AdamW(
@@ -92,7 +96,7 @@ class Engine:
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(optim))
         self.on_device = True
 
-    def prepare(self, model: torch.nn.Module, optim: OptimConfig | None) -> torch.nn.Module:
+    def prepare(self, model: "PreTrainedModel", optim: OptimConfig | None) -> "PreTrainedModel":
         if self.cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         if optim is None:  # a frozen model (the reference policy)
@@ -165,8 +169,9 @@ class Engine:
     def step(self) -> dict[str, float]:
         """Clip and step the optimizer; a non-finite gradient norm skips the update."""
         cfg = self.optim_cfg
+        assert cfg is not None and self.optimizer is not None and self.scheduler is not None, "step on a frozen engine"
         grad_norm = self.clip_grad_norm(cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
-        lr = self.scheduler.get_last_lr()[0]
+        lr = float(self.scheduler.get_last_lr()[0])
         if not math.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
             return {"grad_norm": grad_norm, "lr": lr, "skipped": 1.0}
@@ -177,6 +182,7 @@ class Engine:
     def end_update(self) -> None:
         """The LR schedule advances once per update (a training step, as verl counts its warm-up and
         decay), whatever its number of mini-batches and epochs."""
+        assert self.scheduler is not None, "end_update on a frozen engine"
         self.scheduler.step()
 
     def _to_device(self, mb: dict) -> dict:
@@ -193,12 +199,13 @@ class Engine:
     def gather(self, held: dict[str, torch.Tensor], names: list[str]) -> list[torch.Tensor]:
         """Full tensors of some of weight_tensors() (`held`), where they are (the accelerator on a GPU);
         collective for sharded ones (an all-gather each, in the same order on every rank)."""
-        return [held[n].full_tensor() if isinstance(held[n], DTensor) else held[n] for n in names]
+        tensors = [held[n] for n in names]
+        return [t.full_tensor() if isinstance(t, DTensor) else t for t in tensors]
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Every parameter, unsharded, on the CPU of rank 0 (other ranks: {}). Collective."""
         sd = get_model_state_dict(self.module, options=self.full_state_options())
-        return sd if self.rank == 0 else {}
+        return cast(dict[str, torch.Tensor], sd) if self.rank == 0 else {}  # full_state_dict: plain tensors
 
     def save(self, path: str | pathlib.Path) -> None:
         """Sharded checkpoint (DCP) of model and optimizer, plus the schedule. Collective."""
@@ -217,6 +224,7 @@ class Engine:
         with _dcp_errors("load", path):
             dcp.load(state, checkpoint_id=str(path / "dcp"))
         if self.optimizer is not None:
+            assert self.scheduler is not None  # made with the optimizer
             set_state_dict(
                 self.module, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
             )

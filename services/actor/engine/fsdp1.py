@@ -8,7 +8,7 @@ transformer block and each block is a unit, so no rank holds more than a
 bucket's worth of full tensors, as with fsdp2.
 """
 
-import functools
+import operator
 
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions
@@ -24,8 +24,9 @@ WRAPPED = "_fsdp_wrapped_module."
 
 class FSDP1Engine(Engine):
     name = "fsdp1"
+    module: FSDP  # what wrap builds
 
-    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+    def wrap(self, model: torch.nn.Module) -> FSDP:
         # FSDP1 flattens parameters into shards of a flat buffer: what a push announces (full shapes and
         # dtypes, HF names) is read here, while the model is whole
         self.full_specs = {k: (v.dtype, v.shape) for k, v in model.state_dict().items()}
@@ -73,5 +74,5 @@ class FSDP1Engine(Engine):
             with FSDP.summon_full_params(unit, recurse=False, writeback=False):
                 for n in wanted:
                     rel = n[len(prefix) + 1 :] if prefix else n
-                    out[n] = functools.reduce(getattr, rel.split("."), unit.module).detach().clone()
+                    out[n] = operator.attrgetter(rel)(unit.module).detach().clone()
         return [out[n] for n in names]

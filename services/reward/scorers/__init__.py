@@ -6,9 +6,13 @@
 explicit table (no registration at import time).
 """
 
+from collections.abc import Callable
+from typing import Any
+
 from services.reward.scorers import arithmetic, boxed_math, format_reward, gsm8k
 
-BY_DATA_SOURCE = {
+# compute_score(data_source, solution_str, ground_truth, extra_info) of each
+BY_DATA_SOURCE: dict[str, Callable[[Any, str, Any, Any], Any]] = {
     "arithmetic": arithmetic.compute_score,
     "openai/gsm8k": gsm8k.compute_score,
     "gsm8k": gsm8k.compute_score,
