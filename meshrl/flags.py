@@ -38,7 +38,10 @@ def _own_docs(cls) -> dict[str, str]:
         if tok.type == tokenize.COMMENT
     }
     lines = src.splitlines()
-    body = ast.parse(src).body[0].body
+    node = ast.parse(src).body[0]
+    if not isinstance(node, ast.ClassDef):
+        return {}
+    body = node.body
     docs = {}
     for i, node in enumerate(body):
         if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
