@@ -26,7 +26,7 @@ from meshrl.v1 import common_pb2 as meshrl_dot_v1_dot_common__pb2
 from meshrl.v1 import data_pb2 as meshrl_dot_v1_dot_data__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15meshrl/v1/actor.proto\x12\tmeshrl.v1\x1a\x16meshrl/v1/common.proto\x1a\x14meshrl/v1/data.proto\"\x83\x02\n\x0bInitRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x32\n\x06\x65ngine\x18\x02 \x03(\x0b\x32\".meshrl.v1.InitRequest.EngineEntry\x12\x30\n\x05optim\x18\x03 \x03(\x0b\x32!.meshrl.v1.InitRequest.OptimEntry\x1a?\n\x0b\x45ngineEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.meshrl.v1.Value:\x02\x38\x01\x1a>\n\nOptimEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.meshrl.v1.Value:\x02\x38\x01\"k\n\x0c\x42\x61tchRequest\x12\"\n\x04\x64\x61ta\x18\x01 \x01(\x0b\x32\x14.meshrl.v1.DataProto\x12\x0c\n\x04step\x18\x02 \x01(\x04\x12\x14\n\x0cwith_entropy\x18\x03 \x01(\x08\x12\x13\n\x0btemperature\x18\x04 \x01(\x02\"3\n\rBatchResponse\x12\"\n\x04\x64\x61ta\x18\x01 \x01(\x0b\x32\x14.meshrl.v1.DataProto\"\x8a\x01\n\x08LossSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x06params\x18\x02 \x03(\x0b\x32\x1f.meshrl.v1.LossSpec.ParamsEntry\x1a?\n\x0bParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.meshrl.v1.Value:\x02\x38\x01\"d\n\rUpdateRequest\x12\"\n\x04\x64\x61ta\x18\x01 \x01(\x0b\x32\x14.meshrl.v1.DataProto\x12!\n\x04loss\x18\x02 \x01(\x0b\x32\x13.meshrl.v1.LossSpec\x12\x0c\n\x04step\x18\x03 \x01(\x04\"\xa0\x01\n\x0eUpdateResponse\x12\x37\n\x07metrics\x18\x01 \x03(\x0b\x32&.meshrl.v1.UpdateResponse.MetricsEntry\x12\x0c\n\x04step\x18\x02 \x01(\x04\x12\x17\n\x0f\x61lready_applied\x18\x03 \x01(\x08\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"4\n\x11\x43heckpointRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x11\n\texport_hf\x18\x02 \x01(\x08\"0\n\x12\x43heckpointResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x04\"\x88\x01\n\x12PushWeightsRequest\x12\x17\n\x0frollout_address\x18\x01 \x01(\t\x12\x11\n\ttransport\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x04\x12\x14\n\x0c\x62ucket_bytes\x18\x04 \x01(\x04\x12\r\n\x05\x64type\x18\x05 \x01(\t\x12\x10\n\x08rollback\x18\x06 \x01(\x08\"J\n\x13PushWeightsResponse\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x11\n\tnum_bytes\x18\x02 \x01(\x04\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\"\x10\n\x0eOffloadRequest\"!\n\x0fOffloadResponse\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\t2\xc8\x05\n\x0c\x41\x63torService\x12>\n\x08\x44\x65scribe\x12\x1a.meshrl.v1.DescribeRequest\x1a\x16.meshrl.v1.ServiceInfo\x12\x36\n\x04Init\x12\x16.meshrl.v1.InitRequest\x1a\x16.meshrl.v1.ServiceInfo\x12H\n\x0f\x43omputeLogProbs\x12\x17.meshrl.v1.BatchRequest\x1a\x18.meshrl.v1.BatchResponse(\x01\x30\x01\x12\x46\n\rComputeValues\x12\x17.meshrl.v1.BatchRequest\x1a\x18.meshrl.v1.BatchResponse(\x01\x30\x01\x12?\n\x06Update\x12\x18.meshrl.v1.UpdateRequest\x1a\x19.meshrl.v1.UpdateResponse(\x01\x12M\n\x0eSaveCheckpoint\x12\x1c.meshrl.v1.CheckpointRequest\x1a\x1d.meshrl.v1.CheckpointResponse\x12M\n\x0eLoadCheckpoint\x12\x1c.meshrl.v1.CheckpointRequest\x1a\x1d.meshrl.v1.CheckpointResponse\x12L\n\x0bPushWeights\x12\x1d.meshrl.v1.PushWeightsRequest\x1a\x1e.meshrl.v1.PushWeightsResponse\x12@\n\x07Offload\x12\x19.meshrl.v1.OffloadRequest\x1a\x1a.meshrl.v1.OffloadResponse\x12?\n\x06Reload\x12\x19.meshrl.v1.OffloadRequest\x1a\x1a.meshrl.v1.OffloadResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15meshrl/v1/actor.proto\x12\tmeshrl.v1\x1a\x16meshrl/v1/common.proto\x1a\x14meshrl/v1/data.proto\"\x83\x02\n\x0bInitRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x32\n\x06\x65ngine\x18\x02 \x03(\x0b\x32\".meshrl.v1.InitRequest.EngineEntry\x12\x30\n\x05optim\x18\x03 \x03(\x0b\x32!.meshrl.v1.InitRequest.OptimEntry\x1a?\n\x0b\x45ngineEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.meshrl.v1.Value:\x02\x38\x01\x1a>\n\nOptimEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.meshrl.v1.Value:\x02\x38\x01\"\x84\x01\n\x0c\x42\x61tchRequest\x12\"\n\x04\x64\x61ta\x18\x01 \x01(\x0b\x32\x14.meshrl.v1.DataProto\x12\x0c\n\x04step\x18\x02 \x01(\x04\x12\x14\n\x0cwith_entropy\x18\x03 \x01(\x08\x12\x13\n\x0btemperature\x18\x04 \x01(\x02\x12\x17\n\x0fwithout_adapter\x18\x05 \x01(\x08\"3\n\rBatchResponse\x12\"\n\x04\x64\x61ta\x18\x01 \x01(\x0b\x32\x14.meshrl.v1.DataProto\"\x8a\x01\n\x08LossSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x06params\x18\x02 \x03(\x0b\x32\x1f.meshrl.v1.LossSpec.ParamsEntry\x1a?\n\x0bParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.meshrl.v1.Value:\x02\x38\x01\"d\n\rUpdateRequest\x12\"\n\x04\x64\x61ta\x18\x01 \x01(\x0b\x32\x14.meshrl.v1.DataProto\x12!\n\x04loss\x18\x02 \x01(\x0b\x32\x13.meshrl.v1.LossSpec\x12\x0c\n\x04step\x18\x03 \x01(\x04\"\xa0\x01\n\x0eUpdateResponse\x12\x37\n\x07metrics\x18\x01 \x03(\x0b\x32&.meshrl.v1.UpdateResponse.MetricsEntry\x12\x0c\n\x04step\x18\x02 \x01(\x04\x12\x17\n\x0f\x61lready_applied\x18\x03 \x01(\x08\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"4\n\x11\x43heckpointRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x11\n\texport_hf\x18\x02 \x01(\x08\"0\n\x12\x43heckpointResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x04\"\x9c\x01\n\x12PushWeightsRequest\x12\x17\n\x0frollout_address\x18\x01 \x01(\t\x12\x11\n\ttransport\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x04\x12\x14\n\x0c\x62ucket_bytes\x18\x04 \x01(\x04\x12\r\n\x05\x64type\x18\x05 \x01(\t\x12\x10\n\x08rollback\x18\x06 \x01(\x08\x12\x12\n\nmerge_lora\x18\x07 \x01(\x08\"J\n\x13PushWeightsResponse\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x11\n\tnum_bytes\x18\x02 \x01(\x04\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\"\x10\n\x0eOffloadRequest\"!\n\x0fOffloadResponse\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\t2\xc8\x05\n\x0c\x41\x63torService\x12>\n\x08\x44\x65scribe\x12\x1a.meshrl.v1.DescribeRequest\x1a\x16.meshrl.v1.ServiceInfo\x12\x36\n\x04Init\x12\x16.meshrl.v1.InitRequest\x1a\x16.meshrl.v1.ServiceInfo\x12H\n\x0f\x43omputeLogProbs\x12\x17.meshrl.v1.BatchRequest\x1a\x18.meshrl.v1.BatchResponse(\x01\x30\x01\x12\x46\n\rComputeValues\x12\x17.meshrl.v1.BatchRequest\x1a\x18.meshrl.v1.BatchResponse(\x01\x30\x01\x12?\n\x06Update\x12\x18.meshrl.v1.UpdateRequest\x1a\x19.meshrl.v1.UpdateResponse(\x01\x12M\n\x0eSaveCheckpoint\x12\x1c.meshrl.v1.CheckpointRequest\x1a\x1d.meshrl.v1.CheckpointResponse\x12M\n\x0eLoadCheckpoint\x12\x1c.meshrl.v1.CheckpointRequest\x1a\x1d.meshrl.v1.CheckpointResponse\x12L\n\x0bPushWeights\x12\x1d.meshrl.v1.PushWeightsRequest\x1a\x1e.meshrl.v1.PushWeightsResponse\x12@\n\x07Offload\x12\x19.meshrl.v1.OffloadRequest\x1a\x1a.meshrl.v1.OffloadResponse\x12?\n\x06Reload\x12\x19.meshrl.v1.OffloadRequest\x1a\x1a.meshrl.v1.OffloadResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -47,32 +47,32 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INITREQUEST_ENGINEENTRY']._serialized_end=278
   _globals['_INITREQUEST_OPTIMENTRY']._serialized_start=280
   _globals['_INITREQUEST_OPTIMENTRY']._serialized_end=342
-  _globals['_BATCHREQUEST']._serialized_start=344
-  _globals['_BATCHREQUEST']._serialized_end=451
-  _globals['_BATCHRESPONSE']._serialized_start=453
-  _globals['_BATCHRESPONSE']._serialized_end=504
-  _globals['_LOSSSPEC']._serialized_start=507
-  _globals['_LOSSSPEC']._serialized_end=645
-  _globals['_LOSSSPEC_PARAMSENTRY']._serialized_start=582
-  _globals['_LOSSSPEC_PARAMSENTRY']._serialized_end=645
-  _globals['_UPDATEREQUEST']._serialized_start=647
-  _globals['_UPDATEREQUEST']._serialized_end=747
-  _globals['_UPDATERESPONSE']._serialized_start=750
-  _globals['_UPDATERESPONSE']._serialized_end=910
-  _globals['_UPDATERESPONSE_METRICSENTRY']._serialized_start=864
-  _globals['_UPDATERESPONSE_METRICSENTRY']._serialized_end=910
-  _globals['_CHECKPOINTREQUEST']._serialized_start=912
-  _globals['_CHECKPOINTREQUEST']._serialized_end=964
-  _globals['_CHECKPOINTRESPONSE']._serialized_start=966
-  _globals['_CHECKPOINTRESPONSE']._serialized_end=1014
-  _globals['_PUSHWEIGHTSREQUEST']._serialized_start=1017
-  _globals['_PUSHWEIGHTSREQUEST']._serialized_end=1153
-  _globals['_PUSHWEIGHTSRESPONSE']._serialized_start=1155
-  _globals['_PUSHWEIGHTSRESPONSE']._serialized_end=1229
-  _globals['_OFFLOADREQUEST']._serialized_start=1231
-  _globals['_OFFLOADREQUEST']._serialized_end=1247
-  _globals['_OFFLOADRESPONSE']._serialized_start=1249
-  _globals['_OFFLOADRESPONSE']._serialized_end=1282
-  _globals['_ACTORSERVICE']._serialized_start=1285
-  _globals['_ACTORSERVICE']._serialized_end=1997
+  _globals['_BATCHREQUEST']._serialized_start=345
+  _globals['_BATCHREQUEST']._serialized_end=477
+  _globals['_BATCHRESPONSE']._serialized_start=479
+  _globals['_BATCHRESPONSE']._serialized_end=530
+  _globals['_LOSSSPEC']._serialized_start=533
+  _globals['_LOSSSPEC']._serialized_end=671
+  _globals['_LOSSSPEC_PARAMSENTRY']._serialized_start=608
+  _globals['_LOSSSPEC_PARAMSENTRY']._serialized_end=671
+  _globals['_UPDATEREQUEST']._serialized_start=673
+  _globals['_UPDATEREQUEST']._serialized_end=773
+  _globals['_UPDATERESPONSE']._serialized_start=776
+  _globals['_UPDATERESPONSE']._serialized_end=936
+  _globals['_UPDATERESPONSE_METRICSENTRY']._serialized_start=890
+  _globals['_UPDATERESPONSE_METRICSENTRY']._serialized_end=936
+  _globals['_CHECKPOINTREQUEST']._serialized_start=938
+  _globals['_CHECKPOINTREQUEST']._serialized_end=990
+  _globals['_CHECKPOINTRESPONSE']._serialized_start=992
+  _globals['_CHECKPOINTRESPONSE']._serialized_end=1040
+  _globals['_PUSHWEIGHTSREQUEST']._serialized_start=1043
+  _globals['_PUSHWEIGHTSREQUEST']._serialized_end=1199
+  _globals['_PUSHWEIGHTSRESPONSE']._serialized_start=1201
+  _globals['_PUSHWEIGHTSRESPONSE']._serialized_end=1275
+  _globals['_OFFLOADREQUEST']._serialized_start=1277
+  _globals['_OFFLOADREQUEST']._serialized_end=1293
+  _globals['_OFFLOADRESPONSE']._serialized_start=1295
+  _globals['_OFFLOADRESPONSE']._serialized_end=1328
+  _globals['_ACTORSERVICE']._serialized_start=1331
+  _globals['_ACTORSERVICE']._serialized_end=2043
 # @@protoc_insertion_point(module_scope)

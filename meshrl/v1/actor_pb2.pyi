@@ -33,16 +33,18 @@ class InitRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ..., engine: _Optional[_Mapping[str, _data_pb2.Value]] = ..., optim: _Optional[_Mapping[str, _data_pb2.Value]] = ...) -> None: ...
 
 class BatchRequest(_message.Message):
-    __slots__ = ("data", "step", "with_entropy", "temperature")
+    __slots__ = ("data", "step", "with_entropy", "temperature", "without_adapter")
     DATA_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     WITH_ENTROPY_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    WITHOUT_ADAPTER_FIELD_NUMBER: _ClassVar[int]
     data: _data_pb2.DataProto
     step: int
     with_entropy: bool
     temperature: float
-    def __init__(self, data: _Optional[_Union[_data_pb2.DataProto, _Mapping]] = ..., step: _Optional[int] = ..., with_entropy: _Optional[bool] = ..., temperature: _Optional[float] = ...) -> None: ...
+    without_adapter: bool
+    def __init__(self, data: _Optional[_Union[_data_pb2.DataProto, _Mapping]] = ..., step: _Optional[int] = ..., with_entropy: _Optional[bool] = ..., temperature: _Optional[float] = ..., without_adapter: _Optional[bool] = ...) -> None: ...
 
 class BatchResponse(_message.Message):
     __slots__ = ("data",)
@@ -109,20 +111,22 @@ class CheckpointResponse(_message.Message):
     def __init__(self, path: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
 
 class PushWeightsRequest(_message.Message):
-    __slots__ = ("rollout_address", "transport", "version", "bucket_bytes", "dtype", "rollback")
+    __slots__ = ("rollout_address", "transport", "version", "bucket_bytes", "dtype", "rollback", "merge_lora")
     ROLLOUT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     BUCKET_BYTES_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     ROLLBACK_FIELD_NUMBER: _ClassVar[int]
+    MERGE_LORA_FIELD_NUMBER: _ClassVar[int]
     rollout_address: str
     transport: str
     version: int
     bucket_bytes: int
     dtype: str
     rollback: bool
-    def __init__(self, rollout_address: _Optional[str] = ..., transport: _Optional[str] = ..., version: _Optional[int] = ..., bucket_bytes: _Optional[int] = ..., dtype: _Optional[str] = ..., rollback: _Optional[bool] = ...) -> None: ...
+    merge_lora: bool
+    def __init__(self, rollout_address: _Optional[str] = ..., transport: _Optional[str] = ..., version: _Optional[int] = ..., bucket_bytes: _Optional[int] = ..., dtype: _Optional[str] = ..., rollback: _Optional[bool] = ..., merge_lora: _Optional[bool] = ...) -> None: ...
 
 class PushWeightsResponse(_message.Message):
     __slots__ = ("version", "num_bytes", "seconds")

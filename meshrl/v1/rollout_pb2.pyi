@@ -49,18 +49,30 @@ class GenerateResponse(_message.Message):
     def __init__(self, data: _Optional[_Union[_data_pb2.DataProto, _Mapping]] = ..., weight_version: _Optional[int] = ...) -> None: ...
 
 class BeginWeightUpdateRequest(_message.Message):
-    __slots__ = ("version", "transport", "total_bytes", "bucket_bytes", "rollback")
+    __slots__ = ("version", "transport", "total_bytes", "bucket_bytes", "rollback", "lora")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     BUCKET_BYTES_FIELD_NUMBER: _ClassVar[int]
     ROLLBACK_FIELD_NUMBER: _ClassVar[int]
+    LORA_FIELD_NUMBER: _ClassVar[int]
     version: int
     transport: str
     total_bytes: int
     bucket_bytes: int
     rollback: bool
-    def __init__(self, version: _Optional[int] = ..., transport: _Optional[str] = ..., total_bytes: _Optional[int] = ..., bucket_bytes: _Optional[int] = ..., rollback: _Optional[bool] = ...) -> None: ...
+    lora: LoraAdapter
+    def __init__(self, version: _Optional[int] = ..., transport: _Optional[str] = ..., total_bytes: _Optional[int] = ..., bucket_bytes: _Optional[int] = ..., rollback: _Optional[bool] = ..., lora: _Optional[_Union[LoraAdapter, _Mapping]] = ...) -> None: ...
+
+class LoraAdapter(_message.Message):
+    __slots__ = ("rank", "alpha", "target_modules")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_FIELD_NUMBER: _ClassVar[int]
+    TARGET_MODULES_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    alpha: float
+    target_modules: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, rank: _Optional[int] = ..., alpha: _Optional[float] = ..., target_modules: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TensorRef(_message.Message):
     __slots__ = ("name", "dtype", "shape", "offset")
