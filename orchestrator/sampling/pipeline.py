@@ -24,13 +24,14 @@ import threading
 import time
 from collections.abc import Callable
 
+from orchestrator.sampling.samples import sample
+
 ALGORITHMS = ("ppo", "grpo", "rloo", "reinforce")  # DPO pairs and SFT batches stay synchronous
 
 
-def start(cfg, mesh, data, sampler, first: int) -> Producer:
+def start(cfg, mesh, tokenizer, data, sampler, first: int) -> Producer:
     """A producer for trainer.max_staleness from step `first` on: it draws the batches from `sampler`
-    and samples them through `mesh` (trainer.sample)."""
-    from orchestrator.trainer import sample
+    and samples them through `mesh` (samples.sample)."""
 
     def draw() -> tuple:
         indices, uids = sampler.next()
@@ -38,7 +39,13 @@ def start(cfg, mesh, data, sampler, first: int) -> Producer:
 
     t = cfg.trainer
     return Producer(
-        functools.partial(sample, mesh), draw, first, t.total_steps, t.max_staleness, t.save_every, t.deterministic
+        functools.partial(sample, mesh, tokenizer),
+        draw,
+        first,
+        t.total_steps,
+        t.max_staleness,
+        t.save_every,
+        t.deterministic,
     )
 
 

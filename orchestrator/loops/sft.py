@@ -12,7 +12,8 @@ import torch
 from meshrl.dataproto import DataProto
 from orchestrator.config import Config
 from orchestrator.data import PromptDataset
-from orchestrator.mesh import Mesh
+from orchestrator.lifecycle.mesh import Mesh
+from orchestrator.sampling.rollouts import Rollouts
 
 
 def sft_batch(data: PromptDataset, indices: list[int]) -> DataProto:
@@ -53,7 +54,7 @@ class SFT:
     def setup(self, cfg: Config) -> set[str]:
         return {"actor"}
 
-    def step(self, mesh: Mesh, number: int, data, indices, uids) -> dict[str, float]:
+    def step(self, mesh: Mesh, rollouts: Rollouts, number: int, data, indices, uids) -> dict[str, float]:
         return mesh.update(
             "actor", number, "sft", {"loss_agg_mode": mesh.cfg.actor.loss_agg_mode}, sft_batch(data, indices)
         )

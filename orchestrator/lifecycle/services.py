@@ -38,7 +38,7 @@ def spawn(serve_args: list[str], env: dict[str, str] | None = None) -> subproces
     its own: Ctrl-C in the terminal interrupts the orchestrator alone, which then stops its services in
     order, rather than every service dying under a call in flight and the run blaming the first it called."""
     return subprocess.Popen(
-        [sys.executable, "-m", "meshrl.cli", "serve", *serve_args],
+        [sys.executable, "-m", "cli", "serve", *serve_args],
         stdout=subprocess.PIPE,
         text=True,
         env={**QUIET, **child_env(env)},

@@ -1,0 +1,1 @@
+"""One run of any algorithm: the shared loop, checkpoints, recovery."""
