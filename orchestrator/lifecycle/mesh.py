@@ -9,6 +9,8 @@
 
 A role without an address in the config is started here as a local process;
 one with an address is used as it is (after a health check naming it).
+A Mesh is the services and the calls on them, nothing of the run's own state:
+steps, data and the producer sampling ahead are the run loop's (run.state).
 """
 
 import contextlib

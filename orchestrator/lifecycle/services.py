@@ -106,7 +106,7 @@ class Services:
                 raise RuntimeError(f"the {name} service did not start: {e}") from None
             log.info("started %s service at %s", name, address)
             self.ours[name] = (proc, serve_args)
-        # One retry for a child on loopback: UNAVAILABLE there means it died, and restarting it (trainer.recover)
+        # One retry for a child on loopback: UNAVAILABLE there means it died, and restarting it (run.recovery)
         # beats 1.4 s of backoff; a service given by address keeps the client's three, for a flaky network.
         client = Client(
             address,
