@@ -86,7 +86,7 @@ def one_step(state: RunState) -> dict[str, float]:
             metrics.update(held_out)
     except (ServiceError, ValueError) as e:  # a service failed or answered something unusable
         raise StepFailed(f"step {number} failed: {e}") from None
-    metrics.update({"trainer/restarts": state.restarts})
+    metrics["trainer/restarts"] = state.restarts
     state.log.write(number, metrics, correct)
     if rollouts.sampled is not None:
         state.log.write_samples(number, sample_rows(*rollouts.sampled, cfg.trainer.samples_per_step))

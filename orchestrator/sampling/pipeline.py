@@ -157,7 +157,7 @@ class Producer:
                 gen, scored, seconds = self.sample(step, prompts, self._generated)
                 seconds["timing_s/sample_wall"] = time.perf_counter() - start
                 out = (gen, scored, seconds, int(gen.meta_info.get("weight_version", -1)))
-            except BaseException as e:  # the trainer raises it at take(); nothing more is sampled
+            except BaseException as e:  # the step raises it at take(); nothing more is sampled
                 out = e
             with self.cond:
                 self.done[step] = out
