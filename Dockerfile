@@ -24,7 +24,7 @@ COPY pyproject.toml ./
 COPY constraints constraints
 COPY scripts/setup.sh scripts/setup.sh
 # PIP_NO_CACHE_DIR: pip would otherwise leave its cache of every downloaded wheel in the layer
-RUN mkdir -p meshrl services orchestrator && touch README.md meshrl/__init__.py services/__init__.py orchestrator/__init__.py \
+RUN mkdir -p meshrl services orchestrator cli && touch README.md meshrl/__init__.py services/__init__.py orchestrator/__init__.py cli/__init__.py \
     && if [ "$DEVICE" = cpu ] && [ -n "$TORCH_INDEX" ]; then export PIP_EXTRA_INDEX_URL="$TORCH_INDEX"; fi \
     && if [ -n "$WHEELS_URL" ]; then export PIP_FIND_LINKS="$WHEELS_URL"; fi \
     && if [ -n "$BUILD_CA_URL" ]; then export PIP_CERT=/tmp/build-ca.pem && python3.11 -c \

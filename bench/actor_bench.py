@@ -131,9 +131,7 @@ def through_service(model: str, name: str, repeats: int) -> dict:
         "--lr",
         str(OPTIM["lr"]),
     ]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "meshrl.cli", "serve", "actor", *args], stdout=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([sys.executable, "-m", "cli", "serve", "actor", *args], stdout=subprocess.PIPE, text=True)
     try:
         client = Client(proc.stdout.readline().split()[-1], SERVICE, timeout=600)
         data = ppo_batch(rows, p, r)

@@ -26,9 +26,9 @@ import time
 from push_memory_bench import family
 
 from orchestrator.config import load_config
+from orchestrator.lifecycle.mesh import serve_args
+from orchestrator.lifecycle.services import launch
 from orchestrator.main import run
-from orchestrator.mesh import serve_args
-from orchestrator.services import launch
 
 ROWS = 32 * 8  # samples a step (the config's 32 prompts x 8)
 

@@ -2,7 +2,7 @@
 calls, each scored as soon as it returns (issue 15's streamed groups).
 
 A vLLM rollout service and a reward service running a user function that costs real time (math-verify,
-bench/math_reward.py, ~1.6 ms a sample) on the arithmetic task; the step is orchestrator.chunks.sample
+bench/math_reward.py, ~1.6 ms a sample) on the arithmetic task; the step is orchestrator.sampling.chunks.sample
 through a real Mesh, as a run calls it. The values of C alternate, after a warm-up of each; samples/s is
 rows / (gen + reward) of one step, the median over the repeats. --pin puts the rollout on core 0 and the
 reward service (and this process) on core 1, as a GPU rollout leaves the host's cores to scoring;
@@ -25,11 +25,11 @@ from meshrl.rpc import Client
 from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
 from meshrl.tiny.models import TinyModelConfig, make_model
 from meshrl.v1 import reward_pb2, rollout_pb2
-from orchestrator import chunks
 from orchestrator.config import load_config
 from orchestrator.data import PromptDataset
-from orchestrator.mesh import Mesh
-from orchestrator.services import launch
+from orchestrator.lifecycle.mesh import Mesh
+from orchestrator.lifecycle.services import launch
+from orchestrator.sampling import chunks
 
 BENCH = pathlib.Path(__file__).resolve().parent
 MODEL = TinyModelConfig(hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=1024)

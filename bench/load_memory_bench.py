@@ -17,7 +17,7 @@ from push_memory_bench import MiB, family, sized_model, status
 
 from meshrl.rpc import Client
 from meshrl.v1 import actor_pb2, common_pb2
-from orchestrator.services import launch
+from orchestrator.lifecycle.services import launch
 
 ACTOR = actor_pb2.DESCRIPTOR.services_by_name["ActorService"]
 

@@ -22,11 +22,11 @@ from meshrl.rpc import Client
 from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
 from meshrl.tiny.models import TinyModelConfig, make_model
 from meshrl.v1 import env_pb2, rollout_pb2
-from orchestrator import multi_turn
 from orchestrator.config import load_config
 from orchestrator.data import PromptDataset
-from orchestrator.mesh import Mesh
-from orchestrator.services import launch
+from orchestrator.lifecycle.mesh import Mesh
+from orchestrator.lifecycle.services import launch
+from orchestrator.sampling import multi_turn
 
 BENCH = pathlib.Path(__file__).resolve().parent
 
@@ -74,7 +74,6 @@ def main() -> int:
                     ),
                     clients,
                 )
-                meshes[name].tokenizer = tokenizer
             times = {name: [] for name in settings}
             for i in range(a.repeats + 1):
                 for name, mesh in meshes.items():

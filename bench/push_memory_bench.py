@@ -32,7 +32,7 @@ from meshrl import weights
 from meshrl.rpc import Client
 from meshrl.tiny.models import TinyModelConfig, make_model
 from meshrl.v1 import actor_pb2, rollout_pb2
-from orchestrator.services import launch
+from orchestrator.lifecycle.services import launch
 
 ROLLOUT = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
 ACTOR = actor_pb2.DESCRIPTOR.services_by_name["ActorService"]

@@ -32,7 +32,7 @@ from meshrl.tiny.models import TinyModelConfig, make_model  # noqa: E402
 
 def start_times(model: pathlib.Path, repeats: int = 3) -> None:
     """Seconds from `meshrl serve ...` to its "listening on" line, each service alone, as a run starts it."""
-    from orchestrator.services import launch
+    from orchestrator.lifecycle.services import launch
 
     for name, args in [
         ("rollout (hf)", ["rollout", "--backend", "hf", "--model", str(model), "--max-model-len", "64"]),
@@ -70,7 +70,7 @@ def main():
     ]
     started = time.monotonic()
     with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "meshrl.cli", "grpo", *overrides], stdout=f, stderr=f, cwd=ROOT)
+        proc = subprocess.Popen([sys.executable, "-m", "cli", "grpo", *overrides], stdout=f, stderr=f, cwd=ROOT)
     orchestrator, killed_at, history, first_step = psutil.Process(proc.pid), {}, [], None
     while proc.poll() is None:
         logged = steps_logged(run_dir)

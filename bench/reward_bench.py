@@ -62,7 +62,7 @@ def in_process(spec: str, samples: list[tuple]) -> float:
 
 
 def start_service(spec: str, workers: int) -> tuple[subprocess.Popen, str]:
-    args = [sys.executable, "-m", "meshrl.cli", "serve", "reward", "--workers", str(workers)]
+    args = [sys.executable, "-m", "cli", "serve", "reward", "--workers", str(workers)]
     if spec != "builtin":
         args += ["--function", spec]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)

@@ -52,7 +52,7 @@ def start_service(model: str, backend: str):
         [
             sys.executable,
             "-m",
-            "meshrl.cli",
+            "cli",
             "serve",
             "rollout",
             "--model",

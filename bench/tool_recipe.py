@@ -18,7 +18,7 @@ from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
 from meshrl.tiny.models import TinyModelConfig, make_model
 from orchestrator.config import load_config
 from orchestrator.main import run
-from orchestrator.report import gain_line, held_out_gain
+from orchestrator.output.report import gain_line, held_out_gain
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -22,7 +22,7 @@ from meshrl.dataproto import DataProto
 from meshrl.rpc import Client
 from meshrl.tiny.models import TinyModelConfig, make_model
 from meshrl.v1 import rollout_pb2
-from orchestrator.services import launch
+from orchestrator.lifecycle.services import launch
 from services.actor.model import forward_response, token_logprobs
 
 ROLLOUT = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]

@@ -235,7 +235,7 @@ class TrainerSection(Checked):
     #   a dead rollout, reward or ref service and the step is retried; a dead actor or critic and the run
     #   goes on from its last checkpoint; 0: a dead service ends the run
     max_staleness: int = 0  # K >= 1: the rollout samples the next K steps while the actor trains this one
-    #   (ppo, grpo, rloo, reinforce; orchestrator/pipeline.py); 0: one phase after the other
+    #   (ppo, grpo, rloo, reinforce; orchestrator/sampling/pipeline.py); 0: one phase after the other
     given_settings: str = "refuse"  # services given by address that run with other settings than this config
     #   (lr, micro-batching, the rollout's backend and dtype, ...): refuse (stop before the first step, naming
     #   each) or adopt (use theirs; run_dir/config.yaml records them)

@@ -18,6 +18,7 @@ import torch
 
 from meshrl.chat import as_messages, render
 from meshrl.dataproto import DataProto
+from orchestrator.config import save_config
 
 log = logging.getLogger(__name__)
 
@@ -169,8 +170,6 @@ def prepare_run(cfg) -> tuple[pathlib.Path, object, PromptDataset, Sampler]:
     """What every loop starts with (after preflight.check, which checked the inputs exist): the run
     folder (with the resolved config saved in it), the tokenizer, the training prompts and their sampler."""
     from transformers import AutoTokenizer
-
-    from orchestrator.config import save_config
 
     run_dir = pathlib.Path(cfg.trainer.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

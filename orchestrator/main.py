@@ -5,8 +5,9 @@ import logging
 import sys
 
 from meshrl.errors import ServiceError
-from orchestrator import dpo, policy_gradient, sft, trainer
 from orchestrator.config import Config, describe_keys, load_config
+from orchestrator.loops import dpo, policy_gradient, sft
+from orchestrator.run import trainer
 
 # One entry per CLI command: a fresh algorithm object for the run.
 LOOPS = {

@@ -30,10 +30,11 @@ import tempfile
 from meshrl import tls
 from meshrl.rpc.token import forget_run_token, run_token
 from orchestrator import main as loops
-from orchestrator import preflight, trainer
 from orchestrator.config import Config
-from orchestrator.mesh import serve_args
-from orchestrator.services import DESCRIPTORS, launch
+from orchestrator.lifecycle import preflight
+from orchestrator.lifecycle.mesh import serve_args
+from orchestrator.lifecycle.services import DESCRIPTORS, launch
+from orchestrator.run import trainer
 
 log = logging.getLogger(__name__)
 

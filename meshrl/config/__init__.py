@@ -10,6 +10,6 @@ and checked once (meshrl/config/checked.py), and read by both sides.
 A service parses its flags into its Config class (meshrl.flags). The run config's sections are made of
 the *Settings classes (orchestrator/config.py), and the run derives the flags it starts a service with,
 what a service given by address must report, and the loss parameters it sends, from the same classes
-(orchestrator/mesh.py::settings, orchestrator/params.py). The fields a Config adds to its Settings are
+(orchestrator/lifecycle/mesh.py::settings, orchestrator/loops/params.py). The fields a Config adds to its Settings are
 what a run fills in from other sections, or the service's own.
 """

@@ -23,7 +23,7 @@ P, T = 5, 6
 class Service:
     def __init__(self, *args: str, root: str = tempfile.gettempdir()):  # pytest's tmp_path lies under it
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "meshrl.cli", "serve", "actor", "--checkpoint-root", root, *args],
+            [sys.executable, "-m", "cli", "serve", "actor", "--checkpoint-root", root, *args],
             stdout=subprocess.PIPE,
             text=True,
         )

@@ -69,7 +69,7 @@ def test_an_open_loopback_service_warns_once(plain_env, caplog):
 
 
 def test_meshrl_serve_names_the_flag(plain_env):
-    cmd = [sys.executable, "-m", "meshrl.cli", "serve", "reward", "--workers", "0", "--host", "0.0.0.0"]
+    cmd = [sys.executable, "-m", "cli", "serve", "reward", "--workers", "0", "--host", "0.0.0.0"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=plain_env)
     assert out.returncode == 2, out.stderr[-2000:]
     last = out.stderr.strip().splitlines()[-1]
@@ -81,7 +81,7 @@ def test_meshrl_serve_with_the_flag_listens_everywhere(plain_env):
     cmd = [
         sys.executable,
         "-m",
-        "meshrl.cli",
+        "cli",
         "serve",
         "reward",
         "--workers",

@@ -15,7 +15,7 @@ from meshrl.config.env import EnvConfig
 from meshrl.errors import ServiceError
 from meshrl.rpc import Client, Server
 from meshrl.v1 import env_pb2
-from orchestrator.services import launch
+from orchestrator.lifecycle.services import launch
 from services.env.servicer import EnvServicer
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))

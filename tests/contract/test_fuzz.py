@@ -363,7 +363,7 @@ def rollout(tiny_lm):
 def actor(tiny_lm, tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz_ckpt")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "meshrl.cli", "serve", "actor", "--model", str(tiny_lm), "--checkpoint-root", str(root)],
+        [sys.executable, "-m", "cli", "serve", "actor", "--model", str(tiny_lm), "--checkpoint-root", str(root)],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -1,4 +1,4 @@
-"""Multi-turn rollouts (orchestrator.multi_turn) over a real HF rollout service and a real environment
+"""Multi-turn rollouts (orchestrator.sampling.multi_turn) over a real HF rollout service and a real environment
 service with a scripted environment: masks, log-probs and turn boundaries checked token by token."""
 
 import json
@@ -10,10 +10,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from meshrl.config.env import EnvConfig
 from meshrl.config.rollout import RolloutConfig
 from meshrl.rpc import Client, Server
-from orchestrator import multi_turn
 from orchestrator.config import load_config
 from orchestrator.data import PromptDataset
-from orchestrator.mesh import Mesh
+from orchestrator.lifecycle.mesh import Mesh
+from orchestrator.sampling import multi_turn
 from services.env.servicer import EnvServicer
 from services.rollout.servicer import RolloutServicer
 

@@ -271,7 +271,7 @@ def test_client_refuses_a_reply_with_the_wrong_number_of_scores():
 
 def test_meshrl_serve_reward_cli(tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "meshrl.cli", "serve", "reward", "--workers", "1"], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "cli", "serve", "reward", "--workers", "1"], stdout=subprocess.PIPE, text=True
     )
     try:
         line = proc.stdout.readline()

@@ -373,7 +373,7 @@ def test_sigterm_stops_a_busy_rollout_within_seconds(tiny_lm):
         [
             sys.executable,
             "-m",
-            "meshrl.cli",
+            "cli",
             "serve",
             "rollout",
             "--backend",

@@ -52,13 +52,13 @@ def test_binds_loopback_and_reports_health(server, client):
 
 
 def test_health_command(server):
-    ok = subprocess.run([sys.executable, "-m", "meshrl.cli", "health", server.address], capture_output=True, text=True)
+    ok = subprocess.run([sys.executable, "-m", "cli", "health", server.address], capture_output=True, text=True)
     assert ok.returncode == 0 and "SERVING" in ok.stdout
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         free = s.getsockname()[1]
     down = subprocess.run(
-        [sys.executable, "-m", "meshrl.cli", "health", f"127.0.0.1:{free}", "--timeout", "1"],
+        [sys.executable, "-m", "cli", "health", f"127.0.0.1:{free}", "--timeout", "1"],
         capture_output=True,
         text=True,
     )
@@ -183,7 +183,7 @@ def test_a_taken_port_is_refused_not_shared(server):
     with pytest.raises(OSError, match=f"could not bind 127.0.0.1:{server.port}"):
         serve(EchoScorer(), port=server.port)
     out = subprocess.run(
-        [sys.executable, "-m", "meshrl.cli", "serve", "reward", "--workers", "0", "--port", str(server.port)],
+        [sys.executable, "-m", "cli", "serve", "reward", "--workers", "0", "--port", str(server.port)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -198,10 +198,10 @@ def test_a_taken_port_is_refused_not_shared(server):
 
 
 def test_health_needs_a_port_and_no_heavy_imports(server):
-    out = subprocess.run([sys.executable, "-m", "meshrl.cli", "health", "localhost"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "cli", "health", "localhost"], capture_output=True, text=True)
     assert out.returncode == 2 and "give HOST:PORT, got 'localhost'" in out.stderr
     probe = (
-        "import sys; from meshrl.cli import main; rc = main(['health', sys.argv[1]]); "
+        "import sys; from cli.main import main; rc = main(['health', sys.argv[1]]); "
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules; sys.exit(rc)"
     )
     ok = subprocess.run([sys.executable, "-c", probe, server.address], capture_output=True, text=True)

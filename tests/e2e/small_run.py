@@ -5,7 +5,7 @@ import sys
 
 
 def grpo_command(tiny_lm, arithmetic_data, run_dir, steps: int, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "meshrl.cli", "grpo", f"actor.model={tiny_lm}",
+    return [sys.executable, "-m", "cli", "grpo", f"actor.model={tiny_lm}",
             f"data.train_files={arithmetic_data['train']}", f"trainer.run_dir={run_dir}",
             f"trainer.total_steps={steps}", "trainer.val_every=0", "trainer.logger=[console]", "trainer.trace=",
             "rollout.backend=hf", "reward.workers=1", "data.train_batch_size=4", "rollout.n=2", *extra]  # fmt: skip

@@ -71,7 +71,7 @@ def test_killed_services_are_started_again_and_the_run_ends_as_if_untouched(tiny
     chaos, log = tmp_path / "chaos", tmp_path / "chaos.log"
     with open(log, "w") as f:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "meshrl.cli", "grpo", *settings(tiny_lm, arithmetic_data, tmp_path, chaos)],
+            [sys.executable, "-m", "cli", "grpo", *settings(tiny_lm, arithmetic_data, tmp_path, chaos)],
             stdout=f,
             stderr=f,
         )
@@ -117,7 +117,7 @@ def test_a_service_given_by_address_is_waited_for(tiny_lm, arithmetic_data, tmp_
     if name == "actor":
         monkeypatch.setenv("MESHRL_TOKEN", "shared-with-the-given-actor")
 
-    from orchestrator.mesh import serve_args
+    from orchestrator.lifecycle.mesh import serve_args
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -127,7 +127,7 @@ def test_a_service_given_by_address_is_waited_for(tiny_lm, arithmetic_data, tmp_
     serve = [
         sys.executable,
         "-m",
-        "meshrl.cli",
+        "cli",
         "serve",
         *serve_args(load_config(None, overrides), name),
         "--port",
@@ -137,7 +137,7 @@ def test_a_service_given_by_address_is_waited_for(tiny_lm, arithmetic_data, tmp_
     log = run_dir.parent / "given.log"
     with open(log, "w") as f:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "meshrl.cli", "grpo", *overrides, f"{name}.address=127.0.0.1:{port}"],
+            [sys.executable, "-m", "cli", "grpo", *overrides, f"{name}.address=127.0.0.1:{port}"],
             stdout=f,
             stderr=f,
         )

@@ -81,9 +81,7 @@ def test_each_container_holds_only_its_own_roles_key():
 
 
 def test_certs_per_role_hold_one_key_each(tmp_path):
-    subprocess.run(
-        [sys.executable, "-m", "meshrl.cli", "certs", str(tmp_path), "--per-role"], check=True, capture_output=True
-    )
+    subprocess.run([sys.executable, "-m", "cli", "certs", str(tmp_path), "--per-role"], check=True, capture_output=True)
     assert not list(tmp_path.glob("*.key"))  # none left where every container could read them
     for role in ("orchestrator", "actor", "rollout", "reward", "env"):
         assert sorted(p.name for p in (tmp_path / role).iterdir()) == sorted(["ca.pem", f"{role}.pem", f"{role}.key"])

@@ -179,7 +179,7 @@ def test_compose_runs_grpo_under_docker_and_heals_a_crashed_rollout(compose):
     assert c.steps() == list(range(steps + 1))  # each step once, a retried one too
     assert (c.run_dir / "summary.md").is_file()
     # The new rollout holds the actor's last weights. Two ways lead there, by where the crash falls: a
-    # Generate fails, the run waits for the rollout and pushes again (orchestrator/recovery.py); or the
+    # Generate fails, the run waits for the rollout and pushes again (orchestrator/run/recovery.py); or the
     # actor's push into it fails and the actor tries again until it answers (one step's push taking longer).
     assert int(c("exec", "-T", "rollout", "python", "-c", ROLLOUT_VERSION)) == steps
     FIGURES["healed_by"] = "the run's recovery" if "rollout not answering" in warnings(log) else "the actor's push"

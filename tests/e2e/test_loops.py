@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from orchestrator.config import load_config
 from orchestrator.main import run
-from orchestrator.trainer import StepFailed
+from orchestrator.run.trainer import StepFailed
 
 # An untrained model scores 0 on the task, and equal scores teach nothing: vary them by length.
 VARIED = (

@@ -68,10 +68,10 @@ def test_node_refuses_what_the_contract_refuses(node_env):
 def test_episodes_play_through_the_node_environment(node_env, tiny_lm, arithmetic_data):
     from transformers import AutoTokenizer
 
-    from orchestrator import multi_turn
     from orchestrator.config import load_config
     from orchestrator.data import PromptDataset
-    from orchestrator.mesh import Mesh
+    from orchestrator.lifecycle.mesh import Mesh
+    from orchestrator.sampling import multi_turn
 
     rollout = RolloutServicer(RolloutConfig(model=str(tiny_lm), backend="hf", max_model_len=128))
     server = Server([rollout]).start()

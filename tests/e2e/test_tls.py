@@ -33,7 +33,7 @@ ROLLOUT = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory):
     out = tmp_path_factory.mktemp("certs")
-    done = subprocess.run([sys.executable, "-m", "meshrl.cli", "certs", str(out)], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "cli", "certs", str(out)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(
         ["ca.pem", *(f"{r}.{x}" for r in tls.ROLES for x in ("pem", "key"))]
@@ -83,7 +83,7 @@ def test_roles_callers_and_servers_are_checked(tls_on, monkeypatch):
             assert e.value.code() == grpc.StatusCode.UNAVAILABLE
         env = {**os.environ, tls.VAR: str(tls_on)}
         health = subprocess.run(
-            [sys.executable, "-m", "meshrl.cli", "health", server.address], env=env, capture_output=True, text=True
+            [sys.executable, "-m", "cli", "health", server.address], env=env, capture_output=True, text=True
         )
         assert health.returncode == 0 and "SERVING" in health.stdout, health.stderr
     finally:

@@ -20,7 +20,7 @@ from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
 from meshrl.tiny.models import TinyModelConfig, make_model
 from orchestrator.config import load_config
 from orchestrator.main import run
-from orchestrator.report import gain_line, held_out_gain
+from orchestrator.output.report import gain_line, held_out_gain
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 GAIN_Z = 3.0  # a short run: ~5 standard errors here (tests/e2e/test_learning.py asks 4 of a longer one)

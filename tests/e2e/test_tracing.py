@@ -62,7 +62,7 @@ def test_each_step_is_one_trace_across_every_service(traced_run):
 
 def test_meshrl_trace_prints_a_timeline(traced_run):
     out = subprocess.run(
-        [sys.executable, "-m", "meshrl.cli", "trace", str(traced_run), "--step", "1"],
+        [sys.executable, "-m", "cli", "trace", str(traced_run), "--step", "1"],
         capture_output=True,
         text=True,
         check=True,

@@ -21,7 +21,7 @@ from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.rpc import Client
 from meshrl.v1 import actor_pb2, reward_pb2, rollout_pb2
-from orchestrator.services import launch
+from orchestrator.lifecycle.services import launch
 
 ROLLOUT = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
 ACTOR = actor_pb2.DESCRIPTOR.services_by_name["ActorService"]
@@ -243,10 +243,10 @@ def test_chunked_calls_sample_what_one_call_samples(rollout, tiny_lm, arithmetic
     """rollout.chunks=3: the step's prompts as three concurrent Generate calls, each scored by a real reward
     service as it returns, joined: the batch and the scores of one call (prompt i samples with seed + i
     in whichever call carries it)."""
-    from orchestrator import chunks
     from orchestrator.config import load_config
     from orchestrator.data import PromptDataset
-    from orchestrator.mesh import Mesh
+    from orchestrator.lifecycle.mesh import Mesh
+    from orchestrator.sampling import chunks
 
     cfg = load_config(
         None,
@@ -278,17 +278,17 @@ def test_chunked_calls_sample_what_one_call_samples(rollout, tiny_lm, arithmetic
 
 
 def test_multi_turn_episodes_on_vllm(rollout, tiny_lm, arithmetic_data):
-    """orchestrator.multi_turn with vLLM: turns end at the environment's stop string, which stays in the
+    """orchestrator.sampling.multi_turn with vLLM: turns end at the environment's stop string, which stays in the
     turn's tokens and in the text the environment gets (as with HF), observations go in between, and
     every policy token has its log-prob."""
     from transformers import AutoTokenizer
 
     from meshrl.config.env import EnvConfig
     from meshrl.rpc import Server
-    from orchestrator import multi_turn
     from orchestrator.config import load_config
     from orchestrator.data import PromptDataset
-    from orchestrator.mesh import Mesh
+    from orchestrator.lifecycle.mesh import Mesh
+    from orchestrator.sampling import multi_turn
     from services.env.servicer import EnvServicer
 
     class Tagged:

@@ -23,8 +23,8 @@ from meshrl.dataproto import DataProto
 from meshrl.rpc import Client
 from meshrl.v1 import actor_pb2, rollout_pb2
 from orchestrator.config import load_config
+from orchestrator.lifecycle.services import launch
 from orchestrator.main import run
-from orchestrator.services import launch
 from services.actor.model import forward_response, token_logprobs
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

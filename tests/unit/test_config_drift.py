@@ -69,7 +69,7 @@ def test_a_check_reads_right_in_the_service_and_in_the_run():
 
 
 def test_the_loss_parameters_a_run_sends_are_the_actors_classes():
-    from orchestrator.params import dpo_params, ppo_params, sft_params, value_params
+    from orchestrator.loops.params import dpo_params, ppo_params, sft_params, value_params
 
     cfg = run_config.load_config(
         None, ["actor.clip_ratio_high=0.28", "algorithm.rollout_is=token", "actor.ppo_epochs=2"]

@@ -1,4 +1,4 @@
-"""Services given by address are compared with the run's config (orchestrator.agreement): the settings
+"""Services given by address are compared with the run's config (orchestrator.lifecycle.agreement): the settings
 the services report are the ones their flags set, a difference stops the run naming both values, and
 trainer.given_settings=adopt takes the service's values instead."""
 
@@ -14,9 +14,9 @@ from meshrl.config.rollout import RolloutConfig
 from meshrl.errors import ServiceError
 from meshrl.flags import add_dataclass_flags, dataclass_from_args, settings_json
 from meshrl.v1 import common_pb2
-from orchestrator.agreement import agree
 from orchestrator.config import load_config
-from orchestrator.mesh import Mesh, serve_args
+from orchestrator.lifecycle.agreement import agree
+from orchestrator.lifecycle.mesh import Mesh, serve_args
 
 
 def parsed(cls, args, skip=()):

@@ -7,7 +7,7 @@ import torch
 
 from meshrl.clients.reward import Scores
 from meshrl.dataproto import DataProto
-from orchestrator.chunks import join_generations, join_scores, starts
+from orchestrator.sampling.chunks import join_generations, join_scores, starts
 from services.rollout import layout
 from services.rollout.sampling import Completion
 

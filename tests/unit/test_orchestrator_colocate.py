@@ -5,7 +5,7 @@ import types
 
 from meshrl.dataproto import DataProto
 from orchestrator.config import load_config
-from orchestrator.mesh import Mesh
+from orchestrator.lifecycle.mesh import Mesh
 
 
 class Recorder:

@@ -97,11 +97,11 @@ def parsed(cls, args: list[str], skip=()):
 
 
 def test_the_services_read_back_every_setting_the_run_config_shares_with_them():
-    """orchestrator/mesh.py::serve_args writes the actor's and rollout's flags from their config classes:
+    """orchestrator/lifecycle/mesh.py::serve_args writes the actor's and rollout's flags from their config classes:
     a setting changed in the run config arrives (bools both ways), and nothing is kept by hand."""
     from meshrl.config.actor import EngineConfig, OptimConfig
     from meshrl.config.rollout import RolloutConfig
-    from orchestrator.mesh import serve_args
+    from orchestrator.lifecycle.mesh import serve_args
 
     changed = [
         "actor.mixed_precision=true",

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from orchestrator.pipeline import Producer, version_for
+from orchestrator.sampling.pipeline import Producer, version_for
 
 
 def test_the_weights_of_each_step_by_hand():

@@ -1,4 +1,4 @@
-"""orchestrator.recovery's decisions, around fake services: what counts as lost, what is started again,
+"""orchestrator.run.recovery's decisions, around fake services: what counts as lost, what is started again,
 waited for or reloaded, and where the run goes on from. The real services' side of it is tested in
 tests/e2e/test_chaos.py."""
 
@@ -8,10 +8,11 @@ import torch
 
 from meshrl.errors import ServiceError
 from meshrl.v1 import common_pb2
-from orchestrator import recovery
 from orchestrator.config import load_config
-from orchestrator.mesh import Mesh
-from orchestrator.recovery import StepFailed, recover
+from orchestrator.lifecycle.mesh import Mesh
+from orchestrator.run import recovery
+from orchestrator.run.recovery import StepFailed, recover
+from orchestrator.run.state import RunState
 
 
 class FakeClient:
@@ -82,18 +83,21 @@ def setup(clients, ours, dead=(), checkpoint=0, monkeypatch=None, tmp_path=None)
 
 def go(mesh, services, algorithm=None, log=None, restarts=1):
     start = {"sampler": {"state": "start"}, "algorithm": {"state": "start"}, "rng": torch.get_rng_state()}
-    return recover(
-        StepFailed("step 7 failed: boom"),
-        restarts,
-        7,
-        ("batch",),
+    state = RunState(
+        mesh.cfg,
         services,
         mesh,
         algorithm or FakeAlgorithm(),
+        None,
+        None,
         FakeSampler(),
-        log or FakeLog(),
-        start,
+        number=7,
+        batch=("batch",),
+        restarts=restarts,
+        log=log or FakeLog(),
+        start=start,
     )
+    return recover(StepFailed("step 7 failed: boom"), state)
 
 
 def test_a_failure_that_lost_nothing_is_raised(monkeypatch, tmp_path):

@@ -2,10 +2,10 @@
 
 import json
 
-from meshrl.cli import ALGORITHMS
-from orchestrator.loggers import RunLog
+from cli.main import ALGORITHMS
 from orchestrator.main import LOOPS
-from orchestrator.report import finish_report, gain_line, held_out_gain, read_metrics, summary_table
+from orchestrator.output.loggers import RunLog
+from orchestrator.output.report import finish_report, gain_line, held_out_gain, read_metrics, summary_table
 
 
 def test_metrics_log_appends_and_a_rewritten_step_keeps_its_last_values(tmp_path):
@@ -82,7 +82,7 @@ def test_cli_lists_exactly_the_orchestrator_loops():
 def test_curves_show_what_moves_and_the_multi_turn_panels():
     """On the default on-policy path actor/ppo_kl is 0 at every step: the KL / clip panel shows the clip
     fraction (or kl_to_actor) instead; multi-turn runs get their turns and tool calls drawn."""
-    from orchestrator.report import choose_panels
+    from orchestrator.output.report import choose_panels
 
     rows = [
         {

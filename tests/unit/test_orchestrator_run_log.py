@@ -9,9 +9,10 @@ import torch
 
 from meshrl.clients.reward import check_reply
 from meshrl.dataproto import DataProto
-from orchestrator.loggers import RunLog, samples_markdown
-from orchestrator.mesh import reward_request
-from orchestrator.trainer import every, sample_rows, score_metrics
+from orchestrator.lifecycle.mesh import reward_request
+from orchestrator.output.loggers import RunLog, samples_markdown
+from orchestrator.run.trainer import every
+from orchestrator.sampling.samples import sample_rows, score_metrics
 
 
 def generated(n=4, T=3) -> DataProto:

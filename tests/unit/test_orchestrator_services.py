@@ -1,10 +1,10 @@
-"""orchestrator.services around a stand-in process: what a started service prints after its "listening on"
+"""orchestrator.lifecycle.services around a stand-in process: what a started service prints after its "listening on"
 line is passed on, never left to fill a pipe nobody reads (its writes would block it mid-run)."""
 
 import subprocess
 import sys
 
-from orchestrator.services import listening
+from orchestrator.lifecycle.services import listening
 
 
 def test_output_after_the_listening_line_is_drained(capfd):

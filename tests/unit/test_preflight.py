@@ -1,4 +1,4 @@
-"""Config mistakes found before any service starts: one line naming the key (orchestrator.preflight)."""
+"""Config mistakes found before any service starts: one line naming the key (orchestrator.lifecycle.preflight)."""
 
 import subprocess
 import sys
@@ -6,8 +6,8 @@ import sys
 import pytest
 
 from orchestrator.config import load_config
+from orchestrator.lifecycle.preflight import check
 from orchestrator.main import LOOPS
-from orchestrator.preflight import check
 
 
 @pytest.fixture
@@ -146,7 +146,7 @@ def test_the_cli_says_it_in_one_line_before_starting_anything(base, tmp_path):
         [
             sys.executable,
             "-m",
-            "meshrl.cli",
+            "cli",
             "grpo",
             *base,
             "actor.engine=plain",
@@ -166,9 +166,7 @@ def test_the_cli_says_it_in_one_line_before_starting_anything(base, tmp_path):
 
 
 def test_help_lists_every_config_key():
-    out = subprocess.run(
-        [sys.executable, "-m", "meshrl.cli", "grpo", "--help"], capture_output=True, text=True, timeout=120
-    )
+    out = subprocess.run([sys.executable, "-m", "cli", "grpo", "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.startswith("usage: meshrl grpo [--config FILE]")
     for key in (
         "actor.lr=1.0e-05",

@@ -119,7 +119,7 @@ def test_bad_data_config_is_refused(cfg, match, tmp_path):
 
 
 def test_cli_writes_model_and_data(tmp_path):
-    meshrl = [sys.executable, "-m", "meshrl.cli"]
+    meshrl = [sys.executable, "-m", "cli"]
     subprocess.run(
         [*meshrl, "make-model", str(tmp_path / "m"), "--hidden-size", "64", "--num-layers", "1"],
         check=True,
@@ -140,7 +140,7 @@ def test_meshrl_help_imports_neither_torch_nor_transformers():
     import sys
 
     code = (
-        "import sys; from meshrl.cli import build_parser; build_parser().format_help(); "
+        "import sys; from cli.main import build_parser; build_parser().format_help(); "
         "print(sorted(m for m in ('torch', 'transformers', 'pandas') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

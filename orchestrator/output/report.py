@@ -1,6 +1,6 @@
 """What a run leaves to look at at the end: curves.png (the main curves) and summary.md (first and
 last values, best validation, the held-out gain with its standard error), from metrics.jsonl and
-val.jsonl (orchestrator.loggers writes them as the run goes).
+val.jsonl (orchestrator.output.loggers writes them as the run goes).
 
     finish_report(run_dir)   # reads the files, so it also works on a resumed run's whole history
     held_out_gain(run_dir)   # first vs last validation, problem by problem

@@ -16,7 +16,7 @@ import grpc
 
 from meshrl.errors import ServiceError
 from orchestrator.config import Config
-from orchestrator.mesh import Mesh, settings
+from orchestrator.lifecycle.mesh import Mesh, settings
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """What a run does after a failed step: find what was lost, bring it back, say where to go on from.
 
-    number, batch = recover(error, restarts, number, batch, services, mesh, algorithm, sampler, log, start)
+    number, batch = recover(error, state)   # state: the run's (run.state.RunState)
 
 A service is lost when it died (one of ours), stopped answering (one given by
 address: its own supervisor, e.g. docker compose's restart policy, brings it
@@ -14,23 +14,16 @@ services of ours start afresh then (a rollout takes no weights older than its
 own), a reward or ref service only if it died (neither holds state of the run).
 """
 
-from __future__ import annotations
-
 import logging
-import pathlib
-from typing import TYPE_CHECKING
 
 import grpc
 import torch
 
 from meshrl.errors import ServiceError
-from orchestrator.checkpoints import resume
-from orchestrator.loggers import RunLog
-from orchestrator.mesh import Mesh
-from orchestrator.services import Services
-
-if TYPE_CHECKING:
-    from orchestrator.trainer import Algorithm
+from orchestrator.lifecycle.mesh import Mesh
+from orchestrator.loops.algorithm import Algorithm
+from orchestrator.run.checkpoints import resume
+from orchestrator.run.state import RunState
 
 log = logging.getLogger(__name__)
 GIVEN_WAIT = 300.0  # seconds a run waits for a service given by address to answer again
@@ -44,22 +37,13 @@ def snapshot(sampler, algorithm: Algorithm) -> dict:
     return {"sampler": sampler.state_dict(), "algorithm": algorithm.state_dict(), "rng": torch.get_rng_state()}
 
 
-def recover(
-    error: StepFailed,
-    restarts: int,
-    number: int,
-    batch,
-    services: Services,
-    mesh: Mesh,
-    algorithm: Algorithm,
-    sampler,
-    metrics_log: RunLog,
-    start_state: dict,
-) -> tuple[int, tuple | None]:
-    """Bring back what the failed step lost; (step, batch) to go on from (batch None: the sampler's next).
-    Re-raises the error when nothing was lost (the failure is the request's, not a service's), when
-    trainer.max_restarts is spent, or when a lost state cannot be restored."""
-    cfg = mesh.cfg
+def recover(error: StepFailed, state: RunState) -> tuple[int, tuple | None]:
+    """Bring back what the failed step (state.number, its batch state.batch) lost; (step, batch) to go on
+    from (batch None: the sampler's next). Re-raises the error when nothing was lost (the failure is the
+    request's, not a service's), when trainer.max_restarts is spent (state.restarts counts this failure),
+    or when a lost state cannot be restored."""
+    cfg, services, mesh, algorithm = state.cfg, state.services, state.mesh, state.algorithm
+    number, restarts = state.number, state.restarts
     if restarts > cfg.trainer.max_restarts:
         raise error
     dead = services.dead()
@@ -98,9 +82,9 @@ def recover(
         if "rollout" in dead | down | torn and number > 1:  # a new rollout has the base model (a torn one,
             #   part of a push that broke off): give it the actor's
             push_again(mesh, number - 1, error)
-        return number, batch
+        return number, state.batch
     try:
-        step = resume(pathlib.Path(cfg.trainer.run_dir), mesh, algorithm, sampler)
+        step = resume(state.run_dir, mesh, algorithm, state.sampler)
     except ServiceError as e:  # e.g. a given rollout refuses weights older than its own
         raise StepFailed(f"{error}; going back to the last checkpoint failed: {e}") from None
     if step == 0:  # no checkpoint: from the start, if every service is where it started
@@ -114,10 +98,10 @@ def recover(
                 f"{error}; {', '.join(moved)} (given by address) hold trained weights and there is no "
                 "checkpoint to go back to: set trainer.save_every to make one"
             ) from None
-        sampler.load_state_dict(start_state["sampler"])
-        algorithm.load_state_dict(start_state["algorithm"])
-        torch.set_rng_state(start_state["rng"])
-    metrics_log.forget_after(step)
+        state.sampler.load_state_dict(state.start["sampler"])
+        algorithm.load_state_dict(state.start["algorithm"])
+        torch.set_rng_state(state.start["rng"])
+    state.log.forget_after(step)
     return step + 1, None
 
 

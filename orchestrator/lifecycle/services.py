@@ -38,7 +38,7 @@ def spawn(serve_args: list[str], env: dict[str, str] | None = None) -> subproces
     its own: Ctrl-C in the terminal interrupts the orchestrator alone, which then stops its services in
     order, rather than every service dying under a call in flight and the run blaming the first it called."""
     return subprocess.Popen(
-        [sys.executable, "-m", "meshrl.cli", "serve", *serve_args],
+        [sys.executable, "-m", "cli", "serve", *serve_args],
         stdout=subprocess.PIPE,
         text=True,
         env={**QUIET, **child_env(env)},
@@ -106,7 +106,7 @@ class Services:
                 raise RuntimeError(f"the {name} service did not start: {e}") from None
             log.info("started %s service at %s", name, address)
             self.ours[name] = (proc, serve_args)
-        # One retry for a child on loopback: UNAVAILABLE there means it died, and restarting it (trainer.recover)
+        # One retry for a child on loopback: UNAVAILABLE there means it died, and restarting it (run.recovery)
         # beats 1.4 s of backoff; a service given by address keeps the client's three, for a flaky network.
         client = Client(
             address,

@@ -7,30 +7,29 @@ and orchestrator.json (step, data position, RNG state, the algorithm's own state
 checkpoints/latest names the newest complete one.
 """
 
-from __future__ import annotations
-
 import json
 import logging
 import pathlib
-from typing import TYPE_CHECKING
 
 import torch
 
-from orchestrator.mesh import Mesh
-
-if TYPE_CHECKING:
-    from orchestrator.trainer import Algorithm
+from orchestrator.lifecycle.mesh import Mesh
+from orchestrator.loops.algorithm import Algorithm
 
 log = logging.getLogger(__name__)
 
 
-def save(run_dir: pathlib.Path, number: int, mesh: Mesh, algorithm: Algorithm, sampler, last: bool) -> pathlib.Path:
+def save(
+    run_dir: pathlib.Path, number: int, mesh: Mesh, algorithm: Algorithm, sampler_state: dict, last: bool
+) -> pathlib.Path:
+    """Step `number`'s checkpoint: the trained services' own, and orchestrator.json (`sampler_state`: the
+    data position after the step's batch); `last` also exports the actor as HF."""
     path = run_dir / "checkpoints" / f"step_{number}"
     for role in algorithm.trained:
         mesh.save(role, path / role, export_hf=last and role == "actor")
     state = {
         "step": number,
-        "sampler": sampler.state_dict(),
+        "sampler": sampler_state,
         "algorithm": algorithm.state_dict(),
         "torch_rng": torch.get_rng_state().tolist(),
     }

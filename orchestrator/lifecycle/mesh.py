@@ -9,6 +9,8 @@
 
 A role without an address in the config is started here as a local process;
 one with an address is used as it is (after a health check naming it).
+A Mesh is the services and the calls on them, nothing of the run's own state:
+steps, data and the producer sampling ahead are the run loop's (run.state).
 """
 
 import contextlib
@@ -33,9 +35,10 @@ from meshrl.flags import dataclass_args
 from meshrl.rpc import Client
 from meshrl.v1 import actor_pb2, rollout_pb2
 from orchestrator.config import Config
-from orchestrator.services import Services
+from orchestrator.lifecycle.services import Services
 
 POLICY_INPUTS = ["input_ids", "attention_mask", "position_ids", "responses"]
+POLICY_TENSORS = [*POLICY_INPUTS, "response_mask"]  # what an update of the actor or critic takes
 CONFIGS = {"rollout": RolloutConfig, "reward": RewardConfig, "env": EnvConfig}  # one config class: one flag set
 
 
@@ -84,12 +87,7 @@ INTERRUPTED_RESENDS = 3  # a Generate stopped by a weight push is sent again thi
 class Mesh:
     cfg: Config
     clients: dict[str, Client]
-    last_sampled: tuple | None = None  # (Generate reply, Scores) of the step's training samples, for the
-    #   run's sample log; set by trainer.sample_and_score, taken by the trainer after the step
-    producer: object = None  # trainer.max_staleness >= 1: the pipeline.Producer sampling ahead
-    async_metrics: dict = dataclasses.field(default_factory=dict)  # its figures for the step being trained
-    tokenizer: object = None  # the actor's, for multi-turn observations
-    env_stop: list = dataclasses.field(default_factory=list)  # the environment's turn-ending strings
+    env_stop: list[str] = dataclasses.field(default_factory=list)  # the environment's turn-ending strings
 
     def has(self, role: str) -> bool:
         return role in self.clients
@@ -110,8 +108,8 @@ class Mesh:
         max_new_tokens: int | None = None,
     ) -> DataProto:
         """rollout.n samples of each prompt (greedy: one), prompt i with seed + i. `colocated=False`: the
-        caller holds colocated_generation around this (several concurrent calls, orchestrator.chunks).
-        `stop`, `max_new_tokens`: a multi-turn turn's own (orchestrator.multi_turn)."""
+        caller holds colocated_generation around this (several concurrent calls, orchestrator.sampling.chunks).
+        `stop`, `max_new_tokens`: a multi-turn turn's own (orchestrator.sampling.multi_turn)."""
         r = self.cfg.rollout
         sampling = rollout_pb2.SamplingParams(
             n=n or (1 if greedy else r.n),
@@ -163,8 +161,6 @@ class Mesh:
         kept the newer weights)."""
         if self.cfg.rollout.colocate:
             self["rollout"].call("WakeUp", rollout_pb2.SleepRequest(tags=["weights"]))
-        if self.producer is not None:  # sampling ahead: steps due the older weights go first
-            self.producer.before_push(version)
         reply = self["actor"].call(
             "PushWeights",
             actor_pb2.PushWeightsRequest(
@@ -176,8 +172,6 @@ class Mesh:
                 rollback=rollback,
             ),
         )
-        if self.producer is not None:
-            self.producer.after_push(version)
         return reply.seconds
 
     # ---- reward ----------------------------------------------------------------------

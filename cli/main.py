@@ -1,11 +1,11 @@
 """The `meshrl` command: one subcommand per job, each in the module that owns it.
 
-The shared package must not import services or the orchestrator, so later
-subcommands (serve, ppo, grpo, ...) are found by module name when they run.
+This package sits above everything (meshrl, services, orchestrator) and is the only one that imports
+all of them. Each subcommand imports what it runs only when it runs, so `meshrl --help` and
+`meshrl health` stay fast (no torch, no transformers).
 """
 
 import argparse
-import importlib
 import logging
 import pathlib
 import sys
@@ -60,18 +60,32 @@ def cmd_health(args) -> int:
 SERVICES = ("actor", "rollout", "reward", "env")
 
 
+def service_main(service: str):
+    """A service's own main (services.<service>.main), imported only when it is served."""
+    if service == "actor":
+        from services.actor.main import main
+    elif service == "rollout":
+        from services.rollout.main import main
+    elif service == "reward":
+        from services.reward.main import main
+    else:
+        assert service == "env", service  # argparse allows only SERVICES
+        from services.env.main import main
+    return main
+
+
 def cmd_serve(args) -> int:
-    """Run a service's own main (services.<role>.main), found by name: meshrl imports no service."""
+    """Run a service's own main (services.<role>.main)."""
     from meshrl.lifeline import die_with_parent
 
     die_with_parent()  # started by an orchestrator (or rank 0): do not outlive it
     try:
-        module = importlib.import_module(f"services.{args.service}.main")
+        main = service_main(args.service)
     except ModuleNotFoundError as e:
         print(f"the {args.service} service is not available: {e}", file=sys.stderr)
         return 2
     try:
-        return module.main(args.args)
+        return main(args.args)
     except OSError as e:  # a port already taken: one line, not a traceback
         print(f"meshrl serve {args.service}: {e}", file=sys.stderr)
         return 1
@@ -96,8 +110,9 @@ def cmd_certs(args) -> int:
 
 
 def cmd_report(args) -> int:
-    """Write a run's summary.md and curves.png again and print them (orchestrator.report)."""
-    report = importlib.import_module("orchestrator.report")
+    """Write a run's summary.md and curves.png again and print them (orchestrator.output.report)."""
+    from orchestrator.output import report
+
     run_dir = pathlib.Path(args.run_dir)
     if not (run_dir / "metrics.jsonl").is_file():
         print(f"meshrl report: {run_dir} has no metrics.jsonl (not a run folder?)", file=sys.stderr)
@@ -213,9 +228,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ALGORITHMS:  # the loop parses its own flags (argparse would take --config here)
-        return importlib.import_module("orchestrator.main").main(argv)
+        from orchestrator.main import main as loop_main
+
+        return loop_main(argv)
     if argv and argv[0] == "ray":  # the same loops, services placed on a Ray cluster
-        return importlib.import_module("orchestrator.ray_launch").main(argv[1:])
+        from orchestrator.ray_launch import main as ray_main
+
+        return ray_main(argv[1:])
     if argv and argv[0] == "health":  # a compose healthcheck runs this often: no torch, no transformers
         parser = argparse.ArgumentParser(prog="meshrl")
         add_health_parser(parser.add_subparsers(dest="command", required=True))
@@ -223,7 +242,3 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     args = build_parser().parse_args(argv)
     return args.fn(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

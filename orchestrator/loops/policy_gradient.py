@@ -19,11 +19,11 @@ from meshrl.algos.advantages import ADVANTAGE_ESTIMATORS
 from meshrl.algos.kl import AdaptiveKLController, FixedKLController, apply_kl_penalty
 from meshrl.algos.masked import masked_mean
 from orchestrator.config import Config
-from orchestrator.mesh import POLICY_INPUTS, Mesh
-from orchestrator.params import ppo_params, value_params
-from orchestrator.trainer import Timer, sample_and_score, score_metrics
-
-POLICY_TENSORS = [*POLICY_INPUTS, "response_mask"]
+from orchestrator.lifecycle.mesh import POLICY_TENSORS, Mesh
+from orchestrator.loops.params import ppo_params, value_params
+from orchestrator.sampling.rollouts import Rollouts
+from orchestrator.sampling.samples import score_metrics
+from orchestrator.timer import Timer
 
 
 def on_policy(cfg: Config, rows: int) -> bool:
@@ -100,9 +100,9 @@ class PolicyGradient:
             | ({"env"} if cfg.rollout.multi_turn else set())
         )
 
-    def step(self, mesh: Mesh, number: int, data, indices, uids) -> dict[str, float]:
+    def step(self, mesh: Mesh, rollouts: Rollouts, number: int, data, indices, uids) -> dict[str, float]:
         cfg, t = mesh.cfg, Timer()
-        gen, scored = sample_and_score(mesh, t, number, data.batch(indices, uids))
+        gen, scored = rollouts.sample_and_score(t, number, data.batch(indices, uids))
         batch = gen.select(POLICY_TENSORS)
         mask = batch.batch["response_mask"]
         reuse = on_policy(cfg, len(batch))
@@ -151,7 +151,7 @@ class PolicyGradient:
         with t("update_actor"):
             metrics.update(mesh.update("actor", number, "ppo", ppo_params(cfg, reuse), batch))
         with t("update_weights"):
-            mesh.push_weights(version=number)
+            rollouts.push_weights(number)
         metrics.update(rollout_metrics(gen, scored, batch, advantages))
         metrics["perf/tokens_per_s"] = mask.sum().item() / max(1e-9, sum(t.values()))
         return {**metrics, **t}

@@ -13,7 +13,7 @@ match the first reading in a deterministic run; the files keep the redone ones).
 scalars and a text table of the samples; Weights & Biases and MLflow get the same through their own
 clients. Both run offline by default, writing under the run folder (run_dir/wandb, run_dir/mlruns); their
 usual environment variables (WANDB_MODE, WANDB_PROJECT, MLFLOW_TRACKING_URI)
-point them at a server instead. "console" is the progress bar (trainer.py).
+point them at a server instead. "console" is the progress bar (run/trainer.py).
 """
 
 import hashlib

@@ -12,8 +12,9 @@ import torch
 from meshrl.dataproto import DataProto
 from orchestrator.config import Config
 from orchestrator.data import PromptDataset
-from orchestrator.mesh import Mesh
-from orchestrator.params import sft_params
+from orchestrator.lifecycle.mesh import Mesh
+from orchestrator.loops.params import sft_params
+from orchestrator.sampling.rollouts import Rollouts
 
 
 def sft_batch(data: PromptDataset, indices: list[int]) -> DataProto:
@@ -54,7 +55,7 @@ class SFT:
     def setup(self, cfg: Config) -> set[str]:
         return {"actor"}
 
-    def step(self, mesh: Mesh, number: int, data, indices, uids) -> dict[str, float]:
+    def step(self, mesh: Mesh, rollouts: Rollouts, number: int, data, indices, uids) -> dict[str, float]:
         return mesh.update("actor", number, "sft", sft_params(mesh.cfg), sft_batch(data, indices))
 
     def state_dict(self) -> dict:

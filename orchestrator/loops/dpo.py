@@ -11,10 +11,11 @@ import torch
 
 from meshrl.algos.pairs import best_worst_pairs
 from orchestrator.config import Config
-from orchestrator.mesh import Mesh
-from orchestrator.params import dpo_params
-from orchestrator.policy_gradient import POLICY_TENSORS
-from orchestrator.trainer import Timer, sample_and_score, score_metrics
+from orchestrator.lifecycle.mesh import POLICY_TENSORS, Mesh
+from orchestrator.loops.params import dpo_params
+from orchestrator.sampling.rollouts import Rollouts
+from orchestrator.sampling.samples import score_metrics
+from orchestrator.timer import Timer
 
 
 @dataclasses.dataclass
@@ -29,9 +30,9 @@ class OnlineDPO:
             )
         return {"actor", "ref", "rollout", "reward"}
 
-    def step(self, mesh: Mesh, number: int, data, indices, uids) -> dict[str, float]:
+    def step(self, mesh: Mesh, rollouts: Rollouts, number: int, data, indices, uids) -> dict[str, float]:
         cfg, t = mesh.cfg, Timer()
-        gen, scored = sample_and_score(mesh, t, number, data.batch(indices, uids))
+        gen, scored = rollouts.sample_and_score(t, number, data.batch(indices, uids))
         chosen, rejected = best_worst_pairs(scored.scores, list(gen.non_tensor_batch["uid"]))
         lengths = gen.batch["response_mask"].sum(-1).float()
         metrics = {
@@ -49,7 +50,7 @@ class OnlineDPO:
         with t("update_actor"):
             metrics.update(mesh.update("actor", number, "dpo", dpo_params(cfg), pairs))
         with t("update_weights"):
-            mesh.push_weights(version=number)
+            rollouts.push_weights(number)
         return {**metrics, **t}
 
     def state_dict(self) -> dict:

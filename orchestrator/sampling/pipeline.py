@@ -6,12 +6,13 @@ Which weights sample step s (deterministic, the default): version
     v(s) = max(c(s), s - 1 - K)
 
 where c(s) is the last checkpoint step before s (0 at the start). The producer waits for v(s) to be in
-the rollout before it asks for s, and the trainer holds back the push of version j until every step
-sampled from j - 1 has been generated. Every batch is then sampled from the same weights in every run,
+the rollout before it asks for s, and the push of version j is held back (rollouts.Rollouts.push_weights)
+until every step sampled from j - 1 has been generated. Every batch is then sampled from the same weights in every run,
 and a run resumed from a checkpoint at c samples what an uninterrupted one does: after a checkpoint the
 steps go back to c's weights (which the checkpoint holds), at the cost of one step without overlap per
 checkpoint. With trainer.deterministic=false the push is never held back: a batch is sampled from the
-newest weights the rollout has, never older than s - 1 - K.
+newest weights the rollout has, never older than s - 1 - K. The run loop owns the producer
+(run.state.RunState): it starts it, hands it to each step's Rollouts, and stops it.
 
 Staleness (s - 1 - the version that sampled s) is at most K by construction: the producer never asks
 for s before version s - 1 - K is in the rollout, and the rollout loads a push only between generations.
@@ -24,13 +25,14 @@ import threading
 import time
 from collections.abc import Callable
 
+from orchestrator.sampling.samples import sample
+
 ALGORITHMS = ("ppo", "grpo", "rloo", "reinforce")  # DPO pairs and SFT batches stay synchronous
 
 
-def start(cfg, mesh, data, sampler, first: int) -> Producer:
+def start(cfg, mesh, tokenizer, data, sampler, first: int) -> Producer:
     """A producer for trainer.max_staleness from step `first` on: it draws the batches from `sampler`
-    and samples them through `mesh` (trainer.sample)."""
-    from orchestrator.trainer import sample
+    and samples them through `mesh` (samples.sample)."""
 
     def draw() -> tuple:
         indices, uids = sampler.next()
@@ -38,7 +40,13 @@ def start(cfg, mesh, data, sampler, first: int) -> Producer:
 
     t = cfg.trainer
     return Producer(
-        functools.partial(sample, mesh), draw, first, t.total_steps, t.max_staleness, t.save_every, t.deterministic
+        functools.partial(sample, mesh, tokenizer),
+        draw,
+        first,
+        t.total_steps,
+        t.max_staleness,
+        t.save_every,
+        t.deterministic,
     )
 
 
@@ -50,13 +58,14 @@ def version_for(step: int, staleness: int, save_every: int) -> int:
 
 
 class Producer:
-    """Samples steps first.. in order, each once its weights are in the rollout; the trainer takes them.
+    """Samples steps first.. in order, each once its weights are in the rollout; the steps take them.
 
     sample(number, prompts, on_generated) -> (gen, scored, seconds by phase) does one step's generation
     (calling on_generated(number) once it returns) and scoring; draw() -> (indices, uids, prompts, the
-    sampler's state after the draw) is the next step's batch, drawn here in step order. The trainer calls
-    take(number) for each step, before_push(version) / after_push(version) around each weight push, and
-    stop() at the end or on a failure; sampler_state(number) is what a checkpoint at `number` records.
+    sampler's state after the draw) is the next step's batch, drawn here in step order. Each step calls
+    take(number), and before_push(version) / after_push(version) around its weight push (through its
+    Rollouts); the run loop calls stop() at the end or on a failure, and records sampler_state(number) in
+    a checkpoint at `number`.
     """
 
     def __init__(
@@ -82,7 +91,7 @@ class Producer:
         self.thread = threading.Thread(target=self._run, name="meshrl-producer", daemon=True)
         self.thread.start()
 
-    # ---- the trainer's side --------------------------------------------------------------
+    # ---- the steps' side ------------------------------------------------------------------
 
     def take(self, number: int) -> tuple:
         """Step `number`'s (gen, scored, seconds by phase, weight version); waits for it. A failure of its
@@ -148,7 +157,7 @@ class Producer:
                 gen, scored, seconds = self.sample(step, prompts, self._generated)
                 seconds["timing_s/sample_wall"] = time.perf_counter() - start
                 out = (gen, scored, seconds, int(gen.meta_info.get("weight_version", -1)))
-            except BaseException as e:  # the trainer raises it at take(); nothing more is sampled
+            except BaseException as e:  # the step raises it at take(); nothing more is sampled
                 out = e
             with self.cond:
                 self.done[step] = out

@@ -1,0 +1,7 @@
+"""`python -m cli ...`: the `meshrl` command, for processes started by the path of the interpreter."""
+
+import sys
+
+from cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""The algorithms: one step each (PPO, GRPO, RLOO, REINFORCE++, online DPO, SFT)."""

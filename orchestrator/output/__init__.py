@@ -1,0 +1,1 @@
+"""What a run leaves: its logs as it goes, its report at the end."""

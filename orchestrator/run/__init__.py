@@ -1,0 +1,2 @@
+"""One run of any algorithm: the shared loop (trainer), what it holds (state), validation, checkpoints,
+recovery."""

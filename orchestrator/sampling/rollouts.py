@@ -1,0 +1,57 @@
+"""One step's traffic with the rollout: its samples and its weight push, sampled ahead or not.
+
+    rollouts = Rollouts(mesh, tokenizer, producer)          # the run loop makes one per step
+    gen, scored = rollouts.sample_and_score(t, number, prompts)
+    ...
+    rollouts.push_weights(number)                           # actor -> rollout
+    metrics.update(rollouts.metrics)                        # the run loop, after the step
+    log the samples in rollouts.sampled
+
+With trainer.max_staleness >= 1 a producer (pipeline) sampled the step ahead: sample_and_score takes its
+batch from it, and push_weights lets it hold a push back until the steps due the older weights are
+generated. Without one, the step samples now and pushes at once. Either way the step reads the same.
+"""
+
+import dataclasses
+
+from orchestrator.lifecycle.mesh import Mesh
+from orchestrator.sampling.pipeline import Producer
+from orchestrator.sampling.samples import sample
+from orchestrator.timer import Timer
+
+
+@dataclasses.dataclass
+class Rollouts:
+    mesh: Mesh
+    tokenizer: object  # the actor's, for multi-turn observations
+    producer: Producer | None = None  # trainer.max_staleness >= 1: the run's producer, sampling ahead
+    sampled: tuple | None = None  # (Generate reply, Scores) of the step's training samples, for the sample log
+    metrics: dict = dataclasses.field(default_factory=dict)  # the producer's figures for the step
+
+    def sample_and_score(self, t: Timer, number: int, prompts) -> tuple:
+        """The first two phases of every RL step: rollout.n responses per prompt (the step's seed), scored.
+        With a producer they were done ahead: this waits for them (timing_s/wait_batch), and `metrics` gets
+        their times and staleness."""
+        if self.producer is not None:
+            with t("wait_batch"):
+                gen, scored, seconds, version = self.producer.take(number)
+            self.metrics = {
+                **seconds,
+                "async/weight_version": float(version),
+                "async/staleness": float(number - 1 - version),
+            }
+        else:
+            gen, scored, seconds = sample(self.mesh, self.tokenizer, number, prompts)
+            t.update(seconds)
+        self.sampled = (gen, scored)
+        return gen, scored
+
+    def push_weights(self, version: int) -> float:
+        """The actor's weights to the rollout as `version` (Mesh.push_weights); seconds it took. Sampling
+        ahead, steps due the older weights are generated first."""
+        if self.producer is not None:
+            self.producer.before_push(version)
+        seconds = self.mesh.push_weights(version=version)
+        if self.producer is not None:
+            self.producer.after_push(version)
+        return seconds

@@ -1,0 +1,104 @@
+"""A step's samples: generated and scored, then read as metrics and as the rows the run's sample log keeps.
+
+    gen, scored, seconds = sample(mesh, tokenizer, number, prompts)   # rollout.n per prompt, scored
+    metrics = score_metrics(scored)                                   # critic/score/mean, critic/acc/mean, ...
+    rows = sample_rows(gen, scored, k)                                # prompt, response, score, truth, extras
+
+One Generate call, rollout.chunks concurrent calls (chunks), or multi-turn episodes (multi_turn), as the
+config says; each step samples with its own seed, so a resumed run samples what an uninterrupted one would.
+"""
+
+import logging
+
+from orchestrator.config import Config
+from orchestrator.lifecycle.mesh import Mesh, prompt_text
+from orchestrator.sampling import chunks, multi_turn
+from orchestrator.timer import Timer
+
+log = logging.getLogger(__name__)
+
+
+def sampling_seed(cfg: Config, number: int) -> int:
+    """Step `number` samples with its own seed, so a resumed run samples what an uninterrupted one would."""
+    return cfg.trainer.seed * 1_000_003 + number
+
+
+def sample(mesh: Mesh, tokenizer, number: int, prompts, on_generated=None) -> tuple:
+    """(gen, scored, timing_s/gen and timing_s/reward) of step `number`; on_generated(number) in between.
+    `tokenizer`: the actor's, for multi-turn observations."""
+    if mesh.cfg.rollout.multi_turn:  # episodes in the environment service
+        gen, scored, seconds = multi_turn.sample(mesh, prompts, sampling_seed(mesh.cfg, number), tokenizer)
+        if on_generated is not None:
+            on_generated(number)
+        return gen, scored, {f"timing_s/{k}": v for k, v in seconds.items()}
+    if mesh.cfg.rollout.chunks > 1:  # concurrent calls, each scored as it returns
+        gen, scored, seconds = chunks.sample(
+            mesh, prompts, sampling_seed(mesh.cfg, number), on_generated and (lambda: on_generated(number))
+        )
+        return gen, scored, {f"timing_s/{k}": v for k, v in seconds.items()}
+    t = Timer()
+    with t("gen"):
+        gen = mesh.generate(prompts, seed=sampling_seed(mesh.cfg, number))
+    if on_generated is not None:
+        on_generated(number)
+    with t("reward"):
+        scored = mesh.score(gen)
+    return gen, scored, dict(t)
+
+
+def answers(mesh: Mesh, tokenizer, prompts, seed: int = 0, n: int | None = None, greedy: bool = False):
+    """Scores of n answers to each prompt (greedy: one): one Generate, or with rollout.multi_turn episodes."""
+    if mesh.cfg.rollout.multi_turn:
+        return multi_turn.sample(mesh, prompts, seed, tokenizer, n=n, greedy=greedy)[1]
+    return mesh.score(mesh.generate(prompts, seed=seed, n=n, greedy=greedy))
+
+
+def accuracy(scored) -> float | None:
+    acc = scored.columns.get("acc")
+    return None if acc is None else float(sum(bool(x) for x in acc) / len(scored.scores))
+
+
+def score_metrics(scored) -> dict[str, float]:
+    """critic/score/{mean,max,min}, critic/acc/mean, and what the reward service reported: reward/num_failed
+    (warned about when not 0: those samples got reward.error_score), reward/<extra>/mean, ..."""
+    s = scored.scores
+    out = {
+        "critic/score/mean": s.mean().item(),
+        "critic/score/max": s.max().item(),
+        "critic/score/min": s.min().item(),
+        **{k: float(v) for k, v in scored.metrics.items()},
+    }
+    acc = accuracy(scored)
+    if acc is not None:
+        out["critic/acc/mean"] = acc
+    failed = int(out.get("reward/num_failed", 0))
+    if failed:
+        errors = [e for e in scored.columns.get("reward_error", []) if e]
+        log.warning(
+            "%d of %d samples failed to score and got the error score%s",
+            failed,
+            len(s),
+            f"; first error: {errors[0]}" if errors else "",
+        )
+    return out
+
+
+def sample_rows(gen, scored, k: int) -> list[dict]:
+    """The first k samples of a step as the run's sample log keeps them: prompt, response, score, the
+    ground truth, and the scorer's per-sample extras (acc, pred, reward_status, ...)."""
+    cols = gen.non_tensor_batch
+    rows = []
+    for i in range(min(k, len(scored.scores))):
+        row = {
+            "prompt": prompt_text(cols["prompt"][i]) if "prompt" in cols else "",
+            "response": cols["response_text"][i],
+            "score": round(scored.scores[i].item(), 6),
+        }
+        truth = (cols["reward_model"][i] or {}).get("ground_truth") if "reward_model" in cols else None
+        if truth is not None:
+            row["ground_truth"] = truth
+        row.update(
+            {key: values[i] for key, values in scored.columns.items() if not (key == "reward_error" and not values[i])}
+        )
+        rows.append(row)
+    return rows
