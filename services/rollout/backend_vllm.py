@@ -140,6 +140,9 @@ class VLLMBackend:
         with self.engine_lock:
             self.llm.collective_rpc("meshrl_weights_loaded")
 
+    def close(self) -> None:
+        pass
+
     def sleep(self, level: int) -> None:
         with self.engine_lock:
             self.llm.sleep(level=level)
