@@ -108,6 +108,18 @@ def test_bad_adapters_change_nothing(rollout, tiny_lm):
     assert gap(model, after.data) < TOLERANCE
 
 
+def test_an_adapter_outlives_sleep(rollout, tiny_lm):
+    model, named, lora = make_adapter(tiny_lm, seed=7)
+    rollout.call("Sleep", rollout_pb2.SleepRequest(level=1))
+    rollout.call("WakeUp", rollout_pb2.SleepRequest(tags=["weights"]))
+    push_adapter(rollout, named, lora, next_version(rollout))
+    rollout.call("WakeUp", rollout_pb2.SleepRequest())
+    assert gap(model, generate(rollout).data) < TOLERANCE
+    rollout.call("Sleep", rollout_pb2.SleepRequest(level=1))
+    rollout.call("WakeUp", rollout_pb2.SleepRequest())
+    assert gap(model, generate(rollout).data) < TOLERANCE
+
+
 def test_a_rollout_without_lora_support_refuses_an_adapter(tiny_lm):
     servicer, server, client = serve(tiny_lm)
     try:

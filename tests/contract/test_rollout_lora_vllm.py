@@ -11,6 +11,7 @@ import torch
 
 from meshrl import weights
 from meshrl.rpc import Client
+from meshrl.v1 import rollout_pb2
 from orchestrator.services import launch
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -98,3 +99,17 @@ def test_a_bad_adapter_changes_nothing(vllm, tiny_lm):
     assert vllm.call("Describe").details == info.details
     assert torch.equal(after.batch["responses"], before.batch["responses"])
     assert gap(model, after) < TOLERANCE
+
+
+def test_a_colocated_engine_takes_an_adapter_while_its_kv_cache_sleeps(vllm, tiny_lm):
+    """A colocated run's order: asleep while the actor trains, weights woken to take the adapter, then the rest;
+    the adapter outlives a later sleep too."""
+    model, named, lora = make_adapter(tiny_lm, seed=15)
+    vllm.call("Sleep", rollout_pb2.SleepRequest(level=1))
+    vllm.call("WakeUp", rollout_pb2.SleepRequest(tags=["weights"]))
+    push_adapter(vllm, named, lora, next_version(vllm))
+    vllm.call("WakeUp", rollout_pb2.SleepRequest())
+    assert gap(model, generate(vllm).data) < TOLERANCE
+    vllm.call("Sleep", rollout_pb2.SleepRequest(level=1))
+    vllm.call("WakeUp", rollout_pb2.SleepRequest())
+    assert gap(model, generate(vllm).data) < TOLERANCE
