@@ -191,6 +191,11 @@ class WeightReceiver:
             raise InvalidArgument(f"LoraAdapter.alpha must be a positive number, got {lora.alpha}")
         if not lora.target_modules:
             raise InvalidArgument("LoraAdapter.target_modules is empty: name the modules the adapter wraps")
+        if "all-linear" in lora.target_modules:  # peft's shorthand; its PeftModel's config holds what it meant
+            raise InvalidArgument(
+                "LoraAdapter.target_modules: send the module names peft resolved 'all-linear' to "
+                "(peft_model.peft_config[adapter].target_modules), not the shorthand"
+            )
         return adapter_shapes(self.shapes, lora.rank, list(lora.target_modules))
 
     def receive(self, buckets) -> list[list]:

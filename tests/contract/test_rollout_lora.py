@@ -89,6 +89,8 @@ def test_bad_adapters_change_nothing(rollout, tiny_lm):
     expect(old, lambda: push_adapter(rollout, big, big_lora, v), "rollout.max_lora_rank 8")
     other = rollout_pb2.LoraAdapter(rank=8, alpha=16, target_modules=["c_attn"])  # GPT-2's
     expect(bad, lambda: push_adapter(rollout, named, other, v), "target_modules ['c_attn']")
+    shorthand = rollout_pb2.LoraAdapter(rank=8, alpha=16, target_modules=["all-linear"])
+    expect(bad, lambda: push_adapter(rollout, named, shorthand, v), "names peft resolved 'all-linear' to")
     renamed = {k.replace("model.layers.", "transformer.h."): t for k, t in named.items()}
     expect(bad, lambda: push_adapter(rollout, renamed, lora, v), "'base_model.model.transformer.h.0.")
     key = next(iter(named))
