@@ -149,13 +149,15 @@ def push(
     share: Callable[[Bucket, list[torch.Tensor]], list] | None = None,
     deadline: float | None = None,
     rollback: bool = False,
+    lora: rollout_pb2.LoraAdapter | None = None,
 ) -> dict[str, float]:
     """Send the buckets to the rollout service behind `client` (a meshrl.rpc.Client); tensors_of(bucket)
     gives a bucket's tensors in its refs' order, on any device, when it is its turn. cuda_ipc: share(bucket,
     tensors) gives the CudaIpcHandles of the bucket's copies, one per GPU, the first this process's (by
     default: one copy, in this process's reused CUDA bucket). deadline (time.monotonic()): when the
     sender's own caller stops waiting. rollback: the rollout takes `version` even below its own (a run
-    going back to a checkpoint)."""
+    going back to a checkpoint). lora: the buckets hold this LoRA adapter (peft's tensor names, as
+    peft.get_peft_model_state_dict gives them), not the model's weights."""
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
     start = time.perf_counter()
@@ -163,7 +165,12 @@ def push(
     begun = client.call(
         "BeginWeightUpdate",
         rollout_pb2.BeginWeightUpdateRequest(
-            version=version, transport=transport, total_bytes=total, bucket_bytes=largest, rollback=rollback
+            version=version,
+            transport=transport,
+            total_bytes=total,
+            bucket_bytes=largest,
+            rollback=rollback,
+            lora=lora,
         ),
         timeout=call_timeout(largest, deadline),
     )  # the rollout may make (fault in) a segment this large
@@ -233,7 +240,9 @@ def push_state(
     transport: str,
     bucket_bytes: int = DEFAULT_BUCKET_BYTES,
     rollback: bool = False,
+    lora: rollout_pb2.LoraAdapter | None = None,
 ) -> dict[str, float]:
-    """push() for a state dict held whole (HF names)."""
+    """push() for a state dict held whole (HF names; an adapter's: peft's, with `lora`)."""
     buckets = plan([(k, t.dtype, list(t.shape)) for k, t in named.items()], bucket_bytes)
-    return push(client, buckets, lambda b: [named[r.name] for r in b.refs], version, transport, rollback=rollback)
+    tensors_of = lambda b: [named[r.name] for r in b.refs]  # noqa: E731
+    return push(client, buckets, tensors_of, version, transport, rollback=rollback, lora=lora)

@@ -10,6 +10,7 @@ BACKENDS = ("vllm", "hf")
 ON_UPDATE = ("wait", "interrupt")
 TRANSPORTS = ("shm", "stream", "cuda_ipc")  # how the actor's weights reach the rollout
 DTYPES = ("float32", "bfloat16", "float16")  # an engine's, and what the actor's weights may be sent as
+MAX_LORA_RANK = 512  # the largest vLLM (0.32) serves
 
 
 @dataclasses.dataclass
@@ -39,6 +40,10 @@ class RolloutSettings(Checked):
     """A weight update that arrives while Generate calls are running: "wait" lets them finish first;
     "interrupt" stops them at their next token (they end ABORTED, and a run sends them again, on the new
     weights) and loads at once."""
+    max_lora_rank: int = 0
+    """LoRA adapters the actor may push (BeginWeightUpdateRequest.lora): 0, none (a push of one is refused);
+    above 0, adapters up to this rank, one at a time (vLLM starts with enable_lora, which costs start-up
+    time and memory for the rank)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -48,6 +53,7 @@ class RolloutSettings(Checked):
         require(self.max_model_len >= 2, self, "max_model_len", "must be >= 2")
         require(self.tensor_parallel_size >= 1, self, "tensor_parallel_size", "must be >= 1")
         require(self.max_samples >= 1, self, "max_samples", "must be >= 1")
+        require(0 <= self.max_lora_rank <= MAX_LORA_RANK, self, "max_lora_rank", f"must be in 0..{MAX_LORA_RANK}")
 
 
 @dataclasses.dataclass

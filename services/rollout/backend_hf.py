@@ -6,7 +6,13 @@ cache generate starts from, as vLLM shares a prompt's blocks among its n
 samples. Log-probs are those of generate's own logits (raw, over the
 temperature), the same quantity the actor computes. Stop strings cut the
 response after the token that completes them.
+
+A LoRA adapter is put into the model by peft (its layers wrap the model's own,
+in place), so generate runs the base weights plus the adapter; new full weights
+take the model's own layers back first (PeftModel.unload: dropped, not merged).
 """
+
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StoppingCriteria, StoppingCriteriaList
@@ -16,6 +22,10 @@ from meshrl.config.rollout import RolloutConfig
 from meshrl.errors import Aborted
 from meshrl.shm import attach
 from services.rollout.sampling import Completion, Sampling
+from services.rollout.weights import Adapter
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 
 class WhileAlive(StoppingCriteria):
@@ -39,6 +49,8 @@ class HFBackend:
         self.model.eval()
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.model)
         self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.peft: PeftModel | None = None  # the PeftModel around self.model while an adapter is in use
+        self.lora_shape: tuple = ()  # its (rank, alpha, target modules): another shape needs a new wrapping
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], s: Sampling, alive=None) -> list[list[Completion]]:
@@ -115,6 +127,28 @@ class HFBackend:
             finish,
         )
 
+    def load_lora(self, adapter: Adapter) -> None:
+        """Generate with this adapter from now on. An adapter of the shape in use is copied into its layers;
+        another shape is wrapped anew."""
+        from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+        shape = (adapter.rank, adapter.alpha, sorted(adapter.target_modules))
+        if self.peft is None or shape != self.lora_shape:
+            self.drop_lora()
+            config = LoraConfig(
+                r=adapter.rank,
+                lora_alpha=adapter.alpha,  # type: ignore[arg-type]  # annotated int; a float scales as well
+                target_modules=shape[2],
+                lora_dropout=0.0,
+            )
+            self.peft, self.lora_shape = get_peft_model(self.model, config), shape
+        set_peft_model_state_dict(self.peft, adapter.tensors)  # in place; the receiver checked every name
+
+    def drop_lora(self) -> None:
+        if self.peft is not None:
+            self.model = self.peft.unload()  # the same model, its own layers back in place
+            self.peft, self.lora_shape = None, ()
+
     def load_weights(self, segment: str, refs: list[list], partial: bool = False) -> None:
         seg = attach(segment)
         self._copy_in((name, seg.tensor(getattr(torch, dtype), shape, offset)) for name, dtype, shape, offset in refs)
@@ -128,9 +162,13 @@ class HFBackend:
 
     @torch.no_grad()
     def _copy_in(self, named) -> None:
+        self.drop_lora()  # full weights: the policy whole (and the model's parameter names again)
         params = dict(self.model.named_parameters())
         for name, t in named:
             params[name].copy_(t)
+
+    def close(self) -> None:
+        pass
 
     def sleep(self, level: int) -> None:
         self.model.to("cpu")

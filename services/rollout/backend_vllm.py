@@ -7,16 +7,30 @@ returns once all of its requests have finished, not when the engine is empty.
 Log-probs are vLLM's "processed_logprobs": after temperature, like the actor's
 (with top-k/top-p they are of the truncated distribution). New weights arrive
 in a /dev/shm segment and are loaded inside vLLM's workers (vllm_ext).
+
+A LoRA adapter (rollout.max_lora_rank > 0: the engine starts with LoRA on) is
+staged in a segment of its own and registered from memory in each worker under
+a new id; every Generate then carries a LoRARequest for that id. New full
+weights drop it (vLLM's in-place reload clears the workers' adapters).
 """
 
 import os
 import threading
+from typing import TYPE_CHECKING
 
 import torch
 
 from meshrl.config.rollout import RolloutConfig
 from meshrl.errors import Aborted
+from meshrl.shm import WEIGHT_PREFIX, Segment
+from meshrl.weights import layout
 from services.rollout.sampling import Completion, Sampling
+from services.rollout.weights import Adapter, plain
+
+if TYPE_CHECKING:
+    from vllm.lora.request import LoRARequest
+
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM 0.32 starts with
 
 
 def engine_args(cfg: RolloutConfig) -> dict:
@@ -37,6 +51,11 @@ def engine_args(cfg: RolloutConfig) -> dict:
         args.update(enable_chunked_prefill=False, max_num_batched_tokens=max(8192, cfg.max_model_len))
     elif cfg.colocate:  # vLLM frees memory on sleep only with its own allocator, which this turns on
         args["enable_sleep_mode"] = True
+    if cfg.max_lora_rank:
+        # vLLM takes only some ranks: the next one up (the service refuses adapters above the setting itself);
+        # one adapter at a time, each version under a new id
+        rank = min(r for r in LORA_RANKS if r >= cfg.max_lora_rank)
+        args.update(enable_lora=True, max_lora_rank=rank, max_loras=1)
     return args
 
 
@@ -56,6 +75,10 @@ class VLLMBackend:
         self.llm = LLM(**engine_args(cfg), worker_extension_cls="services.rollout.vllm_ext.WeightLoader")
         self.engine_lock = threading.Lock()  # one step, enqueue, abort or collective_rpc at a time
         self.owners: dict[str, dict] = {}  # an unfinished request's external id -> its call's finished outputs
+        self.lora_request: LoRARequest | None = (
+            None  # the LoRARequest every Generate carries while an adapter is in use
+        )
+        self.lora_segment: Segment | None = None  # where an adapter is staged for the workers, reused
 
     def generate(self, prompts: list[list[int]], s: Sampling, alive=None) -> list[list[Completion]]:
         """Completions for each prompt. `alive() == False` (the caller cancelled or its deadline passed)
@@ -80,7 +103,12 @@ class VLLMBackend:
             for i in range(len(prompts))
         ]
         with self.engine_lock:
-            ids = self.llm.enqueue([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+            ids = self.llm.enqueue(
+                [TokensPrompt(prompt_token_ids=p) for p in prompts],
+                params,
+                lora_request=self.lora_request,
+                use_tqdm=False,
+            )
             done: dict = {}
             self.owners.update((external_id(i), done) for i in ids)
         outs = self._run(ids, done, alive)
@@ -127,18 +155,46 @@ class VLLMBackend:
             raise
         return sorted(done.values(), key=lambda out: int(out.request_id))
 
+    def load_lora(self, adapter: Adapter) -> None:
+        """Register the adapter in every worker under a new id (the old one goes there) and use it from now
+        on. A new id per version: vLLM keys its prefix cache by the adapter, so no block computed with the
+        previous adapter is reused."""
+        from vllm.lora.request import LoRARequest
+
+        refs, size = layout(adapter.tensors)
+        if self.lora_segment is None or self.lora_segment.size < size:
+            if self.lora_segment is not None:
+                self.lora_segment.unlink()
+            self.lora_segment = Segment.create(size, prefix=WEIGHT_PREFIX)  # found and removed if we are killed
+        seg = self.lora_segment
+        for r in refs:
+            seg.tensor(adapter.tensors[r.name].dtype, list(r.shape), r.offset).copy_(adapter.tensors[r.name])
+        lora_id = self.lora_request.lora_int_id + 1 if self.lora_request is not None else 1
+        spec = (adapter.rank, adapter.alpha, adapter.target_modules)
+        with self.engine_lock:
+            self.llm.collective_rpc("meshrl_load_lora", args=(seg.name, [plain(r) for r in refs], *spec, lora_id))
+        # the path is never read (the workers hold the adapter); vLLM wants one, and hashes it with the name
+        self.lora_request = LoRARequest(f"meshrl-lora-{lora_id}", lora_id, lora_path=f"meshrl-memory:{lora_id}")
+
     def load_weights(self, segment: str, refs: list[list], partial: bool = False) -> None:
         with self.engine_lock:
+            self.lora_request = None  # the workers' reload drops their adapters
             self.llm.collective_rpc("meshrl_load_weights", args=(segment, refs, partial))
 
     def load_weights_cuda_ipc(self, copies: list, refs: list[list], partial: bool = False) -> None:
         """Every worker (one per GPU of a tensor-parallel engine) reads the sender's copy on its own GPU."""
         with self.engine_lock:
+            self.lora_request = None  # the workers' reload drops their adapters
             self.llm.collective_rpc("meshrl_load_weights_cuda_ipc", args=(copies, refs, partial))
 
     def weights_loaded(self) -> None:
         with self.engine_lock:
             self.llm.collective_rpc("meshrl_weights_loaded")
+
+    def close(self) -> None:
+        if self.lora_segment is not None:
+            self.lora_segment.unlink()
+            self.lora_segment = None
 
     def sleep(self, level: int) -> None:
         with self.engine_lock:

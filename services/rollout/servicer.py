@@ -9,6 +9,11 @@ part of the engine is asleep, is FAILED_PRECONDITION. A sleeping engine takes
 new weights once its weights are awake (WakeUp with tags, as verl wakes vLLM's
 weights before its KV cache). Every reply carries the weight version that
 generated it: one version per call, as the weights never change under a call.
+
+An update may be a LoRA adapter instead (rollout.max_lora_rank > 0): from then
+on the engine generates with its base weights and that adapter, until the next
+adapter replaces it or a full-weights update drops it (a full push holds all the
+policy: one with an adapter merged into it must not get the adapter again).
 """
 
 import contextlib
@@ -63,9 +68,10 @@ class RolloutServicer:
         config = AutoConfig.from_pretrained(cfg.model)
         tied = bool(getattr(config, "tie_word_embeddings", False))
         self.vocab_size = getattr(config, "vocab_size", None) or len(self.tokenizer)
-        self.receiver = WeightReceiver(checkpoint_shapes(cfg.model), tied)
+        self.receiver = WeightReceiver(checkpoint_shapes(cfg.model), tied, cfg.max_lora_rank)
         self.backend = backend or make_backend(cfg)
         self.version = 0
+        self.lora_rank, self.lora_version = 0, 0  # the adapter in use (its rank, the update it came in); 0: none
         self.asleep: set[str] = set()  # parts of the engine put to sleep (SLEEP_PARTS)
         self.torn = False  # some buckets of an unfinished update are in the engine
         self.lock = threading.Condition()  # over the state above; held through updates, Sleep and WakeUp
@@ -87,6 +93,8 @@ class RolloutServicer:
                 "torn": str(self.torn).lower(),
                 "generations_in_flight": str(len(self.calls)),
                 "concurrent": str(self.backend.concurrent).lower(),
+                "lora_rank": str(self.lora_rank),
+                "lora_version": str(self.lora_version),
                 "settings": settings_json(self.cfg),
             },
         )
@@ -146,10 +154,21 @@ class RolloutServicer:
     def BeginWeightUpdate(self, request, context) -> rollout_pb2.WeightUpdateStatus:
         with self.lock:
             self._require_awake("loading weights")
+            lora = request.lora if request.HasField("lora") else None
+            if lora is not None and self.torn:
+                raise FailedPrecondition(
+                    "the engine holds part of an abandoned weight update: push the full weights before an adapter"
+                )
             # a torn engine takes its own version again: the sender that broke off pushes what it had
             floor = self.version - 1 if self.torn else self.version
             name = self.receiver.begin(
-                request.version, request.transport, request.total_bytes, request.bucket_bytes, floor, request.rollback
+                request.version,
+                request.transport,
+                request.total_bytes,
+                request.bucket_bytes,
+                floor,
+                request.rollback,
+                lora,
             )
             # checked and open (new Generates are refused): now the ones in flight finish or stop
             self._quiesce(request.version if self.cfg.on_update == "interrupt" else None)
@@ -170,16 +189,23 @@ class RolloutServicer:
 
     def FinishWeightUpdate(self, request, context) -> rollout_pb2.WeightUpdateStatus:
         with self.lock:
-            refs, transport, ipc = self.receiver.finish(request.version)
+            done = self.receiver.finish(request.version)
             self._require_awake("loading weights")
-            if refs:
-                self._load(refs, transport, ipc)
-            self.backend.weights_loaded()
-            self.torn, self.version = False, request.version
-            return self._status(num_tensors=len(self.receiver.expected))
+            if done.adapter is not None:
+                self.backend.load_lora(done.adapter)
+                self.lora_rank, self.lora_version = done.adapter.rank, request.version
+            else:
+                if done.refs:
+                    self._load(done.refs, done.transport, done.cuda_ipc)
+                self.backend.weights_loaded()
+                self.torn = False
+            self.version = request.version
+            return self._status(num_tensors=done.num_tensors)
 
     def _load(self, refs: list[list], transport: str, ipc: list | None, partial: bool = False) -> None:
-        """ipc: for cuda_ipc, the handles of the bucket's copies (one per sender GPU)."""
+        """Full weights (the backend drops its adapter first). ipc: for cuda_ipc, the handles of the bucket's
+        copies (one per sender GPU)."""
+        self.lora_rank, self.lora_version = 0, 0
         if transport == "cuda_ipc":
             self.backend.load_weights_cuda_ipc(ipc, refs, partial)
         else:
@@ -239,3 +265,4 @@ class RolloutServicer:
 
     def close(self) -> None:
         self.receiver.close()
+        self.backend.close()

@@ -6,6 +6,12 @@ transformer block or more of a bucketed update) in a /dev/shm segment and calls
 meshrl_load_weights through llm.collective_rpc with plain arguments (no pickled
 callables); each worker maps the segment and reloads those layers in place
 through vLLM's own loading path; meshrl_weights_loaded ends an update.
+meshrl_load_lora registers a LoRA adapter staged the same way (peft's names)
+from memory: vLLM's own route reads a folder (WorkerLoRAManager._load_adapter),
+so the worker builds the LoRAModel from the tensors (LoRAModel.from_lora_tensors,
+what that route calls after reading the files) and adds it to its adapter
+manager; a request naming its id then finds it loaded and never looks for the
+folder.
 
 Importing this module also shortens how long a worker spins after its last
 command (see shorten_idle_spin).
@@ -85,6 +91,46 @@ class WeightLoader:
         self._reload(cuda_ipc.views(cuda_ipc.open_copy(copies), refs), partial)
         torch.cuda.synchronize()
         return len(refs)
+
+    def meshrl_load_lora(
+        self, segment: str, refs: list[list], rank: int, alpha: float, target_modules: list[str], lora_id: int
+    ) -> int:
+        """Register the adapter staged in `segment` under lora_id, in place of any other (one at a time).
+        Returns how many modules it wraps."""
+        from vllm.lora.lora_model import LoRAModel
+        from vllm.lora.peft_helper import PEFTHelper
+
+        manager = self.model_runner.lora_manager  # vLLM's WorkerLoRAManager (the engine started with LoRA on)
+        helper = PEFTHelper.from_dict(
+            {
+                "r": rank,
+                "lora_alpha": alpha,
+                "target_modules": target_modules,
+                "vllm_max_position_embeddings": manager.max_position_embeddings,
+            }
+        )
+        helper.validate_legal(manager.lora_config)
+        seg = attach(segment)
+        # copies: the segment is the next adapter's staging space, and the model keeps these tensors
+        tensors = {
+            name: seg.tensor(getattr(torch, dtype), shape, offset).clone() for name, dtype, shape, offset in refs
+        }
+        model = manager._adapter_manager.model
+        mapper = getattr(model, "hf_to_vllm_mapper", None)  # renames only, as vLLM's own route uses it
+        lora = LoRAModel.from_lora_tensors(
+            lora_id,
+            tensors,
+            helper,
+            device="cpu",  # as vLLM loads one; activating it copies it into the layers' slots on the device
+            dtype=manager.lora_config.lora_dtype,
+            model_vocab_size=manager.vocab_size,
+            weights_mapper=mapper.get_rename_mapper() if mapper is not None else None,
+            skip_prefixes=getattr(model, "lora_skip_prefixes", None),
+        )
+        manager.remove_all_adapters()
+        manager._adapter_manager.add_adapter(lora)
+        manager._adapter_manager.activate_adapter(lora_id)
+        return len(lora.loras)
 
     def meshrl_weights_loaded(self) -> None:
         """After the last bucket of an update."""

@@ -9,20 +9,28 @@ finished, the weights in the engine are `torn` (no version's) and generation is
 refused. The staging segment in /dev/shm is one bucket in size, kept and reused
 across updates (growing when needed); each update seals it anew (meshrl.shm.seal), and
 Begin's reply carries the nonce, without which the sender does not write into it.
+
+An update may instead be a LoRA adapter (BeginWeightUpdateRequest.lora): its
+tensors are peft's (adapter_shapes), checked the same way, copied out of the
+staging space bucket by bucket and handed to the engine whole at Finish, so a
+bad adapter update never tears anything and leaves the previous one in use.
 """
 
+import dataclasses
 import logging
 import math
 
 import torch
 from safetensors import safe_open
 
-from meshrl.cuda_ipc import handle_fields
+from meshrl import cuda_ipc
 from meshrl.errors import FailedPrecondition, InvalidArgument, check_counter
 from meshrl.shm import SEAL_BYTES, WEIGHT_PREFIX, Segment, seal
+from meshrl.v1 import rollout_pb2
 from meshrl.weights import ALIGN, TRANSPORTS, ref_dtype, ref_nbytes
 
 log = logging.getLogger(__name__)
+PEFT_PREFIX = "base_model.model."  # peft's names are those of a PeftModel, which wraps the HF model twice
 
 
 def checkpoint_shapes(model_dir: str) -> dict[str, list[int]]:
@@ -40,15 +48,66 @@ def checkpoint_shapes(model_dir: str) -> dict[str, list[int]]:
     return shapes
 
 
+def adapter_shapes(shapes: dict[str, list[int]], rank: int, targets: list[str]) -> dict[str, list[int]]:
+    """peft's names and shapes of a rank-`rank` LoRA adapter of the model whose weights have `shapes`:
+    PEFT_PREFIX + module + ".lora_A.weight" (rank, in) and ".lora_B.weight" (out, rank) for each linear
+    layer of a block (a 2-D weight under a numbered module: model.layers.3.self_attn.q_proj) whose name
+    is a target or ends with "." + a target, as peft matches a list of target_modules."""
+    out: dict[str, list[int]] = {}
+    unmatched = set(targets)
+    for name, shape in shapes.items():
+        module, _, leaf = name.rpartition(".")
+        if leaf != "weight" or len(shape) != 2 or not any(p.isdigit() for p in module.split(".")):
+            continue
+        hits = {t for t in targets if module == t or module.endswith("." + t)}
+        if hits:
+            unmatched -= hits
+            out[f"{PEFT_PREFIX}{module}.lora_A.weight"] = [rank, shape[1]]
+            out[f"{PEFT_PREFIX}{module}.lora_B.weight"] = [shape[0], rank]
+    if unmatched:
+        raise InvalidArgument(
+            f"LoraAdapter.target_modules {sorted(unmatched)}: no linear layer of this model's blocks is named so "
+            "(an adapter of another model?)"
+        )
+    return out
+
+
+def max_bytes(expected: dict[str, list[int]], doubled: bool) -> int:
+    """The most a sender may announce: every tensor (twice with a tied head) at 8 bytes an element, aligned.
+    More would commit /dev/shm on a caller's word (512 MiB once, for a 3M-parameter model)."""
+    numel = sum(math.prod(shape) for shape in expected.values())
+    return (numel * (2 if doubled else 1) * 8 + ALIGN * (len(expected) + 1)) or ALIGN
+
+
+@dataclasses.dataclass
+class Adapter:
+    """A LoRA adapter received whole. tensors: peft's names (adapter_shapes), on the CPU."""
+
+    rank: int
+    alpha: float
+    target_modules: list[str]
+    tensors: dict[str, torch.Tensor]
+
+
+@dataclasses.dataclass
+class Finished:
+    """What an update leaves to load at Finish: the weights' refs [name, dtype, shape, offset] (all of them
+    for one bucket, [] for several), the transport, the CUDA IPC handles [UUID, fields] of the bucket's
+    copies (or None); or the adapter, whole."""
+
+    refs: list[list]
+    transport: str
+    cuda_ipc: list | None
+    adapter: Adapter | None
+    num_tensors: int
+
+
 class WeightReceiver:
-    def __init__(self, expected: dict[str, list[int]], tied_embeddings: bool):
-        self.expected = expected
+    def __init__(self, shapes: dict[str, list[int]], tied_embeddings: bool, max_lora_rank: int = 0):
+        self.shapes = shapes  # the model's parameters: what a full update holds
         # a tied lm_head is the embedding: senders may include it, the engine does not want it
-        self.skip = {"lm_head.weight"} if tied_embeddings and "lm_head.weight" not in expected else set()
-        # The most a sender may announce: every parameter (a tied head again) at 8 bytes an element, aligned.
-        # More would commit /dev/shm on a caller's word (512 MiB once, for a 3M-parameter model).
-        numel = sum(math.prod(shape) for shape in expected.values())
-        self.max_bytes = (numel * (2 if self.skip else 1) * 8 + ALIGN * (len(expected) + 1)) or ALIGN
+        self.tied = {"lm_head.weight"} if tied_embeddings and "lm_head.weight" not in shapes else set()
+        self.max_lora_rank = max_lora_rank
         self.segment: Segment | None = None
         self.nonce = b""  # the segment's seal for the update in progress (shm, stream)
         self.version = 0  # the update in progress; 0 when none
@@ -60,6 +119,9 @@ class WeightReceiver:
         self.received = 0  # bytes of the tensors announced so far
         self.data_bytes = 0  # stream: bytes received in this bucket (several buckets) or in all (one)
         self.cuda_ipc: list | None = None  # cuda_ipc: the handles of the sender's bucket, a copy per GPU
+        self.expected, self.skip = self.shapes, self.tied  # what the update holds: the weights or an adapter
+        self.lora: rollout_pb2.LoraAdapter | None = None  # set: the update is this adapter
+        self.adapter: dict[str, torch.Tensor] = {}  # the adapter's tensors of the buckets received
 
     @property
     def in_progress(self) -> bool:
@@ -71,7 +133,14 @@ class WeightReceiver:
         return self.bucket_bytes < self.total
 
     def begin(
-        self, version: int, transport: str, total_bytes: int, bucket_bytes: int, current: int, rollback: bool = False
+        self,
+        version: int,
+        transport: str,
+        total_bytes: int,
+        bucket_bytes: int,
+        current: int,
+        rollback: bool = False,
+        lora: rollout_pb2.LoraAdapter | None = None,
     ) -> str:
         check_counter(version, "BeginWeightUpdateRequest.version")
         if version <= current and not rollback:
@@ -80,10 +149,12 @@ class WeightReceiver:
             raise InvalidArgument(f"transport must be one of {list(TRANSPORTS)}, got {transport!r}")
         if transport == "cuda_ipc" and not torch.cuda.is_available():
             raise InvalidArgument("cuda_ipc needs a GPU shared with the sender; use shm or stream")
-        if not 0 < total_bytes <= self.max_bytes:
+        expected, skip = (self._adapter_shapes(lora), set()) if lora is not None else (self.shapes, self.tied)
+        most = max_bytes(expected, bool(skip))
+        if not 0 < total_bytes <= most:
             raise InvalidArgument(
-                f"total_bytes must be in 1..{self.max_bytes} (this model's weights at 8 bytes "
-                f"an element), got {total_bytes}"
+                f"total_bytes must be in 1..{most} (this {'adapter' if lora else 'model'}'s "
+                f"{'tensors' if lora else 'weights'} at 8 bytes an element), got {total_bytes}"
             )
         bucket_bytes = bucket_bytes or total_bytes
         if bucket_bytes > total_bytes:
@@ -100,7 +171,32 @@ class WeightReceiver:
             # a fresh seal per update: a sender holding an older one (an abandoned update) writes no more
             name, self.nonce = self.segment.name, seal(self.segment)
         self.version, self.transport, self.total, self.bucket_bytes = version, transport, total_bytes, bucket_bytes
+        self.expected, self.skip, self.lora = expected, skip, lora
         return name
+
+    def _adapter_shapes(self, lora: rollout_pb2.LoraAdapter) -> dict[str, list[int]]:
+        if not self.max_lora_rank:
+            raise FailedPrecondition(
+                f"a LoRA adapter (rank {lora.rank}) came, but this rollout was started without LoRA support: "
+                f"start it with rollout.max_lora_rank >= {lora.rank} (--max-lora-rank)"
+            )
+        if lora.rank > self.max_lora_rank:
+            raise FailedPrecondition(
+                f"LoraAdapter.rank {lora.rank} is above this rollout's rollout.max_lora_rank {self.max_lora_rank}: "
+                f"start it with rollout.max_lora_rank >= {lora.rank} (--max-lora-rank)"
+            )
+        if lora.rank < 1:
+            raise InvalidArgument("LoraAdapter.rank must be >= 1")
+        if not (math.isfinite(lora.alpha) and lora.alpha > 0):
+            raise InvalidArgument(f"LoraAdapter.alpha must be a positive number, got {lora.alpha}")
+        if not lora.target_modules:
+            raise InvalidArgument("LoraAdapter.target_modules is empty: name the modules the adapter wraps")
+        if "all-linear" in lora.target_modules:  # peft's shorthand; its PeftModel's config holds what it meant
+            raise InvalidArgument(
+                "LoraAdapter.target_modules: send the module names peft resolved 'all-linear' to "
+                "(peft_model.peft_config[adapter].target_modules), not the shorthand"
+            )
+        return adapter_shapes(self.shapes, lora.rank, list(lora.target_modules))
 
     def receive(self, buckets) -> list[list]:
         """Take one SendWeights call's messages, (WeightBucket without data, data view); any bad one abandons
@@ -116,6 +212,9 @@ class WeightReceiver:
                 return []
             refs = list(self.refs.values())[start:]
             self._check_data(refs)
+            if self.lora is not None:  # loaded whole at Finish; the next bucket reuses the space: copy out now
+                self.adapter.update(self.read(refs))
+                return []
             return [plain(r) for r in refs]
         except Exception:
             self._reset()
@@ -130,6 +229,11 @@ class WeightReceiver:
             if ref.name in self.skip:
                 continue
             if ref.name not in self.expected:
+                if self.lora is not None:
+                    raise InvalidArgument(
+                        f"tensor {ref.name!r} is not in this adapter: LoraAdapter.target_modules of this model "
+                        f"have peft's names, e.g. {next(iter(self.expected))!r}"
+                    )
                 raise InvalidArgument(f"tensor {ref.name!r} is not a parameter of this model")
             if list(ref.shape) != self.expected[ref.name]:
                 raise InvalidArgument(
@@ -150,7 +254,7 @@ class WeightReceiver:
         if b.HasField("cuda_ipc"):
             if self.transport != "cuda_ipc":
                 raise InvalidArgument(f"a CUDA IPC handle came for the {self.transport} transport")
-            self.cuda_ipc = [handle_fields(h) for h in (b.cuda_ipc, *b.cuda_ipc_copies)]
+            self.cuda_ipc = [cuda_ipc.handle_fields(h) for h in (b.cuda_ipc, *b.cuda_ipc_copies)]
         if len(data):
             if self.transport != "stream":
                 raise InvalidArgument(f"bucket data are for the stream transport, not {self.transport}")
@@ -172,10 +276,8 @@ class WeightReceiver:
         if self.transport == "cuda_ipc" and self.cuda_ipc is None and refs:
             raise InvalidArgument("update incomplete: no CUDA IPC handle received")
 
-    def finish(self, version: int) -> tuple[list[list], str, list | None]:
-        """(refs [name, dtype, shape, offset] still to load: all of them for one bucket, [] for several;
-        transport; CUDA IPC handles [UUID, fields] of the bucket's copies, or None); the update is over
-        either way."""
+    def finish(self, version: int) -> Finished:
+        """What is left to load; the update is over either way."""
         try:
             if not self.in_progress:
                 raise FailedPrecondition("no weight update in progress")
@@ -183,13 +285,32 @@ class WeightReceiver:
                 raise InvalidArgument(f"finishing version {version}, but version {self.version} is being received")
             missing = sorted(set(self.expected) - set(self.refs))
             if missing:
-                raise InvalidArgument(f"update incomplete: {len(missing)} parameter(s) missing, e.g. {missing[:3]}")
-            if self.bucketed:
-                return [], self.transport, None
-            self._check_data(list(self.refs.values()))
-            return [plain(r) for r in self.refs.values()], self.transport, self.cuda_ipc
+                what = "adapter tensor" if self.lora is not None else "parameter"
+                raise InvalidArgument(f"update incomplete: {len(missing)} {what}(s) missing, e.g. {missing[:3]}")
+            refs = [] if self.bucketed else list(self.refs.values())  # several: each was taken as it came
+            if not self.bucketed:
+                self._check_data(refs)
+            if self.lora is not None:
+                lora, tensors = self.lora, {**self.adapter, **self.read(refs)}
+                adapter = Adapter(lora.rank, lora.alpha, list(lora.target_modules), tensors)
+                return Finished([], self.transport, None, adapter, len(tensors))
+            return Finished([plain(r) for r in refs], self.transport, self.cuda_ipc, None, len(self.expected))
         finally:
             self._reset()
+
+    def read(self, refs: list) -> dict[str, torch.Tensor]:
+        """CPU copies of the tensors of refs, out of the staging segment or the sender's CUDA bucket (both are
+        reused for the next bucket or update)."""
+        if not refs:
+            return {}
+        if self.transport == "cuda_ipc":
+            assert self.cuda_ipc is not None  # _check_data saw the handle
+            views = cuda_ipc.views(cuda_ipc.open_copy(self.cuda_ipc), [plain(r) for r in refs])
+        else:
+            seg = self.segment
+            assert seg is not None  # staged at Begin
+            views = [(r.name, seg.tensor(ref_dtype(r), list(r.shape), r.offset)) for r in refs]
+        return {name: t.to("cpu", copy=True) for name, t in views}
 
     def close(self) -> None:
         if self.segment is not None:
