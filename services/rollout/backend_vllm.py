@@ -190,6 +190,10 @@ class VLLMBackend:
     def weights_loaded(self) -> None:
         with self.engine_lock:
             self.llm.collective_rpc("meshrl_weights_loaded")
+            # vLLM keeps the KV of full prompt blocks across calls and its reload does not drop them: without
+            # this a prompt seen before the update (every validation prompt) would run on the old weights' KV
+            if not self.llm.reset_prefix_cache():
+                raise RuntimeError("vLLM kept its prefix cache after a weight update (requests still running)")
 
     def close(self) -> None:
         if self.lora_segment is not None:

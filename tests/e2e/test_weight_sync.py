@@ -32,7 +32,7 @@ BASE = ["input_ids", "attention_mask", "position_ids", "responses"]
 
 def vllm_rollout(model):
     """A vLLM rollout service on `model` for the module's tests; stopped cleanly after them."""
-    proc, address = launch(["rollout", "--model", str(model), "--backend", "vllm", "--max-model-len", "128"])
+    proc, address = launch(["rollout", "--model", str(model), "--backend", "vllm", "--max-model-len", "320"])
     client = Client(address, ROLLOUT, timeout=300)
     client.pid = proc.pid  # for tests that look at the engine's processes
     yield client
@@ -140,6 +140,24 @@ def test_parity_after_pushing_the_actors_weights(actor, rollout, transport, step
     print(f"parity after {transport} push (bucket {bucket or 'whole'}): max |diff| {worst:.2e}, mean {mean:.2e}")
     assert worst < TOLERANCE
     assert generate(rollout).msg.weight_version == step
+
+
+def test_no_prefix_computed_with_old_weights_is_reused_after_a_push(actor, rollout):
+    """vLLM caches the KV of full prompt blocks across calls (16 tokens on a GPU, 128 on CPU): a prompt seen
+    before a push must be computed again with the new weights (validation sends the same prompts every
+    time). Short prompts, as the parity test's, fill no block, so this one is long."""
+    long = DataProto(non_tensor_batch={"prompt": [[{"role": "user", "content": "12+7=" * 52}]]})
+    sampling = rollout_pb2.SamplingParams(n=2, temperature=1.0, max_new_tokens=8, logprobs=True, seed=3)
+    request = rollout_pb2.GenerateRequest(sampling=sampling)
+    rollout.call("Generate", Payload(request, long))  # the prompt's blocks are cached now
+    step = rollout.call("Describe").weight_version + 1
+    sft_step(actor, step)
+    actor.call("PushWeights", actor_pb2.PushWeightsRequest(rollout_address=rollout.address, transport="shm"))
+    gen = rollout.call("Generate", Payload(request, long)).data
+    lp = actor.call("ComputeLogProbs", Payload(actor_pb2.BatchRequest(temperature=1.0), gen.select(BASE))).data
+    mask = gen.batch["response_mask"]
+    worst = ((lp.batch["actor_logprobs"] - gen.batch["rollout_logprobs"]).abs() * mask).max().item()
+    assert worst < TOLERANCE, f"max |actor - rollout| log-prob {worst:.2e} after a push: stale prefix KV"
 
 
 def test_a_perturbed_weight_fails_parity(actor, rollout, tmp_path):
