@@ -30,17 +30,13 @@ import tempfile
 from meshrl import tls
 from meshrl.rpc.token import forget_run_token, run_token
 from orchestrator import main as loops
-from orchestrator.config import Config
+from orchestrator.config import Config, ranks
 from orchestrator.lifecycle import preflight
 from orchestrator.lifecycle.mesh import serve_args
 from orchestrator.lifecycle.services import DESCRIPTORS, launch
 from orchestrator.run import trainer
 
 log = logging.getLogger(__name__)
-
-
-def ranks(cfg: Config, role: str) -> int:
-    return {"actor": cfg.actor.world_size, "ref": cfg.ref.world_size, "critic": cfg.critic.world_size}.get(role, 1)
 
 
 class ServiceHost:
