@@ -294,11 +294,9 @@ class Config:
 def ranks(cfg: Config, role: str) -> int:
     """The world size of the actor, ref or critic (each section resolves "auto" when it is built); 1 for
     the other services."""
-    section = {"actor": cfg.actor, "ref": cfg.ref, "critic": cfg.critic}.get(role)
-    if section is None:
-        return 1
-    assert isinstance(section.world_size, int)  # "auto" -> a number in the section's __post_init__
-    return section.world_size
+    world = {"actor": cfg.actor.world_size, "ref": cfg.ref.world_size, "critic": cfg.critic.world_size}.get(role, 1)
+    assert isinstance(world, int)  # "auto" -> a number in the section's __post_init__
+    return world
 
 
 SECTIONS: dict[str, type[Checked]] = typing.get_type_hints(Config)  # section name -> its class
