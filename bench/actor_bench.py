@@ -132,15 +132,15 @@ def through_service(model: str, name: str, repeats: int) -> dict:
         str(OPTIM["lr"]),
     ]
     proc = subprocess.Popen([sys.executable, "-m", "cli", "serve", "actor", *args], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None  # piped
     try:
         client = Client(proc.stdout.readline().split()[-1], SERVICE, timeout=600)
         data = ppo_batch(rows, p, r)
         times, inside = [], []
         for step in range(1, repeats + 2):
             t0 = time.perf_counter()
-            reply = client.call(
-                "Update", Payload(actor_pb2.UpdateRequest(step=step, loss=actor_pb2.LossSpec(name="ppo")), data)
-            )
+            request = Payload(actor_pb2.UpdateRequest(step=step, loss=actor_pb2.LossSpec(name="ppo")), data)
+            reply = client.call_message("Update", request, actor_pb2.UpdateResponse)
             if step > 1:
                 times.append(time.perf_counter() - t0)
                 inside.append(reply.metrics["actor/update_seconds"])

@@ -110,7 +110,7 @@ def main() -> int:
     if not (model / "config.json").is_file():
         sys.exit(f"no SFT checkpoint at {model}: run `bash scripts/prepare.sh {run_root}` first")
     os.sched_setaffinity(0, {0})  # and the reward service this process starts
-    results = {k: [] for k in a.staleness}
+    results: dict[int, list[dict]] = {k: [] for k in a.staleness}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(a.repeats):
             for k in a.staleness:

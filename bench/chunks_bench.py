@@ -82,7 +82,7 @@ def main() -> int:
                 )
                 for c in a.chunks
             }
-            times = {c: [] for c in a.chunks}
+            times: dict[int, list[dict[str, float]]] = {c: [] for c in a.chunks}  # seconds by phase
             for i in range(a.repeats + 1):
                 for c in a.chunks:
                     _, _, seconds = chunks.sample(meshes[c], prompts, seed=100 + i)

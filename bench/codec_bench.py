@@ -100,17 +100,20 @@ class Echo:
 
 
 def run_server(kind: str, port_file: str) -> None:
-    if kind == "raw":
-        server = grpc.server(futures.ThreadPoolExecutor(4), options=channel_options())
-        count = grpc.stream_unary_rpc_method_handler(lambda parts, ctx: str(sum(map(len, parts))).encode())
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, {"Score": count}),))
-        port = server.add_insecure_port("127.0.0.1:0")
-        server.start()
-    else:
+    if kind != "raw":
         server = serve(Sink() if kind == "sink" else Echo())
-        port = server.port
+        pathlib.Path(port_file).write_text(str(server.port))
+        server.run_until_signal(grace=0)
+        return
+    raw = grpc.server(futures.ThreadPoolExecutor(4), options=channel_options())
+    count: grpc.RpcMethodHandler[bytes, bytes] = grpc.stream_unary_rpc_method_handler(
+        lambda parts, ctx: str(sum(map(len, parts))).encode()
+    )
+    raw.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, {"Score": count}),))
+    port = raw.add_insecure_port("127.0.0.1:0")
+    raw.start()
     pathlib.Path(port_file).write_text(str(port))
-    server.wait_for_termination() if kind == "raw" else server.run_until_signal(grace=0)
+    raw.wait_for_termination()
 
 
 def start_server(kind: str, chunk_mb: int) -> tuple[subprocess.Popen, str]:
@@ -157,7 +160,7 @@ def main():
         try:
             if kind == "raw":
                 with grpc.insecure_channel(address, options=channel_options()) as ch:
-                    call = ch.stream_unary(SCORE)
+                    call: grpc.StreamUnaryMultiCallable[bytes, bytes] = ch.stream_unary(SCORE)  # bytes both ways
                     seconds = timed(lambda: call(iter(parts), timeout=120), args.repeats)  # noqa: B023 - called at once, in the loop
                 add("gRPC ceiling: prebuilt 4 MiB messages to a byte-counting handler", seconds)
                 continue

@@ -74,7 +74,7 @@ def main() -> int:
                     ),
                     clients,
                 )
-            times = {name: [] for name in settings}
+            times: dict[str, list[float]] = {name: [] for name in settings}
             for i in range(a.repeats + 1):
                 for name, mesh in meshes.items():
                     start = time.perf_counter()

@@ -85,7 +85,8 @@ def main():
     train, test = rows(a.train), rows(a.test)
     order = list(range(len(train)))
     random.Random(0).shuffle(order)
-    val, steps, phases = {0: accuracy(model, tok, test)}, [], {"gen": [], "update": []}
+    val, steps = {0: accuracy(model, tok, test)}, []
+    phases: dict[str, list[float]] = {"gen": [], "update": []}
     first = time.perf_counter() - T0
     for s in range(1, a.steps + 1):
         start = (s - 1) * PROMPTS % len(order)

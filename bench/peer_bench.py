@@ -110,7 +110,7 @@ def main() -> int:
         "TRL GRPOTrainer": lambda out: peer(a.trl_python, "bench/peer_trl.py", data, model, a.steps, out),
         "bare loop": lambda out: peer(sys.executable, "bench/peer_bare.py", data, model, a.steps, out),
     }
-    results = {name: [] for name in sides}
+    results: dict[str, list[dict]] = {name: [] for name in sides}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(a.repeats):
             for j, (name, side) in enumerate(sides.items()):

@@ -5,6 +5,7 @@ import argparse
 
 import pandas as pd
 import torch
+from transformers import BatchEncoding
 
 
 def correct(text: str, truth) -> bool:
@@ -21,7 +22,7 @@ def rows(path) -> list[dict]:
     ]
 
 
-def encode(tok, batch: list[dict]) -> dict:
+def encode(tok, batch: list[dict]) -> BatchEncoding:
     """Chat-rendered prompts, left padded."""
     texts = [tok.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True) for r in batch]
     tok.padding_side = "left"

@@ -66,6 +66,7 @@ def start_service(spec: str, workers: int) -> tuple[subprocess.Popen, str]:
     if spec != "builtin":
         args += ["--function", spec]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None  # piped
     line = proc.stdout.readline()
     if "listening on" not in line:
         raise RuntimeError(f"reward service did not start: {line!r}")
@@ -87,8 +88,10 @@ def through_service(address: str, samples: list[tuple], batch: int, clients: int
 
     threads = [threading.Thread(target=work, args=(batches[k::clients],)) for k in range(clients)]
     t0 = time.perf_counter()
-    [t.start() for t in threads]
-    [t.join() for t in threads]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     if errors:
         raise errors[0]
     return len(samples) / (time.perf_counter() - t0)
@@ -112,17 +115,18 @@ def main():
     )
     for name, spec, samples in cases:
         loop = in_process(spec, samples)
-        rates = []
+        rates: list[float | str] = []  # samples/s, or why it failed
         for workers, clients in ((args.workers, 1), (args.workers, 4), (0, 1)):
             proc, address = start_service(spec, workers)
             try:
                 rates.append(through_service(address, samples, args.batch, clients))
             except ServiceError as e:  # e.g. math-verify's SIGALRM timeouts need a main thread
-                rates.append(f"fails: {e.details[:60]}...")
+                rates.append(f"fails: {(e.details or '')[:60]}...")
             finally:
                 proc.terminate()
                 proc.wait()
         one, four, inline = rates
+        assert isinstance(one, float) and isinstance(four, float), rates  # with workers it runs: the table needs both
         inline = inline if isinstance(inline, str) else f"{inline:,.0f}"
         print(
             f"| {name} | {loop:,.0f} | {one:,.0f} | {four:,.0f} | {max(one, four) / loop:.2f}x | {inline} |", flush=True

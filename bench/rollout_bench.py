@@ -65,6 +65,7 @@ def start_service(model: str, backend: str):
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert proc.stdout is not None  # piped
     line = proc.stdout.readline()
     while line and "listening on" not in line:
         line = proc.stdout.readline()
@@ -86,7 +87,8 @@ def service_rate(client: Client, prompts, args, repeats: int) -> float:
     rates = []
     for i in range(repeats + 1):
         t0 = time.perf_counter()
-        out = client.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=sampling), data)).data
+        request = Payload(rollout_pb2.GenerateRequest(sampling=sampling), data)
+        _, out = client.call_batch("Generate", request, rollout_pb2.GenerateResponse)
         if i:
             rates.append(out.batch["response_mask"].sum().item() / (time.perf_counter() - t0))
     return statistics.median(rates)

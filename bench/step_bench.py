@@ -84,7 +84,7 @@ def main() -> int:
         data = make_data(work / "data", ArithmeticConfig(num_train=2000, num_test=100, ops="+", max_operand=20))
         if args.compare in VARIANTS:
             return compare(work, model, data, args.steps, args.repeats, args.compare)
-        times = {"": [], "jsonl": []}
+        times: dict[str, list[float]] = {"": [], "jsonl": []}
         last_traced = None
         for i in range(args.repeats):
             for trace in ("", "jsonl"):
@@ -92,6 +92,7 @@ def main() -> int:
                 times[trace] += [x["timing_s/step"] for x in rows(run_dir)]
                 if trace:
                     last_traced = run_dir
+        assert last_traced is not None, "--repeats must be >= 1"
         ph = phases(last_traced)
         frac, per_method = rpc_overhead(last_traced)
     print(f"\n(a) one GRPO step by phase (mean of steps 2..{args.steps}, traced run):")
@@ -138,7 +139,8 @@ VARIANTS = {
 def compare(work: pathlib.Path, model, data, steps: int, repeats: int, which: str) -> int:
     """Median step time of each variant, runs alternated `repeats` times in this one invocation."""
     variants = VARIANTS[which]
-    times, phase = defaultdict(list), defaultdict(list)
+    times: defaultdict[str, list[float]] = defaultdict(list)
+    phase: defaultdict[str, list[float]] = defaultdict(list)
     for i in range(repeats):
         for name, extra in variants.items():
             r = rows(grpo(work, f"{which}-{len(times)}-{i}-{name.replace(' ', '_')}", model, data, steps, "", extra))

@@ -47,7 +47,7 @@ def main():
     data = batch()
     size = sum(t.numel() * t.element_size() for t in data.batch.values())
     req = Payload(reward_pb2.ScoreRequest(), data)
-    seconds = {"plain TCP": [], "mutual TLS": []}
+    seconds: dict[str, list[float]] = {"plain TCP": [], "mutual TLS": []}
     for _ in range(args.rounds):
         for mode in seconds:
             if mode == "mutual TLS":

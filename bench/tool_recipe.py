@@ -69,8 +69,10 @@ def main():
     scores = [r["critic/score/mean"] for r in rows if "critic/score/mean" in r]
     print(f"tool calls per episode by step: {[round(c, 2) for c in calls]}")
     print(f"training score by step: {[round(c, 2) for c in scores]}")
+    gain = held_out_gain(grpo)
+    assert gain is not None  # validated at step 0 and at the last (val_every)
     print(
-        f"SFT {sft_steps} steps, GRPO {grpo_steps} steps {extra}: {gain_line(held_out_gain(grpo))}; "
+        f"SFT {sft_steps} steps, GRPO {grpo_steps} steps {extra}: {gain_line(gain)}; "
         f"SFT {warm - start:.0f} s, GRPO {time.time() - warm:.0f} s; run in {grpo}",
         flush=True,
     )

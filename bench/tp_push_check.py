@@ -74,12 +74,13 @@ def main():
             }
         )
         sampling = rollout_pb2.SamplingParams(n=2, temperature=1.0, max_new_tokens=16, logprobs=True, seed=5)
-        reply = client.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=sampling), prompts))
-        gen, mask = reply.data, reply.data.batch["response_mask"]
+        request = Payload(rollout_pb2.GenerateRequest(sampling=sampling), prompts)
+        reply, gen = client.call_batch("Generate", request, rollout_pb2.GenerateResponse)
+        mask = gen.batch["response_mask"]
         for label, state in (("pushed", named), ("original", original)):
             gap = ((local_logprobs(model, state, gen) - gen.batch["rollout_logprobs"]).abs() * mask).max().item()
             print(
-                f"weight version {reply.msg.weight_version}: max |rollout - HF with the {label} weights| = {gap:.2e}",
+                f"weight version {reply.weight_version}: max |rollout - HF with the {label} weights| = {gap:.2e}",
                 flush=True,
             )
     finally:

@@ -10,7 +10,7 @@ holds batch-wide values. Operations return new DataProtos; tensors are shared
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,19 +41,26 @@ class DataProtoItem:
     meta_info: dict[str, Any]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(init=False)
 class DataProto:
-    batch: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
-    non_tensor_batch: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
-    meta_info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    batch: dict[str, torch.Tensor]
+    non_tensor_batch: dict[str, np.ndarray]  # each a 1-D object array
+    meta_info: dict[str, Any]
 
-    def __post_init__(self):
-        self.batch = dict(self.batch)
+    def __init__(
+        self,
+        batch: Mapping[str, torch.Tensor] | None = None,
+        non_tensor_batch: Mapping[str, Iterable[Any]] | None = None,
+        meta_info: Mapping[str, Any] | None = None,
+    ):
+        """A column may come as any iterable of its rows' values (a list, an array): it is stored as a 1-D
+        object array (a 1-D object array as it is, not copied)."""
+        self.batch = dict(batch or {})
         self.non_tensor_batch = {
             k: v if isinstance(v, np.ndarray) and v.dtype == object and v.ndim == 1 else object_array(v)
-            for k, v in self.non_tensor_batch.items()
+            for k, v in (non_tensor_batch or {}).items()
         }
-        self.meta_info = dict(self.meta_info)
+        self.meta_info = dict(meta_info or {})
         self.check_consistency()
 
     # ---- construction -------------------------------------------------------------

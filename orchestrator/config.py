@@ -16,6 +16,7 @@ import dataclasses
 import pathlib
 import re
 import typing
+from collections.abc import Sequence
 
 import yaml
 
@@ -290,7 +291,15 @@ class Config:
     ray: RaySection = dataclasses.field(default_factory=RaySection)
 
 
-SECTIONS = {f.name: f.default_factory for f in dataclasses.fields(Config)}
+def ranks(cfg: Config, role: str) -> int:
+    """The world size of the actor, ref or critic (each section resolves "auto" when it is built); 1 for
+    the other services."""
+    world = {"actor": cfg.actor.world_size, "ref": cfg.ref.world_size, "critic": cfg.critic.world_size}.get(role, 1)
+    assert isinstance(world, int)  # "auto" -> a number in the section's __post_init__
+    return world
+
+
+SECTIONS: dict[str, type[Checked]] = typing.get_type_hints(Config)  # section name -> its class
 
 
 def from_dict(raw: dict) -> Config:
@@ -336,8 +345,8 @@ def apply_override(raw: dict, override: str) -> None:
     raw[section][name] = value
 
 
-def load_config(path: str | None, overrides: list[str] = ()) -> Config:
-    raw = {}
+def load_config(path: str | None, overrides: Sequence[str] = ()) -> Config:
+    raw: dict = {}
     if path:
         file = pathlib.Path(path)
         if not file.is_file():
@@ -361,7 +370,7 @@ def describe_keys(width: int = 100) -> str:
         )
         own = set(cls.__dict__.get("__annotations__", {}))  # the section's own keys first, then the service's
         for f in sorted(dataclasses.fields(cls), key=lambda f: f.name not in own):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
             shown = yaml.safe_dump(default, default_flow_style=True).strip().removesuffix("...").strip()
             head = f"  {name}.{f.name}={shown}"
             doc = docs.get(f.name, "")

@@ -3,14 +3,16 @@
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 
 from meshrl.errors import ServiceError
 from orchestrator.config import Config, describe_keys, load_config
 from orchestrator.loops import dpo, policy_gradient, sft
+from orchestrator.loops.algorithm import Algorithm
 from orchestrator.run import trainer
 
 # One entry per CLI command: a fresh algorithm object for the run.
-LOOPS = {
+LOOPS: dict[str, Callable[[], Algorithm]] = {
     "ppo": policy_gradient.ppo,
     "grpo": policy_gradient.grpo,
     "rloo": policy_gradient.rloo,

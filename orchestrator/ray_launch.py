@@ -26,21 +26,21 @@ import pathlib
 import shutil
 import subprocess
 import tempfile
+from typing import TYPE_CHECKING, Any
 
 from meshrl import tls
 from meshrl.rpc.token import forget_run_token, run_token
 from orchestrator import main as loops
-from orchestrator.config import Config
+from orchestrator.config import Config, ranks
 from orchestrator.lifecycle import preflight
 from orchestrator.lifecycle.mesh import serve_args
 from orchestrator.lifecycle.services import DESCRIPTORS, launch
 from orchestrator.run import trainer
 
+if TYPE_CHECKING:  # ray itself is imported where it is used: run() sets its environment before
+    from ray.util.placement_group import PlacementGroup
+
 log = logging.getLogger(__name__)
-
-
-def ranks(cfg: Config, role: str) -> int:
-    return {"actor": cfg.actor.world_size, "ref": cfg.ref.world_size, "critic": cfg.critic.world_size}.get(role, 1)
 
 
 class ServiceHost:
@@ -82,8 +82,10 @@ class ServiceHost:
 
 @dataclasses.dataclass
 class Placement:
-    groups: dict  # role -> placement group
-    hosts: dict  # role -> ServiceHost handle
+    groups: dict[str, "PlacementGroup"]  # role -> its placement group
+    # role -> its ServiceHost's actor handle. Any: Ray types an actor's methods as the class's own (no
+    # .remote) unless each is decorated with ray.method, which would import ray with this module
+    hosts: dict[str, Any]
 
 
 def place(cfg: Config, roles: set[str]) -> Placement:
@@ -98,7 +100,8 @@ def place(cfg: Config, roles: set[str]) -> Placement:
         raise ValueError(
             f"ray.colocate names {unknown}, not services of this run besides the actor: {sorted(roles - {'actor'})}"
         )
-    groups, hosts = {}, {}
+    groups: dict[str, PlacementGroup] = {}
+    hosts: dict[str, Any] = {}  # as Placement.hosts
     # environment the services need from this process (tracing, vLLM's CPU cache size)
     env = {k: v for k, v in os.environ.items() if k.startswith(("MESHRL_", "OTEL_", "VLLM_"))}
     if not tls.enabled():  # ray.tls=false is the user's explicit choice of plain gRPC beyond loopback

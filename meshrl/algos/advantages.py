@@ -7,7 +7,7 @@ sampling n responses per prompt.
 """
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -116,8 +116,9 @@ def compute_reinforce_plus_plus_baseline(
     return masked_whiten(tokens, mask) * mask, tokens
 
 
-# Which estimator an algorithm uses; the orchestrator passes the inputs each one names.
-ADVANTAGE_ESTIMATORS = {
+# Which estimator an algorithm uses; the orchestrator passes the inputs each one names. Each returns
+# (advantages, returns), both (bs, response_length).
+ADVANTAGE_ESTIMATORS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
     "gae": compute_gae,
     "grpo": compute_grpo,
     "rloo": compute_rloo,

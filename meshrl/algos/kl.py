@@ -70,3 +70,6 @@ class AdaptiveKLController:
     def update(self, current_kl: float, n_steps: int) -> None:
         error = max(-0.2, min(0.2, current_kl / self.target - 1))
         self.value *= 1 + error * n_steps / self.horizon
+
+
+KLController = FixedKLController | AdaptiveKLController  # algorithm.kl_ctrl: fixed or adaptive

@@ -1,7 +1,7 @@
 """RewardClient: score a batch on any RewardService server and check the reply."""
 
 import dataclasses
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,20 +34,21 @@ class RewardClient:
         self.client.wait_ready(timeout)
 
     def describe(self) -> common_pb2.ServiceInfo:
-        return cast(common_pb2.ServiceInfo, self.client.call("Describe"))
+        return self.client.describe()
 
     def score(self, batch: DataProto) -> Scores:
-        reply = cast(Payload, self.client.call("Score", Payload(reward_pb2.ScoreRequest(), batch)))
-        return check_reply(self.address, batch, reply.data, dict(cast(reward_pb2.ScoreResponse, reply.msg).metrics))
+        request = Payload(reward_pb2.ScoreRequest(), batch)
+        reply, scored = self.client.call_batch("Score", request, reward_pb2.ScoreResponse)
+        return check_reply(self.address, batch, scored, dict(reply.metrics))
 
     def close(self) -> None:
         self.client.close()
 
 
-def check_reply(address: str, batch: DataProto, data: DataProto | None, metrics: dict[str, Any]) -> Scores:
+def check_reply(address: str, batch: DataProto, data: DataProto, metrics: dict[str, Any]) -> Scores:
     n = len(batch)
     where = f"reward service at {address}"
-    if data is None or "scores" not in data.batch:
+    if "scores" not in data.batch:
         raise ValueError(f"{where} returned no 'scores' tensor")
     scores = data.batch["scores"]
     if scores.dim() != 1 or scores.shape[0] != n:

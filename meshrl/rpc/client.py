@@ -3,31 +3,41 @@ server's refusal (RESOURCE_EXHAUSTED with a retry-after hint), with backoff.
 
     reward = Client("127.0.0.1:50051", reward_pb2.DESCRIPTOR.services_by_name["RewardService"])
     reward.wait_ready(30)
-    reply = reward.call("Score", Payload(reward_pb2.ScoreRequest(), batch))
+    info = reward.describe()  # a common_pb2.ServiceInfo
+    msg, scored = reward.call_batch("Score", Payload(reward_pb2.ScoreRequest(), batch), reward_pb2.ScoreResponse)
 
 Methods whose messages carry a batch take and return a Payload; others take and
 return the plain message. Large batches are streamed both ways automatically.
+
+call() serves any method and returns `Payload | Message`, which a type checker cannot
+see into; call_message() and call_batch() are the same call with the reply's class
+named, so that what comes back is typed (and checked: a class that is not the
+method's reply is a TypeError before anything is sent).
 """
 
 import random
 import time
 from collections.abc import Iterable
+from typing import TypeVar
 
 import grpc
-from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from meshrl import telemetry, tls
 from meshrl.codec.payload import Payload, data_field_number
+from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.rpc.interceptors import RETRY_AFTER
 from meshrl.rpc.methods import client_call, message_class, method_path
 from meshrl.rpc.server import MAX_MESSAGE_BYTES, channel_options
 from meshrl.rpc.token import env_token
+from meshrl.v1 import common_pb2
 
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
 MAX_JITTER = 5.0  # seconds: the widest random spread added to a busy server's hint
+M = TypeVar("M", bound=Message)  # a reply's message class
 
 
 def retry_after(error: grpc.RpcError) -> float | None:
@@ -65,10 +75,9 @@ class Client:
         self, method: str, request: Payload | Message | None = None, *, timeout: float | None = None
     ) -> Payload | Message:
         """Call `method`; retries UNAVAILABLE and busy refusals with backoff within one overall deadline."""
-        if method not in self._calls:
-            raise ValueError(f"{self.service.full_name} has no method {method!r}; it has {sorted(self._calls)}")
+        m = self._method(method)
         if request is None:
-            request = message_class(self.service.methods_by_name[method].input_type)()
+            request = message_class(m.input_type)()
         deadline = time.monotonic() + (timeout or self.timeout)
         rows = len(request.data) if isinstance(request, Payload) and request.data is not None else None
         with telemetry.span(
@@ -76,6 +85,46 @@ class Client:
         ):
             metadata = telemetry.inject(self.metadata)  # the server's span continues this trace
             return self._call_with_retries(method, request, deadline, metadata)
+
+    def call_message(
+        self, method: str, request: Payload | Message | None, reply: type[M], *, timeout: float | None = None
+    ) -> M:
+        """call() for a method whose reply is a plain message of class `reply`: that message."""
+        self._check_reply(method, reply, batch=False)
+        out = self.call(method, request, timeout=timeout)
+        assert isinstance(out, reply)  # _check_reply: the method's reply class, which carries no batch
+        return out
+
+    def call_batch(
+        self, method: str, request: Payload | Message | None, reply: type[M], *, timeout: float | None = None
+    ) -> tuple[M, DataProto]:
+        """call() for a method whose reply of class `reply` carries a batch: (the message, the batch).
+        ValueError if the server sent no batch (a server of another make may)."""
+        self._check_reply(method, reply, batch=True)
+        out = self.call(method, request, timeout=timeout)
+        assert isinstance(out, Payload) and isinstance(out.msg, reply)  # as _check_reply made sure
+        if out.data is None:
+            raise ValueError(f"{self.service.name}.{method} at {self.address} returned no batch (`data` unset)")
+        return out.msg, out.data
+
+    def describe(self, *, timeout: float | None = None) -> common_pb2.ServiceInfo:
+        """The service's Describe: every meshrl service has it, with a ServiceInfo reply."""
+        return self.call_message("Describe", None, common_pb2.ServiceInfo, timeout=timeout)
+
+    def _method(self, name: str) -> MethodDescriptor:
+        m = self.service.methods_by_name.get(name)
+        if m is None:
+            raise ValueError(f"{self.service.full_name} has no method {name!r}; it has {sorted(self._calls)}")
+        return m
+
+    def _check_reply(self, method: str, reply: type[Message], batch: bool) -> None:
+        """TypeError unless `reply` is `method`'s reply class and carries a batch exactly when `batch`."""
+        out = self._method(method).output_type
+        if reply.DESCRIPTOR is not out:
+            raise TypeError(f"{self.service.name}.{method} replies with {out.name}, not {reply.__name__}")
+        if (data_field_number(reply) is not None) != batch:
+            use, has = ("call_message", "no batch") if batch else ("call_batch", "a batch")
+            raise TypeError(f"{out.name} carries {has}: call {self.service.name}.{method} with {use}")
 
     def _call_with_retries(self, method: str, request, deadline: float, metadata):
         unavailable = busy = 0  # retries so far of each kind

@@ -52,7 +52,7 @@ def config_key(role: str, field: str) -> str:
 def reported(mesh: Mesh, role: str) -> dict | None:
     """The service's settings from Describe; None when it reports none (a server of another make)."""
     try:
-        info = mesh[role].call("Describe")
+        info = mesh[role].describe()
     except ServiceError as e:
         if e.code == grpc.StatusCode.UNIMPLEMENTED:
             return None

@@ -34,7 +34,7 @@ from meshrl.errors import ServiceError
 from meshrl.flags import dataclass_args
 from meshrl.rpc import Client
 from meshrl.v1 import actor_pb2, rollout_pb2
-from orchestrator.config import Config
+from orchestrator.config import Config, ranks
 from orchestrator.lifecycle.services import Services
 
 POLICY_INPUTS = ["input_ids", "attention_mask", "position_ids", "responses"]
@@ -58,8 +58,7 @@ def settings(cfg: Config, role: str) -> dict:
         return values_of(RewardConfig, cfg.reward)
     if role == "env":  # a call beyond its workers would be RESOURCE_EXHAUSTED
         return {**values_of(EnvSettings, cfg.env), "workers": max(cfg.env.workers, cfg.rollout.concurrency)}
-    world = {"critic": cfg.critic.world_size, "ref": cfg.ref.world_size}.get(role, a.world_size)
-    engine = {**values_of(EngineSettings, a), "engine": engine_for(a.engine, world), "seed": seed}
+    engine = {**values_of(EngineSettings, a), "engine": engine_for(a.engine, ranks(cfg, role)), "seed": seed}
     if role == "ref":
         return engine
     lr = cfg.critic.lr if role == "critic" else a.lr
@@ -74,9 +73,14 @@ def serve_args(cfg: Config, role: str) -> list[str]:
     if role in CONFIGS:
         return [role, *dataclass_args(CONFIGS[role], values)]
     model = cfg.critic.model or cfg.actor.model if role == "critic" else cfg.actor.model
-    world = {"critic": cfg.critic.world_size, "ref": cfg.ref.world_size}.get(role, cfg.actor.world_size)
     args = ["actor", "--role", role, "--model", model, "--checkpoint-root", absolute(cfg.trainer.run_dir)]
-    args += ["--world-size", str(world), "--threads", str(cfg.actor.threads), *dataclass_args(EngineConfig, values)]
+    args += [
+        "--world-size",
+        str(ranks(cfg, role)),
+        "--threads",
+        str(cfg.actor.threads),
+        *dataclass_args(EngineConfig, values),
+    ]
     return args + ([] if role == "ref" else dataclass_args(OptimConfig, values))
 
 
@@ -124,16 +128,18 @@ class Mesh:
         )
         request = Payload(rollout_pb2.GenerateRequest(sampling=sampling), prompts)
         with self.colocated_generation() if colocated else contextlib.nullcontext():
-            for attempt in range(INTERRUPTED_RESENDS + 1):
+            for _ in range(INTERRUPTED_RESENDS):
                 try:
-                    return self["rollout"].call("Generate", request).data
+                    return self._generate(request)
                 except ServiceError as e:  # a push interrupted it (rollout.on_update=interrupt): again, on new weights
-                    if (
-                        e.code != grpc.StatusCode.ABORTED
-                        or "interrupted" not in e.details
-                        or attempt == INTERRUPTED_RESENDS
-                    ):
+                    # details: None where the status carried no text
+                    if e.code != grpc.StatusCode.ABORTED or "interrupted" not in (e.details or ""):
                         raise
+            return self._generate(request)  # the last resend: whatever stops it goes up
+
+    def _generate(self, request: Payload) -> DataProto:
+        _, gen = self["rollout"].call_batch("Generate", request, rollout_pb2.GenerateResponse)
+        return gen
 
     @contextlib.contextmanager
     def colocated_generation(self):
@@ -161,7 +167,7 @@ class Mesh:
         kept the newer weights)."""
         if self.cfg.rollout.colocate:
             self["rollout"].call("WakeUp", rollout_pb2.SleepRequest(tags=["weights"]))
-        reply = self["actor"].call(
+        reply = self["actor"].call_message(
             "PushWeights",
             actor_pb2.PushWeightsRequest(
                 rollout_address=self["rollout"].address,
@@ -171,6 +177,7 @@ class Mesh:
                 dtype=self.cfg.rollout.dtype,
                 rollback=rollback,
             ),
+            actor_pb2.PushWeightsResponse,
         )
         return reply.seconds
 
@@ -186,20 +193,20 @@ class Mesh:
     def logprobs(self, role: str, batch: DataProto) -> torch.Tensor:
         """Per-token log-probs of the responses under the actor or the ref, (B, T)."""
         key = "ref_logprobs" if role == "ref" else "actor_logprobs"
-        request = actor_pb2.BatchRequest(temperature=self.cfg.rollout.temperature)
-        return self[role].call("ComputeLogProbs", Payload(request, batch.select(POLICY_INPUTS))).data.batch[key]
+        request = Payload(actor_pb2.BatchRequest(temperature=self.cfg.rollout.temperature), batch.select(POLICY_INPUTS))
+        _, out = self[role].call_batch("ComputeLogProbs", request, actor_pb2.BatchResponse)
+        return out.batch[key]
 
     def values(self, batch: DataProto) -> torch.Tensor:
         """The critic's value of each response position, (B, T)."""
-        return (
-            self["critic"]
-            .call("ComputeValues", Payload(actor_pb2.BatchRequest(), batch.select(POLICY_INPUTS)))
-            .data.batch["values"]
-        )
+        request = Payload(actor_pb2.BatchRequest(), batch.select(POLICY_INPUTS))
+        _, out = self["critic"].call_batch("ComputeValues", request, actor_pb2.BatchResponse)
+        return out.batch["values"]
 
     def update(self, role: str, step: int, loss: str, params: dict, batch: DataProto) -> dict[str, float]:
         spec = actor_pb2.LossSpec(name=loss, params={k: to_value(v, k) for k, v in params.items()})
-        reply = self[role].call("Update", Payload(actor_pb2.UpdateRequest(step=step, loss=spec), batch))
+        request = Payload(actor_pb2.UpdateRequest(step=step, loss=spec), batch)
+        reply = self[role].call_message("Update", request, actor_pb2.UpdateResponse)
         return dict(reply.metrics)
 
     def save(self, role: str, path, export_hf: bool = False) -> None:
@@ -245,5 +252,5 @@ def start_mesh(cfg: Config, services: Services, roles: set[str]) -> Mesh:
     """Start (or reach) the services in `roles`: actor, ref, critic, rollout, reward, env."""
     mesh = Mesh(cfg, services.start_all(wanted(cfg, roles)))
     if mesh.has("env"):
-        mesh.env_stop = json.loads(mesh["env"].call("Describe").details.get("stop", "[]"))
+        mesh.env_stop = json.loads(mesh["env"].describe().details.get("stop", "[]"))
     return mesh

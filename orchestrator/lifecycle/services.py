@@ -53,13 +53,15 @@ def launch(serve_args: list[str], env: dict[str, str] | None = None) -> tuple[su
 
 def listening(proc: subprocess.Popen, serve_args: list[str]) -> tuple[subprocess.Popen, str]:
     """Wait for a started service's "listening on ADDRESS" line."""
-    line = proc.stdout.readline()
+    out = proc.stdout
+    assert out is not None  # spawn() pipes it
+    line = out.readline()
     while line and "listening on" not in line:
-        line = proc.stdout.readline()
+        line = out.readline()
     if not line:
         raise RuntimeError(f"`meshrl serve {' '.join(serve_args)}` did not start (exit code {proc.wait()})")
     # what it prints from now on goes to this process's stderr: a pipe nobody reads blocks its writer
-    threading.Thread(target=forward, args=(proc.stdout,), daemon=True).start()
+    threading.Thread(target=forward, args=(out,), daemon=True).start()
     return proc, line.split()[-1]
 
 

@@ -16,7 +16,10 @@ from orchestrator.sampling.rollouts import Rollouts
 
 class Algorithm(Protocol):
     name: str
-    trained: tuple[str, ...]  # roles whose checkpoints make up a run's state
+
+    @property
+    def trained(self) -> tuple[str, ...]:  # a field, or a property (PolicyGradient: with or without a critic)
+        """The roles whose checkpoints make up a run's state."""
 
     def setup(self, cfg: Config) -> set[str]:
         """Check the config, (re)set the algorithm's own state; the services (roles) it needs."""

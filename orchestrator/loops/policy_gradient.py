@@ -16,7 +16,7 @@ import inspect
 import torch
 
 from meshrl.algos.advantages import ADVANTAGE_ESTIMATORS
-from meshrl.algos.kl import AdaptiveKLController, FixedKLController, apply_kl_penalty
+from meshrl.algos.kl import AdaptiveKLController, FixedKLController, KLController, apply_kl_penalty
 from meshrl.algos.masked import masked_mean
 from orchestrator.config import Config
 from orchestrator.lifecycle.mesh import POLICY_TENSORS, Mesh
@@ -45,7 +45,7 @@ def compute_advantages(name: str, inputs: dict) -> tuple[torch.Tensor, torch.Ten
     return fn(**{k: v for k, v in inputs.items() if k in wanted})
 
 
-def kl_controller(cfg: Config):
+def kl_controller(cfg: Config) -> KLController:
     al = cfg.algorithm
     if al.kl_ctrl == "fixed":
         return FixedKLController(al.kl_coef)
@@ -77,7 +77,8 @@ class PolicyGradient:
     name: str
     estimator: str  # default; algorithm.adv_estimator overrides
     critic: bool = False
-    kl_ctrl: object = None  # set by setup(); its coefficient is part of a checkpoint
+    # the config's is made by setup(); its coefficient is part of a checkpoint
+    kl_ctrl: KLController = dataclasses.field(default_factory=lambda: FixedKLController(0.0))
 
     @property
     def trained(self) -> tuple[str, ...]:
@@ -119,6 +120,7 @@ class PolicyGradient:
                 batch.batch["values"] = mesh.values(batch)
 
         metrics, rewards = {}, scored.token_level_scores
+        assert rewards is not None  # the Score request carries the response_mask: Scores has token scores
         if cfg.algorithm.use_kl_in_reward:
             rewards, kl = apply_kl_penalty(
                 rewards,

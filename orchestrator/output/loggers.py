@@ -21,6 +21,8 @@ import json
 import math
 import os
 import pathlib
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 
 def scalars(metrics: dict) -> dict[str, float]:
@@ -49,6 +51,17 @@ def samples_markdown(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     lines += ["| " + " | ".join(cell(r.get(k, "")) for k in keys) + " |" for r in rows]
     return "\n".join(lines)
+
+
+class Sink(Protocol):
+    """A logger the run's numbers and samples also go to (besides the jsonl files)."""
+
+    can_purge: bool  # purge_after can take back what it has of later steps (else it raises)
+
+    def metrics(self, step: int, values: dict[str, float]) -> None: ...
+    def samples(self, step: int, rows: list[dict]) -> None: ...
+    def purge_after(self, step: int) -> None: ...
+    def close(self) -> None: ...
 
 
 class TensorBoardSink:
@@ -94,8 +107,12 @@ class WandbSink:
             resume="allow",
             dir=str(run_dir),
             config=config,
-            mode=os.environ.get("WANDB_MODE", "offline"),
+            # as the user set it: wandb checks it (its settings take "dryrun" too, which init's annotation omits)
+            mode=os.environ.get("WANDB_MODE", "offline"),  # type: ignore[arg-type]
         )
+
+    def purge_after(self, step: int) -> None:
+        raise NotImplementedError("W&B cannot take logged points back")
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
         self.run.log(values, step=step)
@@ -131,6 +148,9 @@ class MlflowSink:
         if run_id is None:
             mlflow.log_params({k: str(v)[:500] for k, v in flatten(config).items()})
 
+    def purge_after(self, step: int) -> None:
+        raise NotImplementedError("MLflow cannot take logged points back")
+
     def metrics(self, step: int, values: dict[str, float]) -> None:
         # MLflow's metric names allow '/', '-', '.', '_', ' ', letters and digits
         self.mlflow.log_metrics({k.replace("@", "_at_"): v for k, v in values.items()}, step=step)
@@ -142,7 +162,12 @@ class MlflowSink:
         self.mlflow.end_run()
 
 
-SINKS = {"tensorboard": TensorBoardSink, "wandb": WandbSink, "mlflow": MlflowSink}
+# each made with (run_dir, the run's config, its name, the step TensorBoard purges from or None)
+SINKS: dict[str, Callable[[pathlib.Path, dict, str, int | None], Sink]] = {
+    "tensorboard": TensorBoardSink,
+    "wandb": WandbSink,
+    "mlflow": MlflowSink,
+}
 
 
 def flatten(tree: dict, prefix: str = "") -> dict:
@@ -162,7 +187,7 @@ class RunLog:
     def __init__(
         self,
         run_dir: pathlib.Path,
-        loggers: list[str] = ("tensorboard",),
+        loggers: Sequence[str] = ("tensorboard",),
         config: dict | None = None,
         name: str = "run",
         after: int | None = None,
@@ -178,7 +203,7 @@ class RunLog:
         # preflight.check has made sure the packages the loggers need are installed
         self.sinks = [SINKS[key](run_dir, config or {}, name, purge) for key in loggers if key in SINKS]
 
-    def _sinks_for(self, step: int) -> list:
+    def _sinks_for(self, step: int) -> list[Sink]:
         return [s for s in self.sinks if s.can_purge or step > self.logged_through]
 
     def write(self, step: int, metrics: dict, correct: list[bool] | None = None) -> None:

@@ -42,7 +42,7 @@ SUMMARY_KEYS = [
 
 def read_metrics(run_dir: pathlib.Path) -> list[dict]:
     """metrics.jsonl; where a resumed run wrote a step again, the last line for it wins."""
-    by_step = {}
+    by_step: dict[int, dict] = {}
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         if line.strip():
             row = json.loads(line)

@@ -91,7 +91,7 @@ def recover(error: StepFailed, state: RunState) -> tuple[int, tuple | None]:
         moved = [
             name
             for name in (*algorithm.trained, "rollout")
-            if name in mesh.clients and name not in services.ours and mesh[name].call("Describe").weight_version != 0
+            if name in mesh.clients and name not in services.ours and mesh[name].describe().weight_version != 0
         ]
         if moved:
             raise StepFailed(
@@ -101,6 +101,7 @@ def recover(error: StepFailed, state: RunState) -> tuple[int, tuple | None]:
         state.sampler.load_state_dict(state.start["sampler"])
         algorithm.load_state_dict(state.start["algorithm"])
         torch.set_rng_state(state.start["rng"])
+    assert state.log is not None  # open while train() runs the steps
     state.log.forget_after(step)
     return step + 1, None
 
@@ -114,7 +115,7 @@ def check_not_ahead(mesh: Mesh, trained: tuple[str, ...], step: int) -> None:
     for role in (*trained, "rollout"):
         if role not in mesh.clients:
             continue
-        info = mesh[role].call("Describe")
+        info = mesh[role].describe()
         done = info.weight_version if role == "rollout" else int(info.details.get("last_step", "0") or 0)
         if done > step:
             what = "weight version" if role == "rollout" else "step"
@@ -145,7 +146,7 @@ def answers(client) -> bool:
 def between_steps(mesh: Mesh, role: str) -> bool:
     """Whether a trained service's weights are between two steps (an Update stopped halfway)."""
     try:
-        return bool(mesh[role].call("Describe", timeout=10).details.get("partial"))
+        return bool(mesh[role].describe(timeout=10).details.get("partial"))
     except ServiceError:
         return False
 
@@ -153,6 +154,6 @@ def between_steps(mesh: Mesh, role: str) -> bool:
 def torn_weights(mesh: Mesh) -> bool:
     """Whether the rollout holds part of a bucketed weight update that broke off (it refuses to generate)."""
     try:
-        return mesh["rollout"].call("Describe", timeout=10).details.get("torn") == "true"
+        return mesh["rollout"].describe(timeout=10).details.get("torn") == "true"
     except ServiceError:
         return False

@@ -67,6 +67,7 @@ def one_step(state: RunState) -> dict[str, float]:
     service fails or answers something unusable."""
     cfg, number, algorithm = state.cfg, state.number, state.algorithm
     start = time.perf_counter()
+    assert state.batch is not None and state.log is not None  # train() drew the batch and opened the log
     indices, uids = state.batch
     rollouts = state.rollouts()
     try:

@@ -33,7 +33,8 @@ def sample(mesh, prompts: DataProto, seed: int, on_generated=None) -> tuple:
     """(gen, scored, {"gen": s, "reward": s}) for `prompts` in rollout.chunks concurrent calls."""
     bounds = [*starts(len(prompts), mesh.cfg.rollout.chunks), len(prompts)]
     parts = [(a, prompts.slice(a, b)) for a, b in zip(bounds, bounds[1:])]
-    gens, scores = [None] * len(parts), [None] * len(parts)
+    gens: dict[int, DataProto] = {}  # by part
+    scores: dict[int, Scores] = {}
     start = time.perf_counter()
     with (
         concurrent.futures.ThreadPoolExecutor(len(parts), thread_name_prefix="meshrl-chunk") as generating,
@@ -54,10 +55,11 @@ def sample(mesh, prompts: DataProto, seed: int, on_generated=None) -> tuple:
             on_generated()
         for done in concurrent.futures.as_completed(scored):
             scores[scored[done]] = done.result()
-    gen = join_generations(gens)
+    order = range(len(parts))
+    gen = join_generations([gens[i] for i in order])
     return (
         gen,
-        join_scores(scores, gen.batch["responses"].shape[1]),
+        join_scores([scores[i] for i in order], gen.batch["responses"].shape[1]),
         {"gen": generated - start, "reward": time.perf_counter() - generated},
     )
 
@@ -102,10 +104,9 @@ def join_scores(parts: list[Scores], width: int) -> Scores:
         return parts[0]
     sizes = [len(s.scores) for s in parts]
     token_level = None
-    if all(s.token_level_scores is not None for s in parts):
-        token_level = torch.cat(
-            [F.pad(s.token_level_scores, (0, width - s.token_level_scores.shape[1])) for s in parts]
-        )
+    levels = [s.token_level_scores for s in parts if s.token_level_scores is not None]
+    if len(levels) == len(parts):
+        token_level = torch.cat([F.pad(t, (0, width - t.shape[1])) for t in levels])
     names = dict.fromkeys(k for s in parts for k in s.columns)
     columns = {
         k: np.concatenate(

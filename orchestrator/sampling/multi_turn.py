@@ -41,6 +41,7 @@ from meshrl.v1 import env_pb2
 log = logging.getLogger(__name__)
 MAX_CALLS_IN_FLIGHT = 4  # Generate calls the batcher keeps going at once
 GATHER_S = 0.02  # how long the batcher waits for more turns, once one is waiting, before it sends
+Turn = tuple[list[int], list[float], str | None, int]  # what Batcher.generate returns
 
 
 @dataclasses.dataclass
@@ -73,7 +74,7 @@ class Batcher:
 
     def __init__(self, mesh, stop: list[str], seed: int, greedy: bool = False):
         self.mesh, self.stop, self.seed, self.greedy = mesh, stop, seed, greedy
-        self.waiting: list[tuple[list[int], int, concurrent.futures.Future]] = []
+        self.waiting: list[tuple[list[int], int, concurrent.futures.Future[Turn]]] = []
         self.cond = threading.Condition()
         self.closed, self.calls = False, 0
         self.active = self.in_tool = self.generating = 0  # trajectories playing; in a tool call; in a call
@@ -82,9 +83,9 @@ class Batcher:
         self.thread = threading.Thread(target=self._run, name="meshrl-batcher", daemon=True)
         self.thread.start()
 
-    def generate(self, ids: list[int], max_new: int) -> tuple[list[int], list[float], str | None, int]:
+    def generate(self, ids: list[int], max_new: int) -> Turn:
         """(tokens, log-probs, text (None when cut to max_new), weight version) of one turn after `ids`."""
-        future = concurrent.futures.Future()
+        future: concurrent.futures.Future[Turn] = concurrent.futures.Future()
         with self.cond:
             self.waiting.append((ids, max_new, future))
             self.cond.notify_all()
@@ -193,10 +194,10 @@ def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int) -> None
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
             traj.add(ids[: budget - len(traj.tokens)], None, policy=False)
 
-    def call(method: str, request):
+    def call(method: str, request) -> env_pb2.EnvReply:  # Reset, Step
         batcher.count(in_tool=1)
         try:
-            return env.call(method, request)
+            return env.call_message(method, request, env_pb2.EnvReply)
         finally:
             batcher.count(in_tool=-1)
 
@@ -274,7 +275,7 @@ def layout(rows: DataProto, trajectories: list[Trajectory], tokenizer) -> DataPr
         [t.mask for t in trajectories],
         [t.logprobs for t in trajectories],
     )
-    columns = dict(rows.non_tensor_batch)
+    columns: dict[str, np.ndarray | list] = dict(rows.non_tensor_batch)
     columns.update(
         {
             "response_text": [tokenizer.decode(t.tokens, skip_special_tokens=True) for t in trajectories],

@@ -25,9 +25,12 @@ import threading
 import time
 from collections.abc import Callable
 
+from meshrl.clients import Scores
+from meshrl.dataproto import DataProto
 from orchestrator.sampling.samples import sample
 
 ALGORITHMS = ("ppo", "grpo", "rloo", "reinforce")  # DPO pairs and SFT batches stay synchronous
+Sampled = tuple[DataProto, Scores, dict[str, float], int]  # a step's (gen, scored, seconds by phase, version)
 
 
 def start(cfg, mesh, tokenizer, data, sampler, first: int) -> Producer:
@@ -86,14 +89,14 @@ class Producer:
         self.cond = threading.Condition()
         self.pushed = first - 1  # the version in the rollout (the run's weights at the first step)
         self.generated = first - 1  # the last step whose generation has returned
-        self.done: dict[int, tuple] = {}  # step -> (gen, scored, seconds, version) or an exception
+        self.done: dict[int, Sampled | BaseException] = {}  # step -> its samples, or what stopped them
         self.stopping = False
         self.thread = threading.Thread(target=self._run, name="meshrl-producer", daemon=True)
         self.thread.start()
 
     # ---- the steps' side ------------------------------------------------------------------
 
-    def take(self, number: int) -> tuple:
+    def take(self, number: int) -> Sampled:
         """Step `number`'s (gen, scored, seconds by phase, weight version); waits for it. A failure of its
         sampling is raised here."""
         with self.cond:
@@ -150,6 +153,7 @@ class Producer:
                 self.cond.wait_for(lambda: self.stopping or self.pushed >= self.version(step))  # noqa: B023 - called at once, in the loop
                 if self.stopping:
                     return
+            out: Sampled | BaseException
             try:
                 start = time.perf_counter()
                 indices, uids, prompts, state = self.draw()

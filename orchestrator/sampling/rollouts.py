@@ -14,6 +14,8 @@ generated. Without one, the step samples now and pushes at once. Either way the 
 
 import dataclasses
 
+from meshrl.clients import Scores
+from meshrl.dataproto import DataProto
 from orchestrator.lifecycle.mesh import Mesh
 from orchestrator.sampling.pipeline import Producer
 from orchestrator.sampling.samples import sample
@@ -25,10 +27,12 @@ class Rollouts:
     mesh: Mesh
     tokenizer: object  # the actor's, for multi-turn observations
     producer: Producer | None = None  # trainer.max_staleness >= 1: the run's producer, sampling ahead
-    sampled: tuple | None = None  # (Generate reply, Scores) of the step's training samples, for the sample log
+    sampled: tuple[DataProto, Scores] | None = (
+        None  # (Generate reply, Scores) of the step's training samples, for the sample log
+    )
     metrics: dict = dataclasses.field(default_factory=dict)  # the producer's figures for the step
 
-    def sample_and_score(self, t: Timer, number: int, prompts) -> tuple:
+    def sample_and_score(self, t: Timer, number: int, prompts) -> tuple[DataProto, Scores]:
         """The first two phases of every RL step: rollout.n responses per prompt (the step's seed), scored.
         With a producer they were done ahead: this waits for them (timing_s/wait_batch), and `metrics` gets
         their times and staleness."""

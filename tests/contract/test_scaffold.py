@@ -17,7 +17,7 @@ from meshrl.codec import Payload, decode_message, split_rows
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.rpc import Client, serve
-from meshrl.v1 import reward_pb2
+from meshrl.v1 import common_pb2, reward_pb2
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from echo_service import SERVICE, EchoScorer  # noqa: E402
@@ -88,6 +88,20 @@ def test_small_call_round_trip(client):
     assert reply.msg.metrics["num_rows"] == 3
     assert torch.equal(reply.data.batch["scores"], torch.full((3,), 2.0))
     assert list(reply.data.non_tensor_batch["src"]) == ["a", "b", "c"]
+
+
+def test_typed_calls_name_the_reply_class(client):
+    """call_message / call_batch / describe: the same call, typed; a wrong reply class is refused unsent."""
+    assert client.describe().backend == "echo"
+    data = DataProto({"x": torch.ones(2, 2)})
+    msg, scored = client.call_batch("Score", Payload(reward_pb2.ScoreRequest(), data), reward_pb2.ScoreResponse)
+    assert msg.metrics["num_rows"] == 2 and torch.equal(scored.batch["scores"], torch.full((2,), 2.0))
+    with pytest.raises(TypeError, match="replies with ServiceInfo, not ScoreResponse"):
+        client.call_message("Describe", None, reward_pb2.ScoreResponse)
+    with pytest.raises(TypeError, match="carries a batch: call RewardService.Score with call_batch"):
+        client.call_message("Score", Payload(reward_pb2.ScoreRequest(), data), reward_pb2.ScoreResponse)
+    with pytest.raises(TypeError, match="carries no batch: call RewardService.Describe with call_message"):
+        client.call_batch("Describe", None, common_pb2.ServiceInfo)
 
 
 def test_big_batch_streams_both_ways(server, client):

@@ -35,6 +35,9 @@ class Reporting:
             raise ServiceError(self.address, method, grpc.StatusCode.UNIMPLEMENTED, "no Describe")
         return common_pb2.ServiceInfo(details={"settings": self.settings})
 
+    def describe(self, timeout=None):
+        return self.call("Describe", timeout=timeout)
+
 
 def started_from(cfg, role: str) -> str:
     """What a service started with serve_args(cfg, role) reports: its flags parsed back, defaults filled."""

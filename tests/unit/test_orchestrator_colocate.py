@@ -17,6 +17,13 @@ class Recorder:
         self.calls.append(f"{self.role}.{method}" + (f"({','.join(tags)})" if tags else ""))
         return types.SimpleNamespace(data=DataProto(), seconds=0.0)
 
+    def call_message(self, method, request, reply, **kw):  # Client's typed calls: the same record
+        return self.call(method, request, **kw)
+
+    def call_batch(self, method, request, reply, **kw):
+        out = self.call(method, request, **kw)
+        return out, out.data
+
 
 def mesh(colocate: bool, roles=("actor", "ref", "rollout")):
     calls = []

@@ -36,6 +36,12 @@ class FakeClient:
             )
         return type("Reply", (), {"seconds": 0.0})()
 
+    def describe(self, timeout=None):  # Client's typed calls: recorded as call() records them
+        return self.call("Describe", timeout=timeout)
+
+    def call_message(self, method, request, reply, timeout=None):
+        return self.call(method, request, timeout)
+
 
 class FakeServices:
     def __init__(self, ours, dead=()):
