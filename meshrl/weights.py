@@ -149,13 +149,15 @@ def push(
     share: Callable[[Bucket, list[torch.Tensor]], list] | None = None,
     deadline: float | None = None,
     rollback: bool = False,
+    lora: rollout_pb2.LoraAdapter | None = None,
 ) -> dict[str, float]:
     """Send the buckets to the rollout service behind `client` (a meshrl.rpc.Client); tensors_of(bucket)
     gives a bucket's tensors in its refs' order, on any device, when it is its turn. cuda_ipc: share(bucket,
     tensors) gives the CudaIpcHandles of the bucket's copies, one per GPU, the first this process's (by
     default: one copy, in this process's reused CUDA bucket). deadline (time.monotonic()): when the
     sender's own caller stops waiting. rollback: the rollout takes `version` even below its own (a run
-    going back to a checkpoint)."""
+    going back to a checkpoint). lora: the buckets hold this LoRA adapter (peft's tensor names), not the
+    model's weights."""
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
     start = time.perf_counter()
@@ -163,7 +165,12 @@ def push(
     begun = client.call(
         "BeginWeightUpdate",
         rollout_pb2.BeginWeightUpdateRequest(
-            version=version, transport=transport, total_bytes=total, bucket_bytes=largest, rollback=rollback
+            version=version,
+            transport=transport,
+            total_bytes=total,
+            bucket_bytes=largest,
+            rollback=rollback,
+            lora=lora,
         ),
         timeout=call_timeout(largest, deadline),
     )  # the rollout may make (fault in) a segment this large
