@@ -65,7 +65,7 @@ def target_modules(model: torch.nn.Module, cfg: EngineConfig) -> list[str]:
             layer = linear.get(n)
             if layer is None:
                 kind = type(model.get_submodule(n)).__name__
-                raise ValueError(f"lora_target_modules: {n} is a {kind}, not a linear layer")
+                raise ValueError(f"lora_target_modules: {n} ({kind}) is not a linear layer")
             if cfg.lora_rank > min(layer.in_features, layer.out_features):
                 raise ValueError(
                     f"lora_rank={cfg.lora_rank} is larger than {n} ({layer.out_features} x {layer.in_features}) "

@@ -80,17 +80,7 @@ class ActorServicer:
         return self.init(args)
 
     def init_args_from(self, model: str, engine: dict, optim: dict) -> dict:
-        if not model:
-            raise InvalidArgument("InitRequest.model is empty")
-        if not pathlib.Path(model, "config.json").is_file():
-            raise InvalidArgument(f"model {model!r} is not a HuggingFace folder (no config.json)")
-        engine_cfg = build(EngineConfig, engine, "engine")  # refuse bad settings before any rank starts
-        build(OptimConfig, optim, "optim")
-        if engine_cfg.lora_rank and self.role != "ref":  # an adapter the model cannot take, in one line
-            try:
-                lora.check(model, KIND[self.role], engine_cfg)
-            except ValueError as e:
-                raise InvalidArgument(str(e)) from None
+        check_init(self.role, model, engine, optim)
         # "auto" is settled here, where the world size is known: the ranks and Describe see the engine in use
         engine = {**engine, "engine": engine_for(engine.get("engine", EngineConfig.engine), self.world_size)}
         return {"model": model, "engine": engine, "optim": optim}
@@ -356,6 +346,22 @@ class ActorServicer:
                 raise Aborted(str(e), e.meta) from None
             cls = InvalidArgument if e.error_type in ("ValueError", "InvalidArgument") else RuntimeError
             raise cls(str(e)) from None
+
+
+def check_init(role: str, model: str, engine: dict, optim: dict) -> None:
+    """InvalidArgument, in one line, for an Init the ranks would fail on: refused before any rank starts
+    (main.py checks its flags with it before it starts the ranks)."""
+    if not model:
+        raise InvalidArgument("InitRequest.model is empty")
+    if not pathlib.Path(model, "config.json").is_file():
+        raise InvalidArgument(f"model {model!r} is not a HuggingFace folder (no config.json)")
+    engine_cfg = build(EngineConfig, engine, "engine")
+    build(OptimConfig, optim, "optim")
+    if engine_cfg.lora_rank and role != "ref":  # an adapter the model cannot take (the model read on meta)
+        try:
+            lora.check(model, KIND[role], engine_cfg)
+        except ValueError as e:
+            raise InvalidArgument(str(e)) from None
 
 
 def required_tensors(loss: str, params) -> tuple[str, ...]:

@@ -206,9 +206,9 @@ class Engine:
     # ---- state ------------------------------------------------------------------------
 
     def weight_tensors(self) -> dict[str, torch.Tensor]:
-        """Every parameter and persistent buffer by HF name, with its full shape and dtype, as this rank
-        holds it (sharded DTensors under FSDP2): a push gathers them a bucket at a time (gather). Not
-        collective."""
+        """Every parameter and persistent buffer by module name (HF names; with LoRA peft's, which
+        weight_view renames), with its full shape and dtype, as this rank holds it (sharded DTensors under
+        FSDP2): a push gathers them a bucket at a time (gather). Not collective."""
         return self.module.state_dict()
 
     def weight_view(self, keys: list[str], merged: bool) -> lora.View:
