@@ -166,7 +166,7 @@ def test_a_checkpoint_holds_the_adapter_and_resumes_bit_identically(actor, tiny_
 
 def test_a_critic_trains_its_adapter_and_its_value_head(tiny_lm):
     critic = Service(
-        "--role", "critic", "--model", str(tiny_lm), "--world-size", "2", "--lora-rank", "4", "--lr", "1e-2"
+        "--role", "critic", "--model", str(tiny_lm), "--world-size", "2", "--lora-rank", "4", "--lr", "1e-3"
     )
     try:
         data = batch()
