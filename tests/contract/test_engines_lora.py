@@ -94,14 +94,22 @@ def test_merge_lora_pushes_the_merged_weights_under_hf_names(plain, base):
 
 @pytest.mark.parametrize(
     "engine,flags",
-    [("fsdp2", []), ("fsdp1", []), ("fsdp2", ["--hsdp", "2"]), ("fsdp2", ["--grad-ckpt"]), ("fsdp1", ["--grad-ckpt"])],
-    ids=["fsdp2", "fsdp1", "hsdp", "fsdp2-gradient-checkpointing", "fsdp1-gradient-checkpointing"],
+    [
+        ("fsdp2", []),
+        ("fsdp1", []),
+        ("fsdp2", ["--hsdp", "2"]),
+        ("fsdp2", ["--grad-ckpt"]),
+        ("fsdp1", ["--grad-ckpt"]),
+        ("fsdp2", ["--share"]),
+    ],
+    ids=["fsdp2", "fsdp1", "hsdp", "fsdp2-gradient-checkpointing", "fsdp1-gradient-checkpointing", "fsdp2-shared"],
 )
 def test_two_ranks_match_one_process(plain, tiny_lm, tmp_path, engine, flags):
     two = run(2, engine, tiny_lm, tmp_path, "--lora", str(RANK), *flags)
     assert two["stats"]["loss"] == pytest.approx(plain["stats"]["loss"], rel=1e-6)
     assert two["stats"]["grad_norm"] == pytest.approx(plain["stats"]["grad_norm"], rel=1e-5)
     assert torch.allclose(two["logprobs"], plain["logprobs"], atol=1e-5)
+    assert torch.allclose(two["base_logprobs"], plain["base_logprobs"], atol=1e-6)  # the adapter off
     for kind in ("weights", "pushed", "merged"):
         assert set(two[kind]) == set(plain[kind]), kind
         for k in plain[kind]:  # AdamW's first step is ~lr * sign(grad): a sign flip of a ~0 gradient at most
