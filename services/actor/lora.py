@@ -90,7 +90,7 @@ def add_adapter(model: torch.nn.Module, cfg: EngineConfig, kind: str, targets: l
         task_type=TASKS[kind],
         r=cfg.lora_rank,
         # an int where it is one: peft annotates int, and adapter_config.json then reads as loaders expect
-        lora_alpha=int(cfg.lora_alpha) if cfg.lora_alpha.is_integer() else cfg.lora_alpha,  # type: ignore[arg-type]
+        lora_alpha=int(cfg.lora_alpha) if float(cfg.lora_alpha).is_integer() else cfg.lora_alpha,  # type: ignore[arg-type]
         lora_dropout=cfg.lora_dropout,
         target_modules=targets,
     )

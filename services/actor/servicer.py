@@ -220,10 +220,9 @@ class ActorServicer:
         if state["role"] != self.role:
             raise InvalidArgument(f"checkpoint at {path} is of the {state['role']} role, this service is {self.role}")
         if state["lora_rank"] != self._lora_rank():
-            held = lambda r: f"a LoRA adapter of rank {r}" if r else "full weights"  # noqa: E731
             raise InvalidArgument(
-                f"checkpoint at {path} holds {held(state['lora_rank'])}; this service trains "
-                f"{held(self._lora_rank())} (lora_rank)"
+                f"checkpoint at {path} holds {_trained(state['lora_rank'])}; this service trains "
+                f"{_trained(self._lora_rank())} (lora_rank)"
             )
         self._call("load", {"path": str(path)})
         self.last_step, self.weight_version, self.last_reply = state["last_step"], state["weight_version"], None
@@ -375,6 +374,10 @@ def required_tensors(loss: str, params) -> tuple[str, ...]:
     if loss == "value":
         return (*base, "values", "returns")
     return base
+
+
+def _trained(lora_rank: int) -> str:
+    return f"a LoRA adapter of rank {lora_rank}" if lora_rank else "full weights"
 
 
 def _data(request: Payload) -> DataProto:

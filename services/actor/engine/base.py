@@ -26,6 +26,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.tensor import DTensor
 
 from meshrl.config.actor import EngineConfig, OptimConfig
+from meshrl.v1 import rollout_pb2
 from services.actor import lora
 from services.actor.comm import Cancelled, stop_requested
 from services.actor.model import empty_model, load_model
@@ -219,7 +220,7 @@ class Engine:
             return lora.model_view(keys)
         return lora.merged_view(keys, lora.scale(self.cfg)) if merged else lora.adapter_view(keys)
 
-    def adapter_message(self):
+    def adapter_message(self) -> rollout_pb2.LoraAdapter | None:
         """BeginWeightUpdateRequest.lora of an adapter push (None without an adapter)."""
         return lora.adapter_message(self.cfg, self.lora_targets) if self.lora else None
 
