@@ -12,11 +12,21 @@ from meshrl.config.checked import Checked, FieldError, one_of, require
 ENGINE_NAMES = ("fsdp2", "fsdp1", "plain")
 ENGINES = ("auto", *ENGINE_NAMES)
 LR_SCHEDULES = ("constant", "cosine")
+ALL_LINEAR = "all-linear"
 
 
 def engine_for(engine: str, world: int) -> str:
     """The engine "auto" stands for on `world` ranks: plain for one, fsdp2 for several."""
     return engine if engine != "auto" else "plain" if world == 1 else "fsdp2"
+
+
+def lora_targets(spec: str) -> list[str]:
+    """lora_target_modules as a list: ["all-linear"], or the names it lists; [] if it is malformed."""
+    names = [n.strip() for n in spec.split(",")]
+    if spec.strip() == ALL_LINEAR:
+        return [ALL_LINEAR]
+    ok = all(n and n != ALL_LINEAR and all(c.isalnum() or c in "_." for c in n) for n in names)
+    return names if ok else []
 
 
 @dataclasses.dataclass
@@ -44,6 +54,22 @@ class EngineSettings(Checked):
     dropout: bool = False
     """Keep the model's dropout in forward passes (off by default: log-probs, values and the PPO
     ratio should not be random)."""
+    lora_rank: int = 0
+    """> 0: train a LoRA adapter of this rank (peft) instead of every weight; the base weights stay frozen
+    and only the adapter's (and a critic's value head) are in the optimizer. ComputeLogProbs with
+    without_adapter gives the base model's log-probs (the ref policy without a second model); a push sends
+    the adapter alone; a checkpoint holds the adapter and its optimizer state. 0: full fine-tuning. The
+    ref role ignores it (the ref is the base model)."""
+    lora_alpha: float = 16.0
+    """The adapter's update is scaled by lora_alpha / lora_rank. 16 is verl's default (and peft's examples'),
+    so a recipe from there carries over; at rank 8 the scale is 2."""
+    lora_dropout: float = 0.0
+    """Dropout on the adapter's input in training passes. Off by default for the reason `dropout` is: the
+    PPO ratio of an on-policy pass should be 1, not random."""
+    lora_target_modules: str = "all-linear"
+    """The layers that get an adapter: "all-linear" (every linear layer of the transformer blocks; not the
+    output head, not a value head) or module names, comma-separated (e.g. "q_proj,v_proj"), each matching
+    linear layers of the model by the end of their name."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -51,6 +77,15 @@ class EngineSettings(Checked):
         require(self.hsdp_replicate >= 1, self, "hsdp_replicate", "must be >= 1")
         require(self.micro_batch_size >= 1, self, "micro_batch_size", "must be >= 1")
         require(self.micro_batch_tokens >= 0, self, "micro_batch_tokens", "must be >= 0")
+        require(self.lora_rank >= 0, self, "lora_rank", "must be >= 0 (0: no adapter)")
+        require(self.lora_alpha > 0, self, "lora_alpha", "must be > 0")
+        require(0 <= self.lora_dropout < 1, self, "lora_dropout", "must be in [0, 1)")
+        require(
+            bool(lora_targets(self.lora_target_modules)),
+            self,
+            "lora_target_modules",
+            'must be "all-linear" or module names, comma-separated (e.g. q_proj,v_proj)',
+        )
         if self.hsdp_replicate > 1 and self.engine not in ("fsdp2", "auto"):
             raise FieldError("{hsdp_replicate} > 1 (HSDP) is a configuration of the fsdp2 engine, not " + self.engine)
 

@@ -48,7 +48,7 @@ class RankHandler:
 
     def logprobs(self, args: dict, part: DataProto) -> DataProto:
         assert isinstance(self.role, PolicyRole)  # actor and ref: the servicer asks a critic for values
-        return self.role.logprobs(part, args["temperature"], args["with_entropy"])
+        return self.role.logprobs(part, args["temperature"], args["with_entropy"], args.get("without_adapter", False))
 
     def values(self, args: dict, part: DataProto) -> DataProto:
         assert isinstance(self.role, CriticRole)
@@ -63,9 +63,12 @@ class RankHandler:
         return DataProto(meta_info=metrics)
 
     def save(self, args: dict, part=None) -> None:
+        """The checkpoint at path; export_hf: the HF model at path/hf (with LoRA: merged) and, with LoRA, the
+        peft adapter folder at path/hf_adapter."""
         self.engine.save(args["path"])
         if args.get("export_hf"):
-            self.engine.export_hf(pathlib.Path(args["path"]) / "hf")
+            path = pathlib.Path(args["path"])
+            self.engine.export_hf(path / "hf", path / "hf_adapter" if self.engine.lora else None)
 
     def load(self, args: dict, part=None) -> None:
         self.engine.load(args["path"])
@@ -79,15 +82,12 @@ class RankHandler:
 
         cuda_ipc from several ranks (a GPU each): every rank has the gathered bucket on its GPU, so each
         shares its own copy and rank 0 sends all the handles; a rollout worker on one of these GPUs
-        reads it there (verl's per-device handoff), not across the GPUs."""
+        reads it there (verl's per-device handoff), not across the GPUs.
+
+        With a LoRA adapter only the adapter travels (peft's names, BeginWeightUpdateRequest.lora set), or
+        with merge_lora the base weights with it merged in (HF names): see weight_buckets."""
         engine = self.engine
-        held = engine.weight_tensors()
-        cast = getattr(torch, args["dtype"]) if args["dtype"] else None  # the rollout's dtype: half the bytes
-
-        def sent(t: torch.Tensor) -> torch.dtype:
-            return cast if cast is not None and t.dtype.is_floating_point else t.dtype
-
-        buckets = weights.plan([(k, sent(t), list(t.shape)) for k, t in held.items()], args["bucket_bytes"])
+        buckets, gather = weight_buckets(engine, args.get("merge_lora", False), args["dtype"], args["bucket_bytes"])
         gathered = 0
 
         def tensors_of(bucket) -> list:
@@ -97,7 +97,7 @@ class RankHandler:
                     f"weight push stopped before bucket {gathered + 1} of {len(buckets)}: its caller went away"
                 )
             gathered += 1
-            return [t.to(sent(t)) for t in engine.gather(held, [r.name for r in bucket.refs])]
+            return gather(bucket)
 
         share = per_gpu_share(buckets) if args["transport"] == "cuda_ipc" and engine.world_size > 1 else None
 
@@ -108,11 +108,12 @@ class RankHandler:
                     share(b, tensors)
 
         self.push_failure = None
+        lora = None if args.get("merge_lora") else engine.adapter_message()
         if engine.rank != 0:
             follow(buckets)
             return DataProto()
         try:
-            return DataProto(meta_info=send_to_rollout(args, buckets, tensors_of, share))
+            return DataProto(meta_info=send_to_rollout({**args, "lora": lora}, buckets, tensors_of, share))
         except Cancelled:
             raise  # every rank stopped at the same bucket
         except ServiceError as e:
@@ -128,6 +129,31 @@ class RankHandler:
 
     def reload(self, args: dict, part=None) -> DataProto:
         return DataProto(meta_info={"device": self.engine.reload()})
+
+
+def weight_buckets(engine: Engine, merged: bool, dtype: str, bucket_bytes: int) -> tuple[list, Callable]:
+    """A push's buckets (meshrl.weights.plan) and gather(bucket): the bucket's tensors, full, in its refs'
+    order, cast to `dtype` where floating point (the rollout's: half the bytes; "": as held). Collective.
+
+    The names and tensors are Engine.weight_view's: with a LoRA adapter, the adapter's alone, or (merged)
+    each base weight with the adapter merged in, computed from its gathered W, lora_A and lora_B."""
+    held = engine.weight_tensors()
+    view = engine.weight_view(list(held), merged)
+    cast = getattr(torch, dtype) if dtype else None
+
+    def sent(t: torch.Tensor) -> torch.dtype:
+        return cast if cast is not None and t.dtype.is_floating_point else t.dtype
+
+    like = {name: held[keys[0]] for name, keys in view.sources.items()}  # a merged weight: its base's shape
+    buckets = weights.plan([(n, sent(t), list(t.shape)) for n, t in like.items()], bucket_bytes)
+
+    def gather(bucket) -> list[torch.Tensor]:
+        names = [r.name for r in bucket.refs]
+        keys = list(dict.fromkeys(k for n in names for k in view.sources[n]))  # every rank: the same order
+        got = dict(zip(keys, engine.gather(held, keys)))
+        return [view.compute(n, [got[k] for k in view.sources[n]]).to(sent(got[view.sources[n][0]])) for n in names]
+
+    return buckets, gather
 
 
 def send_to_rollout(args: dict, buckets: list, tensors_of: Callable, share: Callable | None) -> dict:
@@ -151,6 +177,7 @@ def send_to_rollout(args: dict, buckets: list, tensors_of: Callable, share: Call
             share,
             deadline,
             args.get("rollback", False),
+            args.get("lora"),
         )
 
 

@@ -20,7 +20,7 @@ from services.actor.comm import Driver
 from services.actor.handler import RankHandler
 from services.actor.launch import join_group, leave_group, new_store, rank_env, start_ranks
 from services.actor.roles import ROLES
-from services.actor.servicer import ActorServicer
+from services.actor.servicer import ActorServicer, check_init
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,14 @@ def main(argv: list[str]) -> int:
             f"NCCL refuses two ranks on one device: use --world-size auto (one per GPU) or at most {gpus}"
         )
 
+    engine = {k: getattr(args, k) for k in engine_keys}
+    optim = {k: getattr(args, k) for k in optim_keys}
+    if args.model:
+        try:  # one line for settings the ranks would fail on, before any rank starts
+            check_init(args.role, args.model, engine, optim)
+        except ValueError as e:
+            p.error(str(e))
+
     store = new_store()
     os.environ.update(rank_env(0, args.world_size, store))
     threads = hosts.threads_per_rank(args.threads, args.world_size)
@@ -68,11 +76,7 @@ def main(argv: list[str]) -> int:
     driver = Driver(RankHandler(args.role))
     servicer = ActorServicer(args.role, driver, args.checkpoint_root)
     if args.model:
-        servicer.init(
-            servicer.init_args_from(
-                args.model, {k: getattr(args, k) for k in engine_keys}, {k: getattr(args, k) for k in optim_keys}
-            )
-        )
+        servicer.init(servicer.init_args_from(args.model, engine, optim))
     try:
         return run_service(servicer, args, f"actor service ({args.role}, {args.world_size} ranks x {threads} threads)")
     finally:

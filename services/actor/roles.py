@@ -146,14 +146,20 @@ class PolicyRole:
         self.engine = engine
         self.shared = engine.cfg.share_prompts  # a causal LM: see model.forward_response
 
-    def logprobs(self, part: DataProto, temperature: float, with_entropy: bool) -> DataProto:
+    def logprobs(
+        self, part: DataProto, temperature: float, with_entropy: bool, without_adapter: bool = False
+    ) -> DataProto:
+        """without_adapter (an engine with a LoRA adapter): the base model's log-probs, as ref_logprobs."""
+
         def fn(model, mb):
             logits = forward_response(model, mb, share_prompts=self.shared)
             lp = token_logprobs(logits, mb["responses"], temperature)
             return (lp, entropy_from_logits(logits.float() / temperature)) if with_entropy else lp
 
-        outs = forward_rows(self.engine, part, fn)
-        return DataProto(dict(zip((self.output_key, "entropy"), outs)))
+        if not without_adapter:
+            return DataProto(dict(zip((self.output_key, "entropy"), forward_rows(self.engine, part, fn))))
+        with self.engine.adapter_disabled():
+            return DataProto(dict(zip((PolicyRole.output_key, "entropy"), forward_rows(self.engine, part, fn))))
 
 
 class ActorRole(PolicyRole):

@@ -25,9 +25,10 @@ from meshrl.flags import settings_json
 from meshrl.hosts import is_address
 from meshrl.typed import build
 from meshrl.v1 import actor_pb2, common_pb2
-from services.actor import batches, integrity
+from services.actor import batches, integrity, lora
 from services.actor.comm import Driver, RankError
 from services.actor.losses import parse_loss
+from services.actor.roles import KIND
 
 STATE_FILE = "actor_service.json"
 
@@ -79,12 +80,7 @@ class ActorServicer:
         return self.init(args)
 
     def init_args_from(self, model: str, engine: dict, optim: dict) -> dict:
-        if not model:
-            raise InvalidArgument("InitRequest.model is empty")
-        if not pathlib.Path(model, "config.json").is_file():
-            raise InvalidArgument(f"model {model!r} is not a HuggingFace folder (no config.json)")
-        build(EngineConfig, engine, "engine")  # refuse bad settings before any rank starts
-        build(OptimConfig, optim, "optim")
+        check_init(self.role, model, engine, optim)
         # "auto" is settled here, where the world size is known: the ranks and Describe see the engine in use
         engine = {**engine, "engine": engine_for(engine.get("engine", EngineConfig.engine), self.world_size)}
         return {"model": model, "engine": engine, "optim": optim}
@@ -111,9 +107,13 @@ class ActorServicer:
         msg = request.msg
         if not 0 <= msg.temperature < math.inf:
             raise InvalidArgument(f"BatchRequest.temperature must be a finite number >= 0, got {msg.temperature}")
-        out = self._compute(
-            request, "logprobs", {"temperature": msg.temperature or 1.0, "with_entropy": msg.with_entropy}, context
-        )
+        if msg.without_adapter and self.init_args is not None and not self._lora_rank():
+            raise InvalidArgument(
+                f"BatchRequest.without_adapter: this {self.role} service trains no LoRA adapter (lora_rank 0), "
+                "so there is no adapter to switch off; the base model's log-probs come from a ref service"
+            )
+        args = {"temperature": msg.temperature or 1.0, "with_entropy": msg.with_entropy}
+        out = self._compute(request, "logprobs", {**args, "without_adapter": msg.without_adapter}, context)
         return Payload(actor_pb2.BatchResponse(), out)
 
     def ComputeValues(self, request: Payload, context) -> Payload:
@@ -198,9 +198,8 @@ class ActorServicer:
             raise InvalidArgument(f"cannot make the checkpoint folder {request.path[:200]!r}: {e.strerror}") from None
         before = self._checked(integrity.snapshot, path)
         self._call("save", {"path": str(path), "export_hf": request.export_hf})
-        (path / STATE_FILE).write_text(
-            json.dumps({"last_step": self.last_step, "weight_version": self.weight_version, "role": self.role})
-        )
+        state = {"last_step": self.last_step, "weight_version": self.weight_version, "role": self.role}
+        (path / STATE_FILE).write_text(json.dumps({**state, "lora_rank": self._lora_rank()}))
         self._checked(lambda p: integrity.sign(p, before, integrity.checkpoint_key()), path)  # last: over it all
         return actor_pb2.CheckpointResponse(path=str(path), step=self.last_step)
 
@@ -213,11 +212,18 @@ class ActorServicer:
         self._checked(lambda p: integrity.verify(p, integrity.checkpoint_key()), path)
         try:
             state = json.loads((path / STATE_FILE).read_text())
-            state = {k: state[k] for k in ("last_step", "weight_version", "role")}
+            state = {k: state[k] for k in ("last_step", "weight_version", "role")} | {
+                "lora_rank": state.get("lora_rank", 0)  # saved before LoRA: full weights
+            }
         except (ValueError, TypeError, KeyError) as e:
             raise InvalidArgument(f"{path / STATE_FILE} is not an actor checkpoint's state: {e!r}") from None
         if state["role"] != self.role:
             raise InvalidArgument(f"checkpoint at {path} is of the {state['role']} role, this service is {self.role}")
+        if state["lora_rank"] != self._lora_rank():
+            raise InvalidArgument(
+                f"checkpoint at {path} holds {_trained(state['lora_rank'])}; this service trains "
+                f"{_trained(self._lora_rank())} (lora_rank)"
+            )
         self._call("load", {"path": str(path)})
         self.last_step, self.weight_version, self.last_reply = state["last_step"], state["weight_version"], None
         self.partial = ""
@@ -292,6 +298,7 @@ class ActorServicer:
                 "transport": transport,
                 "version": version,
                 "rollback": request.rollback,
+                "merge_lora": request.merge_lora,  # without an adapter: the full weights, as always
                 "bucket_bytes": request.bucket_bytes or weights.DEFAULT_BUCKET_BYTES,
                 "seconds_left": context.time_remaining() if context is not None else None,
             },
@@ -318,6 +325,13 @@ class ActorServicer:
         if self.init_args is None:
             raise FailedPrecondition("the actor service is not initialized: call Init first")
 
+    def _lora_rank(self) -> int:
+        """The rank of the adapter this service trains; 0: none (the ref is the base model, whatever it was
+        given)."""
+        if self.init_args is None or self.role == "ref":
+            return 0
+        return int(self.init_args["engine"].get("lora_rank", 0))
+
     def _require_whole(self) -> None:
         if self.partial:
             raise FailedPrecondition(f"{self.partial}: the weights are between two steps; LoadCheckpoint first")
@@ -333,6 +347,22 @@ class ActorServicer:
             raise cls(str(e)) from None
 
 
+def check_init(role: str, model: str, engine: dict, optim: dict) -> None:
+    """InvalidArgument, in one line, for an Init the ranks would fail on: refused before any rank starts
+    (main.py checks its flags with it before it starts the ranks)."""
+    if not model:
+        raise InvalidArgument("InitRequest.model is empty")
+    if not pathlib.Path(model, "config.json").is_file():
+        raise InvalidArgument(f"model {model!r} is not a HuggingFace folder (no config.json)")
+    engine_cfg = build(EngineConfig, engine, "engine")
+    build(OptimConfig, optim, "optim")
+    if engine_cfg.lora_rank and role != "ref":  # an adapter the model cannot take (the model read on meta)
+        try:
+            lora.check(model, KIND[role], engine_cfg)
+        except ValueError as e:
+            raise InvalidArgument(str(e)) from None
+
+
 def required_tensors(loss: str, params) -> tuple[str, ...]:
     base = (*batches.BASE, "response_mask")
     if loss == "ppo":
@@ -344,6 +374,10 @@ def required_tensors(loss: str, params) -> tuple[str, ...]:
     if loss == "value":
         return (*base, "values", "returns")
     return base
+
+
+def _trained(lora_rank: int) -> str:
+    return f"a LoRA adapter of rank {lora_rank}" if lora_rank else "full weights"
 
 
 def _data(request: Payload) -> DataProto:

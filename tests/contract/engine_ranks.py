@@ -4,9 +4,14 @@ grad norm, log-probs and updated weights (from the full state dict, and as a wei
 them) to OUT for the test to compare across engines.
 
     python tests/contract/engine_ranks.py ENGINE MODEL OUT [--mixed-precision] [--grad-ckpt] [--hsdp N]
-        [--save CKPT_DIR] [--export HF_DIR] [--load CKPT_DIR] [--share]
+        [--save CKPT_DIR] [--export HF_DIR] [--load CKPT_DIR] [--share] [--lora RANK]
 
 --share: micro-batches of 2 rows that share their prompt, run once (model.forward_response's share_prompts).
+
+--lora RANK: train a LoRA adapter of that rank on every linear layer of the blocks (alpha 16); the push is
+then the adapter's (pushed.safetensors), and rank 0 also writes the merged push (merged.safetensors) and the
+base model's log-probs (base_logprobs.safetensors, the adapter off) after the step. --export writes the
+adapter folder next to the HF one (HF_DIR + "_adapter").
 
 --load skips the update: it loads a checkpoint and writes the log-probs it gives.
 
@@ -30,10 +35,9 @@ from meshrl import cuda_ipc
 from meshrl.config.actor import EngineConfig, OptimConfig
 from meshrl.dataproto import DataProto
 from meshrl.v1 import rollout_pb2
-from meshrl.weights import plan
 from services.actor import comm
 from services.actor.engine import build_engine
-from services.actor.handler import per_gpu_share
+from services.actor.handler import per_gpu_share, weight_buckets
 from services.actor.losses import parse_loss
 from services.actor.model import forward_response, token_logprobs
 from services.actor.roles import ActorRole
@@ -74,6 +78,7 @@ def main():
         gradient_checkpointing="--grad-ckpt" in flags,
         hsdp_replicate=int(flags[flags.index("--hsdp") + 1]) if "--hsdp" in flags else 1,
         micro_batch_size=1,
+        lora_rank=int(flags[flags.index("--lora") + 1]) if "--lora" in flags else 0,
     )
     engine = build_engine(cfg, model, "causal", OptimConfig(lr=1e-3, grad_clip=0.0))
     full = batch()
@@ -106,25 +111,32 @@ def main():
     write_logprobs(engine, micro, logprobs, out)
     sd = engine.full_state_dict()
     pushed = gather_as_pushed(engine, out)
+    if engine.lora:
+        merged = gather_as_pushed(engine, out, merged=True)
+        with engine.adapter_disabled():
+            write_logprobs(engine, micro, logprobs, out, "base_logprobs")
     if "--save" in flags:
         engine.save(flags[flags.index("--save") + 1])
     if "--export" in flags:
-        engine.export_hf(flags[flags.index("--export") + 1])
+        hf = flags[flags.index("--export") + 1]
+        engine.export_hf(hf, hf + "_adapter" if engine.lora else None)
     if rank == 0:
         save_file({k: v.cpu().clone() for k, v in sd.items()}, os.path.join(out, "weights.safetensors"))
         save_file(pushed, os.path.join(out, "pushed.safetensors"))
+        if engine.lora:
+            save_file(merged, os.path.join(out, "merged.safetensors"))
         with open(os.path.join(out, "stats.json"), "w") as f:
             json.dump({"loss": loss.item(), **stats}, f)
     finish()
 
 
-def gather_as_pushed(engine, out) -> dict:
-    """The weights as a push gathers them: the smallest buckets (one block each), one bucket at a time.
-    On several ranks, each bucket also goes through the per-GPU cuda_ipc sharing (services.actor.handler.
-    per_gpu_share) with a CPU stand-in for the CUDA buffer; rank 0 writes, per bucket, the handles' GPU
-    names in the order it got them and whether every rank's copy held rank 0's bytes (shared.json)."""
-    held = engine.weight_tensors()
-    buckets = plan([(k, t.dtype, list(t.shape)) for k, t in held.items()], bucket_bytes=64)
+def gather_as_pushed(engine, out, merged: bool = False) -> dict:
+    """The weights as a push gathers them (services.actor.handler.weight_buckets; merged: merge_lora's):
+    the smallest buckets (one block each), one bucket at a time. On several ranks, each bucket also goes
+    through the per-GPU cuda_ipc sharing (services.actor.handler.per_gpu_share) with a CPU stand-in for the
+    CUDA buffer; rank 0 writes, per bucket, the handles' GPU names in the order it got them and whether
+    every rank's copy held rank 0's bytes (shared.json)."""
+    buckets, gather = weight_buckets(engine, merged, "", 64)
     share = None
     if engine.world_size > 1:
         cuda_ipc.CudaBucket = CpuBucket  # per_gpu_share imports it when called
@@ -132,7 +144,7 @@ def gather_as_pushed(engine, out) -> dict:
     pushed, shared = {}, []
     for b in buckets:
         names = [r.name for r in b.refs]
-        tensors = engine.gather(held, names)
+        tensors = gather(b)
         pushed.update({n: t.detach().cpu().clone() for n, t in zip(names, tensors)})
         if share is not None:
             handles = share(b, tensors)
@@ -143,7 +155,7 @@ def gather_as_pushed(engine, out) -> dict:
                         "same": all(h.handle == digest(tensors) for h in handles),
                     }
                 )
-    if engine.rank == 0 and share is not None:
+    if engine.rank == 0 and share is not None and not merged:
         with open(os.path.join(out, "shared.json"), "w") as f:
             json.dump(shared, f)
     return pushed
@@ -203,12 +215,12 @@ def finish():
     os._exit(0)
 
 
-def write_logprobs(engine, micro, logprobs, out):
+def write_logprobs(engine, micro, logprobs, out, name="logprobs"):
     mine = torch.cat(engine.forward(micro, logprobs)).cpu()  # gathered over gloo, as the service does
     gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, mine)
     if dist.get_rank() == 0:
-        save_file({"logprobs": torch.cat(gathered)}, os.path.join(out, "logprobs.safetensors"))
+        save_file({"logprobs": torch.cat(gathered)}, os.path.join(out, f"{name}.safetensors"))
 
 
 if __name__ == "__main__":

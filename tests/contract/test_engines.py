@@ -37,6 +37,9 @@ def run(world: int, engine: str, model, out: pathlib.Path, *flags: str) -> dict:
         result["pushed"] = load_file(out / "pushed.safetensors")
         if (out / "shared.json").exists():
             result["shared"] = json.loads((out / "shared.json").read_text())
+        if (out / "merged.safetensors").exists():  # a LoRA run (test_engines_lora.py)
+            result["merged"] = load_file(out / "merged.safetensors")
+            result["base_logprobs"] = load_file(out / "base_logprobs.safetensors")["logprobs"]
     return result
 
 

@@ -26,6 +26,8 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.tensor import DTensor
 
 from meshrl.config.actor import EngineConfig, OptimConfig
+from meshrl.v1 import rollout_pb2
+from services.actor import lora
 from services.actor.comm import Cancelled, stop_requested
 from services.actor.model import empty_model, load_model
 
@@ -74,6 +76,9 @@ class Engine:
         if not dist.is_initialized():
             raise RuntimeError("an engine needs torch.distributed initialized (world size 1 is fine)")
         self.cfg, self.optim_cfg, self.model_path, self.kind = cfg, optim, model_path, kind
+        # a trained role with lora_rank > 0 trains an adapter; the ref is the base model, adapter or not
+        self.lora = cfg.lora_rank > 0 and optim is not None
+        self.lora_targets: list[str] = []
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.device = default_device()
         torch.manual_seed(cfg.seed)  # a value head starts from the same weights on every rank
@@ -86,19 +91,20 @@ class Engine:
         else:
             model = self.prepare(load_model(model_path, kind, cfg.dropout), optim)
             self.config = model.config
-            # transformers annotates PreTrainedModel.to through a decorator that loses its arguments' types
-            self.module = self.wrap(model.to(self.device))  # type: ignore[arg-type]
+            self.module = self.wrap(model.to(self.device))
         self.optimizer = self.scheduler = None
         if optim is not None:
-            self.optimizer = torch.optim.AdamW(
-                self.module.parameters(), lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay
-            )
+            trained = [p for p in self.module.parameters() if p.requires_grad]  # with LoRA: the adapter alone
+            self.optimizer = torch.optim.AdamW(trained, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay)
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(optim))
         self.on_device = True
 
-    def prepare(self, model: "PreTrainedModel", optim: OptimConfig | None) -> "PreTrainedModel":
+    def prepare(self, model: "PreTrainedModel", optim: OptimConfig | None) -> torch.nn.Module:
         if self.cfg.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+            model.gradient_checkpointing_enable()  # before peft, which then lets the embeddings' output need grad
+        if self.lora:  # before sharding: FSDP then shards the adapter with the layer it adapts
+            self.lora_targets = lora.target_modules(model, self.cfg)
+            return lora.add_adapter(model, self.cfg, self.kind, self.lora_targets)
         if optim is None:  # a frozen model (the reference policy)
             model.requires_grad_(False)
         return model
@@ -156,6 +162,16 @@ class Engine:
             metrics.append(m)
         return metrics
 
+    def adapter_disabled(self) -> contextlib.AbstractContextManager:
+        """Context in which forward passes run the base model (peft's disable_adapter): the ref policy's
+        log-probs from the actor. ValueError without an adapter."""
+        if not self.lora:
+            raise ValueError(
+                "without_adapter: this engine trains no LoRA adapter (lora_rank 0), so its log-probs are "
+                "already the base model's; ask the ref service"
+            )
+        return lora.peft_of(self.module).disable_adapter()
+
     def check_stop(self) -> None:
         """Between micro-batches: Cancelled on every rank once rank 0's caller has gone (collective)."""
         if stop_requested():
@@ -191,10 +207,22 @@ class Engine:
     # ---- state ------------------------------------------------------------------------
 
     def weight_tensors(self) -> dict[str, torch.Tensor]:
-        """Every parameter and persistent buffer by HF name, with its full shape and dtype, as this rank
-        holds it (sharded DTensors under FSDP2): a push gathers them a bucket at a time (gather). Not
-        collective."""
+        """Every parameter and persistent buffer by module name (HF names; with LoRA peft's, which
+        weight_view renames), with its full shape and dtype, as this rank holds it (sharded DTensors under
+        FSDP2): a push gathers them a bucket at a time (gather). Not collective."""
         return self.module.state_dict()
+
+    def weight_view(self, keys: list[str], merged: bool) -> lora.View:
+        """What leaves the engine (a push, an export) under which names, from weight_tensors()'s `keys`:
+        without an adapter the weights as they are; with one the adapter alone under peft's saved names,
+        or (merged) the base weights with the adapter merged in, under HF names."""
+        if not self.lora:
+            return lora.model_view(keys)
+        return lora.merged_view(keys, lora.scale(self.cfg)) if merged else lora.adapter_view(keys)
+
+    def adapter_message(self) -> rollout_pb2.LoraAdapter | None:
+        """BeginWeightUpdateRequest.lora of an adapter push (None without an adapter)."""
+        return lora.adapter_message(self.cfg, self.lora_targets) if self.lora else None
 
     def gather(self, held: dict[str, torch.Tensor], names: list[str]) -> list[torch.Tensor]:
         """Full tensors of some of weight_tensors() (`held`), where they are (the accelerator on a GPU);
@@ -208,7 +236,8 @@ class Engine:
         return cast(dict[str, torch.Tensor], sd) if self.rank == 0 else {}  # full_state_dict: plain tensors
 
     def save(self, path: str | pathlib.Path) -> None:
-        """Sharded checkpoint (DCP) of model and optimizer, plus the schedule. Collective."""
+        """Sharded checkpoint (DCP) of model and optimizer, plus the schedule; with LoRA the adapter and its
+        optimizer state alone (the base weights are the model folder's). Collective."""
         path = pathlib.Path(path)
         with _dcp_errors("save", path):
             dcp.save(self._dcp_state(), checkpoint_id=str(path / "dcp"))
@@ -226,7 +255,11 @@ class Engine:
         if self.optimizer is not None:
             assert self.scheduler is not None  # made with the optimizer
             set_state_dict(
-                self.module, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+                self.module,
+                self.optimizer,
+                model_state_dict=state["model"],
+                optim_state_dict=state["optim"],
+                options=StateDictOptions(strict=not self.lora),  # with LoRA the frozen base is not in it
             )
             self.scheduler.load_state_dict(json.loads((path / "scheduler.json").read_text()))
         else:
@@ -234,11 +267,14 @@ class Engine:
 
     def _dcp_state(self) -> dict:
         optimizers = [self.optimizer] if self.optimizer is not None else []
-        model_sd, optim_sd = get_state_dict(self.module, optimizers)
+        model_sd, optim_sd = get_state_dict(
+            self.module, optimizers, options=StateDictOptions(ignore_frozen_params=self.lora)
+        )
         return {"model": model_sd, "optim": optim_sd} if optimizers else {"model": model_sd}
 
-    def export_hf(self, path: str | pathlib.Path) -> None:
-        """A HuggingFace folder (config, safetensors, tokenizer) that from_pretrained loads. Collective."""
+    def export_hf(self, path: str | pathlib.Path, adapter_path: str | pathlib.Path | None = None) -> None:
+        """A HuggingFace folder (config, safetensors, tokenizer) that from_pretrained loads; with LoRA the base
+        weights with the adapter merged in, and (adapter_path) the adapter as a peft folder too. Collective."""
         sd = self.full_state_dict()
         if self.rank == 0:
             from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
@@ -246,8 +282,11 @@ class Engine:
             cls = AutoModelForCausalLM if self.kind == "causal" else AutoModelForTokenClassification
             with torch.device("meta"):
                 shell = cls.from_config(self.config)
-            shell.save_pretrained(str(path), state_dict=sd)
+            shell.save_pretrained(str(path), state_dict=lora.computed(self.weight_view(list(sd), merged=True), sd))
             AutoTokenizer.from_pretrained(self.model_path).save_pretrained(str(path))
+            if self.lora and adapter_path is not None:
+                adapter = lora.computed(self.weight_view(list(sd), merged=False), sd)
+                lora.save_adapter(pathlib.Path(adapter_path), lora.peft_of(self.module), self.model_path, adapter)
         dist.barrier()
 
     # ---- memory -----------------------------------------------------------------------

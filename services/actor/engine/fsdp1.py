@@ -28,7 +28,7 @@ class FSDP1Engine(Engine):
 
     def wrap(self, model: torch.nn.Module) -> FSDP:
         # FSDP1 flattens parameters into shards of a flat buffer: what a push announces (full shapes and
-        # dtypes, HF names) is read here, while the model is whole
+        # dtypes, module names) is read here, while the model is whole
         self.full_specs = {k: (v.dtype, v.shape) for k, v in model.state_dict().items()}
         mp = (
             MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=torch.float32)

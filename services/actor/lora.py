@@ -1,0 +1,196 @@
+"""LoRA adapters on an engine's model (peft), checked before any rank starts, and the names they travel under.
+
+With lora_rank > 0 an engine wraps the loaded model with peft before sharding it: every target linear
+layer gets lora_A (r x in) and lora_B (out x r, zero at first), the base weights are frozen, and only the
+adapter (and a critic's value head, which peft keeps trained as a module to save) is in the optimizer.
+
+The weights have three sets of names:
+- the module's own state dict (peft's): `base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight`,
+  `...q_proj.lora_A.default.weight`; the engines gather, shard and checkpoint these;
+- the adapter as peft saves it (get_peft_model_state_dict): `...q_proj.lora_A.weight`; an adapter push and
+  the exported adapter folder use these, which vLLM and PeftModel.from_pretrained read;
+- the merged model under HF names (`model.layers.0.self_attn.q_proj.weight` = W + alpha/r * B @ A): a
+  merge_lora push and the exported HF folder; computed from the gathered tensors on the way, so the
+  trained weights are never touched.
+A View maps each outgoing name to the module entries it is computed from.
+"""
+
+import copy
+import dataclasses
+import pathlib
+from typing import TYPE_CHECKING
+
+import torch
+
+from meshrl.config.actor import ALL_LINEAR, EngineConfig, lora_targets
+from meshrl.v1 import rollout_pb2
+from services.actor.model import empty_model, layer_classes
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+
+ADAPTER = "default"  # peft's name for the one adapter an engine trains
+PREFIX = "base_model.model."  # what peft puts before the wrapped model's own names
+TASKS = {"causal": "CAUSAL_LM", "value": "TOKEN_CLS"}  # TOKEN_CLS keeps the value head (score) trained
+
+
+def target_modules(model: torch.nn.Module, cfg: EngineConfig) -> list[str]:
+    """The names (as peft matches them: the end of a module's name) of the linear layers that get an
+    adapter; ValueError in one line for targets the model lacks, layers that are not linear, or a rank
+    larger than a target's smaller dimension."""
+    config = getattr(model, "config", None)
+    if getattr(config, "is_encoder_decoder", False):
+        raise ValueError(f"lora_rank > 0: LoRA here is for decoder-only models; {type(model).__name__} is not one")
+    spec = lora_targets(cfg.lora_target_modules)
+    linear = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    if spec == [ALL_LINEAR]:
+        blocks = layer_classes(model)  # ValueError when the model's blocks cannot be found
+        in_blocks = (b for b in model.modules() if type(b) in blocks)
+        names = sorted(
+            {n.rsplit(".", 1)[-1] for b in in_blocks for n, m in b.named_modules() if isinstance(m, torch.nn.Linear)}
+        )
+        if not names:
+            raise ValueError(f"lora_target_modules=all-linear: {type(model).__name__}'s blocks have no linear layer")
+    else:
+        names = spec
+    known = sorted({n.rsplit(".", 1)[-1] for n in linear})
+    for target in names:
+        matched = [n for n, _ in model.named_modules() if n == target or n.endswith("." + target)]
+        if not matched:
+            raise ValueError(
+                f"lora_target_modules: {type(model).__name__} has no module named {target!r} (its linear layers: "
+                f"{', '.join(known)})"
+            )
+        for n in matched:
+            layer = linear.get(n)
+            if layer is None:
+                kind = type(model.get_submodule(n)).__name__
+                raise ValueError(f"lora_target_modules: {n} ({kind}) is not a linear layer")
+            if cfg.lora_rank > min(layer.in_features, layer.out_features):
+                raise ValueError(
+                    f"lora_rank={cfg.lora_rank} is larger than {n} ({layer.out_features} x {layer.in_features}) "
+                    "allows: at most its smaller dimension"
+                )
+    return names
+
+
+def check(model_path: str, kind: str, cfg: EngineConfig) -> list[str]:
+    """target_modules of the model at model_path, built on the meta device (no weights read): the service
+    refuses a bad adapter in one line before any rank starts."""
+    return target_modules(empty_model(model_path, kind, cfg.dropout), cfg)
+
+
+def add_adapter(model: torch.nn.Module, cfg: EngineConfig, kind: str, targets: list[str]) -> "PeftModel":
+    """The model with a fresh adapter on `targets` (target_modules). lora_A's random start depends on the
+    seed alone, so every engine (and every rank, and the meta-device copy of a sharded one) builds the same
+    adapter."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        task_type=TASKS[kind],
+        r=cfg.lora_rank,
+        # an int where it is one: peft annotates int, and adapter_config.json then reads as loaders expect
+        lora_alpha=int(cfg.lora_alpha) if float(cfg.lora_alpha).is_integer() else cfg.lora_alpha,  # type: ignore[arg-type]
+        lora_dropout=cfg.lora_dropout,
+        target_modules=targets,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        return get_peft_model(model, config)
+
+
+def peft_of(module: torch.nn.Module) -> "PeftModel":
+    """The PeftModel inside an engine's module (FSDP1 wraps it; fully_shard keeps it as it is)."""
+    from peft import PeftModel
+
+    inner = module if isinstance(module, PeftModel) else getattr(module, "module", None)
+    assert isinstance(inner, PeftModel), f"{type(module).__name__} holds no adapter"
+    return inner
+
+
+def scale(cfg: EngineConfig) -> float:
+    return cfg.lora_alpha / cfg.lora_rank
+
+
+def adapter_message(cfg: EngineConfig, targets: list[str]) -> rollout_pb2.LoraAdapter:
+    """What BeginWeightUpdateRequest.lora tells a rollout about the adapter a push carries."""
+    return rollout_pb2.LoraAdapter(rank=cfg.lora_rank, alpha=cfg.lora_alpha, target_modules=targets)
+
+
+# ---- names ----------------------------------------------------------------------------------
+
+
+def is_adapter(key: str) -> bool:
+    """A module state-dict entry that the adapter holds (and a checkpoint and an adapter push carry)."""
+    return ".lora_A." in key or ".lora_B." in key or ".modules_to_save." in key
+
+
+def saved_name(key: str) -> str:
+    """A module entry of the adapter under the name peft's save_pretrained writes."""
+    return (
+        key.replace(f".lora_A.{ADAPTER}.", ".lora_A.")
+        .replace(f".lora_B.{ADAPTER}.", ".lora_B.")
+        .replace(f".modules_to_save.{ADAPTER}.", ".")
+    )
+
+
+def hf_name(key: str) -> str:
+    """A module entry of the base model (or a trained value head) under the wrapped model's own name."""
+    return key.removeprefix(PREFIX).replace(".base_layer.", ".").replace(f".modules_to_save.{ADAPTER}.", ".")
+
+
+@dataclasses.dataclass
+class View:
+    """Tensors under the names a reader expects, each computed from module state-dict entries."""
+
+    sources: dict[str, tuple[str, ...]]  # name -> one entry (sent as it is) or (W, lora_A, lora_B): merged
+    scale: float = 1.0
+
+    def compute(self, name: str, tensors: list[torch.Tensor]) -> torch.Tensor:
+        if len(tensors) == 1:
+            return tensors[0]
+        w, a, b = tensors
+        return w + (b @ a) * self.scale  # peft's merge, the same operations: (out, r) @ (r, in)
+
+
+def model_view(keys: list[str]) -> View:
+    return View({k: (k,) for k in keys})
+
+
+def adapter_view(keys: list[str]) -> View:
+    return View({saved_name(k): (k,) for k in keys if is_adapter(k)})
+
+
+def merged_view(keys: list[str], lora_scale: float) -> View:
+    sources: dict[str, tuple[str, ...]] = {}
+    for k in keys:
+        if ".lora_A." in k or ".lora_B." in k or ".original_module." in k:  # the head's frozen copy: not used
+            continue
+        if k.endswith(".base_layer.weight"):
+            stem = k.removesuffix("base_layer.weight")
+            sources[hf_name(k)] = (k, f"{stem}lora_A.{ADAPTER}.weight", f"{stem}lora_B.{ADAPTER}.weight")
+        else:
+            sources[hf_name(k)] = (k,)
+    return View(sources, lora_scale)
+
+
+def computed(view: View, held: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every tensor of the view from entries held whole."""
+    return {name: view.compute(name, [held[k] for k in keys]) for name, keys in view.sources.items()}
+
+
+def save_adapter(path: pathlib.Path, peft: "PeftModel", base: str, tensors: dict[str, torch.Tensor]) -> None:
+    """A peft adapter folder (adapter_config.json, adapter_model.safetensors) that PeftModel.from_pretrained
+    and vLLM's LoRA loader read; `tensors` under their saved names, whole."""
+    from safetensors.torch import save_file
+
+    config = copy.copy(peft.peft_config[ADAPTER])
+    config.inference_mode = True  # as peft's own save_pretrained writes it
+    config.base_model_name_or_path = base
+    path.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(str(path))
+    save_file(
+        {k: v.detach().cpu().contiguous() for k, v in tensors.items()},
+        str(path / "adapter_model.safetensors"),
+        metadata={"format": "pt"},
+    )
