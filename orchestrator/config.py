@@ -117,11 +117,14 @@ class CriticSection(Checked):
     world_size: int | str = "auto"  # ranks of the critic's process group (auto: as the actor's)
     lr: float = 1e-5  # the critic's learning rate
     clip_range_value: float = 0.5  # value clipping around the old values
+    lora_rank: int = 0  # > 0: the critic trains a LoRA adapter of this rank (actor.lora_alpha, lora_dropout and
+    #   lora_target_modules) and its value head in full; 0: the whole critic trains
 
     def __post_init__(self) -> None:
         self.world_size = hosts.world_size(self.world_size)
         super().__post_init__()
         require(self.lr > 0, self, "lr", "must be > 0")
+        require(self.lora_rank >= 0, self, "lora_rank", "must be >= 0 (0: no adapter)")
 
 
 @dataclasses.dataclass
@@ -145,6 +148,9 @@ class RolloutSection(RolloutSettings):
     max_response_tokens: int = 0  # multi-turn: the whole response (turns and observations); 0: max_turns
     #   x max_new_tokens
     concurrency: int = 256  # multi-turn: episodes played at once
+    merge_lora: bool = False  # an actor training a LoRA adapter (actor.lora_rank) pushes the base weights with
+    #   the adapter merged in, for a rollout without LoRA support; false: the adapter alone (megabytes), which
+    #   a rollout the run starts takes (its max_lora_rank is raised to actor.lora_rank)
 
     def __post_init__(self) -> None:
         super().__post_init__()

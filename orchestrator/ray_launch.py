@@ -33,7 +33,7 @@ from meshrl.rpc.token import forget_run_token, run_token
 from orchestrator import main as loops
 from orchestrator.config import Config, ranks
 from orchestrator.lifecycle import preflight
-from orchestrator.lifecycle.mesh import serve_args
+from orchestrator.lifecycle.mesh import serve_args, service_roles
 from orchestrator.lifecycle.services import DESCRIPTORS, launch
 from orchestrator.run import trainer
 
@@ -90,6 +90,7 @@ class Placement:
 
 def place(cfg: Config, roles: set[str]) -> Placement:
     """Reserve a placement group per service (colocated roles join the actor's) and start the services."""
+    roles = service_roles(cfg, roles)
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy

@@ -63,11 +63,15 @@ def reported(mesh: Mesh, role: str) -> dict | None:
 
 def differences(cfg: Config, role: str, theirs: dict) -> list[tuple[str, object, object]]:
     """(config key, the run's value, the service's) for each compared setting that differs."""
-    out = []
+    out: list[tuple[str, object, object]] = []
     for field, ours in settings(cfg, role).items():
         if field in OWN or field not in theirs:
             continue
         value = theirs[field]
+        if field == "max_lora_rank":  # a capacity: more than the adapter needs is fine
+            if isinstance(value, int) and value < ours:
+                out.append((config_key(role, field), ours, value))
+            continue
         if isinstance(ours, float) and isinstance(value, (int, float)) and float(value) == ours:
             continue
         if value != ours and not (isinstance(ours, tuple) and list(ours) == value):

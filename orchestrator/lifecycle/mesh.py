@@ -53,12 +53,18 @@ def settings(cfg: Config, role: str) -> dict:
     A section holds its service's settings classes (meshrl/config); the rest is filled in here."""
     a, seed = cfg.actor, cfg.trainer.seed
     if role == "rollout":
-        return {**values_of(RolloutSettings, cfg.rollout), "model": a.model, "seed": seed}
+        return {
+            **values_of(RolloutSettings, cfg.rollout),
+            "model": a.model,
+            "seed": seed,
+            "max_lora_rank": lora_rank_served(cfg),
+        }
     if role == "reward":
         return values_of(RewardConfig, cfg.reward)
     if role == "env":  # a call beyond its workers would be RESOURCE_EXHAUSTED
         return {**values_of(EnvSettings, cfg.env), "workers": max(cfg.env.workers, cfg.rollout.concurrency)}
     engine = {**values_of(EngineSettings, a), "engine": engine_for(a.engine, ranks(cfg, role)), "seed": seed}
+    engine["lora_rank"] = {"ref": 0, "critic": cfg.critic.lora_rank}.get(role, a.lora_rank)  # the ref: the base
     if role == "ref":
         return engine
     lr = cfg.critic.lr if role == "critic" else a.lr
@@ -93,8 +99,14 @@ class Mesh:
     clients: dict[str, Client]
     env_stop: list[str] = dataclasses.field(default_factory=list)  # the environment's turn-ending strings
 
+    @property
+    def ref_in_actor(self) -> bool:
+        """The actor trains a LoRA adapter and no ref service was given: the ref is its base model, asked
+        for with the adapter off (as verl does), so no second copy of the model is started."""
+        return "ref" not in self.clients and ref_in_actor(self.cfg)
+
     def has(self, role: str) -> bool:
-        return role in self.clients
+        return role in self.clients or role == "ref" and self.ref_in_actor
 
     def __getitem__(self, role: str) -> Client:
         return self.clients[role]
@@ -176,6 +188,7 @@ class Mesh:
                 bucket_bytes=self.cfg.rollout.weight_bucket_mb << 20,
                 dtype=self.cfg.rollout.dtype,
                 rollback=rollback,
+                merge_lora=self.cfg.rollout.merge_lora,
             ),
             actor_pb2.PushWeightsResponse,
         )
@@ -193,8 +206,10 @@ class Mesh:
     def logprobs(self, role: str, batch: DataProto) -> torch.Tensor:
         """Per-token log-probs of the responses under the actor or the ref, (B, T)."""
         key = "ref_logprobs" if role == "ref" else "actor_logprobs"
-        request = Payload(actor_pb2.BatchRequest(temperature=self.cfg.rollout.temperature), batch.select(POLICY_INPUTS))
-        _, out = self[role].call_batch("ComputeLogProbs", request, actor_pb2.BatchResponse)
+        base = role == "ref" and self.ref_in_actor  # the actor's base model answers it: ref_logprobs too
+        message = actor_pb2.BatchRequest(temperature=self.cfg.rollout.temperature, without_adapter=base)
+        request = Payload(message, batch.select(POLICY_INPUTS))
+        _, out = self["actor" if base else role].call_batch("ComputeLogProbs", request, actor_pb2.BatchResponse)
         return out.batch[key]
 
     def values(self, batch: DataProto) -> torch.Tensor:
@@ -244,8 +259,26 @@ def wanted(cfg: Config, roles: set[str]) -> dict[str, tuple[str, list[str]]]:
     return {
         role: (getattr(cfg, role).address, serve_args(cfg, role))
         for role in ("actor", "ref", "critic", "rollout", "reward", "env")
-        if role in roles
+        if role in service_roles(cfg, roles)
     }
+
+
+def lora_rank_served(cfg: Config) -> int:
+    """The rollout's max_lora_rank: as configured, or, where the actor trains an adapter and pushes it as it is
+    (not rollout.merge_lora), at least the adapter's rank, so that a rollout the run starts can take it."""
+    if cfg.actor.lora_rank and not cfg.rollout.merge_lora:
+        return max(cfg.rollout.max_lora_rank, cfg.actor.lora_rank)
+    return cfg.rollout.max_lora_rank
+
+
+def ref_in_actor(cfg: Config) -> bool:
+    """A LoRA actor serves the ref's log-probs itself (its base model), unless a ref service is given."""
+    return cfg.actor.lora_rank > 0 and not cfg.ref.address
+
+
+def service_roles(cfg: Config, roles: set[str]) -> set[str]:
+    """The services behind an algorithm's roles: all of them, but the ref where the actor serves it."""
+    return roles - {"ref"} if ref_in_actor(cfg) else roles
 
 
 def start_mesh(cfg: Config, services: Services, roles: set[str]) -> Mesh:

@@ -58,8 +58,11 @@ def resume(run_dir: pathlib.Path, mesh: Mesh, algorithm: Algorithm, sampler) -> 
 
 
 def link_final_model(run_dir: pathlib.Path, checkpoint: pathlib.Path) -> None:
-    """run_dir/hf -> the last checkpoint's HF export, the folder to hand to the next stage."""
-    link = run_dir / "hf"
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to((checkpoint / "actor" / "hf").relative_to(run_dir))
+    """run_dir/hf -> the last checkpoint's HF export, the folder to hand to the next stage (a LoRA actor's:
+    the adapter merged in); run_dir/hf_adapter -> its peft adapter folder, where the actor trained one."""
+    for name in ("hf", "hf_adapter"):
+        link, target = run_dir / name, checkpoint / "actor" / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        if name == "hf" or target.is_dir():
+            link.symlink_to(target.relative_to(run_dir))

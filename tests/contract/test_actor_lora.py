@@ -193,7 +193,7 @@ def test_a_bad_adapter_is_refused_in_one_line_before_any_rank_starts(tiny_lm):
             [
                 sys.executable,
                 "-m",
-                "meshrl.cli",
+                "cli",
                 "serve",
                 "actor",
                 "--model",

@@ -12,7 +12,7 @@ import torch
 from meshrl import weights
 from meshrl.rpc import Client
 from meshrl.v1 import rollout_pb2
-from orchestrator.services import launch
+from orchestrator.lifecycle.services import launch
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from lora_adapters import (  # noqa: E402
