@@ -8,6 +8,8 @@ learn misses it. The controls show the latter; they repeat the run, so they are 
     bash scripts/test.sh tests/e2e/test_learning.py -m control
 """
 
+import json
+
 import pytest
 
 from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
@@ -91,6 +93,21 @@ def test_sampling_a_step_ahead_learns_about_as_much(warm, synchronous, tmp_path)
     print(f"one step ahead: {100 * gain['gain']:+.1f} points, synchronous: {100 * sync['gain']:+.1f}")
     assert learned(gain), gain_line(gain)
     assert gain["gain"] >= AHEAD_SHARE * sync["gain"], (gain_line(gain), gain_line(sync))
+
+
+LORA = ["actor.lora_rank=16", "actor.lr=5e-4"]  # the main job's LoRA settings (README): 10x full fine-tuning's lr
+
+
+@pytest.mark.slow
+def test_a_lora_adapter_learns_by_the_same_bar(warm, tmp_path):
+    """Only a rank-16 adapter trains (the base stays frozen) and only the adapter travels to the rollout; the
+    KL term's ref log-probs come from the same actor with its adapter off (no ref service). The run leaves
+    the merged model and the peft adapter folder."""
+    gain, grpo = learn(warm, tmp_path, *LORA, "actor.use_kl_loss=true")
+    assert learned(gain), gain_line(gain)
+    assert (grpo / "hf" / "config.json").is_file() and (grpo / "hf_adapter" / "adapter_config.json").is_file()
+    rows = [json.loads(line) for line in (grpo / "metrics.jsonl").read_text().splitlines()]
+    assert all("actor/kl_loss" in r for r in rows if r["step"] >= 1)  # the ref's log-probs reached the loss
 
 
 SHUFFLED = [f"reward.function={ROOT / 'tests/e2e/shuffled_reward.py'}:compute_score", "reward.batched=true"]
