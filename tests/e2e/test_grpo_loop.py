@@ -68,6 +68,9 @@ def computed(run_dir) -> list[dict]:
         # so does the critic's checkpoint (its advantages), sampling a step ahead; a synchronous PPO case added
         # ~70 s to the suite and nothing this one and the GRPO case do not cover
         ("ppo", ["critic.lr=1e-3", "trainer.max_staleness=1"]),
+        # a LoRA actor: its checkpoint holds the adapter and its optimizer only, the KL term's ref is the actor
+        # with its adapter off, the rollout takes adapter pushes, one step ahead
+        ("grpo", ["actor.lora_rank=8", "actor.use_kl_loss=true", "trainer.max_staleness=1"]),
     ],
 )
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(algorithm, extra, tiny_lm, arithmetic_data, tmp_path):
@@ -116,9 +119,11 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(algorithm, extra, ti
     )
 
 
-def test_multi_turn_grpo_through_the_calculator(tiny_lm, arithmetic_data, tmp_path):
+@pytest.mark.parametrize("extra", [[], ["actor.lora_rank=8", "actor.lr=1e-3"]], ids=["full", "lora"])
+def test_multi_turn_grpo_through_the_calculator(extra, tiny_lm, arithmetic_data, tmp_path):
     """rollout.multi_turn=true: each sample an episode of the calculator environment (our env service,
-    started with the mesh), scored by the environment and the reward service together (env.reward=sum)."""
+    started with the mesh), scored by the environment and the reward service together (env.reward=sum).
+    With a LoRA actor the rollout generates with the pushed adapter: the same log-probs as the actor's."""
     varied = tmp_path / "varied_reward.py"  # the untrained model never answers right: a signal to train on
     varied.write_text(
         "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
@@ -141,6 +146,7 @@ def test_multi_turn_grpo_through_the_calculator(tiny_lm, arithmetic_data, tmp_pa
             "rollout.max_new_tokens=6",
             "env.reward=sum",
             f"reward.function={varied}:compute_score",
+            *extra,
         ],
     )
     run_dir = run("grpo", cfg)
