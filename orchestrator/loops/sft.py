@@ -7,9 +7,8 @@ The final model is run_dir/hf (a link into the last checkpoint).
 
 import dataclasses
 
-import torch
-
 from meshrl.dataproto import DataProto
+from meshrl.layout import rollout_tensors
 from orchestrator.config import Config
 from orchestrator.data import PromptDataset
 from orchestrator.lifecycle.mesh import Mesh
@@ -29,22 +28,8 @@ def sft_batch(data: PromptDataset, indices: list[int]) -> DataProto:
         + [tokenizer.eos_token_id]
         for i in indices
     ]
-    P, T = max(map(len, prompts)), max(map(len, answers))
-    pad = data.pad
-    ids = torch.tensor([[pad] * (P - len(p)) + p + a + [pad] * (T - len(a)) for p, a in zip(prompts, answers)])
-    mask = torch.tensor(
-        [[0] * (P - len(p)) + [1] * (len(p) + len(a)) + [0] * (T - len(a)) for p, a in zip(prompts, answers)]
-    )
-    response_mask = torch.tensor([[1.0] * len(a) + [0.0] * (T - len(a)) for a in answers])
-    return DataProto(
-        {
-            "input_ids": ids,
-            "attention_mask": mask,
-            "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
-            "responses": ids[:, P:],
-            "response_mask": response_mask,
-        }
-    )
+    tensors = rollout_tensors(prompts, answers, data.pad)  # every answer ends in </s>: never empty
+    return DataProto({k: v for k, v in tensors.items() if k != "prompts"})
 
 
 @dataclasses.dataclass
