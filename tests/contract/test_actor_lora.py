@@ -18,7 +18,7 @@ from meshrl.v1 import actor_pb2
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from recording_rollout import RecordingRollout  # noqa: E402
-from test_actor_service import Service, T, batch, expect, hf_logprobs, next_step  # noqa: E402
+from test_actor_service import Service, T, batch, expect, hf_logprobs, hf_logprobs_of, next_step  # noqa: E402
 
 RANK, ALPHA = 8, 16.0
 TARGETS = ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"]  # all-linear, Llama
@@ -113,15 +113,6 @@ def test_a_push_sends_the_adapter_alone_and_merge_lora_the_merged_weights(actor,
     finally:
         server.stop(0)
         rollout.close()
-
-
-def hf_logprobs_of(model, data):
-    b = data.batch
-    with torch.no_grad():
-        logits = model(
-            input_ids=b["input_ids"], attention_mask=b["attention_mask"], position_ids=b["position_ids"]
-        ).logits[:, -T - 1 : -1]
-    return torch.log_softmax(logits, -1).gather(-1, b["responses"].unsqueeze(-1)).squeeze(-1)
 
 
 def test_a_checkpoint_holds_the_adapter_and_resumes_bit_identically(actor, tiny_lm, tmp_path):

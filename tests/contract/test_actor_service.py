@@ -65,7 +65,10 @@ def batch(rows=4, seed=0) -> DataProto:
 
 
 def hf_logprobs(model_dir, data: DataProto) -> torch.Tensor:
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    return hf_logprobs_of(AutoModelForCausalLM.from_pretrained(model_dir), data)
+
+
+def hf_logprobs_of(model, data: DataProto) -> torch.Tensor:
     b = data.batch
     with torch.no_grad():
         logits = model(
