@@ -127,6 +127,35 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    """A checkpoint's actor as a HuggingFace folder (and a peft adapter folder): services.actor.export."""
+    run_dir = pathlib.Path(args.run_dir)
+    config, root = run_dir / "config.yaml", run_dir / "checkpoints"
+    if not config.is_file():
+        print(f"meshrl export: {run_dir} has no config.yaml (not a run folder?)", file=sys.stderr)
+        return 1
+    latest = root / "latest"
+    name = f"step_{args.step}" if args.step is not None else latest.read_text().strip() if latest.is_file() else ""
+    saved = sorted((p.name for p in root.glob("step_*")), key=lambda n: int(n.removeprefix("step_") or 0))
+    if not name or not (root / name / "actor").is_dir():
+        what = f"no actor checkpoint {name}" if name else "no checkpoint"
+        print(f"meshrl export: {run_dir}: {what} (saved: {', '.join(saved) or 'none'})", file=sys.stderr)
+        return 1
+    from orchestrator.config import load_config
+    from orchestrator.lifecycle.mesh import settings
+    from services.actor.export import export
+
+    cfg = load_config(str(config))
+    out = pathlib.Path(args.out) if args.out else run_dir / "export" / name
+    try:
+        for path in export(root / name / "actor", cfg.actor.model, settings(cfg, "actor"), out):
+            print(path)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"meshrl export: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_trace(args) -> int:
     """Print one training step's spans as a timeline (meshrl.trace_view)."""
     from meshrl.trace_view import main
@@ -193,6 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="only the held-out accuracy by step and the gain from first to last validation, with standard errors",
     )
     p.set_defaults(fn=cmd_report)
+
+    p = sub.add_parser("export", help="a checkpoint's actor as a HF folder (LoRA: merged, and its peft adapter)")
+    p.add_argument("run_dir", help="a run folder (trainer.run_dir) with checkpoints/")
+    p.add_argument("--step", type=int, default=None, help="which checkpoint; default: the latest")
+    p.add_argument("--out", default=None, help="output folder for hf/ (and hf_adapter/); default RUN_DIR/export/step_N")
+    p.set_defaults(fn=cmd_export)
 
     p = sub.add_parser("trace", help="show one training step's spans (every service) as a timeline")
     p.add_argument("run_dir", help="a run folder (trainer.run_dir) with traces/")

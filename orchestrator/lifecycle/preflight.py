@@ -6,7 +6,7 @@ One key's own range is checked where the key is defined, when the config is
 read (meshrl/config and orchestrator/config.py). What is left here needs more
 than one key, or the machine: the model folder and data files, the run
 folder, the weight transport on this machine, the reward function's file,
-engine and world sizes against the batch and the GPUs, sequence lengths
+engine and world sizes against the batch and the GPUs, a LoRA adapter against the model, sequence lengths
 across sections and the loggers' packages. Services started elsewhere (an
 `address` given) are checked only where the config says what they must be.
 """
@@ -18,6 +18,9 @@ import logging
 import pathlib
 
 from meshrl import hosts
+from meshrl.config.actor import EngineSettings
+from meshrl.config.checked import values_of
+from meshrl.models import check_lora
 from orchestrator.config import Config
 from orchestrator.data import check_inputs
 
@@ -41,6 +44,7 @@ def check(cfg: Config, roles: set[str], local: bool = True) -> None:
     for role in ("actor", "ref", "critic"):
         if role in roles and not getattr(cfg, role).address:
             check_ranks(cfg, role, sampled="rollout" in roles)
+            check_adapter(cfg, role)
             if local:
                 check_devices(cfg, role, hosts.gpus())
     for name, package in LOGGER_PACKAGES.items():
@@ -65,6 +69,22 @@ def check_run_dir(cfg: Config) -> None:
             f"{checkpoints} is a link to {checkpoints.resolve()}: the services write checkpoints only "
             "inside trainer.run_dir; remove the link (or point trainer.run_dir where they should go)"
         )
+
+
+def check_adapter(cfg: Config, role: str) -> None:
+    """A LoRA adapter the model can take (its target layers exist, are linear and are wider than the rank),
+    read from the model folder on the meta device: the actor service would refuse it only after the
+    other services had started."""
+    rank = {"actor": cfg.actor.lora_rank, "critic": cfg.critic.lora_rank}.get(role, 0)
+    if not rank:
+        return
+    model = cfg.critic.model or cfg.actor.model if role == "critic" else cfg.actor.model
+    engine = EngineSettings(**{**values_of(EngineSettings, cfg.actor), "lora_rank": rank})
+    try:
+        check_lora(model, "value" if role == "critic" else "causal", engine)
+    except ValueError as e:  # the service's line, under the run's keys
+        section = "actor" if str(e).startswith("lora_target_modules") else role
+        raise ValueError(f"{section}.{e}") from None
 
 
 def check_addresses(cfg: Config, roles: set[str]) -> None:

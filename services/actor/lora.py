@@ -1,4 +1,4 @@
-"""LoRA adapters on an engine's model (peft), checked before any rank starts, and the names they travel under.
+"""LoRA adapters on an engine's model (peft) and the names they travel under (the layers they go on: meshrl.models).
 
 With lora_rank > 0 an engine wraps the loaded model with peft before sharding it: every target linear
 layer gets lora_A (r x in) and lora_B (out x r, zero at first), the base weights are frozen, and only the
@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from meshrl.config.actor import ALL_LINEAR, EngineConfig, lora_targets
+from meshrl.config.actor import EngineConfig
 from meshrl.v1 import rollout_pb2
-from services.actor.model import empty_model, layer_classes
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -32,52 +31,6 @@ if TYPE_CHECKING:
 ADAPTER = "default"  # peft's name for the one adapter an engine trains
 PREFIX = "base_model.model."  # what peft puts before the wrapped model's own names
 TASKS = {"causal": "CAUSAL_LM", "value": "TOKEN_CLS"}  # TOKEN_CLS keeps the value head (score) trained
-
-
-def target_modules(model: torch.nn.Module, cfg: EngineConfig) -> list[str]:
-    """The names (as peft matches them: the end of a module's name) of the linear layers that get an
-    adapter; ValueError in one line for targets the model lacks, layers that are not linear, or a rank
-    larger than a target's smaller dimension."""
-    config = getattr(model, "config", None)
-    if getattr(config, "is_encoder_decoder", False):
-        raise ValueError(f"lora_rank > 0: LoRA here is for decoder-only models; {type(model).__name__} is not one")
-    spec = lora_targets(cfg.lora_target_modules)
-    linear = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
-    if spec == [ALL_LINEAR]:
-        blocks = layer_classes(model)  # ValueError when the model's blocks cannot be found
-        in_blocks = (b for b in model.modules() if type(b) in blocks)
-        names = sorted(
-            {n.rsplit(".", 1)[-1] for b in in_blocks for n, m in b.named_modules() if isinstance(m, torch.nn.Linear)}
-        )
-        if not names:
-            raise ValueError(f"lora_target_modules=all-linear: {type(model).__name__}'s blocks have no linear layer")
-    else:
-        names = spec
-    known = sorted({n.rsplit(".", 1)[-1] for n in linear})
-    for target in names:
-        matched = [n for n, _ in model.named_modules() if n == target or n.endswith("." + target)]
-        if not matched:
-            raise ValueError(
-                f"lora_target_modules: {type(model).__name__} has no module named {target!r} (its linear layers: "
-                f"{', '.join(known)})"
-            )
-        for n in matched:
-            layer = linear.get(n)
-            if layer is None:
-                kind = type(model.get_submodule(n)).__name__
-                raise ValueError(f"lora_target_modules: {n} ({kind}) is not a linear layer")
-            if cfg.lora_rank > min(layer.in_features, layer.out_features):
-                raise ValueError(
-                    f"lora_rank={cfg.lora_rank} is larger than {n} ({layer.out_features} x {layer.in_features}) "
-                    "allows: at most its smaller dimension"
-                )
-    return names
-
-
-def check(model_path: str, kind: str, cfg: EngineConfig) -> list[str]:
-    """target_modules of the model at model_path, built on the meta device (no weights read): the service
-    refuses a bad adapter in one line before any rank starts."""
-    return target_modules(empty_model(model_path, kind, cfg.dropout), cfg)
 
 
 def add_adapter(model: torch.nn.Module, cfg: EngineConfig, kind: str, targets: list[str]) -> "PeftModel":

@@ -23,9 +23,10 @@ from meshrl.dataproto import DataProto, unpad
 from meshrl.errors import MAX_STEP_ADVANCE, Aborted, FailedPrecondition, InvalidArgument, check_counter
 from meshrl.flags import settings_json
 from meshrl.hosts import is_address
+from meshrl.models import check_lora
 from meshrl.typed import build
 from meshrl.v1 import actor_pb2, common_pb2
-from services.actor import batches, integrity, lora
+from services.actor import batches, integrity
 from services.actor.comm import Driver, RankError
 from services.actor.losses import parse_loss
 from services.actor.roles import KIND
@@ -358,7 +359,7 @@ def check_init(role: str, model: str, engine: dict, optim: dict) -> None:
     build(OptimConfig, optim, "optim")
     if engine_cfg.lora_rank and role != "ref":  # an adapter the model cannot take (the model read on meta)
         try:
-            lora.check(model, KIND[role], engine_cfg)
+            check_lora(model, KIND[role], engine_cfg)
         except ValueError as e:
             raise InvalidArgument(str(e)) from None
 

@@ -4,6 +4,8 @@ resumed ends bit-identical to an uninterrupted one (GRPO, PPO with its critic, R
 adaptive KL controller, PPO sampling a step ahead)."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -117,6 +119,19 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(algorithm, extra, ti
         a["model.layers.0.mlp.down_proj.weight"],
         load_file(tiny_lm / "model.safetensors")["model.layers.0.mlp.down_proj.weight"],
     )
+    if "actor.lora_rank=8" in extra:  # `meshrl export` of a checkpoint that was not the last: what a run
+        # ending at that step writes (the cut run ended at step 2), merged and as a peft adapter
+        exported = tmp_path / "export"
+        done = subprocess.run(
+            [sys.executable, "-m", "cli", "export", str(whole), "--step", "2", "--out", str(exported)],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        ended = tmp_path / "cut" / "checkpoints" / "step_2" / "actor"
+        for name in ("hf/model.safetensors", "hf_adapter/adapter_model.safetensors"):
+            x, y = load_file(exported / name), load_file(ended / name)
+            assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x), name
 
 
 @pytest.mark.parametrize("extra", [[], ["actor.lora_rank=8", "actor.lr=1e-3"]], ids=["full", "lora"])

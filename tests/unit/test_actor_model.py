@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from services.actor.model import load_model
+from meshrl.models import load_model
 
 
 def gpt2(path):

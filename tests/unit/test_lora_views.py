@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from meshrl.config.actor import EngineConfig
+from meshrl.models import load_model, lora_target_modules
 from services.actor import lora
-from services.actor.model import load_model
 
 LLAMA_LINEAR = ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"]
 
@@ -14,7 +14,7 @@ LLAMA_LINEAR = ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj
 def adapted(path, kind: str, **settings):
     cfg = EngineConfig(lora_rank=4, **settings)
     model = load_model(str(path), kind)
-    targets = lora.target_modules(model, cfg)
+    targets = lora_target_modules(model, cfg)
     return lora.add_adapter(model, cfg, kind, targets), targets, cfg
 
 
@@ -47,7 +47,7 @@ def test_the_merged_view_is_pefts_merge(tiny_lm):
 
 def test_a_list_of_targets_and_what_is_refused(tiny_lm):
     model = load_model(str(tiny_lm), "causal")
-    assert lora.target_modules(model, EngineConfig(lora_rank=8, lora_target_modules="q_proj,v_proj")) == [
+    assert lora_target_modules(model, EngineConfig(lora_rank=8, lora_target_modules="q_proj,v_proj")) == [
         "q_proj",
         "v_proj",
     ]
@@ -57,7 +57,7 @@ def test_a_list_of_targets_and_what_is_refused(tiny_lm):
         ("embed_tokens", 4, r"model.embed_tokens \(Embedding\) is not a linear layer"),
     ]:
         with pytest.raises(ValueError, match=match):
-            lora.target_modules(model, EngineConfig(lora_rank=rank, lora_target_modules=spec))
+            lora_target_modules(model, EngineConfig(lora_rank=rank, lora_target_modules=spec))
     for bad in ("", "q proj", "q_proj,,v_proj", "all-linear,q_proj"):
         with pytest.raises(ValueError, match="lora_target_modules"):
             EngineConfig(lora_rank=4, lora_target_modules=bad)

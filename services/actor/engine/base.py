@@ -26,10 +26,10 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.tensor import DTensor
 
 from meshrl.config.actor import EngineConfig, OptimConfig
+from meshrl.models import empty_model, load_model, lora_target_modules
 from meshrl.v1 import rollout_pb2
 from services.actor import lora
 from services.actor.comm import Cancelled, stop_requested
-from services.actor.model import empty_model, load_model
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -103,7 +103,7 @@ class Engine:
         if self.cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()  # before peft, which then lets the embeddings' output need grad
         if self.lora:  # before sharding: FSDP then shards the adapter with the layer it adapts
-            self.lora_targets = lora.target_modules(model, self.cfg)
+            self.lora_targets = lora_target_modules(model, self.cfg)
             return lora.add_adapter(model, self.cfg, self.kind, self.lora_targets)
         if optim is None:  # a frozen model (the reference policy)
             model.requires_grad_(False)

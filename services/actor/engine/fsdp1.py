@@ -16,8 +16,8 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp import MixedPrecision
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
+from meshrl.models import layer_classes
 from services.actor.engine.base import Engine
-from services.actor.model import layer_classes
 
 WRAPPED = "_fsdp_wrapped_module."
 

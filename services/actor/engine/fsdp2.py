@@ -10,8 +10,8 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+from meshrl.models import layer_classes
 from services.actor.engine.base import Engine
-from services.actor.model import layer_classes
 
 
 class FSDP2Engine(Engine):

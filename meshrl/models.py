@@ -1,0 +1,146 @@
+"""What a HuggingFace model folder builds into, for every service that builds one: the model (a causal LM or
+a value model, dropout off), the same on the meta device, its transformer blocks, and the linear layers a
+LoRA adapter goes on (checked here so a run refuses a bad adapter before any service starts).
+"""
+
+import logging
+from typing import TYPE_CHECKING, TypeVar
+
+import torch
+
+from meshrl.config.actor import ALL_LINEAR, EngineSettings, lora_targets
+
+if TYPE_CHECKING:  # transformers is imported where a model is built, not with this module
+    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, PretrainedConfig, PreTrainedModel
+
+log = logging.getLogger(__name__)
+KINDS = ("causal", "value")
+M = TypeVar("M", bound=torch.nn.Module)
+
+
+def load_model(path: str, kind: str, dropout: bool = False) -> "PreTrainedModel":
+    """A causal LM, or a value model: the same body with a one-output token-classification head.
+
+    Dropout is off unless asked for: log-probs, values and the PPO ratio must be functions of the
+    weights (a first on-policy epoch has ratio 1, ranks and a resumed run agree). HF models keep
+    dropout rates in their config (attention_dropout, resid_pdrop, classifier_dropout, ...), so the
+    rates are zeroed there and on every Dropout module; the model still trains in train mode, which
+    gradient checkpointing needs.
+    """
+    cls, config = model_class(path, kind, dropout)
+    if kind != "value":
+        return without_dropout(cls.from_pretrained(path, config=config, dtype=torch.float32), dropout)
+    # A value head on an LM checkpoint: the head is new and the LM head unused, as intended, so transformers'
+    # warning table of both (the red "LOAD REPORT") would only alarm; one line says the same.
+    loader = logging.getLogger("transformers.modeling_utils")
+    level = loader.level
+    loader.setLevel(logging.ERROR)
+    try:
+        # output_loading_info=True: (model, info), which transformers' annotation of the return leaves out
+        model, info = cls.from_pretrained(  # type: ignore[misc]
+            path, config=config, dtype=torch.float32, output_loading_info=True
+        )
+    finally:
+        loader.setLevel(level)
+    log.info(
+        "value model from %s: new %s, unused %s",
+        path,
+        sorted(info.get("missing_keys", [])),
+        sorted(info.get("unexpected_keys", [])),
+    )
+    return without_dropout(model, dropout)
+
+
+def empty_model(path: str, kind: str, dropout: bool = False) -> "PreTrainedModel":
+    """The model load_model builds, on the meta device: its shapes, types and tied weights, no memory.
+    Sharded engines build this on every rank and fill their shards from rank 0's one loaded copy."""
+    cls, config = model_class(path, kind, dropout)
+    with torch.device("meta"):
+        return without_dropout(cls.from_config(config, dtype=torch.float32), dropout)
+
+
+def model_class(
+    path: str, kind: str, dropout: bool
+) -> tuple[type["AutoModelForCausalLM"] | type["AutoModelForTokenClassification"], "PretrainedConfig"]:
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+
+    if kind not in KINDS:
+        raise ValueError(f"model kind must be one of {KINDS}, got {kind!r}")
+    config = AutoConfig.from_pretrained(path, **({"num_labels": 1} if kind == "value" else {}))
+    if not dropout:
+        zero_dropout_config(config)
+    return (AutoModelForCausalLM if kind == "causal" else AutoModelForTokenClassification), config
+
+
+def without_dropout(model: M, dropout: bool) -> M:
+    if not dropout:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = 0.0
+    return model
+
+
+def zero_dropout_config(config) -> None:
+    """Every dropout rate of a HF config (and its sub-configs) to 0."""
+    for key, value in list(vars(config).items()):
+        if isinstance(value, float) and ("dropout" in key or key.endswith("pdrop")):
+            setattr(config, key, 0.0)
+        elif hasattr(value, "to_dict") and value is not config:  # text_config of a multimodal config
+            zero_dropout_config(value)
+    # absent or None, token-classification heads fall back to their own default (0.1 in Llama's)
+    config.classifier_dropout = 0.0
+
+
+def layer_classes(model: torch.nn.Module) -> set[type]:
+    """The transformer block classes (HF names them in _no_split_modules): the units FSDP shards."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    classes = {type(m) for m in model.modules() if type(m).__name__ in names}
+    if not classes:
+        raise ValueError(f"cannot find the transformer blocks of {type(model).__name__} to shard")
+    return classes
+
+
+def lora_target_modules(model: torch.nn.Module, cfg: EngineSettings) -> list[str]:
+    """The names (as peft matches them: the end of a module's name) of the linear layers that get an
+    adapter; ValueError in one line for targets the model lacks, layers that are not linear, or a rank
+    larger than a target's smaller dimension."""
+    config = getattr(model, "config", None)
+    if getattr(config, "is_encoder_decoder", False):
+        raise ValueError(f"lora_rank > 0: LoRA here is for decoder-only models; {type(model).__name__} is not one")
+    spec = lora_targets(cfg.lora_target_modules)
+    linear = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    if spec == [ALL_LINEAR]:
+        blocks = layer_classes(model)  # ValueError when the model's blocks cannot be found
+        in_blocks = (b for b in model.modules() if type(b) in blocks)
+        names = sorted(
+            {n.rsplit(".", 1)[-1] for b in in_blocks for n, m in b.named_modules() if isinstance(m, torch.nn.Linear)}
+        )
+        if not names:
+            raise ValueError(f"lora_target_modules=all-linear: {type(model).__name__}'s blocks have no linear layer")
+    else:
+        names = spec
+    known = sorted({n.rsplit(".", 1)[-1] for n in linear})
+    for target in names:
+        matched = [n for n, _ in model.named_modules() if n == target or n.endswith("." + target)]
+        if not matched:
+            raise ValueError(
+                f"lora_target_modules: {type(model).__name__} has no module named {target!r} (its linear layers: "
+                f"{', '.join(known)})"
+            )
+        for n in matched:
+            layer = linear.get(n)
+            if layer is None:
+                kind = type(model.get_submodule(n)).__name__
+                raise ValueError(f"lora_target_modules: {n} ({kind}) is not a linear layer")
+            if cfg.lora_rank > min(layer.in_features, layer.out_features):
+                raise ValueError(
+                    f"lora_rank={cfg.lora_rank} is larger than {n} ({layer.out_features} x {layer.in_features}) "
+                    "allows: at most its smaller dimension"
+                )
+    return names
+
+
+def check_lora(model_path: str, kind: str, cfg: EngineSettings) -> list[str]:
+    """lora_target_modules of the model at model_path, built on the meta device (no weights read): a run
+    refuses a bad adapter before any service starts, and the actor service before any rank starts."""
+    return lora_target_modules(empty_model(model_path, kind, cfg.dropout), cfg)
