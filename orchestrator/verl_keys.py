@@ -20,6 +20,7 @@ VERL_KEYS = {
     "actor_rollout_ref.actor.clip_ratio_low": "actor.clip_ratio_low",
     "actor_rollout_ref.actor.clip_ratio_high": "actor.clip_ratio_high",
     "actor_rollout_ref.actor.clip_ratio_c": "actor.clip_ratio_c",
+    "actor_rollout_ref.actor.policy_loss.loss_mode": "actor.policy_loss (ppo or gspo)",
     "actor_rollout_ref.actor.entropy_coeff": "actor.entropy_coeff",
     "actor_rollout_ref.actor.use_kl_loss": "actor.use_kl_loss",
     "actor_rollout_ref.actor.kl_loss_coef": "actor.kl_loss_coef",

@@ -85,6 +85,47 @@ def ppo_policy_loss(
     return loss, metrics
 
 
+def gspo_policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_ratio_low: float = 3e-4,
+    clip_ratio_high: float = 4e-4,
+    weights: torch.Tensor | None = None,
+):
+    """GSPO (Zheng et al. 2025, arXiv:2507.18071): PPO's clipped surrogate on one ratio per sequence, the
+    geometric mean of its tokens' ratios, s_i = exp(mean_t (logprobs - old_logprobs)), so a sequence is
+    clipped (and stops teaching) as a whole; the loss is the mean over sequences of each one's token mean
+    (seq-mean-token-mean, the paper's objective).
+
+    In the token form (the paper's GSPO-token, with every token's advantage its sequence's) each token
+    carries s_i,t = sg(s_i) * exp(logprobs_t - sg(logprobs_t)): the value is s_i, and the gradient of the
+    token mean is s_i times the mean of the tokens' log-prob gradients, which is the sequence objective's.
+    No dual clip: a ratio per sequence is already the paper's variance control. `weights`
+    (rollout_is_weights) scale each token's loss.
+    """
+    lengths = response_mask.sum(-1).clamp(min=1)
+    seq_log_ratio = ((logprobs - old_logprobs) * response_mask).sum(-1) / lengths
+    seq_log_ratio = seq_log_ratio.detach().clamp(-20.0, 20.0)  # exp() must not overflow
+    ratio = (logprobs - logprobs.detach() + seq_log_ratio.unsqueeze(-1)).exp()
+    loss1 = -advantages * ratio
+    loss2 = -advantages * ratio.clamp(1 - clip_ratio_low, 1 + clip_ratio_high)
+    clipped = torch.maximum(loss1, loss2)
+    if weights is not None:
+        clipped = clipped * weights
+    rows = (response_mask.sum(-1) > 0).float()  # a sequence with no response token is not counted
+    seq_clipped = ((loss2 > loss1).float() * response_mask).amax(-1)  # the whole sequence or none of it
+    metrics = {
+        "actor/pg_clipfrac": ((seq_clipped * rows).sum() / rows.sum().clamp(min=1)).item(),
+        "actor/ppo_kl": masked_mean(-(logprobs - old_logprobs), response_mask).item(),
+        "actor/seq_ratio_mean": ((seq_log_ratio.exp() * rows).sum() / rows.sum().clamp(min=1)).item(),
+    }
+    loss = agg_loss(clipped, response_mask, "seq-mean-token-mean")
+    metrics["actor/pg_loss"] = loss.item()
+    return loss, metrics
+
+
 def kl_loss(
     logprobs: torch.Tensor,
     ref_logprobs: torch.Tensor,

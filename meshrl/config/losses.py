@@ -14,6 +14,7 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "se
 ROLLOUT_IS = ("none", "token", "sequence")
 DPO_LOSSES = ("sigmoid", "ipo")
 OLD_LOGPROBS = ("actor_logprobs", "rollout_logprobs", "")
+POLICY_LOSSES = ("ppo", "gspo")
 MAX_EPOCHS = 100  # passes over one batch; verl's ppo_epochs is 1-4 in practice, a caller's 2**31 is not work
 
 
@@ -34,6 +35,10 @@ class Schedule(Checked):
 
 @dataclasses.dataclass
 class PolicyLossSettings(Checked):
+    policy_loss: str = "ppo"
+    """The policy-gradient loss: "ppo" (a clipped ratio per token) or "gspo" (GSPO, arXiv:2507.18071: one
+    ratio per sequence, the geometric mean of its tokens', clipped as a whole; wants tiny clip ranges,
+    the paper's 3e-4 / 4e-4, loss_agg_mode=seq-mean-token-mean, and no dual clip)."""
     clip_ratio_low: float = 0.2
     """PPO clip: ratio >= 1 - clip_ratio_low."""
     clip_ratio_high: float = 0.2
@@ -55,6 +60,14 @@ class PolicyLossSettings(Checked):
         super().__post_init__()
         one_of(self, "loss_agg_mode", LOSS_AGG_MODES)
         one_of(self, "kl_loss_type", KL_ESTIMATORS)
+        one_of(self, "policy_loss", POLICY_LOSSES)
+        if self.policy_loss == "gspo":  # the paper's objective, said rather than silently changed
+            require(
+                self.loss_agg_mode == "seq-mean-token-mean",
+                self,
+                "loss_agg_mode",
+                "must be seq-mean-token-mean with policy_loss=gspo (each sequence's token mean, then their mean)",
+            )
 
 
 @dataclasses.dataclass

@@ -14,6 +14,7 @@ from meshrl.algos.losses import (
     dpo_loss,
     entropy_from_logits,
     kl_loss,
+    gspo_policy_loss,
     ppo_policy_loss,
     rollout_is_weights,
     sft_loss,
@@ -179,17 +180,22 @@ class ActorRole(PolicyRole):
                 m: dict[str, float] = {}
                 if p.rollout_is != "none":
                     weights, m = rollout_is_weights(old, mb["rollout_logprobs"], mask, p.rollout_is, p.rollout_is_cap)
-                total, pm = ppo_policy_loss(
-                    lp,
-                    old,
-                    mb["advantages"],
-                    mask,
-                    p.clip_ratio_low,
-                    p.clip_ratio_high,
-                    p.clip_ratio_c,
-                    p.loss_agg_mode,
-                    weights,
-                )
+                if p.policy_loss == "gspo":
+                    total, pm = gspo_policy_loss(
+                        lp, old, mb["advantages"], mask, p.clip_ratio_low, p.clip_ratio_high, weights
+                    )
+                else:
+                    total, pm = ppo_policy_loss(
+                        lp,
+                        old,
+                        mb["advantages"],
+                        mask,
+                        p.clip_ratio_low,
+                        p.clip_ratio_high,
+                        p.clip_ratio_c,
+                        p.loss_agg_mode,
+                        weights,
+                    )
                 m.update(pm)
                 if not p.old_logprobs_key and "rollout_logprobs" in mb:
                     m["rollout/kl_to_actor"] = masked_mean((mb["rollout_logprobs"] - old).abs(), mask).item()

@@ -58,8 +58,15 @@ def changed(run_dir, tiny_lm) -> bool:
         ("ppo", ["critic.lr=1e-3", "algorithm.lam=0.95"], {"critic/vf_loss", "actor/pg_loss", "timing_s/values"}),
         (
             "rloo",
-            ["rollout.chunks=2"],  # two Generate calls a step, each scored as it returns
-            {"actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl"},
+            # two Generate calls a step, each scored as it returns; GSPO's sequence-level ratio as the loss
+            [
+                "rollout.chunks=2",
+                "actor.policy_loss=gspo",
+                "actor.loss_agg_mode=seq-mean-token-mean",
+                "actor.clip_ratio_low=3e-4",
+                "actor.clip_ratio_high=4e-4",
+            ],
+            {"actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/seq_ratio_mean"},
         ),
         (
             "reinforce",

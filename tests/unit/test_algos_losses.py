@@ -9,6 +9,7 @@ from meshrl.algos.kl import AdaptiveKLController, FixedKLController, apply_kl_pe
 from meshrl.algos.losses import (
     dpo_loss,
     entropy_from_logits,
+    gspo_policy_loss,
     kl_loss,
     ppo_policy_loss,
     rollout_is_weights,
@@ -44,6 +45,40 @@ def test_ppo_clip_by_hand():
     per_token = [-1.2, -0.5, 0.8, 2.2]
     assert loss.item() == pytest.approx(sum(per_token) / 4, rel=1e-5)
     assert m["actor/pg_clipfrac"] == pytest.approx(2 / 4)  # tokens 0 and 2
+
+
+def test_gspo_clips_each_sequence_as_a_whole_by_hand():
+    # sequence 0: token log-ratios 0.1 and 0.3 -> s = exp(0.2) = 1.221, A = +1: clipped at 1 + 0.1 as a whole;
+    # sequence 1: log-ratios -0.1 and (padding) -> s = exp(-0.1) = 0.905, A = -2: inside [0.8, 1.1], not clipped
+    old = torch.zeros(2, 2)
+    logp = t([0.1, 0.3], [-0.1, 5.0]).requires_grad_()
+    adv = t([1.0, 1.0], [-2.0, -2.0])
+    mask = t([1, 1], [1, 0])
+    loss, m = gspo_policy_loss(logp, old, adv, mask, clip_ratio_low=0.2, clip_ratio_high=0.1)
+    s1 = math.exp(-0.1)
+    assert loss.item() == pytest.approx((-1.1 + 2 * s1) / 2, rel=1e-5)  # each sequence's token mean, then theirs
+    assert m["actor/pg_clipfrac"] == pytest.approx(1 / 2)  # sequence 0, whole
+    assert m["actor/seq_ratio_mean"] == pytest.approx((math.exp(0.2) + s1) / 2, rel=1e-5)
+    loss.backward()
+    # the clipped sequence teaches nothing; the other's one token: d/dlogp of (2 s / 1) / 2 sequences = s
+    assert logp.grad.tolist()[0] == [0.0, 0.0]
+    assert logp.grad[1, 0].item() == pytest.approx(s1, rel=1e-5) and logp.grad[1, 1].item() == 0.0
+
+
+def test_gspo_gradient_is_the_sequence_ratio_times_the_mean_token_gradient():
+    # unclipped, A = 1: loss = -s over one sequence of 3 tokens; d(-s)/dlogp_t = -s / 3 for every token
+    old = t([0.0, 0.0, 0.0])
+    logp = t([0.05, -0.02, 0.03]).requires_grad_()
+    loss, _ = gspo_policy_loss(logp, old, t([1.0, 1.0, 1.0]), torch.ones(1, 3), 0.2, 0.2)
+    s = math.exp((0.05 - 0.02 + 0.03) / 3)
+    assert loss.item() == pytest.approx(-s, rel=1e-6)
+    loss.backward()
+    assert logp.grad.tolist()[0] == pytest.approx([-s / 3] * 3, rel=1e-5)
+    # one token per sequence: GSPO is PPO's clipped ratio without dual clip
+    logp1, old1, adv1, mask1 = t([0.4], [-0.3]), torch.zeros(2, 1), t([1.0], [-1.0]), torch.ones(2, 1)
+    g, _ = gspo_policy_loss(logp1, old1, adv1, mask1, 0.2, 0.2)
+    p, _ = ppo_policy_loss(logp1, old1, adv1, mask1, 0.2, 0.2, None, "seq-mean-token-mean")
+    assert g.item() == pytest.approx(p.item(), rel=1e-6)
 
 
 def test_rollout_is_weights_by_hand():

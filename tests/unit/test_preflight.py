@@ -76,6 +76,8 @@ def checked(algorithm, overrides):
         ("grpo", ["algorithm.kl_coef=.inf"], r"algorithm.kl_coef=inf must be a finite number"),
         ("grpo", ["reward.address=127.0.0.1:70000"], r"reward.address=127.0.0.1:70000 must be HOST:PORT with a port"),
         ("grpo", ["rollout.address=localhost"], r"rollout.address=localhost must be HOST:PORT"),
+        ("grpo", ["actor.policy_loss=gspo"], r"actor.loss_agg_mode=token-mean must be seq-mean-token-mean with"),
+        ("grpo", ["actor.policy_loss=cispo"], r"actor.policy_loss=cispo must be one of \('ppo', 'gspo'\)"),
         # a LoRA adapter the model cannot take: refused before any service starts
         ("grpo", ["actor.lora_rank=1000"], r"actor.lora_rank=1000 is larger than model.layers.0.\S+ \(\d+ x \d+\)"),
         ("grpo", ["actor.lora_rank=8", "actor.lora_target_modules=foo_proj"], r"actor.lora_target_modules: \w+ has no"),
