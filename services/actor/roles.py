@@ -13,8 +13,8 @@ import torch.distributed as dist
 from meshrl.algos.losses import (
     dpo_loss,
     entropy_from_logits,
-    kl_loss,
     gspo_policy_loss,
+    kl_loss,
     ppo_policy_loss,
     rollout_is_weights,
     sft_loss,
