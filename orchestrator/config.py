@@ -210,12 +210,17 @@ class AlgorithmSection(RolloutISSettings):
     kl_horizon: int = 10000  # adaptive: samples over which it adjusts
     dpo_beta: float = 0.1  # DPO's inverse temperature
     dpo_loss: str = "sigmoid"  # sigmoid or ipo
+    overlong_buffer: int = 0  # DAPO's overlong reward shaping: a response's last this many tokens before
+    #   rollout.max_new_tokens cost a penalty growing linearly to overlong_penalty at the limit; 0: off
+    overlong_penalty: float = 1.0  # the penalty at the limit (DAPO's penalty factor)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         one_of(self, "kl_penalty", KL_ESTIMATORS)
         one_of(self, "kl_ctrl", ("fixed", "adaptive"))
         one_of(self, "dpo_loss", DPO_LOSSES)
+        require(self.overlong_buffer >= 0, self, "overlong_buffer", "must be >= 0 (0: off)")
+        require(self.overlong_penalty >= 0, self, "overlong_penalty", "must be >= 0 (a penalty's size)")
 
 
 @dataclasses.dataclass

@@ -127,6 +127,17 @@ def check_rollout(cfg: Config) -> None:
             "rollout.colocate gives the GPU to generation and training in turn, and "
             "trainer.max_staleness runs them at once: set one of them off"
         )
+    buffer = cfg.algorithm.overlong_buffer
+    if buffer and (r.multi_turn or buffer > r.max_new_tokens):
+        raise ValueError(
+            f"algorithm.overlong_buffer={buffer}: "
+            + (
+                "the overlong penalty measures a single-turn response against rollout.max_new_tokens; "
+                "a multi-turn episode has no such limit (set it to 0)"
+                if r.multi_turn
+                else f"must be at most rollout.max_new_tokens={r.max_new_tokens}, the limit it counts back from"
+            )
+        )
     room = r.max_model_len - r.max_new_tokens
     if cfg.data.max_prompt_length > room:
         raise ValueError(

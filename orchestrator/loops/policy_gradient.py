@@ -17,7 +17,8 @@ import torch
 
 from meshrl.algos.advantages import ADVANTAGE_ESTIMATORS
 from meshrl.algos.kl import AdaptiveKLController, FixedKLController, KLController, apply_kl_penalty
-from meshrl.algos.masked import masked_mean
+from meshrl.algos.masked import masked_mean, token_level
+from meshrl.algos.shaping import overlong_penalty
 from orchestrator.config import Config
 from orchestrator.lifecycle.mesh import POLICY_TENSORS, Mesh
 from orchestrator.loops.params import ppo_params, value_params
@@ -121,6 +122,12 @@ class PolicyGradient:
 
         metrics, rewards = {}, scored.token_level_scores
         assert rewards is not None  # the Score request carries the response_mask: Scores has token scores
+        if cfg.algorithm.overlong_buffer:
+            a = cfg.algorithm
+            penalty = overlong_penalty(mask, cfg.rollout.max_new_tokens, a.overlong_buffer, a.overlong_penalty)
+            rewards = rewards + token_level(penalty, mask)  # with the score, on the last response token
+            metrics["critic/overlong_penalty/mean"] = penalty.mean().item()
+            metrics["critic/overlong_penalty/share"] = (penalty < 0).float().mean().item()
         if cfg.algorithm.use_kl_in_reward:
             rewards, kl = apply_kl_penalty(
                 rewards,

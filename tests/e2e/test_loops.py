@@ -58,15 +58,23 @@ def changed(run_dir, tiny_lm) -> bool:
         ("ppo", ["critic.lr=1e-3", "algorithm.lam=0.95"], {"critic/vf_loss", "actor/pg_loss", "timing_s/values"}),
         (
             "rloo",
-            # two Generate calls a step, each scored as it returns; GSPO's sequence-level ratio as the loss
+            # two Generate calls a step, each scored as it returns; GSPO's sequence-level ratio as the loss,
             [
                 "rollout.chunks=2",
                 "actor.policy_loss=gspo",
                 "actor.loss_agg_mode=seq-mean-token-mean",
                 "actor.clip_ratio_low=3e-4",
                 "actor.clip_ratio_high=4e-4",
+                "algorithm.overlong_buffer=8",  # and DAPO's overlong penalty on the scores
             ],
-            {"actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/seq_ratio_mean"},
+            {
+                "actor/pg_loss",
+                "actor/pg_clipfrac",
+                "actor/ppo_kl",
+                "actor/seq_ratio_mean",
+                "critic/overlong_penalty/mean",
+                "critic/overlong_penalty/share",
+            },
         ),
         (
             "reinforce",

@@ -18,6 +18,7 @@ from meshrl.algos.losses import (
 )
 from meshrl.algos.masked import agg_loss
 from meshrl.algos.pairs import best_worst_pairs
+from meshrl.algos.shaping import overlong_penalty
 
 
 def t(*rows):
@@ -210,3 +211,13 @@ def test_online_dpo_pairs_best_vs_worst_skipping_ties():
     index = ["a", "a", "a", "b", "b", "c", "c"]
     chosen, rejected = best_worst_pairs(scores, index)
     assert (chosen, rejected) == ([1, 5], [0, 6])  # b is a tie: skipped
+
+
+def test_dapo_overlong_penalty_by_hand():
+    # limit 10, buffer 4: nothing up to 6 tokens, then -1/4 per token over 6, -1 x factor at 10
+    lengths = [3, 6, 7, 9, 10]
+    mask = torch.tensor([[1] * n + [0] * (10 - n) for n in lengths], dtype=torch.float32)
+    assert overlong_penalty(mask, 10, 4).tolist() == pytest.approx([0.0, 0.0, -0.25, -0.75, -1.0])
+    assert overlong_penalty(mask, 10, 4, factor=0.5).tolist() == pytest.approx([0.0, 0.0, -0.125, -0.375, -0.5])
+    with pytest.raises(ValueError, match="overlong buffer must be in 1..10"):
+        overlong_penalty(mask, 10, 11)

@@ -76,6 +76,9 @@ def checked(algorithm, overrides):
         ("grpo", ["algorithm.kl_coef=.inf"], r"algorithm.kl_coef=inf must be a finite number"),
         ("grpo", ["reward.address=127.0.0.1:70000"], r"reward.address=127.0.0.1:70000 must be HOST:PORT with a port"),
         ("grpo", ["rollout.address=localhost"], r"rollout.address=localhost must be HOST:PORT"),
+        ("grpo", ["algorithm.overlong_buffer=17"], r"must be at most rollout.max_new_tokens=16, the limit it"),
+        ("grpo", ["algorithm.overlong_buffer=4", "rollout.multi_turn=true"], r"a multi-turn episode has no such"),
+        ("grpo", ["algorithm.overlong_buffer=-1"], r"algorithm.overlong_buffer=-1 must be >= 0"),
         ("grpo", ["actor.policy_loss=gspo"], r"actor.loss_agg_mode=token-mean must be seq-mean-token-mean with"),
         ("grpo", ["actor.policy_loss=cispo"], r"actor.policy_loss=cispo must be one of \('ppo', 'gspo'\)"),
         # a LoRA adapter the model cannot take: refused before any service starts
