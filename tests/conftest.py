@@ -6,7 +6,8 @@ The default suite is the CPU suite, on any machine: where there are GPUs it hide
 CI (two FSDP ranks on a 1-GPU machine would otherwise be refused). The GPU lane
 (scripts/test_gpu.sh: MESHRL_TEST_GPU=1, tests marked gpu) sees them; its tests
 skip where there is no CUDA. The actor's checkpoint key file (services/actor/integrity.py) goes to a
-folder of the session's own (XDG_CONFIG_HOME), not the user's home.
+folder of the session's own (XDG_CONFIG_HOME), not the user's home. The type check starts as soon as
+the tests are collected and runs beside them (tests/unit/test_types.py).
 """
 
 import os
@@ -20,6 +21,21 @@ import pytest  # noqa: E402
 
 from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
 from meshrl.tiny.models import TinyModelConfig, make_model
+
+
+def pytest_collection_finish(session):
+    """The type check, when it is among the tests, starts now and runs beside the others (test_types.Early)."""
+    if any(item.nodeid.startswith("tests/unit/test_types.py") for item in session.items):
+        from tests.unit.test_types import Early
+
+        session.config.mypy_early = Early()
+
+
+def pytest_unconfigure(config):
+    early = getattr(config, "mypy_early", None)
+    if early is not None and early.proc.poll() is None:  # the session stopped before the test read it
+        early.proc.kill()
+        early.proc.wait()
 
 
 @pytest.fixture(scope="session")

@@ -174,10 +174,10 @@ def test_a_critic_trains_its_adapter_and_its_value_head(tiny_lm):
 
 
 def test_a_bad_adapter_is_refused_in_one_line_before_any_rank_starts(tiny_lm):
+    # one case of the check against the model (meta device) and one of the flags' own; every message is
+    # worked through at unit level (tests/unit/test_lora_views.py, test_preflight.py)
     for flags, line in [
         (["--lora-rank", "200"], "lora_rank=200 is larger than model.layers.0.self_attn.k_proj (128 x 256)"),
-        (["--lora-rank", "4", "--lora-target-modules", "q_proj,qkv"], "has no module named 'qkv'"),
-        (["--lora-rank", "4", "--lora-target-modules", "embed_tokens"], "(Embedding) is not a linear layer"),
         (["--lora-rank", "4", "--lora-target-modules", "q proj"], "lora_target_modules=q proj must be"),
     ]:
         run = subprocess.run(

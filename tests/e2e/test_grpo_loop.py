@@ -1,9 +1,10 @@
 """The RL loops end to end through real services they start themselves (HF rollout, actor, reward):
-GRPO logs its steps (colocated: the rollout asleep while the 2-rank actor trains); a run cut and
+GRPO logs its steps (colocated: the rollout asleep while the 2-rank actor trains); a run killed after a checkpoint and
 resumed ends bit-identical to an uninterrupted one (GRPO, PPO with its critic, REINFORCE++ with an
 adaptive KL controller, PPO sampling a step ahead)."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -52,6 +53,18 @@ def computed(run_dir) -> list[dict]:
     ]
 
 
+def killed_after_step_2(whole, cut) -> None:
+    """At `cut`, the files of `whole` (a 4-step run saving every 2) as they were when its process was
+    killed right after step 2's checkpoint: the run to resume. One run fewer than stopping a run at step 2."""
+    shutil.copytree(whole, cut, symlinks=True)
+    shutil.rmtree(cut / "checkpoints" / "step_4")
+    (cut / "checkpoints" / "latest").write_text("step_2")
+    (cut / "hf").unlink()
+    for name in ("metrics.jsonl", "samples.jsonl"):
+        lines = (cut / name).read_text().splitlines(keepends=True)
+        (cut / name).write_text("".join(line for line in lines if json.loads(line)["step"] <= 2))
+
+
 @pytest.mark.parametrize(
     "algorithm, extra",
     [
@@ -97,7 +110,7 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(algorithm, extra, ti
         *extra,
     ]
     whole = run(algorithm, load_config(None, [*base, f"trainer.run_dir={tmp_path / 'whole'}", "trainer.total_steps=4"]))
-    run(algorithm, load_config(None, [*base, f"trainer.run_dir={tmp_path / 'cut'}", "trainer.total_steps=2"]))
+    killed_after_step_2(whole, tmp_path / "cut")
     resumed = run(
         algorithm,
         load_config(
@@ -119,19 +132,21 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(algorithm, extra, ti
         a["model.layers.0.mlp.down_proj.weight"],
         load_file(tiny_lm / "model.safetensors")["model.layers.0.mlp.down_proj.weight"],
     )
-    if "actor.lora_rank=8" in extra:  # `meshrl export` of a checkpoint that was not the last: what a run
-        # ending at that step writes (the cut run ended at step 2), merged and as a peft adapter
-        exported = tmp_path / "export"
-        done = subprocess.run(
-            [sys.executable, "-m", "cli", "export", str(whole), "--step", "2", "--out", str(exported)],
-            capture_output=True,
-            text=True,
-        )
-        assert done.returncode == 0, done.stderr
-        ended = tmp_path / "cut" / "checkpoints" / "step_2" / "actor"
+    if "actor.lora_rank=8" in extra:  # `meshrl export`, offline: the latest checkpoint as the run's own last
+        # export wrote it (merged, and as a peft adapter); step 2's is another
+        for step in (4, 2):
+            done = subprocess.run(
+                [sys.executable, "-m", "cli", "export", str(whole), "--step", str(step)],
+                capture_output=True,
+                text=True,
+            )
+            assert done.returncode == 0, done.stderr
+        ended, exported = whole / "checkpoints" / "step_4" / "actor", whole / "export" / "step_4"
         for name in ("hf/model.safetensors", "hf_adapter/adapter_model.safetensors"):
             x, y = load_file(exported / name), load_file(ended / name)
             assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x), name
+        early = load_file(whole / "export" / "step_2" / "hf_adapter" / "adapter_model.safetensors")
+        assert any(not torch.equal(early[k], y[k]) for k in y)
 
 
 @pytest.mark.parametrize("extra", [[], ["actor.lora_rank=8", "actor.lr=1e-3"]], ids=["full", "lora"])
