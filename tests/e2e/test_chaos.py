@@ -1,4 +1,4 @@
-"""A run that heals itself: during a 20-step GRPO run the rollout, the reward service and the actor are
+"""A run that heals itself: during a 12-step GRPO run the rollout, the reward service and the actor are
 each killed (SIGKILL) at a different step; the orchestrator starts each again (a dead rollout or reward
 service costs its step, a dead actor sends the run back to its last checkpoint), and the run finishes by
 itself with every step logged once and the same final weights as a run nobody touched."""
@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from orchestrator.config import load_config
 from orchestrator.main import run
 
-KILLS = {4: "rollout", 9: "reward", 14: "actor"}  # after this step is logged, kill that service
+KILLS = {3: "rollout", 6: "reward", 9: "actor"}  # after this step is logged, kill that service
 
 
 def settings(tiny_lm, arithmetic_data, tmp_path, run_dir) -> list[str]:
@@ -38,7 +38,7 @@ def settings(tiny_lm, arithmetic_data, tmp_path, run_dir) -> list[str]:
         "trainer.save_every=5",
         "actor.lr=1e-3",
         f"reward.function={varied}:compute_score",
-        "trainer.total_steps=20",
+        "trainer.total_steps=12",
         "trainer.val_every=0",
         "trainer.logger=[console]",
         "trainer.trace=",
@@ -88,7 +88,7 @@ def test_killed_services_are_started_again_and_the_run_ends_as_if_untouched(tiny
     out = log.read_text().splitlines()
     assert proc.wait(60) == 0, "\n".join(out[-40:])
     assert killed == ["rollout", "reward", "actor"]
-    assert steps_logged(chaos) == list(range(1, 21))  # every step once, the redone ones too
+    assert steps_logged(chaos) == list(range(1, 13))  # every step once, the redone ones too
     last = json.loads((chaos / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["trainer/restarts"] == 3
     assert sum("died: restart" in line for line in out) == 3
@@ -96,8 +96,8 @@ def test_killed_services_are_started_again_and_the_run_ends_as_if_untouched(tiny
     assert not [p for pid in pids for p in pathlib.Path("/dev/shm").glob(f"meshrl*-{pid}-*")]
 
     whole = run("grpo", load_config(None, settings(tiny_lm, arithmetic_data, tmp_path, tmp_path / "whole")))
-    a = load_file(whole / "checkpoints" / "step_20" / "actor" / "hf" / "model.safetensors")
-    b = load_file(chaos / "checkpoints" / "step_20" / "actor" / "hf" / "model.safetensors")
+    a = load_file(whole / "checkpoints" / "step_12" / "actor" / "hf" / "model.safetensors")
+    b = load_file(chaos / "checkpoints" / "step_12" / "actor" / "hf" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert not torch.equal(
         a["model.layers.0.mlp.down_proj.weight"],  # and they did move
