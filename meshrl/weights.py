@@ -16,12 +16,16 @@ FinishWeightUpdate with the new version:
   several GPUs shares a copy on each (`share`), and each receiving process
   reads the one on its own GPU.
 
+A fleet of rollout replicas gets one push (push_to_all): each bucket gathered
+once and sent to every replica side by side.
+
 Tensors are asked for one bucket at a time (`tensors_of`), so a sender that
 gathers them (an FSDP actor) never holds more than one bucket's worth. Each call
 to the rollout has a deadline scaled by the bytes it moves (`call_timeout`),
 never past the sender's own.
 """
 
+import concurrent.futures
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -158,21 +162,44 @@ def push(
     sender's own caller stops waiting. rollback: the rollout takes `version` even below its own (a run
     going back to a checkpoint). lora: the buckets hold this LoRA adapter (peft's tensor names, as
     peft.get_peft_model_state_dict gives them), not the model's weights."""
+    stats, failed = push_to_all([client], buckets, tensors_of, version, transport, share, deadline, rollback, lora)
+    assert not failed  # with one rollout, its failure is the push's (raised)
+    return stats
+
+
+def push_to_all(
+    clients: list,
+    buckets: list[Bucket],
+    tensors_of: Callable[[Bucket], list[torch.Tensor]],
+    version: int,
+    transport: str,
+    share: Callable[[Bucket, list[torch.Tensor]], list] | None = None,
+    deadline: float | None = None,
+    rollback: bool = False,
+    lora: rollout_pb2.LoraAdapter | None = None,
+) -> tuple[dict[str, float], dict[str, Exception]]:
+    """push() to several rollout replicas: each bucket is gathered once and sent to every replica side by
+    side (shm: into each one's segment; cuda_ipc: the same handles to each). A replica that fails is
+    dropped from the rest of the push and its error returned by address; the push raises the first error
+    only when every replica failed. Returns (stats, {address: error})."""
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
     start = time.perf_counter()
     total, largest = sum(b.size for b in buckets), max((b.size for b in buckets), default=0)
-    begun = client.call(
-        "BeginWeightUpdate",
-        rollout_pb2.BeginWeightUpdateRequest(
-            version=version,
-            transport=transport,
-            total_bytes=total,
-            bucket_bytes=largest,
-            rollback=rollback,
-            lora=lora,
-        ),
-        timeout=call_timeout(largest, deadline),
+    fleet = Fleet(clients)
+    begun = fleet.each(
+        lambda c: c.call(
+            "BeginWeightUpdate",
+            rollout_pb2.BeginWeightUpdateRequest(
+                version=version,
+                transport=transport,
+                total_bytes=total,
+                bucket_bytes=largest,
+                rollback=rollback,
+                lora=lora,
+            ),
+            timeout=call_timeout(largest, deadline),
+        )
     )  # the rollout may make (fault in) a segment this large
     if transport == "cuda_ipc" and share is None:
         from meshrl.cuda_ipc import CudaBucket
@@ -184,29 +211,35 @@ def push(
         t0 = time.perf_counter()
         tensors = tensors_of(b)
         gather += time.perf_counter() - t0
-        if transport == "shm":
-            seg = _sealed_segment(client, begun)
-            for t, ref in zip(tensors, b.refs):
-                seg.tensor(t.dtype, list(t.shape), ref.offset).copy_(t.detach())
-            messages = iter([rollout_pb2.WeightBucket(version=version, refs=b.refs)])
-        elif transport == "stream":
+        handles = None
+        if transport == "stream":
             tensors = [t.detach().cpu() for t in tensors]
-            messages = _stream(version, b, tensors)
-        else:
+        elif transport == "cuda_ipc":
             assert share is not None  # cuda_ipc: the caller's, or the default set above
             first, *copies = share(b, tensors)
-            messages = iter(
-                [rollout_pb2.WeightBucket(version=version, refs=b.refs, cuda_ipc=first, cuda_ipc_copies=copies)]
-            )
-        client.call_stream("SendWeights", messages, timeout=call_timeout(b.size, deadline))
+            handles = rollout_pb2.WeightBucket(version=version, refs=b.refs, cuda_ipc=first, cuda_ipc_copies=copies)
+
+        def send(c, b=b, tensors=tensors, handles=handles) -> None:
+            if transport == "shm":
+                seg = _sealed_segment(c, begun[c.address])
+                for t, ref in zip(tensors, b.refs):
+                    seg.tensor(t.dtype, list(t.shape), ref.offset).copy_(t.detach())
+                messages = iter([rollout_pb2.WeightBucket(version=version, refs=b.refs)])
+            else:
+                messages = _stream(version, b, tensors) if transport == "stream" else iter([handles])
+            c.call_stream("SendWeights", messages, timeout=call_timeout(b.size, deadline))
+
+        fleet.each(send)
     sent = time.perf_counter()
-    client.call(
-        "FinishWeightUpdate",
-        rollout_pb2.FinishWeightUpdateRequest(version=version),
-        timeout=call_timeout(total, deadline),
+    fleet.each(
+        lambda c: c.call(
+            "FinishWeightUpdate",
+            rollout_pb2.FinishWeightUpdateRequest(version=version),
+            timeout=call_timeout(total, deadline),
+        )
     )  # one bucket is loaded whole here
     done = time.perf_counter()
-    return {
+    stats = {
         "num_bytes": float(sum(ref_nbytes(r) for b in buckets for r in b.refs)),
         "seconds": done - start,
         "buckets": float(len(buckets)),
@@ -214,6 +247,43 @@ def push(
         "transfer_seconds": sent - start,
         "load_seconds": done - sent,
     }
+    return stats, fleet.failed
+
+
+class Fleet:
+    """The replicas a push goes to: each call made on every one still in it, side by side (one replica: in
+    this thread). A replica whose call raises leaves the fleet, its error kept; when none is left the
+    first error is raised."""
+
+    def __init__(self, clients: list):
+        self.live = list(clients)
+        self.failed: dict[str, Exception] = {}
+
+    def each(self, call: Callable) -> dict:
+        """{address: call(client)} over the live replicas."""
+        if len(self.live) == 1:
+            outcomes = [self._outcome(call, self.live[0])]
+        else:
+            with concurrent.futures.ThreadPoolExecutor(len(self.live), thread_name_prefix="meshrl-push") as pool:
+                outcomes = list(pool.map(lambda c: self._outcome(call, c), self.live))
+        results = {}
+        for c, (ok, value) in zip(list(self.live), outcomes):
+            if ok:
+                results[c.address] = value
+            else:
+                assert isinstance(value, Exception)
+                self.live.remove(c)
+                self.failed[c.address] = value
+        if not self.live:
+            raise next(iter(self.failed.values()))
+        return results
+
+    @staticmethod
+    def _outcome(call: Callable, client) -> tuple[bool, object]:
+        try:
+            return True, call(client)
+        except Exception as e:  # a service error, or a segment refused (_sealed_segment): this replica's
+            return False, e
 
 
 def _sealed_segment(client, begun):

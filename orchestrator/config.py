@@ -132,7 +132,10 @@ class RolloutSection(RolloutSettings):
     """Generation. Its engine keys are the rollout service's own settings (meshrl/config); the sampling and
     weight-sync keys are the run's."""
 
-    address: str = ""  # a running rollout service; empty: start one
+    address: str = ""  # a running rollout service, or several separated by commas (a fleet); empty: start them
+    replicas: int = 1  # rollout services the run starts, each its own engine: each step's prompts are shared
+    #   out over them by load, a multi-turn episode stays on one, one weight push reaches all, and a lost one
+    #   costs only its share of a step (docs/training.md, "A rollout fleet")
     n: int = 4  # samples per prompt
     temperature: float = 1.0  # sampling temperature (the actor's log-probs use the same)
     top_p: float = 1.0  # nucleus sampling; 1: off
@@ -155,6 +158,13 @@ class RolloutSection(RolloutSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.n >= 1, self, "n", "must be >= 1")
+        require(self.replicas >= 1, self, "replicas", "must be >= 1")
+        given = [a for a in self.address.split(",") if a.strip()]
+        if len(given) > 1 and self.replicas not in (1, len(given)):
+            raise FieldError(
+                f"{{address}} lists {len(given)} replicas and {{replicas}}={self.replicas}: the list is the fleet "
+                "(leave replicas at 1 or make it the list's length)"
+            )
         require(self.max_new_tokens >= 1, self, "max_new_tokens", "must be >= 1")
         if self.max_new_tokens >= self.max_model_len:
             raise FieldError(

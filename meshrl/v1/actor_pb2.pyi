@@ -3,7 +3,7 @@ from meshrl.v1 import data_pb2 as _data_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -111,7 +111,7 @@ class CheckpointResponse(_message.Message):
     def __init__(self, path: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
 
 class PushWeightsRequest(_message.Message):
-    __slots__ = ("rollout_address", "transport", "version", "bucket_bytes", "dtype", "rollback", "merge_lora")
+    __slots__ = ("rollout_address", "transport", "version", "bucket_bytes", "dtype", "rollback", "merge_lora", "more_rollout_addresses")
     ROLLOUT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -119,6 +119,7 @@ class PushWeightsRequest(_message.Message):
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     ROLLBACK_FIELD_NUMBER: _ClassVar[int]
     MERGE_LORA_FIELD_NUMBER: _ClassVar[int]
+    MORE_ROLLOUT_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
     rollout_address: str
     transport: str
     version: int
@@ -126,17 +127,30 @@ class PushWeightsRequest(_message.Message):
     dtype: str
     rollback: bool
     merge_lora: bool
-    def __init__(self, rollout_address: _Optional[str] = ..., transport: _Optional[str] = ..., version: _Optional[int] = ..., bucket_bytes: _Optional[int] = ..., dtype: _Optional[str] = ..., rollback: _Optional[bool] = ..., merge_lora: _Optional[bool] = ...) -> None: ...
+    more_rollout_addresses: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, rollout_address: _Optional[str] = ..., transport: _Optional[str] = ..., version: _Optional[int] = ..., bucket_bytes: _Optional[int] = ..., dtype: _Optional[str] = ..., rollback: _Optional[bool] = ..., merge_lora: _Optional[bool] = ..., more_rollout_addresses: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PushFailure(_message.Message):
+    __slots__ = ("address", "code", "details")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    code: str
+    details: str
+    def __init__(self, address: _Optional[str] = ..., code: _Optional[str] = ..., details: _Optional[str] = ...) -> None: ...
 
 class PushWeightsResponse(_message.Message):
-    __slots__ = ("version", "num_bytes", "seconds")
+    __slots__ = ("version", "num_bytes", "seconds", "failed")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     NUM_BYTES_FIELD_NUMBER: _ClassVar[int]
     SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
     version: int
     num_bytes: int
     seconds: float
-    def __init__(self, version: _Optional[int] = ..., num_bytes: _Optional[int] = ..., seconds: _Optional[float] = ...) -> None: ...
+    failed: _containers.RepeatedCompositeFieldContainer[PushFailure]
+    def __init__(self, version: _Optional[int] = ..., num_bytes: _Optional[int] = ..., seconds: _Optional[float] = ..., failed: _Optional[_Iterable[_Union[PushFailure, _Mapping]]] = ...) -> None: ...
 
 class OffloadRequest(_message.Message):
     __slots__ = ()

@@ -16,6 +16,7 @@ import grpc
 
 from meshrl.errors import ServiceError
 from orchestrator.config import Config
+from orchestrator.lifecycle.fleet import role_of
 from orchestrator.lifecycle.mesh import Mesh, settings
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ MODES = ("refuse", "adopt")
 
 
 def config_key(role: str, field: str) -> str:
+    role = role_of(role)  # a replica of the rollout fleet: the rollout's keys
     return KEYS.get((role, field), f"{ROLE_SECTION.get(role, 'actor' if role == 'critic' else role)}.{field}")
 
 
@@ -64,7 +66,7 @@ def reported(mesh: Mesh, role: str) -> dict | None:
 def differences(cfg: Config, role: str, theirs: dict) -> list[tuple[str, object, object]]:
     """(config key, the run's value, the service's) for each compared setting that differs."""
     out: list[tuple[str, object, object]] = []
-    for field, ours in settings(cfg, role).items():
+    for field, ours in settings(cfg, role_of(role)).items():
         if field in OWN or field not in theirs:
             continue
         value = theirs[field]

@@ -13,9 +13,11 @@ A Mesh is the services and the calls on them, nothing of the run's own state:
 steps, data and the producer sampling ahead are the run loop's (run.state).
 """
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import json
+import logging
 import pathlib
 
 import grpc
@@ -35,7 +37,18 @@ from meshrl.flags import dataclass_args
 from meshrl.rpc import Client
 from meshrl.v1 import actor_pb2, rollout_pb2
 from orchestrator.config import Config, ranks
+from orchestrator.lifecycle.fleet import (
+    NoReplica,
+    Router,
+    is_replica,
+    join_generations,
+    replica_address,
+    replica_names,
+    starts,
+)
 from orchestrator.lifecycle.services import Services
+
+log = logging.getLogger(__name__)
 
 POLICY_INPUTS = ["input_ids", "attention_mask", "position_ids", "responses"]
 POLICY_TENSORS = [*POLICY_INPUTS, "response_mask"]  # what an update of the actor or critic takes
@@ -93,11 +106,28 @@ def serve_args(cfg: Config, role: str) -> list[str]:
 INTERRUPTED_RESENDS = 3  # a Generate stopped by a weight push is sent again this many times at most
 
 
+def replica_lost(e: ServiceError) -> bool:
+    """An error that says the replica, not the request, failed: it is gone or hung, or holds torn weights."""
+    if e.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return True
+    return e.code == grpc.StatusCode.FAILED_PRECONDITION and "abandoned weight update" in (e.details or "")
+
+
 @dataclasses.dataclass
 class Mesh:
     cfg: Config
     clients: dict[str, Client]
     env_stop: list[str] = dataclasses.field(default_factory=list)  # the environment's turn-ending strings
+    router: Router = dataclasses.field(init=False)
+    weight_version: int = 0  # the version the last push gave the fleet (a replica brought back gets it)
+
+    def __post_init__(self) -> None:
+        self.router = Router([name for name in self.clients if is_replica(name)])
+
+    @property
+    def replicas(self) -> list[str]:
+        """The rollout fleet's names ("rollout", "rollout-1", ...; fleet.replica_names)."""
+        return self.router.names
 
     @property
     def ref_in_actor(self) -> bool:
@@ -122,10 +152,13 @@ class Mesh:
         colocated: bool = True,
         stop: list[str] | None = None,
         max_new_tokens: int | None = None,
+        replica: str | None = None,
     ) -> DataProto:
         """rollout.n samples of each prompt (greedy: one), prompt i with seed + i. `colocated=False`: the
         caller holds colocated_generation around this (several concurrent calls, orchestrator.sampling.chunks).
-        `stop`, `max_new_tokens`: a multi-turn turn's own (orchestrator.sampling.multi_turn)."""
+        `stop`, `max_new_tokens`: a multi-turn turn's own (orchestrator.sampling.multi_turn). `replica`: the
+        replica the caller picked for the call (Router.pick, which counts it in flight); None: a fleet
+        shares the prompts out."""
         r = self.cfg.rollout
         sampling = rollout_pb2.SamplingParams(
             n=n or (1 if greedy else r.n),
@@ -138,19 +171,64 @@ class Mesh:
             seed=seed or 0,
             stop=stop or [],
         )
-        request = Payload(rollout_pb2.GenerateRequest(sampling=sampling), prompts)
+        request = rollout_pb2.GenerateRequest(sampling=sampling)
+        samples = sampling.n * len(prompts)
         with self.colocated_generation() if colocated else contextlib.nullcontext():
-            for _ in range(INTERRUPTED_RESENDS):
-                try:
-                    return self._generate(request)
-                except ServiceError as e:  # a push interrupted it (rollout.on_update=interrupt): again, on new weights
-                    # details: None where the status carried no text
-                    if e.code != grpc.StatusCode.ABORTED or "interrupted" not in (e.details or ""):
-                        raise
-            return self._generate(request)  # the last resend: whatever stops it goes up
+            if replica is not None or len(self.replicas) <= 1 or len(prompts) < 2:
+                return self._serve(Payload(request, prompts), samples, replica or self.router.pick(samples))
+            return self._fan_out(prompts, request)
 
-    def _generate(self, request: Payload) -> DataProto:
-        _, gen = self["rollout"].call_batch("Generate", request, rollout_pb2.GenerateResponse)
+    def _fan_out(self, prompts: DataProto, request: rollout_pb2.GenerateRequest) -> DataProto:
+        """One call's prompts over the fleet: a near-equal consecutive part per replica (prompt a + i of the
+        call keeps seed + a + i), each to the least loaded replica in order, then joined as one reply."""
+        bounds = [*starts(len(prompts), len(self.replicas)), len(prompts)]
+        with concurrent.futures.ThreadPoolExecutor(len(bounds) - 1, thread_name_prefix="meshrl-fleet") as pool:
+            futures = []
+            for a, b in zip(bounds, bounds[1:]):
+                part = rollout_pb2.GenerateRequest()
+                part.CopyFrom(request)
+                if request.sampling.HasField("seed"):
+                    part.sampling.seed = request.sampling.seed + a
+                samples = part.sampling.n * (b - a)
+                picked = self.router.pick(samples)
+                futures.append(pool.submit(self._serve, Payload(part, prompts.slice(a, b)), samples, picked))
+            return join_generations([f.result() for f in futures])
+
+    def _serve(self, request: Payload, samples: int, name: str) -> DataProto:
+        """A Generate on replica `name` (picked, so counted in flight): sent again, on the new weights, when
+        a push interrupted it (rollout.on_update=interrupt); sent to another replica when this one is lost
+        (fleet: marked down until the run brings it back). The last replica up fails as it failed."""
+        while True:
+            try:
+                gen = self._interruptible(request, name)
+            except ServiceError as e:
+                self.router.done(name, samples, served=False)
+                if not replica_lost(e) or len(self.router.up()) <= 1 and name in self.router.up():
+                    raise
+                log.warning(
+                    "rollout replica %s (%s) failed a Generate and is set aside: %s", name, self[name].address, e
+                )
+                self.router.mark_down(name)
+                try:
+                    name = self.router.pick(samples)
+                except NoReplica:
+                    raise e from None
+                continue
+            self.router.done(name, samples, served=True)
+            return gen
+
+    def _interruptible(self, request: Payload, name: str) -> DataProto:
+        for _ in range(INTERRUPTED_RESENDS):
+            try:
+                return self._generate(request, name)
+            except ServiceError as e:  # a push interrupted it (rollout.on_update=interrupt): again, on new weights
+                # details: None where the status carried no text
+                if e.code != grpc.StatusCode.ABORTED or "interrupted" not in (e.details or ""):
+                    raise
+        return self._generate(request, name)  # the last resend: whatever stops it goes up
+
+    def _generate(self, request: Payload, name: str = "rollout") -> DataProto:
+        _, gen = self[name].call_batch("Generate", request, rollout_pb2.GenerateResponse)
         return gen
 
     @contextlib.contextmanager
@@ -166,23 +244,32 @@ class Mesh:
         trained = [role for role in ("actor", "ref", "critic") if self.has(role)]
         for role in trained:
             self[role].call("Offload", actor_pb2.OffloadRequest())
-        self["rollout"].call("WakeUp", rollout_pb2.SleepRequest())
+        for name in self.router.up():
+            self[name].call("WakeUp", rollout_pb2.SleepRequest())
         yield
-        self["rollout"].call("Sleep", rollout_pb2.SleepRequest(level=1))
+        for name in self.router.up():
+            self[name].call("Sleep", rollout_pb2.SleepRequest(level=1))
         for role in trained:
             self[role].call("Reload", actor_pb2.OffloadRequest())
 
-    def push_weights(self, version: int, rollback: bool = False) -> float:
-        """Actor weights to the rollout (the config's transport); returns the seconds it took. A colocated
-        rollout wakes its weights for it; its KV cache stays freed until it generates. rollback: the rollout
-        takes `version` even below its own (the run went back to a checkpoint; a rollout given by address
-        kept the newer weights)."""
+    def push_weights(self, version: int, rollback: bool = False, replicas: list[str] | None = None) -> float:
+        """Actor weights to the rollout fleet (every replica up, or `replicas`) in one PushWeights (the
+        config's transport); returns the seconds it took. A replica that did not take them is marked down
+        (the others did; run.recovery.heal_fleet brings it back). A colocated rollout wakes its weights
+        for it; its KV cache stays freed until it generates. rollback: the rollout takes `version` even
+        below its own (the run went back to a checkpoint; a rollout given by address kept the newer weights)."""
+        names = replicas if replicas is not None else self.router.up()
+        if not names:
+            raise NoReplica(f"no rollout replica is up to take weight version {version}")
         if self.cfg.rollout.colocate:
-            self["rollout"].call("WakeUp", rollout_pb2.SleepRequest(tags=["weights"]))
+            for name in names:
+                self[name].call("WakeUp", rollout_pb2.SleepRequest(tags=["weights"]))
+        address = {self[name].address: name for name in names}
         reply = self["actor"].call_message(
             "PushWeights",
             actor_pb2.PushWeightsRequest(
-                rollout_address=self["rollout"].address,
+                rollout_address=self[names[0]].address,
+                more_rollout_addresses=[self[name].address for name in names[1:]],
                 transport=self.cfg.rollout.weight_transport,
                 version=version,
                 bucket_bytes=self.cfg.rollout.weight_bucket_mb << 20,
@@ -192,7 +279,30 @@ class Mesh:
             ),
             actor_pb2.PushWeightsResponse,
         )
+        for failure in reply.failed:
+            log.warning(
+                "rollout replica %s (%s) did not take weight version %d and is set aside: %s: %s",
+                address[failure.address],
+                failure.address,
+                version,
+                failure.code,
+                failure.details,
+            )
+            self.router.mark_down(address[failure.address])
+        if replicas is None or version > self.weight_version or rollback:
+            self.weight_version = version
         return reply.seconds
+
+    def fleet_metrics(self) -> dict[str, float]:
+        """rollout/replica<i>/{samples, samples_per_s, in_flight, weight_version} since the last call, and
+        rollout/replicas_up."""
+        versions = {}
+        for name in self.router.up():
+            try:
+                versions[name] = self[name].describe(timeout=10).weight_version
+            except ServiceError:
+                pass  # -1: it said nothing (the next call to it sets it aside)
+        return self.router.metrics(versions)
 
     # ---- reward ----------------------------------------------------------------------
 
@@ -256,11 +366,16 @@ def prompt_text(messages) -> str:
 
 def wanted(cfg: Config, roles: set[str]) -> dict[str, tuple[str, list[str]]]:
     """{role: (its address, or "" to start it; its `meshrl serve` arguments)} for the roles in `roles`."""
-    return {
-        role: (getattr(cfg, role).address, serve_args(cfg, role))
-        for role in ("actor", "ref", "critic", "rollout", "reward", "env")
-        if role in service_roles(cfg, roles)
-    }
+    out = {}
+    for role in ("actor", "ref", "critic", "rollout", "reward", "env"):
+        if role not in service_roles(cfg, roles):
+            continue
+        if role == "rollout":  # the fleet: each replica a service of its own, started with the same arguments
+            args = serve_args(cfg, role)
+            out.update({name: (replica_address(cfg, name), args) for name in replica_names(cfg)})
+        else:
+            out[role] = (getattr(cfg, role).address, serve_args(cfg, role))
+    return out
 
 
 def lora_rank_served(cfg: Config) -> int:

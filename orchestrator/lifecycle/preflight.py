@@ -91,10 +91,13 @@ def check_addresses(cfg: Config, roles: set[str]) -> None:
     """HOST:PORT with a port a socket can have: a bad one otherwise shows only as a service not answering."""
     for role in sorted(roles):
         address = getattr(getattr(cfg, role, None), "address", "")
-        if not address:
-            continue
-        if not hosts.is_address(address):
-            raise ValueError(f"{role}.address={address} must be HOST:PORT with a port in 1..65535")
+        listed = [a.strip() for a in address.split(",")] if role == "rollout" else [address]  # a fleet: several
+        for one in listed if address else []:
+            if not hosts.is_address(one):
+                what = f"{role}.address={address}" + (f" ({one!r})" if len(listed) > 1 else "")
+                raise ValueError(f"{what} must be HOST:PORT with a port in 1..65535")
+        if len(set(listed)) < len(listed):
+            raise ValueError(f"{role}.address={address} names a replica twice")
 
 
 def warn_unread(cfg: Config, roles: set[str]) -> None:
@@ -122,6 +125,11 @@ def check_rollout(cfg: Config) -> None:
                 "rollout.weight_transport=cuda_ipc needs the actor and rollout on one GPU, and this "
                 "machine has none: use shm (same host) or stream"
             )
+    if r.colocate and (r.replicas > 1 or "," in r.address):
+        raise ValueError(
+            "rollout.colocate hands one GPU between the trained models and one rollout engine: a fleet "
+            "(rollout.replicas, or several rollout.address) cannot share it; set one of them off"
+        )
     if r.colocate and cfg.trainer.max_staleness:
         raise ValueError(
             "rollout.colocate gives the GPU to generation and training in turn, and "

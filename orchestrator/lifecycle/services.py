@@ -14,6 +14,7 @@ from meshrl.lifeline import child_env
 from meshrl.rpc import Client
 from meshrl.shm import remove_segments_of
 from meshrl.v1 import actor_pb2, env_pb2, reward_pb2, rollout_pb2
+from orchestrator.lifecycle.fleet import role_of
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ class Services:
         # beats 1.4 s of backoff; a service given by address keeps the client's three, for a flaky network.
         client = Client(
             address,
-            DESCRIPTORS[name],
+            DESCRIPTORS[role_of(name)],
             timeout=timeout,
             retries=1 if proc is not None else 3,
             token=None if proc is not None else self.given_token,

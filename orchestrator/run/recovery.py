@@ -20,6 +20,7 @@ import grpc
 import torch
 
 from meshrl.errors import ServiceError
+from orchestrator.lifecycle.fleet import is_replica
 from orchestrator.lifecycle.mesh import Mesh
 from orchestrator.loops.algorithm import Algorithm
 from orchestrator.run.checkpoints import resume
@@ -49,7 +50,7 @@ def recover(error: StepFailed, state: RunState) -> tuple[int, tuple | None]:
     dead = services.dead()
     down = {name for name, c in mesh.clients.items() if name not in services.ours and not answers(c)}
     partial = {name for name in algorithm.trained if name not in dead | down and between_steps(mesh, name)}
-    torn = {"rollout"} if "rollout" in mesh.clients and torn_weights(mesh) else set()  # a dead one says nothing
+    torn = {name for name in mesh.replicas if name not in dead and torn_weights(mesh, name)}  # a dead one says nothing
     lost = (dead | down | partial) & set(algorithm.trained)
     if not dead | down | partial | torn:
         raise error
@@ -69,7 +70,7 @@ def recover(error: StepFailed, state: RunState) -> tuple[int, tuple | None]:
         restarts,
         cfg.trainer.max_restarts,
     )
-    stateful = set(services.ours) & {*algorithm.trained, "rollout"} if lost else set()
+    stateful = set(services.ours) & {*algorithm.trained, *mesh.replicas} if lost else set()
     if dead | stateful:
         mesh.clients.update(services.restart(dead | stateful))
     for name in sorted(down):
@@ -78,10 +79,13 @@ def recover(error: StepFailed, state: RunState) -> tuple[int, tuple | None]:
             mesh.clients[name].wait_ready(GIVEN_WAIT)
         except TimeoutError:
             raise error from None
+    back = [name for name in mesh.replicas if name in dead | down | torn | stateful]
+    for name in back:  # it gets work again (after the push below, or resume's)
+        mesh.router.mark_up(name)
     if not lost:
-        if "rollout" in dead | down | torn and number > 1:  # a new rollout has the base model (a torn one,
-            #   part of a push that broke off): give it the actor's
-            push_again(mesh, number - 1, error)
+        if back and number > 1:  # a new replica has the base model (a torn one, part of a push that broke
+            #   off): give it the actor's
+            push_again(mesh, number - 1, error, back)
         return number, state.batch
     try:
         step = resume(state.run_dir, mesh, algorithm, state.sampler)
@@ -90,7 +94,7 @@ def recover(error: StepFailed, state: RunState) -> tuple[int, tuple | None]:
     if step == 0:  # no checkpoint: from the start, if every service is where it started
         moved = [
             name
-            for name in (*algorithm.trained, "rollout")
+            for name in (*algorithm.trained, *mesh.replicas)
             if name in mesh.clients and name not in services.ours and mesh[name].describe().weight_version != 0
         ]
         if moved:
@@ -112,13 +116,13 @@ def check_not_ahead(mesh: Mesh, trained: tuple[str, ...], step: int) -> None:
     one by one; say so once, with the fix. Such a service was trained or pushed by another run (or by a
     caller without the run's token: services the run starts require it)."""
     ahead = []
-    for role in (*trained, "rollout"):
+    for role in (*trained, *mesh.replicas):
         if role not in mesh.clients:
             continue
         info = mesh[role].describe()
-        done = info.weight_version if role == "rollout" else int(info.details.get("last_step", "0") or 0)
+        done = info.weight_version if is_replica(role) else int(info.details.get("last_step", "0") or 0)
         if done > step:
-            what = "weight version" if role == "rollout" else "step"
+            what = "weight version" if is_replica(role) else "step"
             ahead.append(f"{role} at {mesh[role].address} holds {what} {done}")
     if ahead:
         raise ValueError(
@@ -128,9 +132,9 @@ def check_not_ahead(mesh: Mesh, trained: tuple[str, ...], step: int) -> None:
         )
 
 
-def push_again(mesh: Mesh, version: int, error: StepFailed) -> None:
+def push_again(mesh: Mesh, version: int, error: StepFailed, replicas: list[str]) -> None:
     try:
-        mesh.push_weights(version=version)
+        mesh.push_weights(version=version, replicas=replicas)
     except ServiceError as e:  # a given rollout that never went away holds these weights already
         if e.code != grpc.StatusCode.FAILED_PRECONDITION:
             raise StepFailed(f"{error}; pushing weights to the rollout that came back failed: {e}") from None
@@ -151,9 +155,39 @@ def between_steps(mesh: Mesh, role: str) -> bool:
         return False
 
 
-def torn_weights(mesh: Mesh) -> bool:
-    """Whether the rollout holds part of a bucketed weight update that broke off (it refuses to generate)."""
+def torn_weights(mesh: Mesh, replica: str) -> bool:
+    """Whether a rollout replica holds part of a bucketed weight update that broke off (it refuses to
+    generate)."""
     try:
-        return mesh["rollout"].describe(timeout=10).details.get("torn") == "true"
+        return mesh[replica].describe(timeout=10).details.get("torn") == "true"
     except ServiceError:
         return False
+
+
+def heal_fleet(state: RunState) -> None:
+    """Between steps: bring back the rollout replicas set aside during a step (a Generate or a push they
+    failed; the step went on without them). One of ours is started again (a restart, counted in
+    trainer/restarts up to trainer.max_restarts), one given by address once it answers (its own supervisor
+    restarts it); each gets the fleet's weights before it gets work again."""
+    mesh, services = state.mesh, state.services
+    for name in sorted(mesh.router.down):
+        if name in services.ours:
+            if state.restarts >= state.cfg.trainer.max_restarts:
+                log.warning("rollout replica %s stays set aside: trainer.max_restarts is spent", name)
+                continue
+            state.restarts += 1
+            log.warning(
+                "restarting rollout replica %s: restart %d of %d", name, state.restarts, state.cfg.trainer.max_restarts
+            )
+            mesh.clients.update(services.restart({name}))
+        elif not answers(mesh[name]):
+            continue  # asked again before the next step
+        if mesh.weight_version:
+            try:
+                mesh.push_weights(mesh.weight_version, replicas=[name])
+            except ServiceError as e:  # FAILED_PRECONDITION: it kept these weights (a given one that came back)
+                if e.code != grpc.StatusCode.FAILED_PRECONDITION:
+                    log.warning("rollout replica %s stays set aside: the weight push to it failed: %s", name, e)
+                    continue
+        mesh.router.mark_up(name)
+        log.info("rollout replica %s (%s) is back at weight version %d", name, mesh[name].address, mesh.weight_version)

@@ -32,7 +32,7 @@ from orchestrator.loops.algorithm import Algorithm
 from orchestrator.output.loggers import RunLog
 from orchestrator.output.report import finish_report
 from orchestrator.run.checkpoints import link_final_model, resume, save
-from orchestrator.run.recovery import StepFailed, check_not_ahead, recover, snapshot
+from orchestrator.run.recovery import StepFailed, check_not_ahead, heal_fleet, recover, snapshot
 from orchestrator.run.state import RunState
 from orchestrator.run.validation import validate
 from orchestrator.sampling import pipeline
@@ -74,6 +74,8 @@ def one_step(state: RunState) -> dict[str, float]:
         with telemetry.span("step", step=number, algorithm=algorithm.name, prompts=len(indices)) as s:
             metrics = algorithm.step(state.mesh, rollouts, number, state.data, indices, uids)
             metrics.update(rollouts.metrics)
+            if len(state.mesh.replicas) > 1:
+                metrics.update(state.mesh.fleet_metrics())
             s.set_attribute("meshrl.weight_version", number)
             s.set_attribute(
                 "meshrl.response_tokens",
@@ -176,6 +178,7 @@ def train(state: RunState) -> None:
             metrics_log.write(0, metrics, correct)
         state.start = snapshot(state.sampler, algorithm)  # where a run without a checkpoint goes back to
         while state.number <= total:
+            heal_fleet(state)  # replicas set aside in the last step come back before this one
             state.sample_ahead()  # from here on the producer draws the batches
             state.draw()
             try:

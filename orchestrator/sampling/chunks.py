@@ -3,7 +3,9 @@ group of samples whole in one call, and each call's samples are scored as soon a
 overlaps the generation still running. vLLM runs the calls in the same engine steps (continuous
 batching), so the generation takes as long as one call; the HF backend takes them in turn.
 
-Prompt i of the step samples with seed + i whichever call carries it, as in one call. The calls' replies
+Prompt i of the step samples with seed + i whichever call carries it, as in one call (vLLM; the HF
+backend seeds each call once, so its samples depend on the cut). With a rollout fleet each call goes to
+the replica with the fewest samples in flight (lifecycle.fleet). The calls' replies
 are joined into one batch in verl's layout: prompts left padded and responses right padded to the
 widest call's. timing_s/gen is until the last call returns, timing_s/reward what scoring took after it.
 """
@@ -19,14 +21,7 @@ import torch.nn.functional as F
 
 from meshrl.clients.reward import Scores
 from meshrl.dataproto import DataProto
-
-RESPONSE_WIDE = ("rollout_logprobs", "response_mask")  # (B, T) tensors besides responses: right padded
-
-
-def starts(rows: int, chunks: int) -> list[int]:
-    """Where each of (at most) `chunks` near-equal consecutive parts of `rows` prompts begins."""
-    chunks = max(1, min(chunks, rows))
-    return [i * rows // chunks for i in range(chunks)]
+from orchestrator.lifecycle.fleet import join_generations, starts
 
 
 def sample(mesh, prompts: DataProto, seed: int, on_generated=None) -> tuple:
@@ -41,10 +36,10 @@ def sample(mesh, prompts: DataProto, seed: int, on_generated=None) -> tuple:
         concurrent.futures.ThreadPoolExecutor(len(parts), thread_name_prefix="meshrl-score") as scoring,
     ):
         with mesh.colocated_generation():
-            pending = {
-                generating.submit(mesh.generate, part, seed=seed + a, colocated=False): i
-                for i, (a, part) in enumerate(parts)
-            }
+            pending = {}
+            for i, (a, part) in enumerate(parts):  # each to the least loaded replica, picked in order
+                replica = mesh.router.pick(len(part) * mesh.cfg.rollout.n)
+                pending[generating.submit(mesh.generate, part, seed=seed + a, colocated=False, replica=replica)] = i
             scored = {}
             for done in concurrent.futures.as_completed(pending):
                 i = pending[done]
@@ -62,39 +57,6 @@ def sample(mesh, prompts: DataProto, seed: int, on_generated=None) -> tuple:
         join_scores([scores[i] for i in order], gen.batch["responses"].shape[1]),
         {"gen": generated - start, "reward": time.perf_counter() - generated},
     )
-
-
-def join_generations(parts: list[DataProto]) -> DataProto:
-    """Generate replies of consecutive prompts as one: prompts left padded, responses right padded to the
-    widest, and the oldest weight version of the parts."""
-    if len(parts) == 1:
-        return parts[0]
-    P = max(p.batch["prompts"].shape[1] for p in parts)
-    T = max(p.batch["responses"].shape[1] for p in parts)
-    version = min(q.meta_info.get("weight_version", 0) for q in parts)
-    padded = []
-    for p in parts:
-        b, pad = p.batch, p.meta_info.get("pad_token_id", 0)
-        left, right = P - b["prompts"].shape[1], T - b["responses"].shape[1]
-        width = b["prompts"].shape[1]
-        prompts = F.pad(b["prompts"], (left, 0), value=pad)
-        responses = F.pad(b["responses"], (0, right), value=pad)
-        mask = torch.cat(
-            [F.pad(b["attention_mask"][:, :width], (left, 0)), F.pad(b["attention_mask"][:, width:], (0, right))], 1
-        )
-        tensors = {
-            "prompts": prompts,
-            "responses": responses,
-            "input_ids": torch.cat([prompts, responses], 1),
-            "attention_mask": mask,
-            "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
-            **{k: F.pad(b[k], (0, right)) for k in RESPONSE_WIDE if k in b},
-        }
-        unknown = set(b) - set(tensors)
-        if unknown:
-            raise ValueError(f"the rollout replied with tensors {sorted(unknown)} that chunks cannot join")
-        padded.append(DataProto(tensors, p.non_tensor_batch, {**p.meta_info, "weight_version": version}))
-    return DataProto.concat(padded)
 
 
 def join_scores(parts: list[Scores], width: int) -> Scores:

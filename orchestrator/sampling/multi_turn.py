@@ -17,6 +17,8 @@ trajectory; their turns meet in a Batcher, which sends the turns waiting at the 
 rollout as one Generate call (a few calls in flight). A failing environment call (a crash, a timeout,
 a refused action) ends that trajectory with `env_error` set and reward env.error_score, never the run.
 Which turns share a call depends on the tools' timing, so multi-turn samples are not bit-reproducible.
+With a rollout fleet each replica has a batcher of its own, and an episode stays on one replica for all
+its turns (the prefix it has computed is there).
 """
 
 from __future__ import annotations
@@ -72,8 +74,8 @@ class Batcher:
     MAX_CALLS_IN_FLIGHT at once. A call goes out once every trajectory that could ask for a turn is
     asking (those in a tool call are not waited for) or no turn has joined for GATHER_S."""
 
-    def __init__(self, mesh, stop: list[str], seed: int, greedy: bool = False):
-        self.mesh, self.stop, self.seed, self.greedy = mesh, stop, seed, greedy
+    def __init__(self, mesh, stop: list[str], seed: int, greedy: bool = False, replica: str = "rollout"):
+        self.mesh, self.stop, self.seed, self.greedy, self.replica = mesh, stop, seed, greedy, replica
         self.waiting: list[tuple[list[int], int, concurrent.futures.Future[Turn]]] = []
         self.cond = threading.Condition()
         self.closed, self.calls = False, 0
@@ -141,6 +143,7 @@ class Batcher:
                 greedy=self.greedy,
                 colocated=False,
                 max_new_tokens=max(b[1] for b in batch),
+                replica=self.mesh.router.pick(len(batch), prefer=self.replica),
             )
             version = int(reply.meta_info.get("weight_version", 0))
             for i, (_, max_new, future) in enumerate(batch):
@@ -247,19 +250,22 @@ def sample(
     trajectories = [
         Trajectory(ids[i][attn[i].bool()].tolist(), task_of(rows.non_tensor_batch, i)) for i in range(len(rows))
     ]
-    batcher = Batcher(mesh, mesh.env_stop, seed, greedy)
+    # a batcher per replica of the fleet, episode i on replica i mod R for all its turns (its prefix is there)
+    batchers = [Batcher(mesh, mesh.env_stop, seed + 7919 * k, greedy, name) for k, name in enumerate(mesh.replicas)]
     try:  # rollout.colocate: the device goes to the rollout for the whole batch of episodes
         with (
             mesh.colocated_generation(),
             concurrent.futures.ThreadPoolExecutor(r.concurrency, thread_name_prefix="meshrl-episode") as pool,
         ):
             futures = [
-                pool.submit(play, t, mesh, batcher, tokenizer, seed * 100_003 + i) for i, t in enumerate(trajectories)
+                pool.submit(play, t, mesh, batchers[i % len(batchers)], tokenizer, seed * 100_003 + i)
+                for i, t in enumerate(trajectories)
             ]
             for f in futures:
                 f.result()
     finally:
-        batcher.close()
+        for batcher in batchers:
+            batcher.close()
     gen = layout(rows, trajectories, tokenizer)
     generated = time.perf_counter()
     scored = scores(mesh, gen, trajectories)

@@ -34,6 +34,7 @@ class RankHandler:
         self.role_name = role
         self.role: PolicyRole | CriticRole | None = None  # built by init (ActorRole is a PolicyRole)
         self.push_failure: ServiceError | None = None  # rank 0: the rollout's refusal of the last push
+        self.push_failed: dict[str, Exception] = {}  # rank 0: replicas of a fleet that failed it (others took it)
 
     @property
     def engine(self) -> Engine:
@@ -107,13 +108,14 @@ class RankHandler:
                 if share is not None:
                     share(b, tensors)
 
-        self.push_failure = None
+        self.push_failure, self.push_failed = None, {}
         lora = None if args.get("merge_lora") else engine.adapter_message()
         if engine.rank != 0:
             follow(buckets)
             return DataProto()
         try:
-            return DataProto(meta_info=send_to_rollout({**args, "lora": lora}, buckets, tensors_of, share))
+            stats, self.push_failed = send_to_rollout({**args, "lora": lora}, buckets, tensors_of, share)
+            return DataProto(meta_info=stats)
         except Cancelled:
             raise  # every rank stopped at the same bucket
         except ServiceError as e:
@@ -156,20 +158,24 @@ def weight_buckets(engine: Engine, merged: bool, dtype: str, bucket_bytes: int) 
     return buckets, gather
 
 
-def send_to_rollout(args: dict, buckets: list, tensors_of: Callable, share: Callable | None) -> dict:
-    """Rank 0's side of a push (meshrl.weights.push): each call to the rollout has a deadline scaled by its
-    bytes and bounded by the caller's (args["seconds_left"]; None: the caller set none)."""
+def send_to_rollout(
+    args: dict, buckets: list, tensors_of: Callable, share: Callable | None
+) -> tuple[dict, dict[str, Exception]]:
+    """Rank 0's side of a push (meshrl.weights.push_to_all) to args["rollout_addresses"]: each call to a
+    rollout has a deadline scaled by its bytes and bounded by the caller's (args["seconds_left"]; None: the
+    caller set none). Returns the push's stats and {address: error} of the replicas that failed."""
     left = args.get("seconds_left")
     deadline = time.monotonic() + left if left is not None else None
     total = sum(b.size for b in buckets)
-    with (
-        Client(
-            args["rollout_address"], ROLLOUT_SERVICE, timeout=weights.call_timeout(total, deadline), token=peer_token()
-        ) as rollout,
-        cut_when_caller_leaves(rollout),
-    ):
-        return weights.push(
-            rollout,
+    timeout = weights.call_timeout(total, deadline)
+    with contextlib.ExitStack() as stack:
+        rollouts = [
+            stack.enter_context(Client(a, ROLLOUT_SERVICE, timeout=timeout, token=peer_token()))
+            for a in args["rollout_addresses"]
+        ]
+        stack.enter_context(cut_when_caller_leaves(rollouts))
+        stats, failed = weights.push_to_all(
+            rollouts,
             buckets,
             tensors_of,
             args["version"],
@@ -179,18 +185,20 @@ def send_to_rollout(args: dict, buckets: list, tensors_of: Callable, share: Call
             args.get("rollback", False),
             args.get("lora"),
         )
+    return stats, failed
 
 
 @contextlib.contextmanager
-def cut_when_caller_leaves(client: Client):
-    """Close the client's channel (which ends its call in flight, CANCELLED) once the push's caller is gone:
-    a stalled rollout must not hold the actor, and every call behind it, until a deadline."""
+def cut_when_caller_leaves(clients: list[Client]):
+    """Close the clients' channels (which ends their calls in flight, CANCELLED) once the push's caller is
+    gone: a stalled rollout must not hold the actor, and every call behind it, until a deadline."""
     done = threading.Event()
 
     def watch() -> None:
         while not done.wait(0.1):
             if not caller_alive():
-                client.close()
+                for client in clients:
+                    client.close()
                 return
 
     watcher = threading.Thread(target=watch, name="push-watch", daemon=True)

@@ -20,7 +20,7 @@ from meshrl.codec.values import from_value
 from meshrl.config.actor import EngineConfig, OptimConfig, engine_for
 from meshrl.config.rollout import DTYPES
 from meshrl.dataproto import DataProto, unpad
-from meshrl.errors import MAX_STEP_ADVANCE, Aborted, FailedPrecondition, InvalidArgument, check_counter
+from meshrl.errors import MAX_STEP_ADVANCE, Aborted, FailedPrecondition, InvalidArgument, ServiceError, check_counter
 from meshrl.flags import settings_json
 from meshrl.hosts import is_address
 from meshrl.models import check_lora
@@ -264,11 +264,14 @@ class ActorServicer:
         if self.role == "critic":
             raise InvalidArgument("a critic's weights are not a policy: push from the actor")
         self._require_whole()
-        if not is_address(request.rollout_address):
-            raise InvalidArgument(
-                f"PushWeightsRequest.rollout_address={request.rollout_address[:200]!r} must be "
-                "HOST:PORT with a port in 1..65535"
-            )
+        targets = [request.rollout_address, *request.more_rollout_addresses]
+        for address in targets:
+            if not is_address(address):
+                raise InvalidArgument(
+                    f"PushWeightsRequest rollout address {address[:200]!r} must be HOST:PORT with a port in 1..65535"
+                )
+        if len(set(targets)) < len(targets):
+            raise InvalidArgument("PushWeightsRequest names a rollout address twice")
         version = request.version or self.weight_version
         if request.version:
             check_counter(version, "PushWeightsRequest.version")
@@ -295,7 +298,7 @@ class ActorServicer:
             "push_weights",
             {
                 "dtype": request.dtype,
-                "rollout_address": request.rollout_address,
+                "rollout_addresses": targets,
                 "transport": transport,
                 "version": version,
                 "rollback": request.rollback,
@@ -308,8 +311,16 @@ class ActorServicer:
         )[0].meta_info
         if self.driver.handler.push_failure is not None:
             raise self.driver.handler.push_failure  # as the rollout said it (a refused version stays refused)
+        failed = [
+            actor_pb2.PushFailure(
+                address=address,
+                code=e.code.name if isinstance(e, ServiceError) else "INTERNAL",
+                details=(e.details or "") if isinstance(e, ServiceError) else f"{type(e).__name__}: {e}",
+            )
+            for address, e in self.driver.handler.push_failed.items()
+        ]
         return actor_pb2.PushWeightsResponse(
-            version=version, num_bytes=int(reply["num_bytes"]), seconds=reply["seconds"]
+            version=version, num_bytes=int(reply["num_bytes"]), seconds=reply["seconds"], failed=failed
         )
 
     def Offload(self, request, context) -> actor_pb2.OffloadResponse:

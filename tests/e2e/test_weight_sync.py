@@ -142,6 +142,44 @@ def test_parity_after_pushing_the_actors_weights(actor, rollout, transport, step
     assert generate(rollout).msg.weight_version == step
 
 
+@pytest.fixture(scope="module")
+def hf_rollout(tiny_lm):
+    proc, address = launch(["rollout", "--model", str(tiny_lm), "--backend", "hf", "--max-model-len", "320"])
+    yield Client(address, ROLLOUT, timeout=300)
+    proc.terminate()
+    assert proc.wait(120) == 0
+
+
+@pytest.mark.parametrize("transport", ["shm", "stream"])
+def test_one_push_reaches_a_fleet_and_skips_a_dead_replica(actor, rollout, hf_rollout, transport):
+    """A fleet of replicas (rollout.replicas): one PushWeights names them all; each bucket is gathered once
+    and goes to every replica. A replica that is not there is named in the reply, and the others still
+    take the push and match the actor."""
+    step = rollout.call("Describe").weight_version + 1
+    sft_step(actor, step)
+    gone = "127.0.0.1:9"  # nothing listens there
+    request = actor_pb2.PushWeightsRequest(
+        rollout_address=rollout.address,
+        more_rollout_addresses=[gone, hf_rollout.address],
+        transport=transport,
+        version=step,
+        bucket_bytes=1 << 20,
+    )
+    pushed = actor.call("PushWeights", request)
+    assert [(f.address, f.code) for f in pushed.failed] == [(gone, "UNAVAILABLE")]
+    for replica in (rollout, hf_rollout):
+        assert replica.call("Describe").weight_version == step
+        worst, _ = parity(actor, replica)
+        assert worst < TOLERANCE, f"{replica.address}: max |actor - rollout| log-prob {worst:.2e}"
+    twice = actor_pb2.PushWeightsRequest(rollout_address=rollout.address, more_rollout_addresses=[rollout.address])
+    with pytest.raises(ServiceError, match="names a rollout address twice"):
+        actor.call("PushWeights", twice)
+    alone = actor_pb2.PushWeightsRequest(rollout_address=gone, transport=transport, version=step + 1)
+    with pytest.raises(ServiceError) as refused:  # every replica failed: the push fails as the rollout's call did
+        actor.call("PushWeights", alone)
+    assert refused.value.code == grpc.StatusCode.UNAVAILABLE
+
+
 def test_no_prefix_computed_with_old_weights_is_reused_after_a_push(actor, rollout):
     """vLLM caches the KV of full prompt blocks across calls (16 tokens on a GPU, 128 on CPU): a prompt seen
     before a push must be computed again with the new weights (validation sends the same prompts every

@@ -7,7 +7,8 @@ import torch
 
 from meshrl.clients.reward import Scores
 from meshrl.dataproto import DataProto
-from orchestrator.sampling.chunks import join_generations, join_scores, starts
+from orchestrator.lifecycle.fleet import join_generations, starts
+from orchestrator.sampling.chunks import join_scores
 from services.rollout import layout
 from services.rollout.sampling import Completion
 

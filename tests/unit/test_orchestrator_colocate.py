@@ -15,7 +15,7 @@ class Recorder:
     def call(self, method, request=None, **kw):
         tags = list(getattr(request, "tags", []) or [])
         self.calls.append(f"{self.role}.{method}" + (f"({','.join(tags)})" if tags else ""))
-        return types.SimpleNamespace(data=DataProto(), seconds=0.0)
+        return types.SimpleNamespace(data=DataProto(), seconds=0.0, failed=[])
 
     def call_message(self, method, request, reply, **kw):  # Client's typed calls: the same record
         return self.call(method, request, **kw)

@@ -34,7 +34,7 @@ class FakeClient:
             return common_pb2.ServiceInfo(
                 weight_version=self.version, details={"partial": self.partial, "torn": str(self.torn).lower()}
             )
-        return type("Reply", (), {"seconds": 0.0})()
+        return type("Reply", (), {"seconds": 0.0, "failed": []})()
 
     def describe(self, timeout=None):  # Client's typed calls: recorded as call() records them
         return self.call("Describe", timeout=timeout)

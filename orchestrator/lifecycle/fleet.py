@@ -1,0 +1,168 @@
+"""The rollout fleet: rollout.replicas services (or the addresses rollout.address lists), each its own
+engine, and which of them serves each Generate call.
+
+Replica 0 is the role "rollout" and replica i the role "rollout-i", so a run of one replica names its
+service as it always did. The Router gives a call to the replica with the fewest samples in flight among
+those up, ties to the lowest index, so that a step that starts with an idle fleet sends the same parts
+to the same replicas every time. A sample's seed belongs to its prompt (prompt i of a call samples with
+the call's seed + i), so which replica serves a prompt does not change what it samples.
+
+A replica that fails a call is marked down: its calls go to the others, and it gets work again only
+once the run has brought it back and given it the current weights (run.recovery.heal_fleet).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+import torch.nn.functional as F
+
+from meshrl.dataproto import DataProto
+from orchestrator.config import Config
+
+RESPONSE_WIDE = ("rollout_logprobs", "response_mask")  # (B, T) tensors besides responses: right padded
+
+
+def replica_names(cfg: Config) -> list[str]:
+    """The fleet's role names: "rollout", then "rollout-1", "rollout-2", ..."""
+    return ["rollout", *(f"rollout-{i}" for i in range(1, replica_count(cfg)))]
+
+
+def replica_count(cfg: Config) -> int:
+    given = given_addresses(cfg)
+    return len(given) if given else cfg.rollout.replicas
+
+
+def given_addresses(cfg: Config) -> list[str]:
+    """rollout.address as a list: one HOST:PORT, or several separated by commas (a fleet run elsewhere)."""
+    return [a.strip() for a in cfg.rollout.address.split(",") if a.strip()]
+
+
+def replica_address(cfg: Config, name: str) -> str:
+    """The address rollout.address gives this replica ("" where the run starts it)."""
+    given = given_addresses(cfg)
+    return given[replica_index(name)] if given else ""
+
+
+def replica_index(name: str) -> int:
+    return int(name.rsplit("-", 1)[1]) if "-" in name else 0
+
+
+def role_of(name: str) -> str:
+    """The service kind behind a name: "rollout-2" is a rollout."""
+    return name.split("-", 1)[0]
+
+
+def is_replica(name: str) -> bool:
+    return role_of(name) == "rollout"
+
+
+class Router:
+    """Which replica serves a call, and what each served (metrics)."""
+
+    def __init__(self, names: list[str]):
+        self.names = list(names)
+        self.in_flight = dict.fromkeys(names, 0)  # samples
+        self.down: set[str] = set()
+        self.samples = dict.fromkeys(names, 0)  # served since the last metrics()
+        self.busy = dict.fromkeys(names, 0.0)  # seconds with a call in flight, since the last metrics()
+        self.since: dict[str, float] = {}  # when its current busy spell began
+        self.lock = threading.Lock()
+
+    def up(self) -> list[str]:
+        with self.lock:
+            return [n for n in self.names if n not in self.down]
+
+    def pick(self, samples: int, prefer: str | None = None) -> str:
+        """The replica for a call of `samples` samples, counted in flight until done(): `prefer` while it
+        is up (a multi-turn episode's, whose prefix it holds), else the least loaded."""
+        with self.lock:
+            live = [n for n in self.names if n not in self.down]
+            if not live:
+                raise NoReplica(f"no rollout replica is up (all of {', '.join(self.names)} failed)")
+            name = prefer if prefer in live else min(live, key=lambda n: (self.in_flight[n], self.names.index(n)))
+            assert name is not None
+            if not self.in_flight[name]:
+                self.since[name] = time.perf_counter()
+            self.in_flight[name] += samples
+            return name
+
+    def done(self, name: str, samples: int, served: bool) -> None:
+        with self.lock:
+            self.in_flight[name] -= samples
+            if served:
+                self.samples[name] += samples
+            if not self.in_flight[name]:
+                self.busy[name] += time.perf_counter() - self.since.pop(name)
+
+    def mark_down(self, name: str) -> None:
+        with self.lock:
+            self.down.add(name)
+
+    def mark_up(self, name: str) -> None:
+        with self.lock:
+            self.down.discard(name)
+
+    def metrics(self, versions: dict[str, int]) -> dict[str, float]:
+        """Per replica since the last call: samples, samples/s while busy, calls' samples in flight now, and
+        the weight version it holds; rollout/replicas_up."""
+        out: dict[str, float] = {}
+        with self.lock:
+            now = time.perf_counter()
+            for name in self.names:
+                busy = self.busy[name] + (now - self.since[name] if name in self.since else 0.0)
+                if name in self.since:
+                    self.since[name] = now
+                key = f"rollout/replica{replica_index(name)}"
+                out[f"{key}/samples"] = float(self.samples[name])
+                out[f"{key}/samples_per_s"] = self.samples[name] / busy if busy > 0 else 0.0
+                out[f"{key}/in_flight"] = float(self.in_flight[name])
+                out[f"{key}/weight_version"] = float(versions.get(name, -1))
+                self.samples[name], self.busy[name] = 0, 0.0
+            out["rollout/replicas_up"] = float(len(self.names) - len(self.down))
+        return out
+
+
+class NoReplica(RuntimeError):
+    """Every replica of the fleet is down."""
+
+
+def starts(rows: int, parts: int) -> list[int]:
+    """Where each of (at most) `parts` near-equal consecutive parts of `rows` prompts begins."""
+    parts = max(1, min(parts, rows))
+    return [i * rows // parts for i in range(parts)]
+
+
+def join_generations(parts: list[DataProto]) -> DataProto:
+    """Generate replies of consecutive prompts as one: prompts left padded, responses right padded to the
+    widest, and the oldest weight version of the parts."""
+    if len(parts) == 1:
+        return parts[0]
+    P = max(p.batch["prompts"].shape[1] for p in parts)
+    T = max(p.batch["responses"].shape[1] for p in parts)
+    version = min(q.meta_info.get("weight_version", 0) for q in parts)
+    padded = []
+    for p in parts:
+        b, pad = p.batch, p.meta_info.get("pad_token_id", 0)
+        left, right = P - b["prompts"].shape[1], T - b["responses"].shape[1]
+        width = b["prompts"].shape[1]
+        prompts = F.pad(b["prompts"], (left, 0), value=pad)
+        responses = F.pad(b["responses"], (0, right), value=pad)
+        mask = torch.cat(
+            [F.pad(b["attention_mask"][:, :width], (left, 0)), F.pad(b["attention_mask"][:, width:], (0, right))], 1
+        )
+        tensors = {
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], 1),
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
+            **{k: F.pad(b[k], (0, right)) for k in RESPONSE_WIDE if k in b},
+        }
+        unknown = set(b) - set(tensors)
+        if unknown:
+            raise ValueError(f"the rollout replied with tensors {sorted(unknown)} that cannot be joined")
+        padded.append(DataProto(tensors, p.non_tensor_batch, {**p.meta_info, "weight_version": version}))
+    return DataProto.concat(padded)

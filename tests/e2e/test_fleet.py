@@ -1,0 +1,80 @@
+"""A rollout fleet (rollout.replicas=2): each step's prompts are shared out over two rollout services, one
+weight push reaches both, and a replica killed (SIGKILL) mid-run costs no step: its calls go to the other
+replica, it is started again before the next step and given the current weights before it gets work.
+Each prompt part keeps its seed whichever replica serves it, so the run ends with the same weights as a
+run nobody touched."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import torch
+from safetensors.torch import load_file
+
+from orchestrator.config import load_config
+from orchestrator.main import run
+from tests.e2e.test_chaos import settings, steps_logged
+
+STEPS = 6
+KILL_AFTER = 2  # steps logged
+
+
+def fleet_settings(tiny_lm, arithmetic_data, tmp_path, run_dir) -> list[str]:
+    return [
+        *settings(tiny_lm, arithmetic_data, tmp_path, run_dir),
+        "rollout.replicas=2",
+        f"trainer.total_steps={STEPS}",
+        "trainer.save_every=0",
+        "data.train_batch_size=6",
+    ]
+
+
+def replicas(orchestrator: psutil.Process) -> list[psutil.Process]:
+    """The rollout services under the orchestrator, in the order they started (replica 0 first)."""
+    found = [p for p in orchestrator.children(recursive=True) if is_rollout(p)]
+    return sorted(found, key=lambda p: p.create_time())
+
+
+def is_rollout(p: psutil.Process) -> bool:
+    cmd = p.cmdline()
+    return "serve" in cmd and cmd[cmd.index("serve") + 1] == "rollout"
+
+
+def test_a_fleet_shares_each_step_and_a_killed_replica_costs_no_step(tiny_lm, arithmetic_data, tmp_path):
+    fleet, log = tmp_path / "fleet", tmp_path / "fleet.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cli", "grpo", *fleet_settings(tiny_lm, arithmetic_data, tmp_path, fleet)],
+            stdout=f,
+            stderr=f,
+        )
+    orchestrator, killed, deadline = psutil.Process(proc.pid), None, time.monotonic() + 600
+    while proc.poll() is None and time.monotonic() < deadline:
+        if killed is None and max(steps_logged(fleet), default=0) >= KILL_AFTER:
+            found = replicas(orchestrator)
+            assert len(found) == 2, [p.cmdline() for p in found]
+            killed = found[1]
+            killed.send_signal(signal.SIGKILL)
+        time.sleep(0.05)
+    out = log.read_text()
+    assert proc.wait(60) == 0, out[-4000:]
+    assert killed is not None
+    assert steps_logged(fleet) == list(range(1, STEPS + 1))  # every step once: none was redone
+    rows = [json.loads(line) for line in (fleet / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if r["step"] >= 1]
+    samples = 6 * 2  # prompts x rollout.n
+    for r in rows:  # every sample was served by one replica or the other
+        assert r["rollout/replica0/samples"] + r["rollout/replica1/samples"] == samples, r
+    assert rows[0]["rollout/replica0/samples"] == rows[0]["rollout/replica1/samples"] == samples / 2
+    assert rows[-1]["rollout/replicas_up"] == 2
+    assert rows[-1]["rollout/replica0/weight_version"] == rows[-1]["rollout/replica1/weight_version"] == STEPS
+    assert rows[-1]["trainer/restarts"] == 1 and "restarting rollout replica rollout-1" in out
+    assert "rollout-1" in out and "set aside" in out
+
+    whole = run("grpo", load_config(None, fleet_settings(tiny_lm, arithmetic_data, tmp_path, tmp_path / "whole")))
+    a = load_file(whole / "hf" / "model.safetensors")
+    b = load_file(fleet / "hf" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
