@@ -182,16 +182,16 @@ class Mesh:
         """One call's prompts over the fleet: a near-equal consecutive part per replica (prompt a + i of the
         call keeps seed + a + i), each to the least loaded replica in order, then joined as one reply."""
         bounds = [*starts(len(prompts), len(self.replicas)), len(prompts)]
-        with concurrent.futures.ThreadPoolExecutor(len(bounds) - 1, thread_name_prefix="meshrl-fleet") as pool:
-            futures = []
-            for a, b in zip(bounds, bounds[1:]):
-                part = rollout_pb2.GenerateRequest()
-                part.CopyFrom(request)
-                if request.sampling.HasField("seed"):
-                    part.sampling.seed = request.sampling.seed + a
-                samples = part.sampling.n * (b - a)
-                picked = self.router.pick(samples)
-                futures.append(pool.submit(self._serve, Payload(part, prompts.slice(a, b)), samples, picked))
+        parts = []
+        for a, b in zip(bounds, bounds[1:]):  # every part picked before any is sent: the picks see no call end
+            part = rollout_pb2.GenerateRequest()
+            part.CopyFrom(request)
+            if request.sampling.HasField("seed"):
+                part.sampling.seed = request.sampling.seed + a
+            samples = part.sampling.n * (b - a)
+            parts.append((Payload(part, prompts.slice(a, b)), samples, self.router.pick(samples)))
+        with concurrent.futures.ThreadPoolExecutor(len(parts), thread_name_prefix="meshrl-fleet") as pool:
+            futures = [pool.submit(self._serve, *part) for part in parts]
             return join_generations([f.result() for f in futures])
 
     def _serve(self, request: Payload, samples: int, name: str) -> DataProto:

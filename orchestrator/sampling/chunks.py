@@ -36,10 +36,12 @@ def sample(mesh, prompts: DataProto, seed: int, on_generated=None) -> tuple:
         concurrent.futures.ThreadPoolExecutor(len(parts), thread_name_prefix="meshrl-score") as scoring,
     ):
         with mesh.colocated_generation():
-            pending = {}
-            for i, (a, part) in enumerate(parts):  # each to the least loaded replica, picked in order
-                replica = mesh.router.pick(len(part) * mesh.cfg.rollout.n)
-                pending[generating.submit(mesh.generate, part, seed=seed + a, colocated=False, replica=replica)] = i
+            # each to the least loaded replica, all picked in order before any is sent (no call has ended)
+            picked = [mesh.router.pick(len(part) * mesh.cfg.rollout.n) for _, part in parts]
+            pending = {
+                generating.submit(mesh.generate, part, seed=seed + a, colocated=False, replica=replica): i
+                for i, ((a, part), replica) in enumerate(zip(parts, picked))
+            }
             scored = {}
             for done in concurrent.futures.as_completed(pending):
                 i = pending[done]
