@@ -2,12 +2,13 @@
 then run the algorithm against them.
 
 Ray does placement and lifecycle only; the services are the same `meshrl serve ...` processes,
-reached by gRPC. Per service, one placement group with a bundle per rank (ray.cpus_per_rank,
-ray.gpus_per_rank; STRICT_PACK, since a service's ranks run on one node as children of its rank
-0). Roles listed in ray.colocate (e.g. [rollout]) go into the actor's placement group, on the
-actor's first bundle's node, sharing its GPU. In each group a small Ray actor (ServiceHost)
-starts `meshrl serve ...` bound to its node's address, and reports the address it listens on;
-the addresses go into the config (actor.address, ...) and the trainer runs as usual.
+reached by gRPC. Per service (each replica of a rollout fleet too), one placement group with a
+bundle per rank (ray.cpus_per_rank, ray.gpus_per_rank; STRICT_PACK, since a service's ranks run on
+one node as children of its rank 0). Roles listed in ray.colocate (e.g. [rollout]) go into the
+actor's placement group, on the actor's first bundle's node, sharing its GPU. In each group a
+small Ray actor (ServiceHost) starts `meshrl serve ...` bound to its node's address, and reports
+the address it listens on; the addresses go into the config (actor.address, ...; a fleet's as
+rollout.address's list) and the trainer runs as usual.
 
 The services listen on their node's address, beyond loopback, so they speak mutual TLS (ray.tls,
 default on): the run makes a CA and certificates (run_dir/certs, or MESHRL_TLS_DIR's), and each
@@ -33,6 +34,7 @@ from meshrl.rpc.token import forget_run_token, run_token
 from orchestrator import main as loops
 from orchestrator.config import Config, ranks
 from orchestrator.lifecycle import preflight
+from orchestrator.lifecycle.fleet import is_replica, replica_names, role_of
 from orchestrator.lifecycle.mesh import serve_args, service_roles
 from orchestrator.lifecycle.services import DESCRIPTORS, launch
 from orchestrator.run import trainer
@@ -82,7 +84,7 @@ class ServiceHost:
 
 @dataclasses.dataclass
 class Placement:
-    groups: dict[str, "PlacementGroup"]  # role -> its placement group
+    groups: dict[str, "PlacementGroup"]  # service (role, or replica of the rollout fleet) -> its placement group
     # role -> its ServiceHost's actor handle. Any: Ray types an actor's methods as the class's own (no
     # .remote) unless each is decorated with ray.method, which would import ray with this module
     hosts: dict[str, Any]
@@ -111,10 +113,13 @@ def place(cfg: Config, roles: set[str]) -> Placement:
             "ray.tls=false: the services listen on their nodes' addresses without TLS (the run's token "
             "travels in clear text)"
         )
+    names = [n for r in sorted(roles) for n in (replica_names(cfg) if r == "rollout" else [r])]  # the fleet's too
+    colocated = sum(role_of(n) in rc.colocate for n in names)
     try:
-        for role in sorted(roles, key=lambda r: r != "actor"):  # the actor first: others may join its group
+        for name in sorted(names, key=lambda n: n != "actor"):  # the actor first: others may join its group
+            role = role_of(name)
             if role in rc.colocate:
-                pg, share = groups["actor"], len(rc.colocate) + 1
+                pg, share = groups["actor"], colocated + 1
             else:
                 bundle = {"CPU": rc.cpus_per_rank, **({"GPU": rc.gpus_per_rank} if rc.gpus_per_rank else {})}
                 pg = placement_group([dict(bundle) for _ in range(ranks(cfg, role))], strategy="STRICT_PACK")
@@ -123,11 +128,11 @@ def place(cfg: Config, roles: set[str]) -> Placement:
                 except ray.exceptions.GetTimeoutError:
                     remove_placement_group(pg)
                     raise RuntimeError(
-                        f"the Ray cluster cannot place the {role} service: it needs {ranks(cfg, role)} bundle(s) of "
+                        f"the Ray cluster cannot place the {name} service: it needs {ranks(cfg, role)} bundle(s) of "
                         f"{bundle} on one node; available now: {ray.available_resources()} "
                         f"(waited {rc.placement_timeout:.0f} s; lower ray.cpus_per_rank/gpus_per_rank or add nodes)"
                     ) from None
-                groups[role], share = pg, 1
+                groups[name], share = pg, 1
             # the host itself takes a slice of the first bundle; the service's ranks use the rest
             host = (
                 ray.remote(ServiceHost)
@@ -138,14 +143,20 @@ def place(cfg: Config, roles: set[str]) -> Placement:
                 )
                 .remote()
             )
-            hosts[role] = host
-        addresses = ray.get([h.start.remote(serve_args(cfg, r), env, role_certs(r)) for r, h in hosts.items()])
+            hosts[name] = host
+        addresses = ray.get(
+            [h.start.remote(serve_args(cfg, role_of(n)), env, role_certs(role_of(n))) for n, h in hosts.items()]
+        )
     except BaseException:
         release(Placement(groups, hosts))
         raise
-    for role, address in zip(hosts, addresses):
-        getattr(cfg, role).address = address
-        log.info("placed %s at %s", role, address)
+    placed = dict(zip(hosts, addresses))
+    for name, address in placed.items():
+        if not is_replica(name):
+            getattr(cfg, name).address = address
+        log.info("placed %s at %s", name, address)
+    if "rollout" in roles:  # the fleet as a list of running replicas, in their order
+        cfg.rollout.address = ",".join(placed[n] for n in replica_names(cfg))
     return Placement(groups, hosts)
 
 

@@ -1,5 +1,5 @@
 """`meshrl ray`: a local Ray cluster on 127.0.0.1 places the services (a placement group per service,
-the rollout colocated in the actor's), the orchestrator trains through their gRPC addresses;
+a fleet of two rollout replicas colocated in the actor's), the orchestrator trains through their gRPC addresses;
 a cluster too small for a service gets a clear error instead of a hang."""
 
 import json
@@ -44,11 +44,15 @@ def config(tiny_lm, arithmetic_data, run_dir, *extra):
 def test_grpo_runs_on_services_placed_by_ray(cluster, tiny_lm, arithmetic_data, tmp_path):
     from ray.util import placement_group_table
 
-    run_dir = run("grpo", config(tiny_lm, arithmetic_data, tmp_path, "ray.colocate=[rollout]"))
+    run_dir = run("grpo", config(tiny_lm, arithmetic_data, tmp_path, "ray.colocate=[rollout]", "rollout.replicas=2"))
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2]
     saved = (run_dir / "config.yaml").read_text()
     assert "address: 127.0.0.1:" in saved  # the trainer used the services Ray placed
+    rollout = load_config(str(run_dir / "config.yaml"), []).rollout  # a fleet of two, both in the actor's group
+    assert len(rollout.address.split(",")) == 2 and rollout.replicas == 2
+    last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["rollout/replica0/samples"] > 0 and last["rollout/replica1/samples"] > 0
     # over mutual TLS: the run's certificates (its clients then accept only TLS servers of the right role)
     assert (run_dir / "certs" / "ca.pem").is_file() and "MESHRL_TLS_DIR" not in os.environ
     groups = placement_group_table().values()
