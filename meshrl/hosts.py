@@ -42,6 +42,27 @@ def threads_per_rank(threads: int, ranks: int) -> int:
     return threads if threads > 0 else max(1, cores() // ranks)
 
 
+def parse_cpus(text: str) -> list[int]:
+    """Core ids from a list such as "0-3,6" (ValueError for anything else)."""
+    out: list[int] = []
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        if not lo.isdigit() or dash and not hi.isdigit():
+            raise ValueError(f"cpus={text!r} must be core ids and ranges such as 0-3,6")
+        out += range(int(lo), int(hi) + 1) if dash else [int(lo)]
+    return sorted(set(out))
+
+
+def share_cores(parts: int) -> list[str]:
+    """This process's cores cut into `parts` near-equal disjoint sets, as core lists ("0", "1-2", ...); with
+    more parts than cores, parts share them round robin (one core each)."""
+    mine = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(cores()))
+    if parts >= len(mine):
+        return [str(mine[i % len(mine)]) for i in range(parts)]
+    bounds = [i * len(mine) // parts for i in range(parts + 1)]
+    return [",".join(map(str, mine[a:b])) for a, b in zip(bounds, bounds[1:])]
+
+
 def is_address(text: str) -> bool:
     """HOST:PORT with a port a socket can have (grpc would dial port 443 for a bare host, and 70000 as 4464)."""
     host, sep, port = text.rpartition(":")

@@ -4,7 +4,8 @@ trainer.seed)."""
 
 import dataclasses
 
-from meshrl.config.checked import Checked, one_of, require
+from meshrl.config.checked import Checked, FieldError, one_of, require
+from meshrl.hosts import parse_cpus
 
 BACKENDS = ("vllm", "hf")
 ON_UPDATE = ("wait", "interrupt")
@@ -62,3 +63,15 @@ class RolloutConfig(RolloutSettings):
     """HuggingFace model folder."""
     seed: int = 0
     """The engine's seed; each Generate request can carry its own sampling seed too."""
+    cpus: str = ""
+    """CPU cores the service and its engine run on (e.g. "0-3,6"; vLLM on CPU binds its threads to them,
+    split over tensor_parallel_size workers); empty: all of them. A run that starts a fleet of replicas on a
+    machine without GPUs gives each its own share of the cores."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.cpus:
+            try:
+                parse_cpus(self.cpus)
+            except ValueError as e:
+                raise FieldError(f"{{cpus}}={self.cpus}: {e}") from None

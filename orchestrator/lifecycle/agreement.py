@@ -36,6 +36,7 @@ OWN = {
     "batch_size",
     "max_length",
     "device",
+    "cpus",
 }
 ROLE_SECTION = {"ref": "actor"}
 KEYS = {

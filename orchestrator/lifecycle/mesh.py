@@ -23,6 +23,7 @@ import pathlib
 import grpc
 import torch
 
+from meshrl import hosts
 from meshrl.clients import RewardClient
 from meshrl.codec import Payload
 from meshrl.codec.values import to_value
@@ -370,9 +371,16 @@ def wanted(cfg: Config, roles: set[str]) -> dict[str, tuple[str, list[str]]]:
     for role in ("actor", "ref", "critic", "rollout", "reward", "env"):
         if role not in service_roles(cfg, roles):
             continue
-        if role == "rollout":  # the fleet: each replica a service of its own, started with the same arguments
-            args = serve_args(cfg, role)
-            out.update({name: (replica_address(cfg, name), args) for name in replica_names(cfg)})
+        if role == "rollout":  # the fleet: each replica a service of its own, started with the same settings
+            args, names = serve_args(cfg, role), replica_names(cfg)
+            # on a machine without GPUs replicas would spin against each other on every core: each gets its share
+            cores = hosts.share_cores(len(names)) if len(names) > 1 and not hosts.gpus() else None
+            out.update(
+                {
+                    name: (replica_address(cfg, name), [*args, "--cpus", cores[i]] if cores else args)
+                    for i, name in enumerate(names)
+                }
+            )
         else:
             out[role] = (getattr(cfg, role).address, serve_args(cfg, role))
     return out

@@ -5,6 +5,7 @@ check that names it if it is missing); otherwise `meshrl serve ...` starts it
 and it is stopped when the run ends.
 """
 
+import concurrent.futures
 import logging
 import subprocess
 import sys
@@ -77,6 +78,8 @@ class Services:
         self.clients: dict[str, Client] = {}
         self.spawned: dict[str, subprocess.Popen] = {}  # started, not yet waited for
         self.ours: dict[str, tuple[subprocess.Popen, list[str]]] = {}  # started here and ready: (process, args)
+        self.starting: dict[str, concurrent.futures.Future] = {}  # respawned, until they listen
+        self.waiter: concurrent.futures.ThreadPoolExecutor | None = None  # waits for their listening lines
         self.given_token: str | None = None  # the token for services given by address ("": none; None: the
         #   environment's, as for ours)
 
@@ -109,14 +112,17 @@ class Services:
                 raise RuntimeError(f"the {name} service did not start: {e}") from None
             log.info("started %s service at %s", name, address)
             self.ours[name] = (proc, serve_args)
+        return self._client(name, address, ours=proc is not None, timeout=timeout)
+
+    def _client(self, name: str, address: str, ours: bool, timeout: float = 600) -> Client:
         # One retry for a child on loopback: UNAVAILABLE there means it died, and restarting it (run.recovery)
         # beats 1.4 s of backoff; a service given by address keeps the client's three, for a flaky network.
         client = Client(
             address,
             DESCRIPTORS[role_of(name)],
             timeout=timeout,
-            retries=1 if proc is not None else 3,
-            token=None if proc is not None else self.given_token,
+            retries=1 if ours else 3,
+            token=None if ours else self.given_token,
         )
         try:
             client.wait_ready(60)
@@ -131,18 +137,50 @@ class Services:
         """The services started here whose process has exited."""
         return {name for name, (proc, _) in self.ours.items() if proc.poll() is not None}
 
+    def _bury(self, name: str, proc: subprocess.Popen) -> None:
+        """Stop one of ours for good: its client closed, its process killed, its shm segments removed."""
+        self.starting.pop(name, None)
+        client = self.clients.pop(name, None)
+        if client is not None:
+            client.close()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        self.procs.remove(proc)
+        for segment in remove_segments_of(proc.pid):  # a killed rollout cannot remove its own
+            log.info("removed %s, left by the dead %s service", segment, name)
+
     def restart(self, names: set[str], timeout: float = 600) -> dict[str, Client]:
         """Start these (of ours) again with the same arguments, at once; their new clients."""
         for name in names:
-            proc, _ = self.ours[name]
-            self.clients.pop(name).close()
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            self.procs.remove(proc)
-            for segment in remove_segments_of(proc.pid):  # a killed rollout cannot remove its own
-                log.info("removed %s, left by the dead %s service", segment, name)
+            self._bury(name, self.ours[name][0])
         return self.start_all({name: ("", self.ours.pop(name)[1]) for name in names}, timeout)
+
+    def respawn(self, name: str) -> None:
+        """Start one of ours again without waiting for it (a rollout replica comes back while the run goes
+        on without it); started(name) gives its client once it listens."""
+        proc, args = self.ours[name]
+        self._bury(name, proc)
+        new = spawn(args)
+        self.procs.append(new)
+        self.ours[name] = (new, args)
+        if self.waiter is None:
+            self.waiter = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="meshrl-respawn")
+        self.starting[name] = self.waiter.submit(listening, new, args)
+
+    def started(self, name: str) -> Client | None:
+        """The client of a service respawn() started, once it listens (None before); RuntimeError when it
+        exited instead."""
+        waiting = self.starting[name]
+        if not waiting.done():
+            return None
+        del self.starting[name]
+        try:
+            _, address = waiting.result()
+        except RuntimeError as e:
+            raise RuntimeError(f"the {name} service did not start again: {e}") from None
+        log.info("started %s service again at %s", name, address)
+        return self._client(name, address, ours=True)
 
     def stop(self) -> None:
         for c in self.clients.values():
@@ -155,3 +193,5 @@ class Services:
             except subprocess.TimeoutExpired:
                 p.kill()
         self.procs.clear()
+        if self.waiter is not None:  # its threads end with the processes they read
+            self.waiter.shutdown(wait=False)

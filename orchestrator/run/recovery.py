@@ -158,6 +158,8 @@ def between_steps(mesh: Mesh, role: str) -> bool:
 def torn_weights(mesh: Mesh, replica: str) -> bool:
     """Whether a rollout replica holds part of a bucketed weight update that broke off (it refuses to
     generate)."""
+    if replica not in mesh.clients:  # being started again (heal_fleet)
+        return False
     try:
         return mesh[replica].describe(timeout=10).details.get("torn") == "true"
     except ServiceError:
@@ -166,20 +168,35 @@ def torn_weights(mesh: Mesh, replica: str) -> bool:
 
 def heal_fleet(state: RunState) -> None:
     """Between steps: bring back the rollout replicas set aside during a step (a Generate or a push they
-    failed; the step went on without them). One of ours is started again (a restart, counted in
-    trainer/restarts up to trainer.max_restarts), one given by address once it answers (its own supervisor
-    restarts it); each gets the fleet's weights before it gets work again."""
+    failed; the step went on without them). One of ours is started again without waiting for it (a
+    restart, counted in trainer/restarts up to trainer.max_restarts) and taken back at the first step
+    boundary after it listens; one given by address once it answers again (its own supervisor restarts
+    it). Each gets the fleet's weights before it gets work."""
     mesh, services = state.mesh, state.services
     for name in sorted(mesh.router.down):
-        if name in services.ours:
+        if name in services.starting:
+            try:
+                client = services.started(name)
+            except RuntimeError as e:  # it died while it started: set aside still, tried again next step
+                log.warning("%s", e)
+                services.starting.pop(name, None)
+                continue
+            if client is None:
+                continue  # still starting
+            mesh.clients[name] = client
+        elif name in services.ours:
             if state.restarts >= state.cfg.trainer.max_restarts:
                 log.warning("rollout replica %s stays set aside: trainer.max_restarts is spent", name)
                 continue
             state.restarts += 1
             log.warning(
-                "restarting rollout replica %s: restart %d of %d", name, state.restarts, state.cfg.trainer.max_restarts
+                "restarting rollout replica %s (restart %d of %d); the run goes on without it meanwhile",
+                name,
+                state.restarts,
+                state.cfg.trainer.max_restarts,
             )
-            mesh.clients.update(services.restart({name}))
+            services.respawn(name)
+            continue
         elif not answers(mesh[name]):
             continue  # asked again before the next step
         if mesh.weight_version:

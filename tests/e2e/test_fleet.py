@@ -1,6 +1,6 @@
 """A rollout fleet (rollout.replicas=2): each step's prompts are shared out over two rollout services, one
 weight push reaches both, and a replica killed (SIGKILL) mid-run costs no step: its calls go to the other
-replica, it is started again before the next step and given the current weights before it gets work.
+replica, it is started again while the run goes on, and given the current weights before it gets work.
 Each prompt part keeps its seed whichever replica serves it, so the run ends with the same weights as a
 run nobody touched."""
 
@@ -18,18 +18,37 @@ from orchestrator.config import load_config
 from orchestrator.main import run
 from tests.e2e.test_chaos import settings, steps_logged
 
-STEPS = 6
+STEPS = 8
 KILL_AFTER = 2  # steps logged
+REWARD = """
+import os, time
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    while os.path.exists({hold!r}):  # the test holds a step here until the restarted replica listens
+        time.sleep(0.05)
+    return float(len(solution_str) % 3)
+"""
 
 
 def fleet_settings(tiny_lm, arithmetic_data, tmp_path, run_dir) -> list[str]:
+    reward = tmp_path / "held_reward.py"
+    reward.write_text(REWARD.format(hold=str(tmp_path / "hold")))
     return [
         *settings(tiny_lm, arithmetic_data, tmp_path, run_dir),
+        f"reward.function={reward}:compute_score",
+        "reward.timeout=120",
         "rollout.replicas=2",
         f"trainer.total_steps={STEPS}",
         "trainer.save_every=0",
         "data.train_batch_size=6",
     ]
+
+
+def listens(p: psutil.Process) -> bool:
+    try:
+        return any(c.status == psutil.CONN_LISTEN for c in p.net_connections(kind="tcp"))
+    except psutil.NoSuchProcess:
+        return False
 
 
 def replicas(orchestrator: psutil.Process) -> list[psutil.Process]:
@@ -39,7 +58,10 @@ def replicas(orchestrator: psutil.Process) -> list[psutil.Process]:
 
 
 def is_rollout(p: psutil.Process) -> bool:
-    cmd = p.cmdline()
+    try:
+        cmd = p.cmdline()
+    except (psutil.ZombieProcess, psutil.NoSuchProcess):  # the killed one, until the orchestrator reaps it
+        return False
     return "serve" in cmd and cmd[cmd.index("serve") + 1] == "rollout"
 
 
@@ -51,13 +73,27 @@ def test_a_fleet_shares_each_step_and_a_killed_replica_costs_no_step(tiny_lm, ar
             stdout=f,
             stderr=f,
         )
-    orchestrator, killed, deadline = psutil.Process(proc.pid), None, time.monotonic() + 600
+    # The run goes on while the killed replica starts again (seconds), and the steps of this tiny run take
+    # a fraction of one: once its new process shows, the test holds the run in scoring until it listens,
+    # so that it comes back with steps to spare on any machine.
+    orchestrator, killed, held, hold = psutil.Process(proc.pid), None, False, tmp_path / "hold"
+    deadline = time.monotonic() + 600
     while proc.poll() is None and time.monotonic() < deadline:
         if killed is None and max(steps_logged(fleet), default=0) >= KILL_AFTER:
             found = replicas(orchestrator)
             assert len(found) == 2, [p.cmdline() for p in found]
             killed = found[1]
             killed.send_signal(signal.SIGKILL)
+        elif killed is not None and not held:
+            again = [
+                p for p in replicas(orchestrator) if p.pid != killed.pid and p.create_time() > killed.create_time()
+            ]
+            if again:
+                hold.touch()
+                held = True
+                while proc.poll() is None and not listens(again[0]) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                hold.unlink()
         time.sleep(0.05)
     out = log.read_text()
     assert proc.wait(60) == 0, out[-4000:]
@@ -69,10 +105,13 @@ def test_a_fleet_shares_each_step_and_a_killed_replica_costs_no_step(tiny_lm, ar
     for r in rows:  # every sample was served by one replica or the other
         assert r["rollout/replica0/samples"] + r["rollout/replica1/samples"] == samples, r
     assert rows[0]["rollout/replica0/samples"] == rows[0]["rollout/replica1/samples"] == samples / 2
-    assert rows[-1]["rollout/replicas_up"] == 2
-    assert rows[-1]["rollout/replica0/weight_version"] == rows[-1]["rollout/replica1/weight_version"] == STEPS
-    assert rows[-1]["trainer/restarts"] == 1 and "restarting rollout replica rollout-1" in out
     assert "rollout-1" in out and "set aside" in out
+    assert rows[-1]["trainer/restarts"] == 1 and "restarting rollout replica rollout-1" in out
+    back = [r["step"] for r in rows if r["step"] > KILL_AFTER and r["rollout/replicas_up"] == 2]
+    assert back, "the killed replica never came back"  # started again while the run went on, then given work
+    assert all(r["rollout/replicas_up"] == 2 for r in rows if r["step"] >= back[0])
+    last = rows[-1]
+    assert last["rollout/replica0/weight_version"] == last["rollout/replica1/weight_version"] == STEPS
 
     whole = run("grpo", load_config(None, fleet_settings(tiny_lm, arithmetic_data, tmp_path, tmp_path / "whole")))
     a = load_file(whole / "hf" / "model.safetensors")

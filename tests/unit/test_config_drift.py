@@ -20,6 +20,7 @@ SET_ELSEWHERE = {
     (OptimConfig, "betas"): "AdamW's defaults (not a run setting)",
     (RolloutConfig, "model"): "actor.model (the rollout serves the policy)",
     (RolloutConfig, "seed"): "trainer.seed",
+    (RolloutConfig, "cpus"): "rollout.replicas (each replica of a CPU fleet its share of the cores)",
     (EnvConfig, "max_episodes"): "service-only: a limit of the service's own",
     (EnvConfig, "idle_timeout"): "service-only",
     (EnvConfig, "max_action_chars"): "service-only",

@@ -2,12 +2,14 @@
 what a lost replica costs, and what one push names (recording clients in place of the services; the real
 fleet runs in tests/e2e/test_fleet.py)."""
 
+import os
 import threading
 
 import grpc
 import pytest
 import torch
 
+from meshrl import hosts
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.v1 import actor_pb2
@@ -153,11 +155,24 @@ def test_one_push_names_every_replica_up_and_sets_aside_those_that_failed():
     assert actor.requests[-1].rollout_address == replicas["rollout-2"].address
 
 
-def test_the_run_starts_a_service_per_replica_or_uses_the_listed_ones():
+def test_the_run_starts_a_service_per_replica_or_uses_the_listed_ones(monkeypatch):
     cfg = load_config(None, ["rollout.replicas=3"])
+    monkeypatch.setattr(hosts, "gpus", lambda: 0)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5}, raising=False)
     started = wanted(cfg, {"actor", "rollout", "reward"})
     assert [k for k in started if k.startswith("rollout")] == ["rollout", "rollout-1", "rollout-2"]
-    assert started["rollout-2"] == ("", started["rollout"][1])
+    # on CPU each replica gets its share of the cores; otherwise the same settings
+    assert [started[k][1][-2:] for k in ("rollout", "rollout-1", "rollout-2")] == [
+        ["--cpus", "0,1"],
+        ["--cpus", "2,3"],
+        ["--cpus", "4,5"],
+    ]
+    assert started["rollout-2"][0] == "" and started["rollout-2"][1][:-2] == started["rollout"][1][:-2]
+    assert hosts.share_cores(3)[2] == "4,5" and hosts.parse_cpus("4-5,0") == [0, 4, 5]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert hosts.share_cores(3) == ["0", "1", "0"]  # more replicas than cores: one core each, shared
+    with pytest.raises(ValueError, match="must be core ids"):
+        hosts.parse_cpus("0-x")
     cfg = load_config(None, ["rollout.address=127.0.0.2:5000,127.0.0.3:5000"])
     given = wanted(cfg, {"actor", "rollout", "reward"})
     assert given["rollout"][0] == "127.0.0.2:5000" and given["rollout-1"][0] == "127.0.0.3:5000"
