@@ -18,6 +18,11 @@ one warm-up push.
 
     .venv/bin/python bench/fleet_bench.py gen [--prompts 128] [--n 8] [--max-new-tokens 48] [--repeats 3]
     .venv/bin/python bench/fleet_bench.py push [--model tiny|100m] [--replicas 1 2 4] [--repeats 3]
+    .venv/bin/python bench/fleet_bench.py kill [--steps 12] [--kill-after 5] [--backend vllm]
+
+kill: the main job's GRPO (configs/arithmetic_grpo.yaml from its SFT warm-up in runs/default, so run
+`bash scripts/run.sh` once first) with rollout.replicas=2, twice: untouched, and with replica 1 killed
+(SIGKILL) as soon as step --kill-after is logged. Per step: seconds, and how many replicas were up.
 """
 
 import argparse
@@ -167,18 +172,64 @@ def push(a, tmp: pathlib.Path) -> None:
             p.wait(120)
 
 
+def kill(a, tmp: pathlib.Path) -> None:
+    import json
+    import signal
+    import subprocess
+
+    import psutil
+
+    default = pathlib.Path(__file__).resolve().parents[1] / "runs" / "default"
+    if not (default / "sft" / "hf").is_dir():
+        raise SystemExit("kill needs the main job's SFT warm-up: run `bash scripts/run.sh` once")
+    runs = {}
+    for name in ("untouched", "killed"):
+        run_dir = tmp / name
+        args = [
+            sys.executable, "-m", "cli", "grpo", "--config", "configs/arithmetic_grpo.yaml",
+            f"actor.model={default / 'sft' / 'hf'}", f"data.train_files={default / 'data' / 'train.parquet'}",
+            f"trainer.run_dir={run_dir}", f"trainer.total_steps={a.steps}", "trainer.val_every=0",
+            "trainer.save_every=0", "rollout.replicas=2", f"rollout.backend={a.backend}", "trainer.logger=[console]",
+        ]  # fmt: skip
+        proc = subprocess.Popen(args, cwd=default.parents[1], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        orchestrator, killed = psutil.Process(proc.pid), False
+        while proc.poll() is None:
+            logged = run_dir / "metrics.jsonl"
+            if name == "killed" and not killed and logged.is_file():
+                lines = logged.read_text().splitlines()
+                if len(lines) >= a.kill_after:
+                    rollouts = [
+                        p for p in orchestrator.children(recursive=True) if p.cmdline()[3:5] == ["serve", "rollout"]
+                    ]
+                    max(rollouts, key=lambda p: p.create_time()).send_signal(signal.SIGKILL)
+                    killed = True
+            time.sleep(0.02)
+        assert proc.returncode == 0, f"{name} run failed"
+        runs[name] = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    print(f"\nGRPO, main job's settings, {a.backend} rollout x 2 replicas; replica 1 killed after step {a.kill_after}")
+    print("| step | untouched (s) | killed (s) | replicas up |")
+    print("|---|---|---|---|")
+    for u, k in zip(runs["untouched"], runs["killed"]):
+        print(f"| {k['step']} | {u['timing_s/step']:.2f} | {k['timing_s/step']:.2f} | {k['rollout/replicas_up']:.0f} |")
+    total = {n: sum(r["timing_s/step"] for r in rows) for n, rows in runs.items()}
+    print(f"steps' time in all: untouched {total['untouched']:.1f} s, killed {total['killed']:.1f} s")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["gen", "push"])
+    ap.add_argument("what", choices=["gen", "push", "kill"])
     ap.add_argument("--prompts", type=int, default=128)
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--model", choices=list(MODELS), default="tiny")
     ap.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--kill-after", type=int, default=5)
+    ap.add_argument("--backend", default="vllm")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        (generation if a.what == "gen" else push)(a, pathlib.Path(tmp))
+        {"gen": generation, "push": push, "kill": kill}[a.what](a, pathlib.Path(tmp))
     return 0
 
 
