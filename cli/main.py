@@ -156,6 +156,23 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_fleet(args) -> int:
+    """A running run's rollout fleet: RUN_DIR/fleet.json, which the run reads before every step."""
+    from orchestrator.lifecycle.fleet import FLEET_FILE, write_fleet
+
+    run_dir = pathlib.Path(args.run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        print(f"meshrl fleet: {run_dir} has no config.yaml (not a run folder?)", file=sys.stderr)
+        return 2
+    try:
+        wanted = write_fleet(run_dir, args.replicas or 0, args.address or "")
+    except ValueError as e:
+        print(f"meshrl fleet: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {run_dir / FLEET_FILE}: {wanted}; the run makes it so before its next step")
+    return 0
+
+
 def cmd_trace(args) -> int:
     """Print one training step's spans as a timeline (meshrl.trace_view)."""
     from meshrl.trace_view import main
@@ -228,6 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, default=None, help="which checkpoint; default: the latest")
     p.add_argument("--out", default=None, help="output folder for hf/ (and hf_adapter/); default RUN_DIR/export/step_N")
     p.set_defaults(fn=cmd_export)
+    p = sub.add_parser("fleet", help="resize a running run's rollout fleet (read before every step)")
+    p.add_argument("run_dir")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--replicas", type=int, help="rollout replicas the run starts (it starts or stops the difference)"
+    )
+    which.add_argument("--address", help="HOST:PORT,... of running replicas, for a run given them by address")
+    p.set_defaults(fn=cmd_fleet)
 
     p = sub.add_parser("trace", help="show one training step's spans (every service) as a timeline")
     p.add_argument("run_dir", help="a run folder (trainer.run_dir) with traces/")

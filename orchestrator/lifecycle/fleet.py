@@ -9,10 +9,18 @@ the call's seed + i), so which replica serves a prompt does not change what it s
 
 A replica that fails a call is marked down: its calls go to the others, and it gets work again only
 once the run has brought it back and given it the current weights (run.recovery.heal_fleet).
+
+A running run's fleet changes through RUN_DIR/fleet.json (`meshrl fleet RUN_DIR --replicas N`, or
+`--address A,B,...` for a fleet given by address), read before every step: a new replica starts (or is
+reached), is given the current weights and then work; a removed one gets no new calls, its calls in
+flight finish, and it is stopped (one the run started) or let go.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import pathlib
 import threading
 import time
 
@@ -25,9 +33,38 @@ from orchestrator.config import Config
 RESPONSE_WIDE = ("rollout_logprobs", "response_mask")  # (B, T) tensors besides responses: right padded
 
 
-def replica_names(cfg: Config) -> list[str]:
+FLEET_FILE = "fleet.json"
+
+
+def replica_names(cfg: Config, count: int | None = None) -> list[str]:
     """The fleet's role names: "rollout", then "rollout-1", "rollout-2", ..."""
-    return ["rollout", *(f"rollout-{i}" for i in range(1, replica_count(cfg)))]
+    return ["rollout", *(f"rollout-{i}" for i in range(1, count or replica_count(cfg)))]
+
+
+def write_fleet(run_dir: pathlib.Path, replicas: int = 0, address: str = "") -> dict:
+    """RUN_DIR/fleet.json, written whole (a run reading it never sees half): the fleet the run should have."""
+    if bool(replicas) == bool(address):
+        raise ValueError("give the number of replicas the run starts, or the addresses of running ones")
+    if replicas < 0:
+        raise ValueError(f"replicas={replicas} must be >= 1")
+    listed = [a.strip() for a in address.split(",") if a.strip()]
+    wanted = {"replicas": replicas} if replicas else {"address": ",".join(listed)}
+    tmp = run_dir / f".{FLEET_FILE}.tmp"
+    tmp.write_text(json.dumps(wanted) + "\n")
+    os.replace(tmp, run_dir / FLEET_FILE)
+    return wanted
+
+
+def read_fleet(run_dir: pathlib.Path) -> dict | None:
+    """What RUN_DIR/fleet.json asks for, or None (no file, or one that is not a fleet: said once by the caller)."""
+    path = run_dir / FLEET_FILE
+    if not path.is_file():
+        return None
+    try:
+        wanted = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return wanted if isinstance(wanted, dict) else None
 
 
 def replica_count(cfg: Config) -> int:
@@ -91,6 +128,8 @@ class Router:
 
     def done(self, name: str, samples: int, served: bool) -> None:
         with self.lock:
+            if name not in self.in_flight:  # removed from the fleet while this call ran
+                return
             self.in_flight[name] -= samples
             if served:
                 self.samples[name] += samples
@@ -99,11 +138,35 @@ class Router:
 
     def mark_down(self, name: str) -> None:
         with self.lock:
-            self.down.add(name)
+            if name in self.names:
+                self.down.add(name)
 
     def mark_up(self, name: str) -> None:
         with self.lock:
             self.down.discard(name)
+
+    def add(self, name: str) -> None:
+        """A new replica, set aside until the run has given it the weights (mark_up)."""
+        with self.lock:
+            self.names.append(name)
+            self.down.add(name)
+            self.in_flight[name], self.samples[name], self.busy[name] = 0, 0, 0.0
+
+    def remove(self, name: str, timeout: float = 600) -> bool:
+        """Take a replica out: no new calls, and wait (up to `timeout` s) for those in flight; whether they
+        all finished."""
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            self.names.remove(name)
+            self.down.discard(name)
+        while self.in_flight.get(name, 0) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with self.lock:
+            left = self.in_flight.pop(name, 0)
+            self.samples.pop(name, None)
+            self.busy.pop(name, None)
+            self.since.pop(name, None)
+            return not left
 
     def metrics(self, versions: dict[str, int]) -> dict[str, float]:
         """Per replica since the last call: samples, samples/s while busy, calls' samples in flight now, and

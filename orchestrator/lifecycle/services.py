@@ -161,12 +161,31 @@ class Services:
         on without it); started(name) gives its client once it listens."""
         proc, args = self.ours[name]
         self._bury(name, proc)
+        self.spawn_one(name, args)
+
+    def spawn_one(self, name: str, args: list[str]) -> None:
+        """Start `meshrl serve <args>` as `name` without waiting for it; started(name) gives its client."""
         new = spawn(args)
         self.procs.append(new)
         self.ours[name] = (new, args)
         if self.waiter is None:
             self.waiter = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="meshrl-respawn")
         self.starting[name] = self.waiter.submit(listening, new, args)
+
+    def stop_one(self, name: str) -> None:
+        """Stop one of ours (SIGTERM, then SIGKILL after 60 s) and forget it; a given one's client is closed."""
+        if name in self.ours:
+            proc, _ = self.ours.pop(name)
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                pass  # _bury kills it
+            self._bury(name, proc)
+        else:
+            client = self.clients.pop(name, None)
+            if client is not None:
+                client.close()
 
     def started(self, name: str) -> Client | None:
         """The client of a service respawn() started, once it listens (None before); RuntimeError when it

@@ -43,6 +43,7 @@ class RunState:
     #   run without a checkpoint goes back to
     producer: pipeline.Producer | None = None  # trainer.max_staleness >= 1: samples the next steps ahead
     before_producer: dict = dataclasses.field(default_factory=dict)  # the sampler's state when it started
+    fleet: dict | None = None  # the last RUN_DIR/fleet.json acted on (run.fleet.resize)
 
     @property
     def run_dir(self) -> pathlib.Path:

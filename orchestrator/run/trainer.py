@@ -31,8 +31,9 @@ from orchestrator.lifecycle.services import Services
 from orchestrator.loops.algorithm import Algorithm
 from orchestrator.output.loggers import RunLog
 from orchestrator.output.report import finish_report
+from orchestrator.run import fleet
 from orchestrator.run.checkpoints import link_final_model, resume, save
-from orchestrator.run.recovery import StepFailed, check_not_ahead, heal_fleet, recover, snapshot
+from orchestrator.run.recovery import StepFailed, check_not_ahead, recover, snapshot
 from orchestrator.run.state import RunState
 from orchestrator.run.validation import validate
 from orchestrator.sampling import pipeline
@@ -178,7 +179,7 @@ def train(state: RunState) -> None:
             metrics_log.write(0, metrics, correct)
         state.start = snapshot(state.sampler, algorithm)  # where a run without a checkpoint goes back to
         while state.number <= total:
-            heal_fleet(state)  # replicas set aside in the last step come back before this one
+            fleet.tend(state)  # replicas set aside in the last step come back, fleet.json's changes are made
             state.sample_ahead()  # from here on the producer draws the batches
             state.draw()
             try:

@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from orchestrator.config import load_config
+from orchestrator.lifecycle.fleet import write_fleet
 from orchestrator.main import run
 from tests.e2e.test_chaos import settings, steps_logged
 
@@ -117,3 +118,48 @@ def test_a_fleet_shares_each_step_and_a_killed_replica_costs_no_step(tiny_lm, ar
     a = load_file(whole / "hf" / "model.safetensors")
     b = load_file(fleet / "hf" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_replicas_added_and_removed_while_the_run_goes_on(tiny_lm, arithmetic_data, tmp_path):
+    """`meshrl fleet RUN_DIR --replicas N` on a running run: a new replica starts while the run goes on and
+    gets work once it holds the current weights; a removed one is stopped."""
+    run_dir, log = tmp_path / "resized", tmp_path / "resized.log"
+    overrides = [*fleet_settings(tiny_lm, arithmetic_data, tmp_path, run_dir), "rollout.replicas=1"]
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "cli", "grpo", *overrides], stdout=f, stderr=f)
+    orchestrator, hold, stage = psutil.Process(proc.pid), tmp_path / "hold", "start"
+    deadline = time.monotonic() + 600
+
+    def fleet(n: int) -> None:  # what `meshrl fleet RUN_DIR --replicas N` does (its start-up would cost steps)
+        write_fleet(run_dir, replicas=n)
+
+    while proc.poll() is None and time.monotonic() < deadline:
+        logged = steps_logged(run_dir)
+        if stage == "start" and logged:
+            fleet(2)
+            stage = "adding"
+        elif stage == "adding" and len(replicas(orchestrator)) == 2:
+            hold.touch()  # as above: the run waits in scoring until the new replica listens
+            while proc.poll() is None and not listens(replicas(orchestrator)[1]) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            hold.unlink()
+            stage = "added"
+        elif stage == "added" and rows_of(run_dir) and rows_of(run_dir)[-1].get("rollout/replicas_up") == 2:
+            fleet(1)
+            stage = "removing"
+        time.sleep(0.05)
+    out = log.read_text()
+    assert proc.wait(60) == 0, out[-4000:]
+    assert stage == "removing", out[-3000:]
+    assert steps_logged(run_dir) == list(range(1, STEPS + 1))
+    rows = rows_of(run_dir)
+    two = [r for r in rows if r.get("rollout/replicas_up") == 2]
+    assert two and all(r["rollout/replica1/weight_version"] == r["step"] for r in two)  # work only once current
+    assert sum(r["rollout/replica1/samples"] for r in two) > 0
+    assert "rollout/replica1/samples" not in rows[-1] and "rollout replica rollout-1 removed" in out
+
+
+def rows_of(run_dir) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    text = path.read_text() if path.is_file() else ""
+    return [r for r in (json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines()) if r["step"] >= 1]

@@ -178,3 +178,34 @@ def test_the_run_starts_a_service_per_replica_or_uses_the_listed_ones(monkeypatc
     assert given["rollout"][0] == "127.0.0.2:5000" and given["rollout-1"][0] == "127.0.0.3:5000"
     with pytest.raises(ValueError, match="lists 2 replicas and rollout.replicas=3"):
         load_config(None, ["rollout.address=127.0.0.2:5000,127.0.0.3:5000", "rollout.replicas=3"])
+
+
+def test_meshrl_fleet_writes_what_the_run_reads(tmp_path, capsys):
+    from cli.main import main
+    from orchestrator.lifecycle.fleet import read_fleet
+
+    assert main(["fleet", str(tmp_path), "--replicas", "3"]) == 2  # not a run folder
+    assert "no config.yaml" in capsys.readouterr().err
+    (tmp_path / "config.yaml").write_text("{}\n")
+    assert main(["fleet", str(tmp_path), "--replicas", "3"]) == 0
+    assert read_fleet(tmp_path) == {"replicas": 3}
+    assert main(["fleet", str(tmp_path), "--address", "127.0.0.2:5000, 127.0.0.3:5000"]) == 0
+    assert read_fleet(tmp_path) == {"address": "127.0.0.2:5000,127.0.0.3:5000"}
+    assert main(["fleet", str(tmp_path), "--replicas", "-1"]) == 2
+    assert read_fleet(tmp_path) == {"address": "127.0.0.2:5000,127.0.0.3:5000"}  # a refused change leaves it
+    (tmp_path / "fleet.json").write_text("not json")
+    assert read_fleet(tmp_path) is None
+
+
+def test_a_removed_replica_gets_no_new_calls_and_its_calls_in_flight_finish():
+    router = Router(["rollout", "rollout-1"])
+    assert router.pick(2) == "rollout" and router.pick(2) == "rollout-1"
+    done = threading.Timer(0.1, lambda: router.done("rollout-1", 2, served=True))
+    done.start()
+    assert router.remove("rollout-1", timeout=5)  # waited for the call in flight
+    assert router.names == ["rollout"] and router.pick(1) == "rollout"
+    router.add("rollout-2")
+    assert router.pick(1) == "rollout"  # a new replica is set aside until it has the weights
+    router.mark_up("rollout-2")
+    assert router.pick(1) == "rollout-2"
+    router.done("rollout-1", 2, served=True)  # a call of a removed replica ending late is ignored
