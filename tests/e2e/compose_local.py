@@ -56,10 +56,17 @@ def free_port() -> int:
     raise RuntimeError("no free port below the ephemeral range")
 
 
-def load(path: pathlib.Path, env: dict) -> dict:
-    """The file's services built from this repository, interpolated with env."""
-    doc = interpolate(yaml.safe_load(path.read_text()), env)
-    services = {name: s for name, s in (doc.get("services") or {}).items() if "build" in s and not s.get("profiles")}
+def load(paths: list[pathlib.Path], env: dict) -> dict:
+    """The files' services built from this repository, interpolated with env; a later file's service
+    merged into an earlier one's as Docker merges them (maps key by key, depends_on too; lists replaced)."""
+    merged: dict = {}
+    for path in paths:
+        doc = interpolate(yaml.safe_load(path.read_text()), env)
+        for name, s in (doc.get("services") or {}).items():
+            into = merged.setdefault(name, {})
+            for key, value in s.items():
+                into[key] = {**into[key], **value} if isinstance(value, dict) and key in into else value
+    services = {name: s for name, s in merged.items() if "build" in s and not s.get("profiles")}
     for name, s in services.items():
         if not isinstance(s.get("command"), list) or not s["command"]:
             raise ComposeError(f"service {name}: command must be a non-empty list")
@@ -67,8 +74,8 @@ def load(path: pathlib.Path, env: dict) -> dict:
 
 
 class LocalCompose:
-    def __init__(self, path: pathlib.Path, workdir: pathlib.Path, env: dict | None = None):
-        self.services = load(path, {**os.environ, **(env or {})})
+    def __init__(self, path: pathlib.Path | list[pathlib.Path], workdir: pathlib.Path, env: dict | None = None):
+        self.services = load(path if isinstance(path, list) else [path], {**os.environ, **(env or {})})
         self.workdir = workdir
         self.procs: dict[str, subprocess.Popen] = {}
         self.ports = {}  # (service, container port) -> local port

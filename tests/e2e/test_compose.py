@@ -1,7 +1,8 @@
-"""docker-compose.yml, run as Docker would run it but as local processes (compose_local): the prepare
-job, the actor (2 ranks), ref, rollout (vLLM) and reward services, and the orchestrator's GRPO
-run against them through the addresses the file gives. Plus: the file validates with
-docker-compose where that tool is installed, and a wrong command fails clearly instead of hanging."""
+"""docker-compose.yml (with docker-compose.fleet.yml: two rollout replicas), run as Docker would run it but
+as local processes (compose_local): the prepare job, the actor (2 ranks), ref, rollout and reward
+services, and the orchestrator's GRPO run against them through the addresses the file gives. Plus:
+the files validate with docker-compose where that tool is installed, and a wrong command fails
+clearly instead of hanging."""
 
 import json
 import shutil
@@ -13,20 +14,24 @@ import yaml
 from compose_local import ROOT, ComposeError, LocalCompose
 
 COMPOSE = ROOT / "docker-compose.yml"
+FLEET = ROOT / "docker-compose.fleet.yml"
 
 
 @pytest.mark.slow
 def test_the_compose_file_runs_grpo_through_its_services(tmp_path):
-    compose = LocalCompose(COMPOSE, tmp_path, env={"SFT_STEPS": "20", "GRPO_STEPS": "2"})
-    assert {"prepare", "actor", "rollout", "reward", "orchestrator"} <= set(compose.services)
+    """With docker-compose.fleet.yml on top: two rollout replicas, both used."""
+    env = {"SFT_STEPS": "20", "GRPO_STEPS": "2", "ROLLOUT_ADDRESS": "rollout:50053,rollout-2:50053"}
+    compose = LocalCompose([COMPOSE, FLEET], tmp_path, env=env)
+    assert {"prepare", "actor", "rollout", "rollout-2", "reward", "orchestrator"} <= set(compose.services)
     try:
         code = compose.up(until="orchestrator")
     finally:
         compose.down()
     assert code == 0, compose.log_tail("orchestrator")
     run_dir = tmp_path / "runs" / "default" / "grpo"
-    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [0, 1, 2]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert rows[-1]["rollout/replica0/samples"] > 0 and rows[-1]["rollout/replica1/samples"] > 0
     # every service traced into the folder the file names, under the orchestrator's steps
     services = {
         json.loads(line)["service"] for f in (run_dir / "traces").glob("*.jsonl") for line in f.read_text().splitlines()
@@ -51,7 +56,14 @@ def test_a_wrong_command_fails_clearly(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose is not installed")
-@pytest.mark.parametrize("files", [["docker-compose.yml"], ["docker-compose.yml", "docker-compose.gpu.yml"]])
+@pytest.mark.parametrize(
+    "files",
+    [
+        ["docker-compose.yml"],
+        ["docker-compose.yml", "docker-compose.gpu.yml"],
+        ["docker-compose.yml", "docker-compose.fleet.yml"],
+    ],
+)
 def test_docker_compose_validates_the_files(files):
     args = [a for f in files for a in ("-f", str(ROOT / f))]
     result = subprocess.run(["docker-compose", *args, "config", "-q"], capture_output=True, text=True)
