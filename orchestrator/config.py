@@ -223,6 +223,12 @@ class AlgorithmSection(RolloutISSettings):
     overlong_buffer: int = 0  # DAPO's overlong reward shaping: a response's last this many tokens before
     #   rollout.max_new_tokens cost a penalty growing linearly to overlong_penalty at the limit; 0: off
     overlong_penalty: float = 1.0  # the penalty at the limit (DAPO's penalty factor)
+    dynamic_sampling: bool = False  # DAPO's dynamic sampling: groups whose samples all have the same
+    #   dynamic_sampling_metric are dropped and more rounds of prompts sampled until data.train_batch_size
+    #   groups are kept (docs/training.md)
+    dynamic_sampling_metric: str = "acc"  # acc (the scorer's per-sample acc) or score
+    max_sample_rounds: int = 8  # dynamic sampling: rounds a step samples at most (a step that keeps fewer
+    #   groups trains on those)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -231,6 +237,8 @@ class AlgorithmSection(RolloutISSettings):
         one_of(self, "dpo_loss", DPO_LOSSES)
         require(self.overlong_buffer >= 0, self, "overlong_buffer", "must be >= 0 (0: off)")
         require(self.overlong_penalty >= 0, self, "overlong_penalty", "must be >= 0 (a penalty's size)")
+        one_of(self, "dynamic_sampling_metric", ("acc", "score"))
+        require(self.max_sample_rounds >= 1, self, "max_sample_rounds", "must be >= 1")
 
 
 @dataclasses.dataclass

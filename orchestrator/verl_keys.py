@@ -6,6 +6,9 @@ Only keys with the same meaning are listed; a verl key missing here has no singl
 
 VERL_KEYS = {
     "actor_rollout_ref.model.path": "actor.model",
+    "algorithm.filter_groups.enable": "algorithm.dynamic_sampling",
+    "algorithm.filter_groups.metric": "algorithm.dynamic_sampling_metric (acc or score)",
+    "algorithm.filter_groups.max_num_gen_batches": "algorithm.max_sample_rounds",
     "actor_rollout_ref.actor.optim.lr": "actor.lr",
     "actor_rollout_ref.actor.optim.weight_decay": "actor.weight_decay",
     "actor_rollout_ref.actor.optim.lr_warmup_steps": "actor.warmup_steps",

@@ -135,6 +135,16 @@ def check_rollout(cfg: Config) -> None:
             "rollout.colocate gives the GPU to generation and training in turn, and "
             "trainer.max_staleness runs them at once: set one of them off"
         )
+    if cfg.algorithm.dynamic_sampling and cfg.trainer.max_staleness:
+        raise ValueError(
+            "algorithm.dynamic_sampling samples further rounds inside a step, and trainer.max_staleness samples "
+            "whole steps ahead: set one of them off"
+        )
+    if cfg.algorithm.dynamic_sampling and r.n < 2:
+        raise ValueError(
+            f"algorithm.dynamic_sampling drops groups whose samples all scored the same; rollout.n={r.n} makes "
+            "groups of one, which never vary: use rollout.n >= 2"
+        )
     buffer = cfg.algorithm.overlong_buffer
     if buffer and (r.multi_turn or buffer > r.max_new_tokens):
         raise ValueError(

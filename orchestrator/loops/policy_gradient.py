@@ -22,6 +22,7 @@ from meshrl.algos.shaping import overlong_penalty
 from orchestrator.config import Config
 from orchestrator.lifecycle.mesh import POLICY_TENSORS, Mesh
 from orchestrator.loops.params import ppo_params, value_params
+from orchestrator.sampling import dynamic
 from orchestrator.sampling.rollouts import Rollouts
 from orchestrator.sampling.samples import score_metrics
 from orchestrator.timer import Timer
@@ -105,6 +106,9 @@ class PolicyGradient:
     def step(self, mesh: Mesh, rollouts: Rollouts, number: int, data, indices, uids) -> dict[str, float]:
         cfg, t = mesh.cfg, Timer()
         gen, scored = rollouts.sample_and_score(t, number, data.batch(indices, uids))
+        metrics: dict[str, float] = {}
+        if cfg.algorithm.dynamic_sampling:  # DAPO: groups that all scored the same out, more rounds in
+            gen, scored, metrics = dynamic.fill(rollouts, t, number, data, gen, scored, len(indices))
         batch = gen.select(POLICY_TENSORS)
         mask = batch.batch["response_mask"]
         reuse = on_policy(cfg, len(batch))
@@ -120,7 +124,7 @@ class PolicyGradient:
             with t("values"):
                 batch.batch["values"] = mesh.values(batch)
 
-        metrics, rewards = {}, scored.token_level_scores
+        rewards = scored.token_level_scores
         assert rewards is not None  # the Score request carries the response_mask: Scores has token scores
         if cfg.algorithm.overlong_buffer:
             a = cfg.algorithm

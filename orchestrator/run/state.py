@@ -63,7 +63,7 @@ class RunState:
 
     def rollouts(self) -> Rollouts:
         """What the step samples and pushes weights through."""
-        return Rollouts(self.mesh, self.tokenizer, self.producer)
+        return Rollouts(self.mesh, self.tokenizer, self.producer, more=None if self.producer else self.sampler.next)
 
     def sampler_state(self, number: int) -> dict:
         """The sampler's position after step `number`'s batch, as a checkpoint at `number` records it (the

@@ -13,6 +13,7 @@ generated. Without one, the step samples now and pushes at once. Either way the 
 """
 
 import dataclasses
+from collections.abc import Callable
 
 from meshrl.clients import Scores
 from meshrl.dataproto import DataProto
@@ -31,12 +32,15 @@ class Rollouts:
         None  # (Generate reply, Scores) of the step's training samples, for the sample log
     )
     metrics: dict = dataclasses.field(default_factory=dict)  # the producer's figures for the step
+    more: Callable[[], tuple] | None = None  # the next batch's (indices, uids) from the run's sampler, for a
+    #   step that samples further rounds (sampling.dynamic); None while a producer draws the batches
 
-    def sample_and_score(self, t: Timer, number: int, prompts) -> tuple[DataProto, Scores]:
+    def sample_and_score(self, t: Timer, number: int, prompts, round: int = 0) -> tuple[DataProto, Scores]:
         """The first two phases of every RL step: rollout.n responses per prompt (the step's seed), scored.
         With a producer they were done ahead: this waits for them (timing_s/wait_batch), and `metrics` gets
-        their times and staleness."""
+        their times and staleness. `round` > 0: a further round of the step (its own seed; no producer)."""
         if self.producer is not None:
+            assert not round, "a producer samples one round a step"
             with t("wait_batch"):
                 gen, scored, seconds, version = self.producer.take(number)
             self.metrics = {
@@ -45,8 +49,9 @@ class Rollouts:
                 "async/staleness": float(number - 1 - version),
             }
         else:
-            gen, scored, seconds = sample(self.mesh, self.tokenizer, number, prompts)
-            t.update(seconds)
+            gen, scored, seconds = sample(self.mesh, self.tokenizer, number, prompts, round=round)
+            for k, v in seconds.items():  # rounds add up
+                t[k] = t.get(k, 0.0) + v
         self.sampled = (gen, scored)
         return gen, scored
 

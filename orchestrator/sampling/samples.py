@@ -18,27 +18,29 @@ from orchestrator.timer import Timer
 log = logging.getLogger(__name__)
 
 
-def sampling_seed(cfg: Config, number: int) -> int:
+ROUND_SEED = 7919  # a step's further sampling rounds (sampling.dynamic) add this to its seed per round
+
+
+def sampling_seed(cfg: Config, number: int, round: int = 0) -> int:
     """Step `number` samples with its own seed, so a resumed run samples what an uninterrupted one would."""
-    return cfg.trainer.seed * 1_000_003 + number
+    return cfg.trainer.seed * 1_000_003 + number + ROUND_SEED * round
 
 
-def sample(mesh: Mesh, tokenizer, number: int, prompts, on_generated=None) -> tuple:
-    """(gen, scored, timing_s/gen and timing_s/reward) of step `number`; on_generated(number) in between.
-    `tokenizer`: the actor's, for multi-turn observations."""
+def sample(mesh: Mesh, tokenizer, number: int, prompts, on_generated=None, round: int = 0) -> tuple:
+    """(gen, scored, timing_s/gen and timing_s/reward) of step `number` (its sampling round `round`);
+    on_generated(number) in between. `tokenizer`: the actor's, for multi-turn observations."""
+    seed = sampling_seed(mesh.cfg, number, round)
     if mesh.cfg.rollout.multi_turn:  # episodes in the environment service
-        gen, scored, seconds = multi_turn.sample(mesh, prompts, sampling_seed(mesh.cfg, number), tokenizer)
+        gen, scored, seconds = multi_turn.sample(mesh, prompts, seed, tokenizer)
         if on_generated is not None:
             on_generated(number)
         return gen, scored, {f"timing_s/{k}": v for k, v in seconds.items()}
     if mesh.cfg.rollout.chunks > 1:  # concurrent calls, each scored as it returns
-        gen, scored, seconds = chunks.sample(
-            mesh, prompts, sampling_seed(mesh.cfg, number), on_generated and (lambda: on_generated(number))
-        )
+        gen, scored, seconds = chunks.sample(mesh, prompts, seed, on_generated and (lambda: on_generated(number)))
         return gen, scored, {f"timing_s/{k}": v for k, v in seconds.items()}
     t = Timer()
     with t("gen"):
-        gen = mesh.generate(prompts, seed=sampling_seed(mesh.cfg, number))
+        gen = mesh.generate(prompts, seed=seed)
     if on_generated is not None:
         on_generated(number)
     with t("reward"):

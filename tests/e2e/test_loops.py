@@ -17,6 +17,9 @@ from orchestrator.run.trainer import StepFailed
 VARIED = (
     "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
     "    return float(len(solution_str) % 3)\n"
+    "\n\n"
+    "def some_vary(data_source, solution_str, ground_truth, extra_info=None):  # others score 0 whatever the answer\n"
+    "    return float(len(solution_str) % 3) if '1' in str(ground_truth) else 0.0\n"
 )
 
 
@@ -66,6 +69,10 @@ def changed(run_dir, tiny_lm) -> bool:
                 "actor.clip_ratio_low=3e-4",
                 "actor.clip_ratio_high=4e-4",
                 "algorithm.overlong_buffer=8",  # and DAPO's overlong penalty on the scores
+                "algorithm.dynamic_sampling=true",  # and DAPO's dynamic sampling (groups that vary, more rounds)
+                "algorithm.dynamic_sampling_metric=score",
+                "reward.function=VARIED:some_vary",  # groups of problems without a 1 in the answer never vary
+                "algorithm.max_sample_rounds=3",
             ],
             {
                 "actor/pg_loss",
@@ -74,6 +81,9 @@ def changed(run_dir, tiny_lm) -> bool:
                 "actor/seq_ratio_mean",
                 "critic/overlong_penalty/mean",
                 "critic/overlong_penalty/share",
+                "dynamic_sampling/rounds",
+                "dynamic_sampling/kept_groups",
+                "dynamic_sampling/samples_per_kept",
             },
         ),
         (
@@ -91,9 +101,15 @@ def changed(run_dir, tiny_lm) -> bool:
     ],
 )
 def test_each_algorithm_trains_through_the_mesh(algorithm, extra, expected, base, tiny_lm):
-    run_dir = run(algorithm, load_config(None, [*base, *extra]))
+    varied = next(k.split("=", 1)[1].split(":")[0] for k in base if k.startswith("reward.function="))
+    run_dir = run(algorithm, load_config(None, [*base, *(e.replace("VARIED", varied) for e in extra)]))
     logged = rows(run_dir)
     assert [r["step"] for r in logged] == [0, 1, 2]  # step 0: validation before training
+    for r in logged[1:]:  # never more groups than the batch, never more rounds than allowed
+        assert r.get("dynamic_sampling/kept_groups", 0) <= 4 and r.get("dynamic_sampling/rounds", 1) <= 3
+    if "dynamic_sampling/rounds" in expected:  # some groups never vary: dropped, and more rounds sampled
+        assert sum(r["dynamic_sampling/dropped_groups"] for r in logged[1:]) > 0
+        assert max(r["dynamic_sampling/rounds"] for r in logged[1:]) > 1
     assert "val/score/mean" in logged[0] and "val/score/mean" in logged[2]
     for r in logged[1:]:
         assert expected <= set(r), expected - set(r)

@@ -1,0 +1,91 @@
+"""algorithm.dynamic_sampling: DAPO's dynamic sampling (meshrl.algos.filtering) around a step's samples.
+
+    gen, scored, metrics = fill(rollouts, t, number, data, gen, scored, groups)
+
+The step's first round is what the rollout sampled for its batch. Groups whose samples all have the same
+algorithm.dynamic_sampling_metric (acc or score) are dropped, and further rounds of
+data.train_batch_size prompts (the run's sampler, in order; each round its own seed) are sampled until
+`groups` varied groups are kept or algorithm.max_sample_rounds rounds were sampled. Kept groups are
+trained in the order they came, the surplus of the last round left out. A step that keeps fewer trains
+on those; one that keeps none trains on its last round as it is (its advantages are zero). Metrics:
+dynamic_sampling/{rounds, kept_groups, dropped_groups, samples_per_kept}.
+"""
+
+import logging
+
+import numpy as np
+import torch
+
+from meshrl.algos.filtering import rows_of, varied_groups
+from meshrl.clients.reward import Scores
+from meshrl.dataproto import DataProto
+from orchestrator.lifecycle.fleet import join_generations
+from orchestrator.sampling.chunks import join_scores
+from orchestrator.sampling.rollouts import Rollouts
+from orchestrator.timer import Timer
+
+log = logging.getLogger(__name__)
+METRICS = ("acc", "score")
+
+
+def values(scored: Scores, metric: str) -> list[float]:
+    """What a group must vary in: the scorer's acc column, or the scores."""
+    if metric == "score":
+        return scored.scores.tolist()
+    if "acc" not in scored.columns:
+        raise ValueError("algorithm.dynamic_sampling_metric=acc, but the scorer reports no acc: set it to score")
+    return [float(bool(a)) for a in scored.columns["acc"]]
+
+
+def select_scores(scored: Scores, rows: list[int]) -> Scores:
+    idx = torch.tensor(rows, dtype=torch.long)
+    token_level = scored.token_level_scores[idx] if scored.token_level_scores is not None else None
+    columns = {k: np.asarray(v, dtype=object)[rows] for k, v in scored.columns.items()}
+    return Scores(scored.scores[idx], token_level, columns, dict(scored.metrics))
+
+
+def fill(
+    rollouts: Rollouts, t: Timer, number: int, data, gen: DataProto, scored: Scores, groups: int
+) -> tuple[DataProto, Scores, dict[str, float]]:
+    a = rollouts.mesh.cfg.algorithm
+    gens: list[DataProto] = []
+    scores: list[Scores] = []
+    kept = dropped = 0
+    generated, rounds = len(gen), 1
+    while True:
+        uids = list(gen.non_tensor_batch["uid"])
+        varied = varied_groups(uids, values(scored, a.dynamic_sampling_metric))
+        dropped += len(dict.fromkeys(uids)) - len(varied)
+        take = varied[: groups - kept]
+        kept += len(take)
+        if take:
+            rows = rows_of(uids, take)
+            gens.append(gen.select_idxs(rows))
+            scores.append(select_scores(scored, rows))
+        if kept >= groups or rounds >= a.max_sample_rounds or rollouts.more is None:
+            break
+        indices, more_uids = rollouts.more()
+        gen, scored = rollouts.sample_and_score(t, number, data.batch(indices, more_uids), round=rounds)
+        generated += len(gen)
+        rounds += 1
+    if kept < groups:
+        log.warning(
+            "step %d: %d of %d groups vary in %s after %d sampling rounds (algorithm.max_sample_rounds)%s",
+            number,
+            kept,
+            groups,
+            a.dynamic_sampling_metric,
+            rounds,
+            "; training on the last round as it is" if not kept else "; training on those",
+        )
+    if gens:
+        gen = join_generations(gens)
+        scored = join_scores(scores, gen.batch["responses"].shape[1])
+    rollouts.sampled = (gen, scored)
+    metrics = {
+        "dynamic_sampling/rounds": float(rounds),
+        "dynamic_sampling/kept_groups": float(kept),
+        "dynamic_sampling/dropped_groups": float(dropped),
+        "dynamic_sampling/samples_per_kept": generated / len(gen) if kept else float(generated),
+    }
+    return gen, scored, metrics
