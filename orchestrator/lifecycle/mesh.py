@@ -215,6 +215,9 @@ class Mesh:
                 except NoReplica:
                     raise e from None
                 continue
+            except BaseException:  # not the service's answer (e.g. interrupted here): no longer in flight
+                self.router.done(name, samples, served=False)
+                raise
             self.router.done(name, samples, served=True)
             return gen
 

@@ -209,3 +209,11 @@ def test_a_removed_replica_gets_no_new_calls_and_its_calls_in_flight_finish():
     router.mark_up("rollout-2")
     assert router.pick(1) == "rollout-2"
     router.done("rollout-1", 2, served=True)  # a call of a removed replica ending late is ignored
+
+
+def test_a_call_that_fails_otherwise_is_no_longer_counted_in_flight():
+    mesh, replicas = fleet(2)
+    replicas["rollout-1"].fail = RuntimeError("a reply that cannot be decoded")  # not the service's error
+    with pytest.raises(RuntimeError, match="cannot be decoded"):
+        mesh.generate(prompts(4), seed=0)
+    assert mesh.router.in_flight == {"rollout": 0, "rollout-1": 0} and not mesh.router.down
