@@ -173,6 +173,30 @@ def cmd_fleet(args) -> int:
     return 0
 
 
+def cmd_config_from_verl(args) -> int:
+    """A verl PPO/GRPO YAML as our config, and what has no equivalent: orchestrator.from_verl."""
+    import yaml
+
+    from orchestrator.from_verl import convert, render
+
+    path = pathlib.Path(args.file)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        print(f"meshrl config from-verl: {path}: {e}", file=sys.stderr)
+        return 2
+    if not isinstance(raw, dict):
+        print(f"meshrl config from-verl: {path} is not a YAML mapping (a verl config)", file=sys.stderr)
+        return 2
+    text = render(*convert(raw), str(path))
+    if args.out:
+        pathlib.Path(args.out).write_text(text)
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        print(text, end="")
+    return 0
+
+
 def cmd_trace(args) -> int:
     """Print one training step's spans as a timeline (meshrl.trace_view)."""
     from meshrl.trace_view import main
@@ -245,6 +269,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, default=None, help="which checkpoint; default: the latest")
     p.add_argument("--out", default=None, help="output folder for hf/ (and hf_adapter/); default RUN_DIR/export/step_N")
     p.set_defaults(fn=cmd_export)
+    p = sub.add_parser("config", help="configs from elsewhere: `meshrl config from-verl VERL.yaml`")
+    which_config = p.add_subparsers(dest="config_command", required=True)
+    q = which_config.add_parser("from-verl", help="our config for a verl PPO/GRPO YAML, and what has no equivalent")
+    q.add_argument("file")
+    q.add_argument("--out", default=None, help="write it here instead of printing it")
+    q.set_defaults(fn=cmd_config_from_verl)
     p = sub.add_parser("fleet", help="resize a running run's rollout fleet (read before every step)")
     p.add_argument("run_dir")
     which = p.add_mutually_exclusive_group(required=True)
