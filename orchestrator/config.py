@@ -290,6 +290,9 @@ class TrainerSection(Checked):
             )
 
 
+RANK_STRATEGIES = ("STRICT_PACK", "PACK", "SPREAD", "STRICT_SPREAD")  # Ray's placement strategies
+
+
 @dataclasses.dataclass
 class RaySection(Checked):
     """Only for `meshrl ray ...`: where and how the services are placed."""
@@ -298,12 +301,19 @@ class RaySection(Checked):
     cpus_per_rank: float = 1.0  # each rank's bundle
     gpus_per_rank: float = 0.0
     colocate: list[str] = dataclasses.field(default_factory=list)  # roles sharing the actor's bundles, e.g. [rollout]
+    rank_strategy: str = "STRICT_PACK"  # a trained service's ranks (actor, ref, critic): STRICT_PACK on one
+    #   node, children of rank 0; PACK, SPREAD or STRICT_SPREAD may (must) put them on other nodes, which join
+    #   rank 0's process group over the network (a TCP store behind the run's secret)
     placement_timeout: float = 60.0  # seconds to wait for the cluster to fit a service
     local_cpus: int = 8  # logical CPUs of a local cluster (Ray's count, not cores)
     object_store_bytes: int = 200_000_000  # a local cluster's object store (the services pass no objects)
     tls: bool = True  # mutual TLS between the placed services and this process: certificates made for the run
     #   (run_dir/certs; each service gets only its own, in a private folder on its node); a MESHRL_TLS_DIR
     #   in the environment is used instead
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        one_of(self, "rank_strategy", RANK_STRATEGIES)
 
 
 @dataclasses.dataclass

@@ -140,7 +140,8 @@ def convert(raw: dict) -> tuple[str, dict[str, dict], list[tuple[str, object, st
     r = config.get("rollout.max_new_tokens")
     prompt = config.get("data.max_prompt_length")
     if r and prompt and "rollout.max_model_len" not in config:  # verl sizes the engine from the two
-        config["rollout.max_model_len"] = ("data.max_prompt_length", prompt[1], prompt[2] + r[2])
+        if isinstance(r[2], int) and isinstance(prompt[2], int):
+            config["rollout.max_model_len"] = ("data.max_prompt_length", prompt[1], prompt[2] + r[2])
     while True:  # every value checked together (some rules cross keys); one ours refuses is left out, named
         try:
             load_config(

@@ -24,12 +24,15 @@ import dataclasses
 import logging
 import os
 import pathlib
+import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 from typing import TYPE_CHECKING, Any
 
 from meshrl import tls
+from meshrl.group import GROUP_SECRET_VAR, free_port, node_env
 from meshrl.rpc.token import forget_run_token, run_token
 from orchestrator import main as loops
 from orchestrator.config import Config, ranks
@@ -46,17 +49,25 @@ log = logging.getLogger(__name__)
 
 
 class ServiceHost:
-    """A Ray actor that runs one `meshrl serve ...` process on its node and stops it on request."""
+    """A Ray actor that runs one `meshrl serve ...` process on its node (or, for a trained service whose
+    ranks span nodes, that service's ranks on this node) and stops them on request."""
 
     def __init__(self):
-        self.proc, self.tls_dir = None, None
+        self.proc, self.tls_dir, self.ranks = None, None, []
 
-    def start(self, args: list[str], env: dict[str, str], certs: dict[str, bytes] | None = None) -> str:
-        """Start the service; `certs` (file name -> bytes) go into a folder only this user can read."""
+    def node_address(self) -> str:
+        """The address Ray knows this node by (the services bind it)."""
         import ray
 
         node = ray.get_runtime_context().get_node_id()
-        host = next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node)  # the address Ray uses
+        return next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node)
+
+    def free_port(self) -> int:
+        return free_port(self.node_address())
+
+    def start(self, args: list[str], env: dict[str, str], certs: dict[str, bytes] | None = None) -> str:
+        """Start the service; `certs` (file name -> bytes) go into a folder only this user can read."""
+        host = self.node_address()
         if certs:
             self.tls_dir = tempfile.mkdtemp(prefix="meshrl-tls-")  # mode 0700
             for name, data in certs.items():
@@ -70,13 +81,26 @@ class ServiceHost:
             raise RuntimeError(f"{e} on {host}") from None
         return address
 
+    def start_ranks(self, role: str, ranks: list[int], world_size: int, group: str, env: dict[str, str]) -> str:
+        """Ranks `ranks` of a group across nodes whose rank 0 opens its store at `group` (env carries the
+        run's MESHRL_GROUP_SECRET); they join it from here. Returns this node's address."""
+        host = self.node_address()
+        secret = env[GROUP_SECRET_VAR]
+        for local, rank in enumerate(ranks):
+            own = {**os.environ, **env, **node_env(rank, local, world_size, group, secret, host)}
+            self.ranks.append(subprocess.Popen([sys.executable, "-m", "services.actor.rank", role], env=own))
+        return host
+
     def stop(self) -> int | None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
+        procs = ([self.proc] if self.proc is not None else []) + self.ranks
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
             try:
-                return self.proc.wait(60)
+                proc.wait(60)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                proc.kill()
         if self.tls_dir:
             shutil.rmtree(self.tls_dir, ignore_errors=True)
         return None if self.proc is None else self.proc.returncode
@@ -88,6 +112,7 @@ class Placement:
     # role -> its ServiceHost's actor handle. Any: Ray types an actor's methods as the class's own (no
     # .remote) unless each is decorated with ray.method, which would import ray with this module
     hosts: dict[str, Any]
+    extra: list[Any] = dataclasses.field(default_factory=list)  # hosts of ranks on other nodes
 
 
 def place(cfg: Config, roles: set[str]) -> Placement:
@@ -95,7 +120,6 @@ def place(cfg: Config, roles: set[str]) -> Placement:
     roles = service_roles(cfg, roles)
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     rc = cfg.ray
     unknown = sorted(set(rc.colocate) - (roles - {"actor"}))
@@ -115,6 +139,8 @@ def place(cfg: Config, roles: set[str]) -> Placement:
         )
     names = [n for r in sorted(roles) for n in (replica_names(cfg) if r == "rollout" else [r])]  # the fleet's too
     colocated = sum(role_of(n) in rc.colocate for n in names)
+    nodes: dict[str, list[list[int]]] = {}  # a trained service whose ranks span nodes: its bundles by node
+    extra: list[Any] = []  # the hosts of its ranks on the other nodes
     try:
         for name in sorted(names, key=lambda n: n != "actor"):  # the actor first: others may join its group
             role = role_of(name)
@@ -122,33 +148,50 @@ def place(cfg: Config, roles: set[str]) -> Placement:
                 pg, share = groups["actor"], colocated + 1
             else:
                 bundle = {"CPU": rc.cpus_per_rank, **({"GPU": rc.gpus_per_rank} if rc.gpus_per_rank else {})}
-                pg = placement_group([dict(bundle) for _ in range(ranks(cfg, role))], strategy="STRICT_PACK")
+                spread = role in TRAINED and ranks(cfg, role) > 1 and rc.rank_strategy != "STRICT_PACK"
+                strategy = rc.rank_strategy if spread else "STRICT_PACK"
+                pg = placement_group([dict(bundle) for _ in range(ranks(cfg, role))], strategy=strategy)
                 try:
                     ray.get(pg.ready(), timeout=rc.placement_timeout)
                 except ray.exceptions.GetTimeoutError:
                     remove_placement_group(pg)
                     raise RuntimeError(
                         f"the Ray cluster cannot place the {name} service: it needs {ranks(cfg, role)} bundle(s) of "
-                        f"{bundle} on one node; available now: {ray.available_resources()} "
-                        f"(waited {rc.placement_timeout:.0f} s; lower ray.cpus_per_rank/gpus_per_rank or add nodes)"
+                        f"{bundle} {'as ' + strategy if spread else 'on one node'}; available now: "
+                        f"{ray.available_resources()} (waited {rc.placement_timeout:.0f} s; lower "
+                        "ray.cpus_per_rank/gpus_per_rank or add nodes)"
                     ) from None
                 groups[name], share = pg, 1
+                if spread:
+                    nodes[name] = by_node(pg)
             # the host itself takes a slice of the first bundle; the service's ranks use the rest
-            host = (
-                ray.remote(ServiceHost)
-                .options(
-                    num_cpus=0.01,
-                    num_gpus=(rc.gpus_per_rank / (share + 1)) if rc.gpus_per_rank else 0,
-                    scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0),
+            first = nodes[name][0][0] if name in nodes else 0
+            hosts[name] = service_host(pg, first, rc.gpus_per_rank / (share + 1) if rc.gpus_per_rank else 0)
+        args = {n: serve_args(cfg, role_of(n)) for n in hosts}
+        own_env = {n: env for n in hosts}
+        for name, bundles in nodes.items():  # ranks on other nodes join rank 0's group there
+            secret, host0 = secrets.token_hex(16), hosts[name]
+            group = f"{ray.get(host0.node_address.remote())}:{ray.get(host0.free_port.remote())}"
+            rank = len(bundles[0])
+            threads = {"OMP_NUM_THREADS": str(max(1, int(rc.cpus_per_rank)))}  # a rank's bundle
+            for indices in bundles[1:]:
+                extra.append(service_host(groups[name], indices[0], 0))
+                ray.get(
+                    extra[-1].start_ranks.remote(
+                        role_of(name),
+                        list(range(rank, rank + len(indices))),
+                        ranks(cfg, role_of(name)),
+                        group,
+                        {**env, **threads, GROUP_SECRET_VAR: secret},
+                    )
                 )
-                .remote()
-            )
-            hosts[name] = host
-        addresses = ray.get(
-            [h.start.remote(serve_args(cfg, role_of(n)), env, role_certs(role_of(n))) for n, h in hosts.items()]
-        )
+                rank += len(indices)
+            args[name] += ["--local-ranks", str(len(bundles[0])), "--group-port", group.rpartition(":")[2]]
+            own_env[name] = {**env, GROUP_SECRET_VAR: secret}
+            log.info("%s: %d ranks on %d nodes, meeting at %s", name, ranks(cfg, role_of(name)), len(bundles), group)
+        addresses = ray.get([h.start.remote(args[n], own_env[n], role_certs(role_of(n))) for n, h in hosts.items()])
     except BaseException:
-        release(Placement(groups, hosts))
+        release(Placement(groups, hosts, extra))
         raise
     placed = dict(zip(hosts, addresses))
     for name, address in placed.items():
@@ -157,7 +200,37 @@ def place(cfg: Config, roles: set[str]) -> Placement:
         log.info("placed %s at %s", name, address)
     if "rollout" in roles:  # the fleet as a list of running replicas, in their order
         cfg.rollout.address = ",".join(placed[n] for n in replica_names(cfg))
-    return Placement(groups, hosts)
+    return Placement(groups, hosts, extra)
+
+
+TRAINED = ("actor", "ref", "critic")  # services whose ranks form a process group
+
+
+def service_host(pg, bundle: int, gpus: float):
+    """A ServiceHost in bundle `bundle` of placement group `pg`."""
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return (
+        ray.remote(ServiceHost)
+        .options(
+            num_cpus=0.01,
+            num_gpus=gpus,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle),
+        )
+        .remote()
+    )
+
+
+def by_node(pg) -> list[list[int]]:
+    """The group's bundle indices by node, bundle 0's node first (rank 0 and the ranks beside it)."""
+    from ray.util import placement_group_table
+
+    node_of = placement_group_table(pg)["bundles_to_node_id"]
+    order: dict[str, list[int]] = {}
+    for index in sorted(node_of, key=lambda i: (node_of[i] != node_of[0], i)):
+        order.setdefault(node_of[index], []).append(index)
+    return list(order.values())
 
 
 def role_certs(role: str) -> dict[str, bytes] | None:
@@ -188,7 +261,7 @@ def release(placement: Placement) -> None:
     import ray
     from ray.util.placement_group import remove_placement_group
 
-    for host in placement.hosts.values():
+    for host in [*placement.hosts.values(), *placement.extra]:
         try:
             ray.get(host.stop.remote(), timeout=90)
         except Exception as e:  # noqa: BLE001 - stopping the rest matters more

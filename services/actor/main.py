@@ -15,6 +15,7 @@ import torch
 from meshrl import hosts
 from meshrl.config.actor import EngineConfig, OptimConfig
 from meshrl.flags import add_dataclass_flags, add_server_flags
+from meshrl.group import GROUP_SECRET_VAR, free_port, node_env
 from meshrl.rpc.server import run_service
 from services.actor.comm import Driver
 from services.actor.handler import RankHandler
@@ -42,6 +43,17 @@ def main(argv: list[str]) -> int:
         help="SaveCheckpoint and LoadCheckpoint paths must lie under this folder (default: the working "
         "directory); relative paths are taken from it",
     )
+    p.add_argument(
+        "--local-ranks",
+        type=int,
+        default=0,
+        help="ranks this process starts here (0: all); fewer: the group spans nodes, the other ranks are "
+        "started on theirs (`python -m services.actor.rank ROLE` with node_env), and they meet in a TCP store "
+        "on --host at --group-port, each key behind MESHRL_GROUP_SECRET",
+    )
+    p.add_argument(
+        "--group-port", type=int, default=0, help="the group's TCP store (with --local-ranks); 0: a free one"
+    )
     add_server_flags(p)
     engine_keys = add_dataclass_flags(p, EngineConfig)
     optim_keys = add_dataclass_flags(p, OptimConfig, skip=("betas",))
@@ -67,11 +79,22 @@ def main(argv: list[str]) -> int:
         except ValueError as e:
             p.error(str(e))
 
-    store = new_store()
-    os.environ.update(rank_env(0, args.world_size, store))
-    threads = hosts.threads_per_rank(args.threads, args.world_size)
+    local = args.local_ranks or args.world_size
+    if not 1 <= local <= args.world_size:
+        p.error(f"--local-ranks must be in 1..--world-size ({args.world_size}), got {args.local_ranks}")
+    store = None
+    if local < args.world_size:  # a group across nodes: rank 0's TCP store on this node's address
+        if not os.environ.get(GROUP_SECRET_VAR):
+            p.error(f"--local-ranks below --world-size needs {GROUP_SECRET_VAR} in the environment")
+        group = f"{args.host}:{args.group_port or free_port(args.host)}"
+        os.environ.update(node_env(0, 0, args.world_size, group, os.environ[GROUP_SECRET_VAR], args.host))
+        log.info("the group's store is at %s: ranks %d..%d join it from their nodes", group, local, args.world_size - 1)
+    else:
+        store = new_store()
+        os.environ.update(rank_env(0, args.world_size, store))
+    threads = hosts.threads_per_rank(args.threads, local)
     torch.set_num_threads(threads)
-    children = start_ranks(args.role, args.world_size, store, threads)
+    children = start_ranks(args.role, args.world_size, store or "", threads, local)
     join_group()
     driver = Driver(RankHandler(args.role))
     servicer = ActorServicer(args.role, driver, args.checkpoint_root)
