@@ -61,8 +61,8 @@ def read_yaml(text: str):
 
 @dataclasses.dataclass
 class DataSection(Checked):
-    train_files: str = ""  # parquet in verl's schema
-    val_files: str = ""  # held-out parquet, same schema; empty: no validation
+    train_files: str = ""  # rows in verl's schema: parquet, JSON lines, or a `datasets` folder (save_to_disk)
+    val_files: str = ""  # held-out rows, same schema and kinds; empty: no validation
     prompt_key: str = "prompt"  # the column holding each prompt: chat messages, or a string (one user message)
     max_prompt_length: int = 0  # prompt tokens (chat template applied); longer prompts are dropped and
     #   counted; 0: whatever fits rollout.max_model_len - rollout.max_new_tokens

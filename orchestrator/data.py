@@ -1,4 +1,8 @@
-"""Prompts for the algorithm loops: verl-schema parquet in, left-padded DataProto batches out.
+"""Prompts for the algorithm loops: verl-schema rows in, left-padded DataProto batches out.
+
+Rows come from parquet (verl's own), JSON lines (.jsonl, or .json holding a list of rows, as OpenRLHF and
+TRL data often are), or a HuggingFace `datasets` folder written by save_to_disk (read with `datasets`;
+a DatasetDict's folder names its splits, and one of them is the file to give).
 
 Each row's prompt (the `prompt` column, or the one data.prompt_key names: chat
 messages, or a plain string, which is one user message) is rendered with the
@@ -38,6 +42,35 @@ def _plain(value):
     return value
 
 
+FORMATS = ".parquet, .jsonl, .json, or a `datasets` folder (save_to_disk)"
+
+
+def read_rows(path: pathlib.Path, key: str) -> pd.DataFrame:
+    """One data file's rows, by its kind (FORMATS)."""
+    if path.is_dir():
+        import datasets  # only for folders: it takes a second to import
+
+        try:
+            data = datasets.load_from_disk(str(path))
+        except FileNotFoundError as e:
+            raise ValueError(f"{key}: {path} is a folder but not a `datasets` one ({e})") from None
+        if isinstance(data, datasets.DatasetDict):
+            raise ValueError(
+                f"{key}: {path} holds the splits {sorted(data)}; name one of them, e.g. {path / next(iter(data))}"
+            )
+        return data.to_pandas()
+    if path.suffix == ".parquet":
+        return pd.read_parquet(path)
+    if path.suffix in (".jsonl", ".json"):
+        try:
+            return pd.read_json(path, lines=path.suffix == ".jsonl", orient="records")
+        except ValueError as e:
+            raise ValueError(
+                f"{key}: {path} is not JSON {'lines ' if path.suffix == '.jsonl' else ''}rows: {e}"
+            ) from None
+    raise ValueError(f"{key}: {path} is not a data file this reads ({FORMATS})")
+
+
 class PromptDataset:
     def __init__(
         self,
@@ -48,10 +81,10 @@ class PromptDataset:
         key: str = "data.train_files",
     ):
         paths = [files] if isinstance(files, (str, pathlib.Path)) else list(files)
-        missing = [str(p) for p in paths if not pathlib.Path(p).is_file()]
+        missing = [str(p) for p in paths if not pathlib.Path(p).exists()]
         if missing:
             raise ValueError(f"data file(s) not found: {missing}")
-        frame = pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
+        frame = pd.concat([read_rows(pathlib.Path(p), key) for p in paths], ignore_index=True)
         if prompt_key not in frame.columns:
             raise ValueError(
                 f"{key}: column {prompt_key!r} is missing from {paths} (data.prompt_key names the "

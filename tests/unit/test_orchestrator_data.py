@@ -111,3 +111,31 @@ def test_as_messages_refuses_what_no_template_renders(bad, match):
     with pytest.raises(ValueError, match=r"^here: " + match):
         as_messages(bad, "here")
     assert as_messages("1+1=", "here") == [{"role": "user", "content": "1+1="}]
+
+
+def test_jsonl_json_and_datasets_folders_give_the_rows_parquet_gives(arithmetic_data, tokenizer, tmp_path):
+    import datasets
+
+    frame = pd.read_parquet(arithmetic_data["train"]).head(12)
+    frame.to_parquet(tmp_path / "rows.parquet")
+    frame.to_json(tmp_path / "rows.jsonl", orient="records", lines=True)
+    frame.to_json(tmp_path / "rows.json", orient="records")
+    datasets.Dataset.from_pandas(frame, preserve_index=False).save_to_disk(str(tmp_path / "rows"))
+    want = PromptDataset(str(tmp_path / "rows.parquet"), tokenizer, 128)
+    for other in ("rows.jsonl", "rows.json", "rows"):
+        got = PromptDataset(str(tmp_path / other), tokenizer, 128)
+        assert got.prompt_ids == want.prompt_ids, other
+        assert [r["reward_model"] for r in got.rows] == [r["reward_model"] for r in want.rows], other
+        assert [r["prompt"] for r in got.rows] == [r["prompt"] for r in want.rows], other
+    datasets.DatasetDict({"train": datasets.Dataset.from_pandas(frame)}).save_to_disk(str(tmp_path / "splits"))
+    with pytest.raises(ValueError, match=r"holds the splits \['train'\]; name one of them"):
+        PromptDataset(str(tmp_path / "splits"), tokenizer, 128)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="is a folder but not a `datasets` one"):
+        PromptDataset(str(tmp_path / "empty"), tokenizer, 128)
+    (tmp_path / "rows.csv").write_text("a,b\n")
+    with pytest.raises(ValueError, match=r"not a data file this reads \(.parquet, .jsonl"):
+        PromptDataset(str(tmp_path / "rows.csv"), tokenizer, 128)
+    (tmp_path / "bad.jsonl").write_text("{not json\n")
+    with pytest.raises(ValueError, match="bad.jsonl is not JSON lines rows"):
+        PromptDataset(str(tmp_path / "bad.jsonl"), tokenizer, 128)
