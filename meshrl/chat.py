@@ -42,3 +42,40 @@ def render(tokenizer, messages: list[dict], where: str) -> str:
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     except Exception as e:  # noqa: BLE001 - the template is the model's, the messages the caller's
         raise ValueError(f"{where}: the chat template cannot render this prompt: {type(e).__name__}: {e}") from None
+
+
+def turns(tokenizer, messages: list[dict], where: str) -> list[tuple[str, bool]]:
+    """A conversation as the chat template renders it, cut into (text, trained) pieces for SFT: the text
+    up to the first assistant turn (the prompt) and between assistant turns is not trained; each assistant
+    turn is, up to and with its end token (the tokenizer's eos; appended where the template writes none),
+    and the template's text after that token is not. Each assistant turn is found as what rendering the
+    conversation up to it adds to rendering the turns before it with the generation prompt; a template
+    that does not render the conversation as such a continuation is refused."""
+    eos = tokenizer.eos_token or ""
+    if not any(m["role"] == "assistant" for m in messages):
+        raise ValueError(f"{where}: the conversation has no assistant turn to learn")
+
+    def text(upto: int, prompt: bool) -> str:
+        try:
+            return tokenizer.apply_chat_template(messages[:upto], tokenize=False, add_generation_prompt=prompt)
+        except Exception as e:  # noqa: BLE001 - the template is the model's, the messages the caller's
+            raise ValueError(f"{where}: the chat template cannot render it: {type(e).__name__}: {e}") from None
+
+    pieces: list[tuple[str, bool]] = []
+    done = ""
+    for k, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        before, after = text(k, True), text(k + 1, False)
+        if not before.startswith(done) or not after.startswith(before):
+            raise ValueError(
+                f"{where}: the chat template does not render turn {k} as a continuation of the turns before it"
+            )
+        pieces.append((before[len(done) :], False))
+        turn = after[len(before) :]
+        end = turn.rfind(eos) + len(eos) if eos and eos in turn else len(turn)
+        pieces.append((turn[:end] + ("" if eos and eos in turn else eos), True))
+        if turn[end:]:
+            pieces.append((turn[end:], False))
+        done = after
+    return [(t, trained) for t, trained in pieces if t]

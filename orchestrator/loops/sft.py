@@ -1,12 +1,18 @@
 """SFT through the actor service: teach the answers (extra_info.answer, as verl's GSM8K SFT reads them)
 as assistant turns after the chat-rendered prompt, with masked cross-entropy on the answer tokens.
 
+A row whose prompt column holds a conversation with assistant turns (TRL's and OpenRLHF's messages
+format; data.prompt_key=messages) is learnt as it is instead: every assistant turn is trained, up to and
+with its end token, and everything else (system and user turns, tool results, the template's own text
+between turns) is context with no loss (meshrl.chat.turns).
+
 Used as the warm-up before RL: a randomly initialised model scores zero, and zero rewards teach nothing.
 The final model is run_dir/hf (a link into the last checkpoint).
 """
 
 import dataclasses
 
+from meshrl.chat import turns
 from meshrl.dataproto import DataProto
 from meshrl.layout import rollout_tensors
 from orchestrator.config import Config
@@ -17,19 +23,42 @@ from orchestrator.sampling.rollouts import Rollouts
 
 
 def sft_batch(data: PromptDataset, indices: list[int]) -> DataProto:
-    """Prompt (left padded) + answer and </s> (right padded) in verl's layout, response_mask on the answer."""
-    tokenizer = data.tokenizer
-    missing = [i for i in indices if "answer" not in (data.rows[i].get("extra_info") or {})]
-    if missing:
-        raise ValueError(f"SFT needs extra_info.answer in every row; row {missing[0]} has none")
-    prompts = [data.prompt_ids[i] for i in indices]
-    answers = [
-        tokenizer(str(data.rows[i]["extra_info"]["answer"]), add_special_tokens=False)["input_ids"]
-        + [tokenizer.eos_token_id]
-        for i in indices
-    ]
-    tensors = rollout_tensors(prompts, answers, data.pad)  # every answer ends in </s>: never empty
+    """Prompt (left padded) + what is learnt (right padded) in verl's layout, response_mask on the learnt
+    tokens: the answer and </s>, or a conversation's assistant turns."""
+    prompts, responses, masks = [], [], []
+    for i in indices:
+        prompt, response, mask = example(data, i)
+        prompts.append(prompt)
+        responses.append(response)
+        masks.append(mask)
+    tensors = rollout_tensors(prompts, responses, data.pad, masks)  # never empty: an end token at least
     return DataProto({k: v for k, v in tensors.items() if k != "prompts"})
+
+
+def example(data: PromptDataset, i: int) -> tuple[list[int], list[int], list[int]]:
+    """(prompt ids, response ids, response mask) of row i."""
+    tokenizer, row = data.tokenizer, data.rows[i]
+    messages = row["prompt"]
+    if any(m["role"] == "assistant" for m in messages):
+        pieces = turns(tokenizer, messages, f"data.train_files row {i}")
+        prompt = ids(tokenizer, pieces[0][0]) if not pieces[0][1] else []
+        response, mask = [], []
+        for text, trained in pieces[1:] if prompt else pieces:
+            piece = ids(tokenizer, text)
+            response += piece
+            mask += [int(trained)] * len(piece)
+        return prompt, response, mask
+    answer = (row.get("extra_info") or {}).get("answer")
+    if answer is None:
+        raise ValueError(
+            f"SFT needs extra_info.answer in every row, or a conversation with assistant turns; row {i} has neither"
+        )
+    response = ids(tokenizer, str(answer)) + [tokenizer.eos_token_id]
+    return data.prompt_ids[i], response, [1] * len(response)
+
+
+def ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 @dataclasses.dataclass
