@@ -64,10 +64,13 @@ def main(argv: list[str]) -> int:
         p.error(str(e))
     if args.threads < 0:
         p.error("--threads must be >= 0")
+    local = args.local_ranks or args.world_size  # the ranks on this machine
+    if not 1 <= local <= args.world_size:
+        p.error(f"--local-ranks must be in 1..--world-size ({args.world_size}), got {args.local_ranks}")
     gpus = hosts.gpus()
-    if gpus and args.world_size > gpus:  # NCCL would refuse two ranks on one device, but only at the first call
+    if gpus and local > gpus:  # NCCL would refuse two ranks on one device, but only at the first call
         p.error(
-            f"--world-size {args.world_size} puts {args.world_size} ranks on this machine's {gpus} GPU(s), and "
+            f"--world-size {args.world_size} puts {local} ranks on this machine's {gpus} GPU(s), and "
             f"NCCL refuses two ranks on one device: use --world-size auto (one per GPU) or at most {gpus}"
         )
 
@@ -79,9 +82,6 @@ def main(argv: list[str]) -> int:
         except ValueError as e:
             p.error(str(e))
 
-    local = args.local_ranks or args.world_size
-    if not 1 <= local <= args.world_size:
-        p.error(f"--local-ranks must be in 1..--world-size ({args.world_size}), got {args.local_ranks}")
     store = None
     if local < args.world_size:  # a group across nodes: rank 0's TCP store on this node's address
         if not os.environ.get(GROUP_SECRET_VAR):
