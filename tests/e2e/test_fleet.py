@@ -122,9 +122,14 @@ def test_a_fleet_shares_each_step_and_a_killed_replica_costs_no_step(tiny_lm, ar
 
 def test_replicas_added_and_removed_while_the_run_goes_on(tiny_lm, arithmetic_data, tmp_path):
     """`meshrl fleet RUN_DIR --replicas N` on a running run: a new replica starts while the run goes on and
-    gets work once it holds the current weights; a removed one is stopped."""
+    gets work once it holds the current weights; a removed one is stopped. The actor trains a LoRA adapter,
+    so what every replica holds, the one that joins too, is the base model with the pushed adapter."""
     run_dir, log = tmp_path / "resized", tmp_path / "resized.log"
-    overrides = [*fleet_settings(tiny_lm, arithmetic_data, tmp_path, run_dir), "rollout.replicas=1"]
+    overrides = [
+        *fleet_settings(tiny_lm, arithmetic_data, tmp_path, run_dir),
+        "rollout.replicas=1",
+        "actor.lora_rank=8",
+    ]
     with open(log, "w") as f:
         proc = subprocess.Popen([sys.executable, "-m", "cli", "grpo", *overrides], stdout=f, stderr=f)
     orchestrator, hold, stage = psutil.Process(proc.pid), tmp_path / "hold", "start"
