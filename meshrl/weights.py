@@ -144,29 +144,6 @@ def stream_chunks(
             pieces, size = [], 0
 
 
-def push(
-    client,
-    buckets: list[Bucket],
-    tensors_of: Callable[[Bucket], list[torch.Tensor]],
-    version: int,
-    transport: str,
-    share: Callable[[Bucket, list[torch.Tensor]], list] | None = None,
-    deadline: float | None = None,
-    rollback: bool = False,
-    lora: rollout_pb2.LoraAdapter | None = None,
-) -> dict[str, float]:
-    """Send the buckets to the rollout service behind `client` (a meshrl.rpc.Client); tensors_of(bucket)
-    gives a bucket's tensors in its refs' order, on any device, when it is its turn. cuda_ipc: share(bucket,
-    tensors) gives the CudaIpcHandles of the bucket's copies, one per GPU, the first this process's (by
-    default: one copy, in this process's reused CUDA bucket). deadline (time.monotonic()): when the
-    sender's own caller stops waiting. rollback: the rollout takes `version` even below its own (a run
-    going back to a checkpoint). lora: the buckets hold this LoRA adapter (peft's tensor names, as
-    peft.get_peft_model_state_dict gives them), not the model's weights."""
-    stats, failed = push_to_all([client], buckets, tensors_of, version, transport, share, deadline, rollback, lora)
-    assert not failed  # with one rollout, its failure is the push's (raised)
-    return stats
-
-
 def push_to_all(
     clients: list,
     buckets: list[Bucket],
@@ -178,10 +155,19 @@ def push_to_all(
     rollback: bool = False,
     lora: rollout_pb2.LoraAdapter | None = None,
 ) -> tuple[dict[str, float], dict[str, Exception]]:
-    """push() to several rollout replicas: each bucket is gathered once and sent to every replica side by
-    side (shm: into each one's segment; cuda_ipc: the same handles to each). A replica that fails is
-    dropped from the rest of the push and its error returned by address; the push raises the first error
-    only when every replica failed. Returns (stats, {address: error})."""
+    """Send the buckets to the rollout services behind `clients` (meshrl.rpc.Clients: one rollout, or the
+    replicas of a fleet), each bucket gathered once and sent to every replica side by side (shm: into each
+    one's segment; cuda_ipc: the same handles to each). tensors_of(bucket) gives a bucket's tensors in its
+    refs' order, on any device, when it is its turn. cuda_ipc: share(bucket, tensors) gives the
+    CudaIpcHandles of the bucket's copies, one per GPU, the first this process's (by default: one copy, in
+    this process's reused CUDA bucket). deadline (time.monotonic()): when the sender's own caller stops
+    waiting. rollback: the rollouts take `version` even below their own (a run going back to a
+    checkpoint). lora: the buckets hold this LoRA adapter (peft's tensor names, as
+    peft.get_peft_model_state_dict gives them), not the model's weights.
+
+    A replica that fails is dropped from the rest of the push and its error returned by address; the push
+    raises the first error only when every replica failed (with one rollout: its error). Returns
+    (stats, {address: error})."""
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
     start = time.perf_counter()
@@ -312,7 +298,8 @@ def push_state(
     rollback: bool = False,
     lora: rollout_pb2.LoraAdapter | None = None,
 ) -> dict[str, float]:
-    """push() for a state dict held whole (HF names; an adapter's: peft's, with `lora`)."""
+    """A push (push_to_all) of a state dict held whole (HF names; an adapter's: peft's, with `lora`) to one
+    rollout; its stats."""
     buckets = plan([(k, t.dtype, list(t.shape)) for k, t in named.items()], bucket_bytes)
     tensors_of = lambda b: [named[r.name] for r in b.refs]  # noqa: E731
-    return push(client, buckets, tensors_of, version, transport, rollback=rollback, lora=lora)
+    return push_to_all([client], buckets, tensors_of, version, transport, rollback=rollback, lora=lora)[0]

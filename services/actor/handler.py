@@ -76,7 +76,7 @@ class RankHandler:
 
     def push_weights(self, args: dict, part=None) -> DataProto:
         """Gather the weights bucket by bucket (collective) and, on rank 0, send each to the rollout as it is
-        gathered (meshrl.weights.push): no rank holds more than one bucket of full tensors. A refusal from
+        gathered (meshrl.weights.push_to_all): no rank holds more than one bucket of full tensors. A refusal from
         the rollout is kept in push_failure (rank 0 is the servicer's process) to reach the caller as the
         rollout said it. The push stops with its caller: every rank before each bucket, and a call to the
         rollout in flight at once (send_to_rollout).
@@ -211,7 +211,7 @@ def cut_when_caller_leaves(clients: list[Client]):
 
 
 def per_gpu_share(buckets: list) -> Callable:
-    """share(bucket, tensors) for meshrl.weights.push, called by every rank in step: each copies the bucket
+    """share(bucket, tensors) for meshrl.weights.push_to_all, called by every rank in step: each copies the bucket
     into its own reused CUDA buffer and shares it; rank 0 gets every rank's handle, its own first."""
     from meshrl.cuda_ipc import CudaBucket
 
