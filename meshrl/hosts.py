@@ -63,6 +63,11 @@ def share_cores(parts: int) -> list[str]:
     return [",".join(map(str, mine[a:b])) for a, b in zip(bounds, bounds[1:])]
 
 
+def address_list(text: str) -> list[str]:
+    """The addresses of a comma-separated list (a rollout fleet's: "H1:P1,H2:P2"), blanks left out."""
+    return [a.strip() for a in text.split(",") if a.strip()]
+
+
 def is_address(text: str) -> bool:
     """HOST:PORT with a port a socket can have (grpc would dial port 443 for a bare host, and 70000 as 4464)."""
     host, sep, port = text.rpartition(":")

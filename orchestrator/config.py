@@ -159,7 +159,7 @@ class RolloutSection(RolloutSettings):
         super().__post_init__()
         require(self.n >= 1, self, "n", "must be >= 1")
         require(self.replicas >= 1, self, "replicas", "must be >= 1")
-        given = [a for a in self.address.split(",") if a.strip()]
+        given = hosts.address_list(self.address)
         if len(given) > 1 and self.replicas not in (1, len(given)):
             raise FieldError(
                 f"{{address}} lists {len(given)} replicas and {{replicas}}={self.replicas}: the list is the fleet "

@@ -27,6 +27,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from meshrl import hosts
 from meshrl.dataproto import DataProto
 from orchestrator.config import Config
 
@@ -47,7 +48,7 @@ def write_fleet(run_dir: pathlib.Path, replicas: int = 0, address: str = "") -> 
         raise ValueError("give the number of replicas the run starts, or the addresses of running ones")
     if replicas < 0:
         raise ValueError(f"replicas={replicas} must be >= 1")
-    listed = [a.strip() for a in address.split(",") if a.strip()]
+    listed = hosts.address_list(address)
     wanted = {"replicas": replicas} if replicas else {"address": ",".join(listed)}
     tmp = run_dir / f".{FLEET_FILE}.tmp"
     tmp.write_text(json.dumps(wanted) + "\n")
@@ -74,7 +75,7 @@ def replica_count(cfg: Config) -> int:
 
 def given_addresses(cfg: Config) -> list[str]:
     """rollout.address as a list: one HOST:PORT, or several separated by commas (a fleet run elsewhere)."""
-    return [a.strip() for a in cfg.rollout.address.split(",") if a.strip()]
+    return hosts.address_list(cfg.rollout.address)
 
 
 def replica_address(cfg: Config, name: str) -> str:

@@ -91,7 +91,7 @@ def check_addresses(cfg: Config, roles: set[str]) -> None:
     """HOST:PORT with a port a socket can have: a bad one otherwise shows only as a service not answering."""
     for role in sorted(roles):
         address = getattr(getattr(cfg, role, None), "address", "")
-        listed = [a.strip() for a in address.split(",")] if role == "rollout" else [address]  # a fleet: several
+        listed = hosts.address_list(address) if role == "rollout" else [address]  # a fleet: several
         for one in listed if address else []:
             if not hosts.is_address(one):
                 what = f"{role}.address={address}" + (f" ({one!r})" if len(listed) > 1 else "")
@@ -125,7 +125,7 @@ def check_rollout(cfg: Config) -> None:
                 "rollout.weight_transport=cuda_ipc needs the actor and rollout on one GPU, and this "
                 "machine has none: use shm (same host) or stream"
             )
-    if r.colocate and (r.replicas > 1 or "," in r.address):
+    if r.colocate and (r.replicas > 1 or len(hosts.address_list(r.address)) > 1):
         raise ValueError(
             "rollout.colocate hands one GPU between the trained models and one rollout engine: a fleet "
             "(rollout.replicas, or several rollout.address) cannot share it; set one of them off"

@@ -43,7 +43,7 @@ def resize(state: RunState) -> None:
         return
     current = list(mesh.replicas)
     if given:
-        listed = [a.strip() for a in str(wanted["address"]).split(",") if a.strip()]
+        listed = hosts.address_list(str(wanted["address"]))
         at = {mesh[n].address: n for n in current}
         gone = [n for a, n in at.items() if a not in listed and n != "rollout"]
         for address in (a for a in listed if a not in at):
