@@ -164,9 +164,8 @@ def place(cfg: Config, roles: set[str]) -> Placement:
                 groups[name], share = pg, 1
                 if spread:
                     nodes[name] = by_node(pg)
-            # the host itself takes a slice of the first bundle; the service's ranks use the rest
-            first = nodes[name][0][0] if name in nodes else 0
-            hosts[name] = service_host(pg, first, rc.gpus_per_rank / (share + 1) if rc.gpus_per_rank else 0)
+            # the host itself takes a slice of the first bundle (rank 0's); the service's ranks use the rest
+            hosts[name] = service_host(pg, 0, rc.gpus_per_rank / (share + 1) if rc.gpus_per_rank else 0)
         args = {n: serve_args(cfg, role_of(n)) for n in hosts}
         own_env = {n: env for n in hosts}
         for name, bundles in nodes.items():  # ranks on other nodes join rank 0's group there

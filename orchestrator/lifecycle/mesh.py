@@ -204,7 +204,7 @@ class Mesh:
                 gen = self._interruptible(request, name)
             except ServiceError as e:
                 self.router.done(name, samples, served=False)
-                if not replica_lost(e) or len(self.router.up()) <= 1 and name in self.router.up():
+                if not replica_lost(e) or self.router.up() == [name]:  # the request's fault, or the last one up
                     raise
                 log.warning(
                     "rollout replica %s (%s) failed a Generate and is set aside: %s", name, self[name].address, e

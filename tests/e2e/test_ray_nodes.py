@@ -32,28 +32,37 @@ def nodes():
     cluster.shutdown()
 
 
-@pytest.mark.slow
-def test_grpo_with_an_actor_across_two_nodes(nodes, tiny_lm, arithmetic_data, tmp_path):
-    from ray.util import placement_group_table
-
-    cfg = load_config(
+def config(tiny_lm, arithmetic_data, run_dir, *extra):
+    return load_config(
         None,
         [
             f"actor.model={tiny_lm}",
             f"data.train_files={arithmetic_data['train']}",
-            f"trainer.run_dir={tmp_path}",
-            "trainer.total_steps=2",
-            "trainer.val_every=0",
-            "data.train_batch_size=4",
-            "rollout.n=2",
-            "rollout.backend=hf",
-            "rollout.replicas=2",
-            "actor.engine=fsdp2",
+            f"trainer.run_dir={run_dir}",
             "actor.world_size=2",
-            "reward.workers=1",
-            "ray.rank_strategy=STRICT_SPREAD",
-            "ray.colocate=[rollout]",
+            *extra,
         ],
+    )
+
+
+@pytest.mark.slow
+def test_grpo_with_an_actor_across_two_nodes(nodes, tiny_lm, arithmetic_data, tmp_path):
+    from ray.util import placement_group_table
+
+    cfg = config(
+        tiny_lm,
+        arithmetic_data,
+        tmp_path,
+        "trainer.total_steps=2",
+        "trainer.val_every=0",
+        "data.train_batch_size=4",
+        "rollout.n=2",
+        "rollout.backend=hf",
+        "rollout.replicas=2",
+        "actor.engine=fsdp2",
+        "reward.workers=1",
+        "ray.rank_strategy=STRICT_SPREAD",
+        "ray.colocate=[rollout]",
     )
     run_dir = run("grpo", cfg)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -74,17 +83,7 @@ def test_grpo_with_an_actor_across_two_nodes(nodes, tiny_lm, arithmetic_data, tm
 
 
 def test_a_cluster_too_small_is_named(nodes, tiny_lm, arithmetic_data, tmp_path):
-    cfg = load_config(
-        None,
-        [
-            f"actor.model={tiny_lm}",
-            f"data.train_files={arithmetic_data['train']}",
-            f"trainer.run_dir={tmp_path}",
-            "actor.world_size=2",
-            "ray.cpus_per_rank=4",
-            "ray.placement_timeout=3",
-        ],
-    )
+    cfg = config(tiny_lm, arithmetic_data, tmp_path, "ray.cpus_per_rank=4", "ray.placement_timeout=3")
     with pytest.raises(RuntimeError, match=r"cannot place the actor service: it needs 2 bundle\(s\) of \{'CPU': 4.0\}"):
         run("grpo", cfg)
     assert all(g["state"] == "REMOVED" for g in nodes.util.placement_group_table().values())
