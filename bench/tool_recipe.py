@@ -5,6 +5,12 @@ tiny model, SFT on calculator traces for SFT_STEPS, then GRPO_STEPS of multi-tur
     .venv/bin/python bench/tool_recipe.py SFT_STEPS GRPO_STEPS [override ...]
     .venv/bin/python bench/tool_recipe.py 100 20 actor.lr=1e-4
     TOOL_SHARE=0.3 .venv/bin/python bench/tool_recipe.py 100 20   # a warm-up that calls the tool 30% of the time
+    FORMAT=hermes TOOL_SHARE=0.5 SEED=1 .venv/bin/python bench/tool_recipe.py 100 20
+
+FORMAT=hermes: the model's own tool format, as a Qwen2.5 model would be trained: a Qwen2 with a byte-level
+BPE tokenizer and ChatML template (meshrl/tiny/bpe.py), SFT on the `messages` conversations (the tool
+listed in the system turn, <tool_call> JSON, results in the tool role), GRPO with rollout.tool_parser=hermes.
+FORMAT=text (the default): the char-level model writing <calc>...</calc>. SEED seeds the model and the run.
 """
 
 import json
@@ -27,12 +33,19 @@ def main():
     sft_steps, grpo_steps, extra = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
     tmp = pathlib.Path(tempfile.mkdtemp())
     start = time.time()
-    model = make_model(tmp / "model", TinyModelConfig())
-    data = make_data(
-        tmp / "data",
-        ArithmeticConfig(ops="*", max_operand=99, tool=True, tool_share=float(os.environ.get("TOOL_SHARE", "1"))),
+    fmt, seed = os.environ.get("FORMAT", "text"), int(os.environ.get("SEED", "0"))
+    hermes = fmt == "hermes"
+    model = make_model(
+        tmp / "model",
+        TinyModelConfig(seed=seed, family="qwen2" if hermes else "llama", tokenizer="bpe" if hermes else "char"),
     )
-    common = ["actor.engine=plain", "actor.world_size=1", "trainer.trace="]
+    share = float(os.environ.get("TOOL_SHARE", "1"))
+    data = make_data(
+        tmp / "data", ArithmeticConfig(ops="*", max_operand=99, tool=True, tool_share=share, tool_format=fmt)
+    )
+    common = ["actor.engine=plain", "actor.world_size=1", "trainer.trace=", f"trainer.seed={seed}"]
+    sft_format = ["data.prompt_key=messages"] if hermes else []
+    grpo_format = ["rollout.tool_parser=hermes", "rollout.max_new_tokens=32"] if hermes else []
     sft = run(
         "sft",
         load_config(
@@ -43,6 +56,7 @@ def main():
                 f"data.train_files={data['train']}",
                 f"trainer.run_dir={tmp / 'sft'}",
                 f"trainer.total_steps={sft_steps}",
+                *sft_format,
             ],
         ),
     )
@@ -60,6 +74,7 @@ def main():
                 f"trainer.total_steps={grpo_steps}",
                 f"trainer.val_every={grpo_steps}",
                 "data.train_batch_size=16",
+                *grpo_format,
                 *extra,
             ],
         ),
@@ -72,7 +87,7 @@ def main():
     gain = held_out_gain(grpo)
     assert gain is not None  # validated at step 0 and at the last (val_every)
     print(
-        f"SFT {sft_steps} steps, GRPO {grpo_steps} steps {extra}: {gain_line(gain)}; "
+        f"{fmt}, seed {seed}, SFT {sft_steps} steps, GRPO {grpo_steps} steps {extra}: {gain_line(gain)}; "
         f"SFT {warm - start:.0f} s, GRPO {time.time() - warm:.0f} s; run in {grpo}",
         flush=True,
     )

@@ -4,8 +4,13 @@ A prompt is a list of chat messages ({role, content}) as verl's parquet holds
 them, or a plain string as OpenRLHF and TRL data hold it, which is one user
 message. Anything else is refused with the row named: a chat template iterates
 over whatever it is given, so a string passed as messages renders as garbage
-without an error.
+without an error. A row may also carry `tools` (function schemas, as TRL's
+datasets do), which the template lists; SFT cuts a conversation into trained
+and untrained pieces (turns), and a multi-turn episode appends tool results as
+the template renders them (after_turn).
 """
+
+import json
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -36,15 +41,30 @@ def as_messages(prompt, where: str) -> list[dict]:
     return list(prompt)
 
 
-def render(tokenizer, messages: list[dict], where: str) -> str:
-    """The prompt text the model is sent: the tokenizer's chat template with the generation prompt."""
+def as_tools(tools, where: str) -> list[dict] | None:
+    """A row's `tools` (TRL's column: function schemas, a list or its JSON text) as a list, or None."""
+    if tools is None or isinstance(tools, str) and not tools:
+        return None
+    if isinstance(tools, str):
+        try:
+            tools = json.loads(tools)
+        except ValueError as e:
+            raise ValueError(f"{where}: tools is not JSON: {e}") from None
+    if not isinstance(tools, (list, tuple)) or not all(isinstance(t, dict) for t in tools):
+        raise ValueError(f"{where}: tools must be a list of function schemas, got {type(tools).__name__}")
+    return list(tools) or None
+
+
+def render(tokenizer, messages: list[dict], where: str, tools: list[dict] | None = None) -> str:
+    """The prompt text the model is sent: the tokenizer's chat template with the generation prompt (and the
+    tool schemas, which a template lists in its system turn)."""
     try:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
     except Exception as e:  # noqa: BLE001 - the template is the model's, the messages the caller's
         raise ValueError(f"{where}: the chat template cannot render this prompt: {type(e).__name__}: {e}") from None
 
 
-def turns(tokenizer, messages: list[dict], where: str) -> list[tuple[str, bool]]:
+def turns(tokenizer, messages: list[dict], where: str, tools: list[dict] | None = None) -> list[tuple[str, bool]]:
     """A conversation as the chat template renders it, cut into (text, trained) pieces for SFT: the text
     up to the first assistant turn (the prompt) and between assistant turns is not trained; each assistant
     turn is, up to and with its end token (the tokenizer's eos; appended where the template writes none),
@@ -57,7 +77,9 @@ def turns(tokenizer, messages: list[dict], where: str) -> list[tuple[str, bool]]
 
     def text(upto: int, prompt: bool) -> str:
         try:
-            return tokenizer.apply_chat_template(messages[:upto], tokenize=False, add_generation_prompt=prompt)
+            return tokenizer.apply_chat_template(
+                messages[:upto], tools=tools, tokenize=False, add_generation_prompt=prompt
+            )
         except Exception as e:  # noqa: BLE001 - the template is the model's, the messages the caller's
             raise ValueError(f"{where}: the chat template cannot render it: {type(e).__name__}: {e}") from None
 
@@ -78,4 +100,24 @@ def turns(tokenizer, messages: list[dict], where: str) -> list[tuple[str, bool]]
         if turn[end:]:
             pieces.append((turn[end:], False))
         done = after
-    return [(t, trained) for t, trained in pieces if t]
+    merged: list[tuple[str, bool]] = []  # the template's text between two turns is one piece, tokenized as
+    for t, trained in pieces:  # a multi-turn run appends it (after_turn)
+        if merged and merged[-1][1] == trained:
+            merged[-1] = (merged[-1][0] + t, trained)
+        elif t:
+            merged.append((t, trained))
+    return merged
+
+
+def after_turn(tokenizer, messages: list[dict], tools: list[dict] | None = None) -> str:
+    """The text the chat template writes after an assistant turn's end token up to the next assistant turn:
+    the rest of the closed turn (ChatML's newline), `messages` (tool results, a user's reply) and the
+    generation prompt. A multi-turn episode appends it as is, so the policy's own tokens stay as sampled.
+    Found as what rendering a stand-in conversation with `messages` adds to rendering it without them."""
+    eos = tokenizer.eos_token or ""
+    base = [{"role": "user", "content": "1"}, {"role": "assistant", "content": "2"}]
+    head = tokenizer.apply_chat_template(base, tools=tools, tokenize=False)
+    full = tokenizer.apply_chat_template(base + messages, tools=tools, tokenize=False, add_generation_prompt=True)
+    if not full.startswith(head) or eos not in head:
+        raise ValueError("the chat template does not render tool results as a continuation of the turns before")
+    return head[head.rfind(eos) + len(eos) :] + full[len(head) :]

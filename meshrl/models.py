@@ -144,3 +144,14 @@ def check_lora(model_path: str, kind: str, cfg: EngineSettings) -> list[str]:
     """lora_target_modules of the model at model_path, built on the meta device (no weights read): a run
     refuses a bad adapter before any service starts, and the actor service before any rank starts."""
     return lora_target_modules(empty_model(model_path, kind, cfg.dropout), cfg)
+
+
+def end_ids(tokenizer, generation_config=None) -> list[int]:
+    """Every token that ends a response: the tokenizer's eos and the generation config's eos ids (one or a
+    list: Qwen2.5's <|im_end|> and <|endoftext|>), as vLLM honours them."""
+    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    extra = getattr(generation_config, "eos_token_id", None)
+    for i in [extra] if isinstance(extra, int) else extra or []:
+        if i not in ids:
+            ids.append(i)
+    return ids

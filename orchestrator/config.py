@@ -28,6 +28,7 @@ from meshrl.config.losses import DPO_LOSSES, KL_ESTIMATORS, MAX_EPOCHS, PolicyLo
 from meshrl.config.reward import RewardConfig
 from meshrl.config.rollout import TRANSPORTS, RolloutSettings
 from meshrl.flags import field_docs
+from meshrl.tool_calls import PARSERS
 from meshrl.typed import build
 from orchestrator import verl_keys
 
@@ -151,6 +152,10 @@ class RolloutSection(RolloutSettings):
     max_response_tokens: int = 0  # multi-turn: the whole response (turns and observations); 0: max_turns
     #   x max_new_tokens
     concurrency: int = 256  # multi-turn: episodes played at once
+    tool_parser: str = ""  # multi-turn: "" the text protocol (turns end at the environment's stop strings,
+    #   observations appended as text); "hermes": the model's own format (the chat template lists the
+    #   environment's tools, turns end at the end token, <tool_call> JSON is parsed, results come back
+    #   through the template's tool role)
     merge_lora: bool = False  # an actor training a LoRA adapter (actor.lora_rank) pushes the base weights with
     #   the adapter merged in, for a rollout without LoRA support; false: the adapter alone (megabytes), which
     #   a rollout the run starts takes (its max_lora_rank is raised to actor.lora_rank)
@@ -175,6 +180,13 @@ class RolloutSection(RolloutSettings):
         require(0 < self.top_p <= 1, self, "top_p", "must be in (0, 1]")
         require(self.top_k == -1 or self.top_k >= 1, self, "top_k", "must be -1 (off) or >= 1")
         one_of(self, "weight_transport", TRANSPORTS)
+        one_of(self, "tool_parser", ("", *PARSERS))
+        require(
+            not self.tool_parser or self.multi_turn,
+            self,
+            "tool_parser",
+            "parses multi-turn episodes' tool calls: set rollout.multi_turn=true",
+        )
         require(self.weight_bucket_mb >= 1, self, "weight_bucket_mb", "must be >= 1")
         require(
             1 <= self.chunks <= MAX_CHUNKS,

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from meshrl.chat import as_messages, render
+from meshrl.chat import as_messages, as_tools, render
 from meshrl.dataproto import DataProto
 from orchestrator.config import save_config
 
@@ -95,12 +95,14 @@ class PromptDataset:
         for number, record in enumerate(frame.to_dict("records")):
             where = f"{key} row {number} ({prompt_key!r})"
             messages = as_messages(_plain(record[prompt_key]), where)
-            text = render(tokenizer, messages, where)
+            tools = as_tools(_plain(record.get("tools")), f"{key} row {number} ('tools')")
+            text = render(tokenizer, messages, where, tools)
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
             lengths.append(len(ids))
             if len(ids) > max_prompt_length:
                 continue
-            self.rows.append({"prompt": messages, **{k: _plain(record[k]) for k in COLUMNS if k in record}})
+            row = {"prompt": messages, **{k: _plain(record[k]) for k in COLUMNS if k in record}}
+            self.rows.append({**row, "tools": tools} if tools else row)
             self.prompt_ids.append(ids)
         self.num_filtered = len(lengths) - len(self.rows)
         spread = (
@@ -135,7 +137,7 @@ class PromptDataset:
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids])
         columns = {
             k: [self.rows[i].get(k) for i in indices]
-            for k in ("prompt", *COLUMNS)
+            for k in ("prompt", *COLUMNS, "tools")
             if any(k in self.rows[i] for i in indices)
         }
         columns["uid"] = list(uids)

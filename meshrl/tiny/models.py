@@ -4,12 +4,20 @@
 embeddings by default; --tie-word-embeddings shares the input embedding with the
 output head, as Qwen2.5-0.5B, GPT-2 and many small checkpoints do). `reward`: the same
 body with a one-logit sequence-classification head, for reward-model tests.
+
+`family` picks the architecture of a real model family (llama, qwen2, qwen3, mistral, gemma2, gpt2) at
+the same sizes; `tokenizer` picks the char-level tokenizer (meshrl/tiny/tokenizer.py, the main job's) or
+a byte-level BPE trained here on the arithmetic task's text, with a ChatML template, tool calls and two
+end tokens (meshrl/tiny/bpe.py). A reward model is a Llama.
 """
 
 import dataclasses
 import pathlib
+from typing import Any
 
 KINDS = ("causal", "reward")
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gpt2")
+TOKENIZERS = ("char", "bpe")
 
 
 @dataclasses.dataclass
@@ -27,17 +35,24 @@ class TinyModelConfig:
     tie_word_embeddings: bool = False
     """One matrix for the input embedding and the output head (lm_head.weight is not saved)."""
     seed: int = 0  # the random initialization
+    family: str = "llama"  # the architecture: llama, qwen2, qwen3, mistral, gemma2, gpt2 (causal only)
+    tokenizer: str = "char"  # "char" (one token per character) or "bpe" (byte-level BPE, ChatML template)
+    bpe_vocab: int = 512  # tokenizer=bpe: the vocabulary it is trained to
 
 
 def make_model(out_dir: str | pathlib.Path, cfg: TinyModelConfig = TinyModelConfig()) -> pathlib.Path:
     """Write a model folder (config, safetensors, tokenizer) that from_pretrained and vLLM can load."""
     import torch  # here, not at the top: `meshrl --help` reads TinyModelConfig without torch
-    from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
+    from transformers import AutoModelForCausalLM, LlamaForSequenceClassification
 
     from meshrl.tiny.tokenizer import save_tokenizer
 
     if cfg.kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {cfg.kind!r}")
+    if cfg.family not in FAMILIES or cfg.tokenizer not in TOKENIZERS:
+        raise ValueError(f"family must be one of {FAMILIES} and tokenizer one of {TOKENIZERS}")
+    if cfg.kind == "reward" and cfg.family != "llama":
+        raise ValueError("a tiny reward model is a llama")
     if cfg.hidden_size % cfg.num_heads or cfg.num_heads % cfg.num_kv_heads:
         raise ValueError(
             f"hidden_size {cfg.hidden_size} must divide into num_heads {cfg.num_heads}, "
@@ -45,30 +60,67 @@ def make_model(out_dir: str | pathlib.Path, cfg: TinyModelConfig = TinyModelConf
         )
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tok = save_tokenizer(out)
+    if cfg.tokenizer == "bpe":
+        from meshrl.tiny import bpe
+        from meshrl.tiny.arithmetic import ArithmeticConfig, corpus
+
+        text = corpus(ArithmeticConfig(ops="+-*", max_operand=99), bpe.CHAT_TEMPLATE)
+        tok = bpe.save_tokenizer(out, text, cfg.bpe_vocab)
+        ends = bpe.end_ids(tok)
+    else:
+        tok = save_tokenizer(out)
+        ends = [tok.eos_token_id]
     vocab = -(-len(tok) // cfg.vocab_multiple) * cfg.vocab_multiple
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
-        num_key_value_heads=cfg.num_kv_heads,
-        max_position_embeddings=cfg.max_position_embeddings,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=cfg.tie_word_embeddings,
-        num_labels=1,  # type: ignore[call-arg]  # PreTrainedConfig takes it; LlamaConfig's signature does not list it
-        dtype="float32",
-    )
+    config = hf_config(cfg, vocab, tok.bos_token_id, ends, tok.pad_token_id)
     torch.manual_seed(cfg.seed)
-    cls = LlamaForCausalLM if cfg.kind == "causal" else LlamaForSequenceClassification
-    model = cls(config)
+    model = AutoModelForCausalLM.from_config(config) if cfg.kind == "causal" else LlamaForSequenceClassification(config)
     if model.can_generate():
         model.generation_config.pad_token_id = tok.pad_token_id
+        model.generation_config.eos_token_id = ends if len(ends) > 1 else ends[0]
     model.save_pretrained(str(out))
     return out
+
+
+def hf_config(cfg: TinyModelConfig, vocab: int, bos: int | None, ends: list[int], pad: int):
+    """The family's transformers config at cfg's sizes (fp32, no sliding window, no dropout)."""
+    import transformers
+
+    common: dict[str, Any] = {
+        "vocab_size": vocab,
+        "bos_token_id": bos,
+        "eos_token_id": ends if len(ends) > 1 else ends[0],
+        "pad_token_id": pad,
+        "tie_word_embeddings": cfg.tie_word_embeddings,
+        "dtype": "float32",
+    }
+    if cfg.family == "gpt2":
+        return transformers.GPT2Config(
+            n_embd=cfg.hidden_size,
+            n_layer=cfg.num_layers,
+            n_head=cfg.num_heads,
+            n_inner=cfg.intermediate_size,
+            n_positions=cfg.max_position_embeddings,
+            **common,
+        )
+    sizes: dict[str, Any] = {
+        "hidden_size": cfg.hidden_size,
+        "intermediate_size": cfg.intermediate_size,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.num_kv_heads,
+        "max_position_embeddings": cfg.max_position_embeddings,
+    }
+    head_dim = cfg.hidden_size // cfg.num_heads
+    if cfg.family == "qwen2":
+        return transformers.Qwen2Config(**sizes, **common, use_sliding_window=False)
+    if cfg.family == "qwen3":
+        return transformers.Qwen3Config(**sizes, **common, head_dim=head_dim, use_sliding_window=False)
+    if cfg.family == "mistral":
+        return transformers.MistralConfig(**sizes, **common, sliding_window=None)
+    if cfg.family == "gemma2":
+        return transformers.Gemma2Config(**sizes, **common, head_dim=head_dim, query_pre_attn_scalar=head_dim)
+    # num_labels: PreTrainedConfig takes it; LlamaConfig's signature does not list it
+    return transformers.LlamaConfig(**sizes, **common, num_labels=1)  # type: ignore[call-arg]
 
 
 def num_parameters(model) -> int:

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from meshrl.v1 import common_pb2 as meshrl_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13meshrl/v1/env.proto\x12\tmeshrl.v1\x1a\x16meshrl/v1/common.proto\"=\n\x0cResetRequest\x12\x11\n\ttask_json\x18\x01 \x01(\t\x12\x11\n\x04seed\x18\x02 \x01(\x04H\x00\x88\x01\x01\x42\x07\n\x05_seed\"1\n\x0bStepRequest\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\"d\n\x08\x45nvReply\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12\x13\n\x0bobservation\x18\x02 \x01(\t\x12\x0e\n\x06reward\x18\x03 \x01(\x01\x12\x0c\n\x04\x64one\x18\x04 \x01(\x08\x12\x11\n\tinfo_json\x18\x05 \x01(\t\"\"\n\x0c\x43loseRequest\x12\x12\n\nepisode_id\x18\x01 \x01(\t\"\x1f\n\rCloseResponse\x12\x0e\n\x06\x63losed\x18\x01 \x01(\x08\x32\xf4\x01\n\nEnvService\x12>\n\x08\x44\x65scribe\x12\x1a.meshrl.v1.DescribeRequest\x1a\x16.meshrl.v1.ServiceInfo\x12\x35\n\x05Reset\x12\x17.meshrl.v1.ResetRequest\x1a\x13.meshrl.v1.EnvReply\x12\x33\n\x04Step\x12\x16.meshrl.v1.StepRequest\x1a\x13.meshrl.v1.EnvReply\x12:\n\x05\x43lose\x12\x17.meshrl.v1.CloseRequest\x1a\x18.meshrl.v1.CloseResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13meshrl/v1/env.proto\x12\tmeshrl.v1\x1a\x16meshrl/v1/common.proto\"=\n\x0cResetRequest\x12\x11\n\ttask_json\x18\x01 \x01(\t\x12\x11\n\x04seed\x18\x02 \x01(\x04H\x00\x88\x01\x01\x42\x07\n\x05_seed\"J\n\x0bStepRequest\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x17\n\x0ftool_calls_json\x18\x03 \x01(\t\"z\n\x08\x45nvReply\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12\x13\n\x0bobservation\x18\x02 \x01(\t\x12\x0e\n\x06reward\x18\x03 \x01(\x01\x12\x0c\n\x04\x64one\x18\x04 \x01(\x08\x12\x11\n\tinfo_json\x18\x05 \x01(\t\x12\x14\n\x0ctool_results\x18\x06 \x03(\t\"\"\n\x0c\x43loseRequest\x12\x12\n\nepisode_id\x18\x01 \x01(\t\"\x1f\n\rCloseResponse\x12\x0e\n\x06\x63losed\x18\x01 \x01(\x08\x32\xf4\x01\n\nEnvService\x12>\n\x08\x44\x65scribe\x12\x1a.meshrl.v1.DescribeRequest\x1a\x16.meshrl.v1.ServiceInfo\x12\x35\n\x05Reset\x12\x17.meshrl.v1.ResetRequest\x1a\x13.meshrl.v1.EnvReply\x12\x33\n\x04Step\x12\x16.meshrl.v1.StepRequest\x1a\x13.meshrl.v1.EnvReply\x12:\n\x05\x43lose\x12\x17.meshrl.v1.CloseRequest\x1a\x18.meshrl.v1.CloseResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,13 +35,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RESETREQUEST']._serialized_start=58
   _globals['_RESETREQUEST']._serialized_end=119
   _globals['_STEPREQUEST']._serialized_start=121
-  _globals['_STEPREQUEST']._serialized_end=170
-  _globals['_ENVREPLY']._serialized_start=172
-  _globals['_ENVREPLY']._serialized_end=272
-  _globals['_CLOSEREQUEST']._serialized_start=274
-  _globals['_CLOSEREQUEST']._serialized_end=308
-  _globals['_CLOSERESPONSE']._serialized_start=310
-  _globals['_CLOSERESPONSE']._serialized_end=341
-  _globals['_ENVSERVICE']._serialized_start=344
-  _globals['_ENVSERVICE']._serialized_end=588
+  _globals['_STEPREQUEST']._serialized_end=195
+  _globals['_ENVREPLY']._serialized_start=197
+  _globals['_ENVREPLY']._serialized_end=319
+  _globals['_CLOSEREQUEST']._serialized_start=321
+  _globals['_CLOSEREQUEST']._serialized_end=355
+  _globals['_CLOSERESPONSE']._serialized_start=357
+  _globals['_CLOSERESPONSE']._serialized_end=388
+  _globals['_ENVSERVICE']._serialized_start=391
+  _globals['_ENVSERVICE']._serialized_end=635
 # @@protoc_insertion_point(module_scope)

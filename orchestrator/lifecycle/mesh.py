@@ -119,6 +119,7 @@ class Mesh:
     cfg: Config
     clients: dict[str, Client]
     env_stop: list[str] = dataclasses.field(default_factory=list)  # the environment's turn-ending strings
+    env_tools: list[dict] = dataclasses.field(default_factory=list)  # its tools' schemas (rollout.tool_parser)
     router: Router = dataclasses.field(init=False)
     weight_version: int = 0  # the version the last push gave the fleet (a replica brought back gets it)
 
@@ -411,5 +412,6 @@ def start_mesh(cfg: Config, services: Services, roles: set[str]) -> Mesh:
     """Start (or reach) the services in `roles`: actor, ref, critic, rollout, reward, env."""
     mesh = Mesh(cfg, services.start_all(wanted(cfg, roles)))
     if mesh.has("env"):
-        mesh.env_stop = json.loads(mesh["env"].describe().details.get("stop", "[]"))
+        details = mesh["env"].describe().details
+        mesh.env_stop, mesh.env_tools = json.loads(details.get("stop", "[]")), json.loads(details.get("tools", "[]"))
     return mesh

@@ -40,7 +40,7 @@ def example(data: PromptDataset, i: int) -> tuple[list[int], list[int], list[int
     tokenizer, row = data.tokenizer, data.rows[i]
     messages = row["prompt"]
     if any(m["role"] == "assistant" for m in messages):
-        pieces = turns(tokenizer, messages, f"data.train_files row {i}")
+        pieces = turns(tokenizer, messages, f"data.train_files row {i}", row.get("tools"))
         prompt = ids(tokenizer, pieces[0][0]) if not pieces[0][1] else []
         response, mask = [], []
         for text, trained in pieces[1:] if prompt else pieces:

@@ -7,6 +7,12 @@ taken, or the response holds rollout.max_response_tokens tokens. The policy's to
 log-probs they were sampled with (never decoded and encoded again); observations are the tokenizer's
 encoding of their text.
 
+With rollout.tool_parser (e.g. "hermes") the episode speaks the model's own tool format instead: the
+prompt is rendered with the tools' schemas (the row's `tools`, else the environment's), a turn ends at
+an end token, the tool calls parsed from it go to the environment in one Step, and their results come
+back as `tool` messages rendered by the chat template after the closed turn (meshrl.chat.after_turn); a
+turn without calls is the final answer.
+
 The result is verl's layout, one row per trajectory: `responses` holds every turn and observation,
 `response_mask` is 1 on the policy's tokens and 0 on observations, `rollout_logprobs` is 0 on
 observations; columns `turns`, `turn_spans` ([start, end) of each policy turn in the response),
@@ -30,14 +36,18 @@ import logging
 import threading
 import time
 
+import grpc
 import numpy as np
 import torch
 
 from meshrl.algos import masked
+from meshrl.chat import after_turn, as_tools, render
 from meshrl.clients.reward import Scores
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.layout import rollout_tensors
+from meshrl.models import end_ids
+from meshrl.tool_calls import PARSERS, Call
 from meshrl.v1 import env_pb2
 
 log = logging.getLogger(__name__)
@@ -50,6 +60,7 @@ Turn = tuple[list[int], list[float], str | None, int]  # what Batcher.generate r
 class Trajectory:
     prompt: list[int]
     task: dict
+    tools: list[dict] | None = None  # the tool schemas its prompt lists (rollout.tool_parser)
     tokens: list[int] = dataclasses.field(default_factory=list)
     mask: list[int] = dataclasses.field(default_factory=list)  # 1: the policy's token, 0: an observation's
     logprobs: list[float] = dataclasses.field(default_factory=list)
@@ -168,17 +179,17 @@ class Batcher:
             self.slots.release()
 
 
+def cell(columns: dict, name: str, row: int):
+    return columns[name][row] if name in columns else None
+
+
 def task_of(columns: dict, row: int) -> dict:
     """The episode's task from the row's verl columns."""
-
-    def cell(name):
-        return columns[name][row] if name in columns else None
-
-    rm = cell("reward_model")
+    rm = cell(columns, "reward_model", row)
     return {
-        "data_source": cell("data_source") or "",
+        "data_source": cell(columns, "data_source", row) or "",
         "ground_truth": rm.get("ground_truth") if isinstance(rm, dict) else None,
-        "extra_info": cell("extra_info"),
+        "extra_info": cell(columns, "extra_info", row),
     }
 
 
@@ -186,10 +197,13 @@ def jsonable(value):
     return value.tolist() if hasattr(value, "tolist") else str(value)
 
 
-def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int) -> None:
-    """One episode, filling `traj`. Environment failures end it with traj.error; a rollout failure raises."""
+def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int, parser=None) -> None:
+    """One episode, filling `traj`. Environment failures end it with traj.error; a rollout failure raises.
+    With a tool-call parser (rollout.tool_parser), a turn's calls go to the environment and their results
+    come back through the chat template (tool_results); without one, the turn's text is the action."""
     r, env = mesh.cfg.rollout, mesh["env"]
     budget = r.max_response_tokens or r.max_turns * r.max_new_tokens
+    ends = set(end_ids(tokenizer))
     episode = None
 
     def observe(text: str) -> None:
@@ -218,6 +232,12 @@ def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int) -> None
             traj.versions.append(version)
             if text is None:  # cut to the token budget: the text of what is kept
                 text = tokenizer.decode(tokens, skip_special_tokens=True)
+            calls = parser(text) if parser is not None else []
+            if calls:  # the model's own format: the calls answered, through the template's tool role
+                results = tool_results(call, env, episode, text, calls)
+                closed = "" if tokens and tokens[-1] in ends else tokenizer.eos_token  # a cut turn, closed
+                observe(closed + after_turn(tokenizer, results, traj.tools))
+                continue
             reply = call("Step", env_pb2.StepRequest(episode_id=episode, action=text))
             traj.env_reward += reply.reward
             traj.info = json.loads(reply.info_json or "{}")
@@ -239,6 +259,22 @@ def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int) -> None
                 log.debug("closing episode %s failed: %s", episode, e)
 
 
+def tool_results(call, env, episode: str, text: str, calls: list[Call]) -> list[dict]:
+    """The tool messages answering a turn's calls, in order: the environment's results for the calls it
+    can make, and for a call that could not be parsed, the parser's error."""
+    good = [{"name": c.name, "arguments": c.arguments} for c in calls if not c.error]
+    answers: list[str] = []
+    if good:
+        request = env_pb2.StepRequest(episode_id=episode, action=text, tool_calls_json=json.dumps(good))
+        answers = list(call("Step", request).tool_results)
+        if len(answers) != len(good):
+            raise ServiceError(
+                env.address, "EnvService/Step", grpc.StatusCode.INTERNAL, f"{len(answers)} results to {len(good)} calls"
+            )
+    answered = iter(answers)
+    return [{"role": "tool", "content": f"error: {c.error}" if c.error else next(answered)} for c in calls]
+
+
 def sample(
     mesh, prompts: DataProto, seed: int, tokenizer, n: int | None = None, greedy: bool = False
 ) -> tuple[DataProto, Scores, dict]:
@@ -250,15 +286,23 @@ def sample(
     trajectories = [
         Trajectory(ids[i][attn[i].bool()].tolist(), task_of(rows.non_tensor_batch, i)) for i in range(len(rows))
     ]
-    # a batcher per replica of the fleet, episode i on replica i mod R for all its turns (its prefix is there)
-    batchers = [Batcher(mesh, mesh.env_stop, seed + 7919 * k, greedy, name) for k, name in enumerate(mesh.replicas)]
+    parser = PARSERS.get(r.tool_parser)
+    if parser is not None:  # the prompt lists the row's tools, or else the environment's
+        for i, t in enumerate(trajectories):
+            t.tools = as_tools(cell(rows.non_tensor_batch, "tools", i), f"row {i}") or mesh.env_tools or None
+            text = render(tokenizer, rows.non_tensor_batch["prompt"][i], f"row {i}", t.tools)
+            t.prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+    # a batcher per replica of the fleet, episode i on replica i mod R for all its turns (its prefix is there);
+    # in the model's own format a turn ends at its end token, not at the text protocol's stop strings
+    stop = [] if parser is not None else mesh.env_stop
+    batchers = [Batcher(mesh, stop, seed + 7919 * k, greedy, name) for k, name in enumerate(mesh.replicas)]
     try:  # rollout.colocate: the device goes to the rollout for the whole batch of episodes
         with (
             mesh.colocated_generation(),
             concurrent.futures.ThreadPoolExecutor(r.concurrency, thread_name_prefix="meshrl-episode") as pool,
         ):
             futures = [
-                pool.submit(play, t, mesh, batchers[i % len(batchers)], tokenizer, seed * 100_003 + i)
+                pool.submit(play, t, mesh, batchers[i % len(batchers)], tokenizer, seed * 100_003 + i, parser)
                 for i, t in enumerate(trajectories)
             ]
             for f in futures:

@@ -5,11 +5,18 @@ parentheses), and gets <result>VALUE</result> back, or answers: a turn without a
 answer, scored 1.0 if its last integer equals the task's ground truth, else 0.0, and the episode ends.
 A call the calculator cannot evaluate gets <result>error: ...</result>, so the policy can learn from it.
 A run stops generation at "</calc>" (the rollout's stop string) so that each call is its own turn.
+
+In the model's own tool format (a run with rollout.tool_parser, e.g. Qwen's Hermes-style <tool_call>),
+the run lists TOOLS through the chat template, parses the policy's calls and sends them here:
+call("calculator", {"expression": "12*7"}) answers "84" (or "error: ..."); a turn without a call is
+the final answer, scored as above.
 """
 
 import ast
 import operator
 import re
+
+from meshrl.tiny.arithmetic import CALCULATOR
 
 CALL = re.compile(r"<calc>(.*?)(?:</calc>|$)", re.DOTALL)
 INTEGER = re.compile(r"-?\d+")
@@ -56,6 +63,7 @@ class Calculator:
     """One episode: the task's ground truth, and how many calls the policy made."""
 
     STOP = ["</calc>"]  # a run stops each turn there (the service's Describe tells it)
+    TOOLS = [CALCULATOR]  # the same tool, for a run in the model's own tool format
 
     def reset(self, task: dict, seed: int | None = None) -> str:
         truth = task.get("ground_truth")
@@ -64,15 +72,26 @@ class Calculator:
         self.truth, self.calls, self.errors = None if truth is None else str(truth).strip(), 0, 0
         return ""
 
+    def call(self, name: str, arguments: dict) -> str:
+        """One tool call in the model's own format: the value, or "error: ..." (the policy can learn from it)."""
+        expression = arguments.get("expression")
+        if name != "calculator" or not isinstance(expression, str):
+            self.calls, self.errors = self.calls + 1, self.errors + 1
+            return f'error: the tool is calculator and takes {{"expression": "..."}}, got {name!r} {arguments!r:.60}'
+        return self.result(expression)
+
+    def result(self, expression: str) -> str:
+        self.calls += 1
+        try:
+            return str(evaluate(expression))
+        except ValueError as e:
+            self.errors += 1
+            return f"error: {e}"
+
     def step(self, action: str) -> tuple[str, float, bool, dict]:
         call = CALL.search(action)
         if call is not None:
-            self.calls += 1
-            try:
-                result = str(evaluate(call.group(1)))
-            except ValueError as e:
-                self.errors += 1
-                result = f"error: {e}"
+            result = self.result(call.group(1))
             return f"<result>{result}</result>", 0.0, False, {"tool": "calc", "result": result}
         numbers = INTEGER.findall(action)
         pred = numbers[-1] if numbers else None

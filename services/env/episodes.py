@@ -3,10 +3,10 @@
 This runs where the objects live (a worker process, services/env/worker.py, or the service's own
 process for a class handed to it in a test). Requests and replies are plain dicts of strings and
 numbers, so that they can cross a pipe as frames: a request is {"op": "reset", "episode", "task_json",
-"seed"}, {"op": "step", "episode", "action"} or {"op": "close", "episode"}; a reply is {"observation",
-"reward", "done", "info_json"}, or {"error": "invalid" | "aborted", "message"} for what the service
-answers INVALID_ARGUMENT (the environment refused: it raised ValueError) or ABORTED (it failed or
-answered nonsense). An episode that fails or is done is closed here, at once.
+"seed"}, {"op": "step", "episode", "action", "tool_calls"} or {"op": "close", "episode"}; a reply is
+{"observation", "reward", "done", "info_json", "tool_results"}, or {"error": "invalid" | "aborted",
+"message"} for what the service answers INVALID_ARGUMENT (the environment refused: it raised
+ValueError) or ABORTED (it failed or answered nonsense). An episode that fails or is done is closed here, at once.
 """
 
 import json
@@ -39,6 +39,8 @@ class Episodes:
             if op == "reset":
                 return self.reset(episode, request["task_json"], request.get("seed"))
             if op == "step":
+                if request.get("tool_calls"):
+                    return self.call_tools(episode, request["tool_calls"])
                 return self.step(episode, request["action"])
             assert op == "close", op
             self.close(episode)
@@ -79,6 +81,23 @@ class Episodes:
             self.close(episode)
         return reply
 
+    def call_tools(self, episode: str, calls: list[dict]) -> dict:
+        """The tool calls a run parsed from the policy's turn, each answered by the environment's
+        call(name, arguments) -> text; the episode goes on (reward 0)."""
+        with self.lock:
+            env = self.envs.get(episode)
+        if env is None:
+            raise EnvError("aborted", "the episode was closed")
+        if not callable(getattr(env, "call", None)):
+            self.close(episode)
+            raise EnvError("invalid", "this environment takes no tool calls (it has no call(name, arguments))")
+        try:
+            results = [text(run("call", env.call, c["name"], c["arguments"]), "call") for c in calls]
+        except EnvError:
+            self.close(episode)
+            raise
+        return {"observation": "", "reward": 0.0, "done": False, "info_json": "{}", "tool_results": results}
+
     def close(self, episode: str) -> None:
         with self.lock:
             env = self.envs.pop(episode, None)
@@ -90,12 +109,17 @@ class Episodes:
             self.close(episode)
 
 
-def stop_strings(factory) -> list[str]:
-    """The class's STOP: the strings that end a policy's turn (Describe reports them)."""
+def describe(factory) -> dict:
+    """What Describe reports of the class: STOP, the strings that end a policy's turn in the text protocol,
+    and TOOLS, the function schemas of the tools its call(name, arguments) answers."""
     stop = list(getattr(factory, "STOP", None) or [])
     if not all(isinstance(s, str) and s for s in stop):
         raise ValueError(f"the environment's STOP must be a list of non-empty strings, got {stop!r}")
-    return stop
+    tools = list(getattr(factory, "TOOLS", None) or [])
+    if not all(isinstance(t, dict) and (t.get("function") or t).get("name") for t in tools):
+        raise ValueError("the environment's TOOLS must be a list of function schemas, each with a name")
+    json.dumps(tools)  # a schema must travel as JSON
+    return {"stop": stop, "tools": tools}
 
 
 def run(what: str, fn, *args):

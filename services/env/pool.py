@@ -13,6 +13,7 @@ A class handed in by a test (no spec to load in another process) runs in this pr
 
 import concurrent.futures
 import itertools
+import json
 import logging
 import os
 import select
@@ -23,7 +24,7 @@ from meshrl.config.env import EnvConfig
 from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument
 from meshrl.lifeline import child_env
 from meshrl.pipes import Child, read_frame, write_frame
-from services.env.episodes import Episodes, stop_strings
+from services.env.episodes import Episodes, describe
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,8 @@ class Worker:
 
     # ---- what subclasses say ----------------------------------------------------------------
 
-    def wait_ready(self, deadline: float) -> list[str]:
-        """Its environment's STOP strings once it can serve."""
+    def wait_ready(self, deadline: float) -> dict:
+        """What its environment class describes (episodes.describe) once it can serve."""
         raise NotImplementedError
 
     def discard(self) -> None:
@@ -113,8 +114,8 @@ class ProcessWorker(Worker):
         self.send_lock = threading.Lock()  # one frame at a time on the pipe
         self.closed = False  # the pipes are closed (under send_lock)
 
-    def wait_ready(self, deadline: float) -> list[str]:
-        """Its STOP strings once it has loaded the class; ValueError (cannot load) or RuntimeError."""
+    def wait_ready(self, deadline: float) -> dict:
+        """episodes.describe of the class once it has loaded it; ValueError (cannot load) or RuntimeError."""
         if not select.select([self.child.res_r], [], [], max(0.0, deadline - time.monotonic()))[0]:
             raise RuntimeError(f"an environment worker did not start within {START_TIMEOUT:g} s")
         msg = read_frame(self.child.res_r)
@@ -124,7 +125,7 @@ class ProcessWorker(Worker):
             raise ValueError(msg["error"])
         os.set_blocking(self.child.task_w, False)  # a wedged worker must not block a sender past its deadline
         threading.Thread(target=self._read, name=f"meshrl-env-worker-{self.child.proc.pid}", daemon=True).start()
-        return msg["stop"]
+        return {"stop": msg["stop"], "tools": json.loads(msg["tools_json"])}
 
     def discard(self) -> None:
         """Kill a worker that never got to serve."""
@@ -185,8 +186,8 @@ class LocalWorker(Worker):
         self.factory, self.here = factory, Episodes(factory)
         self.threads = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="meshrl-env")
 
-    def wait_ready(self, deadline: float) -> list[str]:
-        return stop_strings(self.factory)
+    def wait_ready(self, deadline: float) -> dict:
+        return describe(self.factory)
 
     def discard(self) -> None:
         self.threads.shutdown(wait=False)
@@ -227,7 +228,7 @@ class EnvPool:
         self.error: str | None = None  # why the last start failed (cleared by the next that works)
         self.serving = True
         self.replaced = 0  # workers stopped or died while serving
-        self.stop_strings: list[str] = []  # the class's STOP, as its workers report it
+        self.described: dict = {}  # the class's STOP and TOOLS, as its workers report them
         self.workers = self._start(self.size)  # ValueError if the environment cannot be loaded
         threading.Thread(target=self._supervise, name="meshrl-env-supervisor", daemon=True).start()
 
@@ -292,7 +293,7 @@ class EnvPool:
             workers = [ProcessWorker(self.cfg.module, self.cfg.workers, self._gone) for _ in range(n)]
         deadline = time.monotonic() + START_TIMEOUT
         try:
-            self.stop_strings = [w.wait_ready(deadline) for w in workers][0]
+            self.described = [w.wait_ready(deadline) for w in workers][0]
         except BaseException:
             for w in workers:
                 w.discard()

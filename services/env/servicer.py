@@ -4,7 +4,10 @@ stopped (services/env/pool.py).
 An environment class has reset(task: dict, seed: int | None) -> observation (or (observation, info)) and
 step(action: str) -> (observation, reward, done, info), optionally close(), and optionally a class
 attribute STOP: the strings that end a policy's turn (a tool call's closing tag), which Describe reports
-(details["stop"], a JSON list) so that a run generates each turn up to them. Each call has
+(details["stop"], a JSON list) so that a run generates each turn up to them. Tools in the model's own
+format: a class attribute TOOLS (function schemas, Describe's details["tools"], which a run's chat
+template lists) and call(name, arguments: dict) -> text, which answers each tool call a run parsed from
+the policy's turn (a Step with tool_calls_json; its reply's tool_results). Each call has
 cfg.step_timeout: one that overruns stops the worker process it ran in (the episodes pinned there are
 lost), one that raises or returns something else ends its episode, ABORTED with what went wrong (a
 ValueError from the environment is INVALID_ARGUMENT: it refused the action). The service survives all of
@@ -30,6 +33,23 @@ class Episode:
     worker: Worker  # the process holding its environment object
     last_used: float
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)  # one call at a time
+
+
+def tool_calls(calls_json: str, max_chars: int) -> list[dict]:
+    """A Step's tool calls: a JSON list of {"name": text, "arguments": object}; InvalidArgument otherwise."""
+    if not calls_json:
+        return []
+    if len(calls_json) > max_chars:
+        raise InvalidArgument(f"tool_calls_json of {len(calls_json)} characters exceeds --max-action-chars {max_chars}")
+    try:
+        calls = json.loads(calls_json)
+    except ValueError as e:
+        raise InvalidArgument(f"tool_calls_json is not JSON: {e}") from None
+    if not isinstance(calls, list) or not all(
+        isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("arguments"), dict) for c in calls
+    ):
+        raise InvalidArgument('tool_calls_json must be a list of {"name": text, "arguments": object}')
+    return calls
 
 
 def check_task(task_json: str) -> None:
@@ -77,7 +97,8 @@ class EnvServicer:
                 "step_timeout_s": str(self.cfg.step_timeout),
                 "processes": str(self.pool.size),
                 "workers_replaced": str(self.pool.replaced),
-                "stop": json.dumps(self.pool.stop_strings),
+                "stop": json.dumps(self.pool.described.get("stop", [])),
+                "tools": json.dumps(self.pool.described.get("tools", [])),
                 "settings": settings_json(self.cfg),
             },
         )
@@ -117,12 +138,15 @@ class EnvServicer:
             raise InvalidArgument(
                 f"action of {len(request.action)} characters exceeds --max-action-chars {self.cfg.max_action_chars}"
             )
+        calls = tool_calls(request.tool_calls_json, self.cfg.max_action_chars)
         episode = self._episode(request.episode_id)
         with episode.lock:
             episode.last_used = time.monotonic()
             try:
                 reply = self.pool.call(
-                    episode.worker, {"op": "step", "episode": request.episode_id, "action": request.action}, "step"
+                    episode.worker,
+                    {"op": "step", "episode": request.episode_id, "action": request.action, "tool_calls": calls},
+                    "step",
                 )
             except BaseException:
                 self._forget(request.episode_id)  # its worker has closed it, or is gone
@@ -136,6 +160,7 @@ class EnvServicer:
             reward=reply["reward"],
             done=reply["done"],
             info_json=reply["info_json"],
+            tool_results=reply.get("tool_results", []),
         )
 
     def Close(self, request, context) -> env_pb2.CloseResponse:

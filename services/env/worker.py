@@ -2,13 +2,14 @@
 to it and runs their calls, each on a thread of its own (a tool waiting on I/O holds back no other).
 
 Started by services/env/pool.py as `python -m services.env.worker SPEC THREADS READ_FD WRITE_FD`. It
-answers {"ready": true, "stop": [...]} (or why it cannot load the class), then one reply per request,
-tagged with the request's "id" (a request without one, a close, gets none). A request {"op":
-"shutdown"} closes every episode and exits. When the service goes away (end of file) it exits at once:
+answers {"ready": true, "stop": [...], "tools_json": "[...]"} (or why it cannot load the class), then
+one reply per request, tagged with the request's "id" (a request without one, a close, gets none). A
+request {"op": "shutdown"} closes every episode and exits. When the service goes away (end of file) it exits at once:
 os._exit, since a hung call's thread could never be joined. What the environment prints goes to stderr.
 """
 
 import concurrent.futures
+import json
 import os
 import sys
 import threading
@@ -16,7 +17,7 @@ import threading
 from meshrl.lifeline import die_with_parent
 from meshrl.loading import load_named
 from meshrl.pipes import read_frame, write_frame
-from services.env.episodes import Episodes, stop_strings
+from services.env.episodes import Episodes, describe
 
 
 def serve(episodes: Episodes, threads: int, rfd: int, wfd: int) -> None:
@@ -45,11 +46,12 @@ def main(argv: list[str]) -> None:
     os.dup2(2, 1)  # an environment's prints must not reach anything but the log
     try:
         factory = load_named(spec, "environment")
-        stop = stop_strings(factory)
+        described = describe(factory)
     except Exception as e:  # noqa: BLE001 - sent to the service, which says why no worker started
         write_frame(wfd, {"ready": False, "error": str(e) or type(e).__name__})
         return
-    write_frame(wfd, {"ready": True, "stop": stop})
+    # the schemas as JSON text: a frame's mappings do not keep their keys' order, and a template renders it
+    write_frame(wfd, {"ready": True, "stop": described["stop"], "tools_json": json.dumps(described["tools"])})
     serve(Episodes(factory), threads, rfd, wfd)
 
 

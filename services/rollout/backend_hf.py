@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, Stop
 from meshrl import cuda_ipc
 from meshrl.config.rollout import RolloutConfig
 from meshrl.errors import Aborted
+from meshrl.models import end_ids
 from meshrl.shm import attach
 from services.rollout.sampling import Completion, Sampling
 from services.rollout.weights import Adapter
@@ -48,6 +49,7 @@ class HFBackend:
         self.model = model.to(self.device)  # type: ignore[arg-type]  # PreTrainedModel.to's annotation lost its arguments
         self.model.eval()
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+        self.ends = end_ids(self.tokenizer, self.model.generation_config)  # every end token, as vLLM stops
         self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.peft: PeftModel | None = None  # the PeftModel around self.model while an adapter is in use
         self.lora_params: dict[str, torch.Tensor] = {}  # its adapter's parameters by peft's saved names
@@ -64,7 +66,7 @@ class HFBackend:
         ids, mask = ids.repeat_interleave(s.n, 0), mask.repeat_interleave(s.n, 0)
         if s.seed is not None:
             torch.manual_seed(s.seed)
-        eos = [self.tokenizer.eos_token_id, *s.stop_token_ids]
+        eos = [*self.ends, *s.stop_token_ids]
         sampling = (
             {"do_sample": True, "temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k if s.top_k > 0 else 0}
             if s.temperature > 0

@@ -79,6 +79,47 @@ def test_a_calculator_episode():
         servicer.close()
 
 
+def test_tool_calls_in_the_models_own_format():
+    """Describe lists the calculator's tool schema; a Step's parsed calls are answered one result each, in
+    order, in its worker process; the final answer is scored as in the text protocol."""
+    from meshrl.tiny.arithmetic import CALCULATOR
+
+    servicer, server, client = serve(module="services.env.calculator:Calculator")
+    try:
+        assert json.loads(client.call("Describe").details["tools"]) == [CALCULATOR]
+        episode = reset(client, {"ground_truth": "84"}).episode_id
+        calls = [{"name": "calculator", "arguments": {"expression": "12*7"}}, {"name": "calculator", "arguments": {}}]
+        reply = client.call(
+            "Step", env_pb2.StepRequest(episode_id=episode, action="<tool_call>...", tool_calls_json=json.dumps(calls))
+        )
+        assert reply.tool_results[0] == "84" and reply.tool_results[1].startswith("error: the tool is calculator")
+        assert not reply.done and reply.reward == 0.0 and reply.observation == ""
+        for bad, match in [("[1", "not JSON"), ('[{"name": "calculator", "arguments": "12*7"}]', "list of")]:
+            expect(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                lambda bad=bad: client.call(
+                    "Step", env_pb2.StepRequest(episode_id=episode, action="", tool_calls_json=bad)
+                ),
+                match,
+            )
+        done = step(client, episode, "84")
+        assert done.done and done.reward == 1.0 and json.loads(done.info_json)["tool_calls"] == 2
+    finally:
+        server.stop(0)
+        servicer.close()
+
+
+def test_tool_calls_to_an_environment_without_tools_end_the_episode(scripted):
+    episode = reset(scripted, {"ground_truth": "1"}).episode_id
+    calls = json.dumps([{"name": "x", "arguments": {}}])
+    expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        lambda: scripted.call("Step", env_pb2.StepRequest(episode_id=episode, action="", tool_calls_json=calls)),
+        "takes no tool calls",
+    )
+    expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: step(scripted, episode, "1"), "no episode")
+
+
 def test_reset_passes_the_task_and_seed(scripted):
     r = reset(scripted, {"n": 3}, seed=2**64 - 1)
     assert r.observation == f"task 3 seed {2**64 - 1}" and json.loads(r.info_json) == {"ready": True}

@@ -403,14 +403,47 @@ def test_sleep_and_wake_keep_the_weights(rollout):
 
 @pytest.fixture(scope="module")
 def tied_lm(tmp_path_factory):
+    """Qwen2.5-shaped: a Qwen2 with tied embeddings and a byte-level BPE tokenizer, ChatML template and
+    two end tokens (meshrl/tiny/bpe.py)."""
     from meshrl.tiny.models import TinyModelConfig, make_model
 
-    return make_model(tmp_path_factory.mktemp("models") / "tied", TinyModelConfig(tie_word_embeddings=True))
+    cfg = TinyModelConfig(tie_word_embeddings=True, family="qwen2", tokenizer="bpe")
+    return make_model(tmp_path_factory.mktemp("models") / "tied", cfg)
 
 
 @pytest.fixture(scope="module")
 def tied_rollout(tied_lm):
     yield from vllm_rollout(tied_lm)
+
+
+def test_both_backends_end_a_response_at_either_end_token(tied_rollout, tied_lm):
+    """<|im_end|> and <|endoftext|> (the generation config's eos ids) both end a response, on vLLM and on
+    the HF backend alike: the response keeps the end token it sampled and nothing after it, the mask covers
+    it, and the text leaves it out."""
+    from transformers import AutoTokenizer
+
+    from meshrl.config.rollout import RolloutConfig
+    from meshrl.rpc import Server
+    from services.rollout.servicer import RolloutServicer
+
+    tok = AutoTokenizer.from_pretrained(tied_lm)
+    ends = {tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")}
+    hf = RolloutServicer(RolloutConfig(model=str(tied_lm), backend="hf", max_model_len=320))
+    server = Server([hf]).start()
+    try:
+        for rollout in (tied_rollout, Client(server.address, ROLLOUT, timeout=120)):
+            gen = generate(rollout, n=16, max_new_tokens=48, seed=3).data  # untrained: ~1 in 200 tokens ends
+            last = set()
+            for i, finish in enumerate(gen.non_tensor_batch["finish_reason"]):
+                n = int(gen.batch["response_mask"][i].sum())
+                tokens = gen.batch["responses"][i, :n].tolist()
+                assert not ends & set(tokens[:-1]) and (finish == "stop") == (tokens[-1] in ends)
+                last.add(tokens[-1])
+                assert "<|im_end|>" not in gen.non_tensor_batch["response_text"][i]
+            assert ends <= last, f"{rollout.address}: not every end token ended a response: {ends - last}"
+    finally:
+        server.stop(0)
+        hf.close()
 
 
 def local_logprobs(model, gen) -> torch.Tensor:
@@ -434,7 +467,7 @@ def test_pushed_embedding_reaches_the_output_head(request, tied):
     path = request.getfixturevalue("tied_lm" if tied else "tiny_lm")
     rollout = request.getfixturevalue("tied_rollout" if tied else "rollout")
     model = AutoModelForCausalLM.from_pretrained(path).eval()
-    assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied  # tied: the Qwen2 with BPE
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         embed = model.model.embed_tokens.weight

@@ -1,0 +1,157 @@
+"""Multi-turn episodes in the model's own tool format (rollout.tool_parser=hermes) with a BPE model's
+ChatML template, over a real rollout service and the real calculator environment service. The engine
+behind the rollout service is scripted (it writes what a policy that calls the tool would), so that every
+token of the trajectory can be checked: it is exactly the template's rendering of the conversation, the
+policy's tokens kept as sampled, the template's text between turns masked out.
+(The real engines run this format in tests/e2e/test_tool_learning.py.)"""
+
+import json
+
+import pytest
+from transformers import AutoTokenizer
+
+from meshrl.chat import turns
+from meshrl.config.env import EnvConfig
+from meshrl.config.rollout import RolloutConfig
+from meshrl.dataproto import DataProto
+from meshrl.rpc import Client, Server
+from meshrl.tiny.arithmetic import CALCULATOR, conversation
+from meshrl.tiny.models import TinyModelConfig, make_model
+from orchestrator.config import load_config
+from orchestrator.lifecycle.mesh import Mesh
+from orchestrator.sampling import multi_turn
+from services.env.servicer import EnvServicer
+from services.rollout.sampling import Completion
+from services.rollout.servicer import RolloutServicer
+
+LOGPROB = -0.5  # every scripted token's
+CALL = '<tool_call>\n{{"name": "calculator", "arguments": {{"expression": "{}"}}}}\n</tool_call>'
+SCRIPTS = {  # question -> the policy's turns, in order
+    "12*7=": [CALL.format("12*7") + "<|im_end|>", "84<|im_end|>"],
+    "3*3=": [  # a call that is not JSON, then two calls in one turn, then the answer
+        "<tool_call>{bad</tool_call><|im_end|>",
+        CALL.format("3*3") + "\n" + CALL.format("1+1") + "<|im_end|>",
+        "9<|im_end|>",
+    ],
+    "5*5=": [CALL.format("5*5"), "25<|im_end|>"],  # the first turn is cut before its end token
+}
+
+
+class ScriptedEngine:
+    """A rollout backend that writes each question's script, turn by turn (which turn: the tool results
+    the prompt holds so far)."""
+
+    name, concurrent = "scripted", False
+
+    def __init__(self, tokenizer):
+        self.tok = tokenizer
+
+    def generate(self, prompts, s, alive=None):
+        out = []
+        for ids in prompts:
+            text = self.tok.decode(ids)
+            question = next(q for q in SCRIPTS if f"user\n{q}<|im_end|>" in text)
+            turn = SCRIPTS[question][text.count("<tool_response>") and text.count("<|im_start|>assistant") - 1]
+            tokens = self.tok(turn, add_special_tokens=False)["input_ids"][: s.max_new_tokens]
+            ended = tokens[-1] == self.tok.eos_token_id
+            text_out = self.tok.decode(tokens, skip_special_tokens=True)
+            out.append([Completion(tokens, [LOGPROB] * len(tokens), text_out, "stop" if ended else "length")])
+        return out
+
+    def close(self):
+        pass
+
+
+@pytest.fixture(scope="module")
+def mesh(tmp_path_factory, arithmetic_data):
+    small = {"hidden_size": 32, "intermediate_size": 64, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1}
+    model = make_model(
+        tmp_path_factory.mktemp("bpe") / "qwen2", TinyModelConfig(family="qwen2", tokenizer="bpe", **small)
+    )
+    tok = AutoTokenizer.from_pretrained(model)
+    rollout = RolloutServicer(RolloutConfig(model=str(model), max_model_len=512), ScriptedEngine(tok))
+    env = EnvServicer(EnvConfig(module="services.env.calculator:Calculator", processes=1))
+    servers = [Server([rollout]).start(), Server([env]).start()]
+    cfg = load_config(
+        None,
+        [
+            f"data.train_files={arithmetic_data['train']}",
+            f"actor.model={model}",
+            "rollout.n=1",
+            "rollout.max_new_tokens=64",
+            "rollout.multi_turn=true",
+            "rollout.tool_parser=hermes",
+            "rollout.max_turns=4",
+            "rollout.max_response_tokens=300",
+        ],
+    )
+    m = Mesh(
+        cfg,
+        {
+            "rollout": Client(servers[0].address, RolloutServicer.SERVICE, timeout=60),
+            "env": Client(servers[1].address, EnvServicer.SERVICE, timeout=60),
+        },
+    )
+    m.env_tools = json.loads(m["env"].call("Describe").details["tools"])
+    m.tokenizer = tok
+    yield m
+    for s in servers:
+        s.stop(0)
+    rollout.close()
+    env.close()
+
+
+def batch(questions: list[str], truths: list[str]) -> DataProto:
+    """Rows as the data gives them (the prompt ids are rendered again, with the tools, by the sampler)."""
+    return DataProto(
+        {"input_ids": __import__("torch").ones(len(questions), 1, dtype=__import__("torch").long)},
+        {
+            "prompt": [[{"role": "user", "content": q}] for q in questions],
+            "reward_model": [{"ground_truth": t} for t in truths],
+            "uid": [f"u{i}" for i in range(len(questions))],
+        },
+    )
+
+
+def test_a_tool_episode_is_the_templates_conversation_token_by_token(mesh):
+    """The trajectory of "12*7=" is what SFT would train on the same conversation: the same tokens, the
+    assistant turns (with their <|im_end|>) trained, the template's text between them not."""
+    tok = mesh.tokenizer
+    data = batch(["12*7="], ["84"])
+    data.batch["attention_mask"] = data.batch["input_ids"]
+    gen, scored, _ = multi_turn.sample(mesh, data, seed=1, tokenizer=tok)
+    pieces = turns(tok, conversation("12*7=", "12*7", "84", True), "row", [CALCULATOR])[:-1]  # up to the answer
+    prompt = tok(pieces[0][0], add_special_tokens=False)["input_ids"]
+    expected, mask = [], []
+    for text, trained in pieces[1:]:
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        expected, mask = expected + ids, mask + [int(trained)] * len(ids)
+    n = int(gen.batch["attention_mask"][0, gen.batch["prompts"].shape[1] :].sum())
+    got = gen.batch["prompts"][0][gen.batch["prompts"][0] != tok.pad_token_id].tolist()
+    assert got == prompt, (tok.decode(got), tok.decode(prompt))
+    assert gen.batch["responses"][0, :n].tolist() == expected
+    assert gen.batch["response_mask"][0, :n].tolist() == mask
+    lp = gen.batch["rollout_logprobs"][0, :n]
+    assert (lp[gen.batch["response_mask"][0, :n] == 1] == LOGPROB).all() and (
+        lp[gen.batch["response_mask"][0, :n] == 0] == 0
+    ).all()
+    assert scored.scores.tolist() == [1.0] and gen.non_tensor_batch["tool_calls"].tolist() == [1]
+    assert json.loads(gen.non_tensor_batch["turn_spans"][0]) and gen.non_tensor_batch["turns"].tolist() == [2]
+
+
+def test_bad_calls_several_calls_and_a_cut_turn(mesh):
+    tok = mesh.tokenizer
+    data = batch(["3*3=", "5*5="], ["9", "25"])
+    data.batch["attention_mask"] = data.batch["input_ids"]
+    gen, scored, _ = multi_turn.sample(mesh, data, seed=2, tokenizer=tok)
+    assert scored.scores.tolist() == [1.0, 1.0] and gen.non_tensor_batch["env_error"].tolist() == ["", ""]
+    text = [tok.decode(gen.batch["responses"][i]) for i in range(2)]
+    # the parser's error comes back as that call's result; two calls, two results in one user turn
+    assert "<tool_response>\nerror: the tool call is not JSON" in text[0]
+    assert "<tool_response>\n9\n</tool_response>\n<tool_response>\n2\n</tool_response><|im_end|>" in text[0]
+    assert gen.non_tensor_batch["tool_calls"].tolist() == [2, 1]  # the environment counts the calls it made
+    # a turn cut before its end token is closed by the template's text (masked), then the result follows
+    spans = json.loads(gen.non_tensor_batch["turn_spans"][1])
+    after = gen.batch["responses"][1, spans[0][1] :].tolist()
+    assert after[0] == tok.eos_token_id and gen.batch["response_mask"][1, spans[0][1]] == 0
+    assert tok.decode(after).startswith("<|im_end|>\n<|im_start|>user\n<tool_response>\n25\n</tool_response>")
