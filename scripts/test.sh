@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# The test command: set up .venv (pinned) and run the whole suite on CPU.
-# Extra arguments go to pytest, e.g. `bash scripts/test.sh tests/unit -k codec`.
+# The test command: set up .venv (pinned) and run the whole suite on CPU, on two pytest-xdist workers
+# (MESHRL_TEST_WORKERS; 0: one process). A test file runs whole on one worker, the longest first
+# (tests/conftest.py orders them), so module fixtures (a vLLM engine, a service with several ranks) start once.
+# Extra arguments go to pytest, in one process, e.g. `bash scripts/test.sh tests/unit -k codec`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest "${@:-tests}"
+if [ $# -eq 0 ]; then
+    set -- -n "${MESHRL_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder tests
+fi
+exec .venv/bin/python -m pytest "$@"

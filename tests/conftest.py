@@ -22,9 +22,37 @@ import pytest  # noqa: E402
 from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
 from meshrl.tiny.models import TinyModelConfig, make_model
 
+# Test files that take longest, first: on two workers (scripts/test.sh) the last file to start should be a
+# short one. Then the rest of e2e, contract, gpu and unit, each in its usual order.
+FIRST = (
+    "tests/e2e/test_tool_learning.py",
+    "tests/e2e/test_learning.py",
+    "tests/unit/test_types.py",  # mypy, about a minute cold
+    "tests/e2e/test_compose.py",
+    "tests/e2e/test_chaos.py",
+    "tests/e2e/test_fleet.py",
+    "tests/e2e/test_grpo_loop.py",
+    "tests/e2e/test_weight_sync.py",
+    "tests/e2e/test_loops.py",
+)
+LAYERS = ("tests/e2e/", "tests/contract/", "tests/gpu/", "tests/unit/")
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item) -> tuple[int, int]:
+        path = item.nodeid.split("::")[0]
+        if path in FIRST:
+            return 0, FIRST.index(path)
+        return 1, next((i for i, layer in enumerate(LAYERS) if path.startswith(layer)), len(LAYERS))
+
+    items.sort(key=rank)  # stable: a file's tests keep their order
+
 
 def pytest_collection_finish(session):
-    """The type check, when it is among the tests, starts now and runs beside the others (test_types.Early)."""
+    """The type check, when it is among the tests, starts now and runs beside the others (test_types.Early);
+    on xdist workers it runs as a test of its own, first on one of them (the other worker is the company)."""
+    if hasattr(session.config, "workerinput"):
+        return
     if any(item.nodeid.startswith("tests/unit/test_types.py") for item in session.items):
         from tests.unit.test_types import Early
 
