@@ -51,6 +51,11 @@ class EngineSettings(Checked):
     share_prompts: bool = True
     """Causal LMs: rows of a micro-batch with the same prompt (a GRPO group, a DPO pair) run it once, and
     the token budget counts it once. Same outputs and gradients; less compute where prompts repeat."""
+    padding_free: bool = False
+    """Run each micro-batch's sequences packed into one row, no padding (verl's use_remove_padding, TRL's
+    padding_free): positions restart per sequence, attention stays within each; with micro_batch_tokens
+    the budget counts real tokens. Same outputs and gradients. The shared-prompt pass still runs where
+    it applies."""
     dropout: bool = False
     """Keep the model's dropout in forward passes (off by default: log-probs, values and the PPO
     ratio should not be random)."""

@@ -105,7 +105,7 @@ def row_extents(data: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def token_groups(
-    data: DataProto, max_tokens: int, unit: int = 1, count: int = 0, shared: bool = False
+    data: DataProto, max_tokens: int, unit: int = 1, count: int = 0, shared: bool = False, packed: bool = False
 ) -> list[torch.Tensor]:
     """Row indices of each micro-batch: units of `unit` adjacent rows (DPO pairs) sorted longest first and
     filled while units x (longest prompt + longest response) <= max_tokens (a unit longer than that goes
@@ -113,7 +113,8 @@ def token_groups(
     (FSDP ranks must run the same number of passes).
 
     shared (the passes run each distinct prompt once, model.forward_response): the rows of a prompt go
-    together, and a micro-batch costs distinct prompts x longest prompt + rows x longest response."""
+    together, and a micro-batch costs distinct prompts x longest prompt + rows x longest response.
+    packed (padding-free passes, without shared): a micro-batch costs its real tokens."""
     prompt, response = row_extents(data)
     units = len(data) // unit
     up = prompt.view(units, unit).amax(1).tolist()
@@ -129,14 +130,16 @@ def token_groups(
     order = sorted(range(units), key=lambda u: (-longest[family[u]], first[family[u]], -(up[u] + ur[u]), u))
     groups: list[list[int]] = [[]]
     prompts: set[int] = set()
-    P, T = 0, 0  # the current group's longest prompt and response; `prompts`: its prompts
+    P, T, real = 0, 0, 0  # the current group's longest prompt and response, its tokens; `prompts`: its prompts
+    tokens = (prompt + response).view(units, unit).sum(1).tolist()
     for u in order:
-        grown = (max(P, up[u]), max(T, ur[u]), prompts | set(rows[u]))
-        if groups[-1] and len(grown[2]) * grown[0] + (len(groups[-1]) + 1) * unit * grown[1] > max_tokens:
+        grown = (max(P, up[u]), max(T, ur[u]), prompts | set(rows[u]), real + tokens[u])
+        cost = grown[3] if packed and not shared else len(grown[2]) * grown[0] + (len(groups[-1]) + 1) * unit * grown[1]
+        if groups[-1] and cost > max_tokens:
             groups.append([])
-            grown = (up[u], ur[u], set(rows[u]))
+            grown = (up[u], ur[u], set(rows[u]), tokens[u])
         groups[-1].append(u)
-        P, T, prompts = grown
+        P, T, prompts, real = grown
     while len(groups) < count:
         i = max(range(len(groups)), key=lambda j: len(groups[j]))
         if len(groups[i]) < 2:

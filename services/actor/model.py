@@ -2,11 +2,15 @@
 
 The batch layout is verl's: input_ids = left-padded prompt + right-padded
 response, so the logits that predict response token t sit at position
-L - T - 1 + t (T = response length, L = sequence length).
+L - T - 1 + t (T = response length, L = sequence length). A model set up for padding-free passes
+(actor.padding_free) runs each micro-batch packed instead (services/actor/packing.py), unless its rows
+share prompts enough for the shared-prompt pass.
 """
 
 import torch
 import torch.nn.functional as F
+
+from services.actor import packing
 
 
 def forward_response(
@@ -25,6 +29,8 @@ def forward_response(
         shared = prompt_sharing(micro, T)
         if shared is not None:
             return forward_shared(model, micro, T, *shared)
+    if packed(model):
+        return packing.forward_packed(model, micro, T, head_only_where_read=share_prompts)
     kw = {"logits_to_keep": T + 1} if share_prompts else {}
     out = model(
         input_ids=micro["input_ids"],
@@ -34,6 +40,12 @@ def forward_response(
         **kw,
     )
     return out.logits[:, -T - 1 : -1]
+
+
+def packed(model: torch.nn.Module) -> bool:
+    """The model runs padding-free passes (actor.padding_free: services/actor/packing.py)."""
+    config = getattr(model, "config", None) or getattr(getattr(model, "module", None), "config", None)
+    return getattr(config, "_attn_implementation", None) == packing.NAME
 
 
 def prompt_sharing(micro: dict, T: int) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -44,11 +44,11 @@ def split(engine: Engine, part: DataProto, keys: tuple[str, ...], unit: int = 1)
     if cfg.micro_batch_tokens <= 0:
         return micro_batches(part, max(unit, cfg.micro_batch_size // unit * unit), keys), None
     shared = cfg.share_prompts and engine.kind == "causal"
-    groups = token_groups(part, cfg.micro_batch_tokens, unit, shared=shared)
+    groups = token_groups(part, cfg.micro_batch_tokens, unit, shared=shared, packed=cfg.padding_free)
     count = torch.tensor([len(groups)])
     dist.all_reduce(count, op=dist.ReduceOp.MAX)
     if int(count) > len(groups):
-        groups = token_groups(part, cfg.micro_batch_tokens, unit, int(count), shared)
+        groups = token_groups(part, cfg.micro_batch_tokens, unit, int(count), shared, cfg.padding_free)
     return [trimmed(part, g, keys) for g in groups], groups
 
 

@@ -4,9 +4,10 @@ grad norm, log-probs and updated weights (from the full state dict, and as a wei
 them) to OUT for the test to compare across engines.
 
     python tests/contract/engine_ranks.py ENGINE MODEL OUT [--mixed-precision] [--grad-ckpt] [--hsdp N]
-        [--save CKPT_DIR] [--export HF_DIR] [--load CKPT_DIR] [--share] [--lora RANK]
+        [--save CKPT_DIR] [--export HF_DIR] [--load CKPT_DIR] [--share] [--lora RANK] [--padding-free]
 
 --share: micro-batches of 2 rows that share their prompt, run once (model.forward_response's share_prompts).
+--padding-free: micro-batches of 2 rows, packed (services/actor/packing.py).
 
 --lora RANK: train a LoRA adapter of that rank on every linear layer of the blocks (alpha 16); the push is
 then the adapter's (pushed.safetensors), and rank 0 also writes the merged push (merged.safetensors) and the
@@ -79,6 +80,7 @@ def main():
         hsdp_replicate=int(flags[flags.index("--hsdp") + 1]) if "--hsdp" in flags else 1,
         micro_batch_size=1,
         lora_rank=int(flags[flags.index("--lora") + 1]) if "--lora" in flags else 0,
+        padding_free="--padding-free" in flags,
     )
     engine = build_engine(cfg, model, "causal", OptimConfig(lr=1e-3, grad_clip=0.0))
     full = batch()
@@ -87,7 +89,7 @@ def main():
     rows = slice(rank * B // world, (rank + 1) * B // world)
     mine = {k: v[rows] for k, v in full.items()}
     share = "--share" in flags
-    size = 2 if share else 1
+    size = 2 if share or "--padding-free" in flags else 1
     micro = [{k: v[i : i + size] for k, v in mine.items()} for i in range(0, len(mine["input_ids"]), size)]
     total_tokens = full["response_mask"].sum().item()
 

@@ -110,8 +110,17 @@ def test_plain_engine_learns(reference):
         ("fsdp2", ["--grad-ckpt"]),
         ("fsdp2", ["--share"]),
         ("fsdp1", ["--share"]),
+        ("fsdp2", ["--padding-free"]),
     ],
-    ids=["fsdp2", "fsdp1", "hsdp", "fsdp2-gradient-checkpointing", "fsdp2-shared-prompts", "fsdp1-shared-prompts"],
+    ids=[
+        "fsdp2",
+        "fsdp1",
+        "hsdp",
+        "fsdp2-gradient-checkpointing",
+        "fsdp2-shared-prompts",
+        "fsdp1-shared-prompts",
+        "fsdp2-padding-free",
+    ],
 )
 def test_two_ranks_match_one_process(reference, tiny_lm, tmp_path, engine, flags):
     two = run(2, engine, tiny_lm, tmp_path, *flags)

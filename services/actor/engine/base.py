@@ -28,7 +28,7 @@ from torch.distributed.tensor import DTensor
 from meshrl.config.actor import EngineConfig, OptimConfig
 from meshrl.models import empty_model, load_model, lora_target_modules
 from meshrl.v1 import rollout_pb2
-from services.actor import lora
+from services.actor import lora, packing
 from services.actor.comm import Cancelled, stop_requested
 
 if TYPE_CHECKING:
@@ -100,6 +100,8 @@ class Engine:
         self.on_device = True
 
     def prepare(self, model: "PreTrainedModel", optim: OptimConfig | None) -> torch.nn.Module:
+        if self.cfg.padding_free:
+            packing.enable(model)
         if self.cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()  # before peft, which then lets the embeddings' output need grad
         if self.lora:  # before sharding: FSDP then shards the adapter with the layer it adapts

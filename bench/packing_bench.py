@@ -1,0 +1,96 @@
+"""Padded against packed (actor.padding_free) actor passes: real tokens per second of a forward and
+backward over one batch, cut into micro-batches by a token budget the way the actor cuts them
+(services/actor/batches.py: rows of similar length together, each pass trimmed to its longest row; a
+packed budget counts real tokens), in one process on the CPU. The batch is what a GRPO step sees:
+8 samples of each prompt, responses of varied length up to --max-response. Both runs in one process,
+alternating, the same batch; the figure is the median of --repeats.
+
+    .venv/bin/python bench/packing_bench.py [--model tiny|50m] [--repeats 3] [--budget 4096]
+"""
+
+import argparse
+import statistics
+import tempfile
+import time
+
+import torch
+
+from meshrl.dataproto import DataProto
+from meshrl.models import load_model
+from meshrl.tiny.models import TinyModelConfig, make_model
+from services.actor import packing
+from services.actor.batches import token_groups, trimmed
+from services.actor.model import forward_response, token_logprobs
+
+MODELS = {
+    "tiny": TinyModelConfig(),
+    "50m": TinyModelConfig(hidden_size=640, num_layers=8, num_heads=10, num_kv_heads=5, intermediate_size=2560),
+}
+KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
+
+
+def grpo_batch(prompts: int, n: int, max_response: int, vocab: int) -> DataProto:
+    """prompts x n rows in verl's layout: prompts of 20-60 tokens, responses of 1..max_response (uniform)."""
+    g = torch.Generator().manual_seed(0)
+    plen = torch.randint(20, 61, (prompts,), generator=g).repeat_interleave(n)
+    rlen = torch.randint(1, max_response + 1, (prompts * n,), generator=g)
+    P, T = int(plen.max()), int(rlen.max())
+    ids = torch.zeros(len(plen), P + T, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, (p, r) in enumerate(zip(plen.tolist(), rlen.tolist())):
+        prompt = torch.randint(3, vocab, (p,), generator=torch.Generator().manual_seed(i // n))
+        ids[i, P - p : P] = prompt
+        ids[i, P : P + r] = torch.randint(3, vocab, (r,), generator=g)
+        mask[i, P - p : P + r] = 1
+    return DataProto(
+        {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
+            "responses": ids[:, P:],
+            "response_mask": mask[:, P:].float(),
+        }
+    )
+
+
+def step(model, data: DataProto, budget: int, packed: bool) -> float:
+    """Seconds for forward and backward over every micro-batch (the gradients are dropped)."""
+    start = time.perf_counter()
+    for rows in token_groups(data, budget, shared=False, packed=packed):
+        mb = trimmed(data, rows, KEYS)
+        lp = token_logprobs(forward_response(model, mb, share_prompts=False), mb["responses"])
+        (-(lp * mb["response_mask"]).sum()).backward()
+    model.zero_grad(set_to_none=True)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="tiny", choices=sorted(MODELS))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--budget", type=int, default=4096)
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--max-response", type=int, default=128)
+    args = parser.parse_args()
+    path = make_model(tempfile.mkdtemp(), MODELS[args.model])
+    padded, flat = load_model(str(path), "causal"), load_model(str(path), "causal")
+    packing.enable(flat)
+    data = grpo_batch(args.prompts, 8, args.max_response, padded.config.vocab_size)
+    real = int(data.batch["attention_mask"].sum())
+    grid = data.batch["attention_mask"].numel()
+    times: dict[str, list[float]] = {"padded": [], "packed": []}
+    step(padded, data, args.budget, False)  # warm-up
+    step(flat, data, args.budget, True)
+    for _ in range(args.repeats):
+        times["padded"].append(step(padded, data, args.budget, False))
+        times["packed"].append(step(flat, data, args.budget, True))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(
+        f"{args.model}: {len(data)} rows, {real} real tokens ({real / grid:.0%} of the padded grid), budget "
+        f"{args.budget}: padded {real / med['padded']:.0f} tokens/s, packed {real / med['packed']:.0f} tokens/s, "
+        f"packed/padded time {med['packed'] / med['padded']:.2f}x (median of {args.repeats})"
+    )
+
+
+if __name__ == "__main__":
+    main()
