@@ -348,7 +348,8 @@ def test_multi_turn_episodes_on_vllm(rollout, tiny_lm, arithmetic_data):
     from services.env.servicer import EnvServicer
 
     class Tagged:
-        STOP = ["7"]  # a character the tiny model samples often: many turns end at it
+        STOP = ["3", "5", "7"]  # characters the tiny model samples: some turns end at one (with one stop
+        # string, a run whose turns the batcher grouped otherwise once had none end there)
         actions: list[str] = []
 
         def reset(self, task, seed=None):
@@ -384,11 +385,11 @@ def test_multi_turn_episodes_on_vllm(rollout, tiny_lm, arithmetic_data):
             response = gen.batch["responses"][i]
             for a, b in json.loads(gen.non_tensor_batch["turn_spans"][i]):
                 text = tok.decode(response[a:b].tolist())
-                assert "7" not in text[:-1]  # nothing generated past the stop string
-                stopped += text.endswith("7")
+                assert not any(c in text[:-1] for c in Tagged.STOP)  # nothing generated past a stop string
+                stopped += text.endswith(tuple(Tagged.STOP))
                 assert (gen.batch["rollout_logprobs"][i, a:b] < 0).all()
         assert stopped > 0  # the stop string ended some turns, and stayed in their tokens
-        assert sum(a.endswith("7") for a in Tagged.actions) == stopped  # and in the text each turn sent
+        assert sum(a.endswith(tuple(Tagged.STOP)) for a in Tagged.actions) == stopped  # and in each turn's text
     finally:
         server.stop(0)
         env.close()
