@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command: set up .venv (pinned) and run the whole suite on CPU, on three pytest-xdist workers
+# The test command: set up .venv (pinned) and run the whole suite on CPU, on two pytest-xdist workers
 # (MESHRL_TEST_WORKERS; 0: one process). A test file runs whole on one worker, the longest first
 # (tests/conftest.py orders them), so module fixtures (a vLLM engine, a service with several ranks) start once.
 # Extra arguments go to pytest, in one process, e.g. `bash scripts/test.sh tests/unit -k codec`.
@@ -7,6 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 if [ $# -eq 0 ]; then
-    set -- -n "${MESHRL_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder tests
+    set -- -n "${MESHRL_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder tests
 fi
 exec .venv/bin/python -m pytest "$@"
