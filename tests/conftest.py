@@ -6,8 +6,9 @@ The default suite is the CPU suite, on any machine: where there are GPUs it hide
 CI (two FSDP ranks on a 1-GPU machine would otherwise be refused). The GPU lane
 (scripts/test_gpu.sh: MESHRL_TEST_GPU=1, tests marked gpu) sees them; its tests
 skip where there is no CUDA. The actor's checkpoint key file (services/actor/integrity.py) goes to a
-folder of the session's own (XDG_CONFIG_HOME), not the user's home. The type check starts as soon as
-the tests are collected and runs beside them (tests/unit/test_types.py).
+folder of the session's own (XDG_CONFIG_HOME), not the user's home. In one process the type check starts
+as soon as the tests are collected and runs beside them (tests/unit/test_types.py); on pytest-xdist
+workers (scripts/test.sh) it is a test of its own, among the first files (FIRST).
 """
 
 import os
