@@ -16,6 +16,7 @@ import time
 import torch
 
 from meshrl.dataproto import DataProto
+from meshrl.layout import rollout_tensors
 from meshrl.models import load_model
 from meshrl.tiny.models import TinyModelConfig, make_model
 from services.actor import packing
@@ -34,23 +35,12 @@ def grpo_batch(prompts: int, n: int, max_response: int, vocab: int) -> DataProto
     g = torch.Generator().manual_seed(0)
     plen = torch.randint(20, 61, (prompts,), generator=g).repeat_interleave(n)
     rlen = torch.randint(1, max_response + 1, (prompts * n,), generator=g)
-    P, T = int(plen.max()), int(rlen.max())
-    ids = torch.zeros(len(plen), P + T, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, (p, r) in enumerate(zip(plen.tolist(), rlen.tolist())):
-        prompt = torch.randint(3, vocab, (p,), generator=torch.Generator().manual_seed(i // n))
-        ids[i, P - p : P] = prompt
-        ids[i, P : P + r] = torch.randint(3, vocab, (r,), generator=g)
-        mask[i, P - p : P + r] = 1
-    return DataProto(
-        {
-            "input_ids": ids,
-            "attention_mask": mask,
-            "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
-            "responses": ids[:, P:],
-            "response_mask": mask[:, P:].float(),
-        }
-    )
+    prompt = [
+        torch.randint(3, vocab, (p,), generator=torch.Generator().manual_seed(i // n)).tolist()
+        for i, p in enumerate(plen.tolist())
+    ]
+    response = [torch.randint(3, vocab, (r,), generator=g).tolist() for r in rlen.tolist()]
+    return DataProto(rollout_tensors(prompt, response, 0))
 
 
 def step(model, data: DataProto, budget: int, packed: bool) -> float:

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from meshrl.dataproto import DataProto
+from meshrl.layout import rollout_tensors
 from meshrl.models import load_model
 from meshrl.tiny.models import TinyModelConfig, make_model
 from services.actor import packing
@@ -16,21 +17,10 @@ SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_layers": 2, "num_head
 
 
 def batch(prompts: list[int], responses: list[int], vocab: int, seed: int = 0) -> dict:
-    """verl's layout: prompts left-padded to the longest, responses right-padded."""
+    """verl's layout (meshrl.layout.rollout_tensors: left-padded prompts, right-padded responses)."""
     g = torch.Generator().manual_seed(seed)
-    P, T = max(prompts), max(responses)
-    ids = torch.zeros(len(prompts), P + T, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, (p, r) in enumerate(zip(prompts, responses)):
-        ids[i, P - p : P + r] = torch.randint(3, vocab, (p + r,), generator=g)
-        mask[i, P - p : P + r] = 1
-    return {
-        "input_ids": ids,
-        "attention_mask": mask,
-        "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
-        "responses": ids[:, P:],
-        "response_mask": mask[:, P:].float(),
-    }
+    draw = lambda n: torch.randint(3, vocab, (n,), generator=g).tolist()  # noqa: E731
+    return rollout_tensors([draw(p) for p in prompts], [draw(r) for r in responses], 0)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
