@@ -85,9 +85,11 @@ class ActorSection(PolicyLossSettings, OptimSettings, EngineSettings):
     #   threads than cores)
     ppo_epochs: int = 1  # passes over each batch
     mini_batch_size: int = 0  # rows per optimizer step; 0: the whole batch
-    reuse_logprobs: bool = True  # an on-policy update (ppo_epochs=1, one mini-batch, no KL in the reward)
-    #   takes the PPO ratio against its own detached log-probs instead of a log-prob pass before it (as
-    #   TRL and verl do; same gradients); false: always run that pass
+    reuse_logprobs: bool = True  # the update finds its own old log-probs instead of a log-prob call
+    #   before it: the first mini-batch's from its own pass (the weights are still the old ones; TRL and
+    #   verl do so with one mini-batch), the other rows' from a pass inside the update before its first
+    #   optimizer step; same gradients, 1/mini-batches of that pass saved. Not with a KL penalty in the
+    #   reward (it needs them first). false: always the separate call
 
     def __post_init__(self) -> None:
         self.world_size = hosts.world_size(self.world_size)

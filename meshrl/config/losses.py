@@ -90,9 +90,11 @@ class PPOParams(Schedule, PolicyLossSettings, RolloutISSettings):
     temperature: float = 1.0
     """The rollout's sampling temperature, which the log-probs use too."""
     old_logprobs_key: str = "actor_logprobs"
-    """The batch's old log-probs: "actor_logprobs", "rollout_logprobs", or "" for an on-policy update
-    (one epoch, one mini-batch): the ratio is taken against the detached log-probs of this very pass,
-    which equal the old ones, so no separate log-prob pass is needed (as TRL and verl do then)."""
+    """The batch's old log-probs: "actor_logprobs", "rollout_logprobs", or "" when the update finds them
+    itself: the first mini-batch of the first epoch takes the detached log-probs of its own pass (the
+    weights are still the old ones then, as TRL and verl do with one mini-batch), and the other rows get
+    theirs from a pass without gradients before the first optimizer step (every row with epochs > 1).
+    The caller then needs no log-prob pass of its own."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -102,12 +104,6 @@ class PPOParams(Schedule, PolicyLossSettings, RolloutISSettings):
             self,
             "old_logprobs_key",
             "cannot be the log-probs rollout_is weighs the old ones against (the weights would all be 1)",
-        )
-        require(
-            self.old_logprobs_key != "" or self.epochs == 1,
-            self,
-            "epochs",
-            "must be 1: an on-policy update (old_logprobs_key empty) runs one epoch",
         )
         require(self.temperature > 0, self, "temperature", "must be > 0")
 

@@ -14,7 +14,7 @@ def schedule(cfg: Config) -> dict:
 
 
 def ppo_params(cfg: Config, reuse: bool = False) -> dict:
-    """reuse: an on-policy update takes its ratio against its own detached log-probs (no old log-prob pass)."""
+    """reuse: the update finds its own old log-probs (policy_gradient.own_old_logprobs)."""
     return {
         **schedule(cfg),
         **values_of(PolicyLossSettings, cfg.actor),

@@ -28,16 +28,11 @@ from orchestrator.sampling.samples import score_metrics
 from orchestrator.timer import Timer
 
 
-def on_policy(cfg: Config, rows: int) -> bool:
-    """The update's old log-probs are the current ones: one epoch, one optimizer step, and nothing needs
-    them before the update (a KL penalty in the reward does)."""
-    a = cfg.actor
-    return (
-        a.reuse_logprobs
-        and a.ppo_epochs == 1
-        and (a.mini_batch_size <= 0 or a.mini_batch_size >= rows)
-        and not cfg.algorithm.use_kl_in_reward
-    )
+def own_old_logprobs(cfg: Config) -> bool:
+    """The actor's update finds its old log-probs itself (PPOParams.old_logprobs_key empty: the first
+    mini-batch's from its own pass, the others' from a pass inside the update), so the step makes no
+    log-prob call before it; unless something needs them first (a KL penalty in the reward)."""
+    return cfg.actor.reuse_logprobs and not cfg.algorithm.use_kl_in_reward
 
 
 def compute_advantages(name: str, inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,7 +61,7 @@ def rollout_metrics(gen, scored, batch, advantages) -> dict[str, float]:
         "response_length/max": lengths.max().item(),
         "response_length/clip_ratio": (lengths >= gen.batch["responses"].shape[1]).float().mean().item(),
     }
-    if "actor_logprobs" in batch.batch:  # else the on-policy update reported it from its own pass
+    if "actor_logprobs" in batch.batch:  # else the update reported it from its own pass
         # how far the rollout's sampling distribution is from the actor's: ~0 when the push worked
         out["rollout/kl_to_actor"] = masked_mean(
             (gen.batch["rollout_logprobs"] - batch.batch["actor_logprobs"]).abs(), mask
@@ -111,7 +106,7 @@ class PolicyGradient:
             gen, scored, metrics = dynamic.fill(rollouts, t, number, data, gen, scored, len(indices))
         batch = gen.select(POLICY_TENSORS)
         mask = batch.batch["response_mask"]
-        reuse = on_policy(cfg, len(batch))
+        reuse = own_old_logprobs(cfg)
         if reuse or cfg.algorithm.rollout_is != "none":  # reuse: the update reports the rollout's distance
             batch.batch["rollout_logprobs"] = gen.batch["rollout_logprobs"]
         if not reuse:

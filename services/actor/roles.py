@@ -28,11 +28,19 @@ from services.actor.comm import Cancelled
 from services.actor.engine import Engine
 from services.actor.model import forward_response, token_logprobs
 
+OLD = "old_logprobs"  # an update's own old log-probs (ActorRole.with_old_logprobs)
+
 
 def all_reduce_sum(values: list[float]) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64)
     dist.all_reduce(t)
     return t.tolist()
+
+
+def all_reduce_min(value: int) -> int:
+    t = torch.tensor([value])
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return int(t)
 
 
 def split(engine: Engine, part: DataProto, keys: tuple[str, ...], unit: int = 1):
@@ -103,13 +111,15 @@ def train(
     loss_fn,
     units_fn,
     unit: int = 1,
+    own_first: bool = False,
 ) -> dict[str, float]:
     """Epochs of mini-batches over this rank's part; one optimizer step per mini-batch. Cancelled (every
     rank at the same micro-batch) drops the unfinished mini-batch's gradients and says how many optimizer
-    steps were taken before it."""
+    steps were taken before it. own_first: the first mini-batch goes without the OLD column (its loss
+    takes its own pass's log-probs, see with_old_logprobs)."""
     metrics = MetricSum()
     try:
-        _train(engine, part, p, total_rows, step, prefix, keys, loss_fn, units_fn, unit, metrics)
+        _train(engine, part, p, total_rows, step, prefix, keys, loss_fn, units_fn, unit, own_first, metrics)
     except Cancelled as e:
         engine.drop_gradients()
         planned = p.epochs * num_minibatches(total_rows, p.mini_batch_size)
@@ -121,16 +131,23 @@ def train(
     return metrics.result(prefix)
 
 
-def _train(engine, part, p, total_rows, step, prefix, keys, loss_fn, units_fn, unit, metrics: MetricSum) -> None:
+def epoch_order(part: DataProto, p, step: int, epoch: int, unit: int = 1) -> torch.Tensor:
+    """The rows of an epoch in order: as sent, or (shuffle) a seeded permutation keeping units together."""
+    if not p.shuffle:
+        return torch.arange(len(part))
+    g = torch.Generator().manual_seed(p.seed + 1000 * step + epoch)
+    order = torch.randperm(len(part) // unit, generator=g)
+    return (order[:, None] * unit + torch.arange(unit)).flatten()
+
+
+def _train(engine, part, p, total_rows, step, prefix, keys, loss_fn, units_fn, unit, own_first, metrics) -> None:
     world = dist.get_world_size()
+    count = num_minibatches(total_rows, p.mini_batch_size)
     for epoch in range(p.epochs):
-        data = part
-        if p.shuffle:  # whole units (DPO pairs) stay together
-            g = torch.Generator().manual_seed(p.seed + 1000 * step + epoch)
-            order = torch.randperm(len(part) // unit, generator=g)
-            data = part.select_idxs((order[:, None] * unit + torch.arange(unit)).flatten())
-        for mini in minibatches(data, num_minibatches(total_rows, p.mini_batch_size), unit):
-            micros, _ = split(engine, mini, keys, unit)
+        data = part.select_idxs(epoch_order(part, p, step, epoch, unit)) if p.shuffle else part
+        for i, mini in enumerate(minibatches(data, count, unit)):
+            first = own_first and epoch == 0 and i == 0
+            micros, _ = split(engine, mini, tuple(k for k in keys if k != OLD) if first else keys, unit)
             local = [units_fn(mb) for mb in micros]
             total = all_reduce_sum([sum(local)])[0]
             shares = [u / total if total else 0.0 for u in local]
@@ -166,16 +183,39 @@ class PolicyRole:
 class ActorRole(PolicyRole):
     output_key = "actor_logprobs"
 
+    def with_old_logprobs(self, part: DataProto, p, total_rows: int, step: int) -> tuple[DataProto, bool]:
+        """An update that finds its own old log-probs (old_logprobs_key empty), saving the caller a pass:
+        the first mini-batch of a one-epoch update takes its own pass's (the weights are still the old
+        ones then) and every other row gets them from a pass without gradients before the first optimizer
+        step, in the OLD column. Returns the part and whether the first mini-batch goes without OLD. One
+        mini-batch and one epoch: no such pass at all. More epochs: the pass covers every row, since later
+        epochs see the first mini-batch's rows again."""
+        count = num_minibatches(total_rows, p.mini_batch_size)
+        if p.epochs == 1 and count == 1:
+            return part, True
+        order = epoch_order(part, p, step, 0)
+        rest = order[len(minibatches(part, count)[0]) :]  # the first's size does not depend on the order
+        own_first = p.epochs == 1 and all_reduce_min(len(rest)) > 0  # the pass is collective: all ranks or none
+        rows = rest if own_first else order
+        old = torch.zeros(part.batch["responses"].shape, dtype=torch.float32)
+        old[rows] = self.logprobs(part.select_idxs(rows), p.temperature, False).batch[self.output_key].float()
+        part.batch[OLD] = old
+        return part, own_first
+
     def update(self, part: DataProto, loss: str, p, total_rows: int, step: int) -> dict[str, float]:
         if loss == "ppo":
+            own_first = False
+            if not p.old_logprobs_key:
+                part, own_first = self.with_old_logprobs(part, p, total_rows, step)
             keys = tuple(part.batch)  # the servicer sent exactly what this loss and its options read
+            old_key = p.old_logprobs_key or OLD
 
             def ppo(model, mb):
                 logits = forward_response(model, mb, share_prompts=self.shared)
                 lp = token_logprobs(logits, mb["responses"], p.temperature)
                 mask = mb["response_mask"]
-                # on-policy: the old log-probs are this pass's own (same weights), without their gradient
-                old = mb[p.old_logprobs_key] if p.old_logprobs_key else lp.detach()
+                # none sent for these rows (with_old_logprobs): this pass's own, without their gradient
+                old = mb[old_key] if old_key in mb else lp.detach()
                 weights: torch.Tensor | None = None
                 m: dict[str, float] = {}
                 if p.rollout_is != "none":
@@ -219,6 +259,7 @@ class ActorRole(PolicyRole):
                 keys,
                 ppo,
                 lambda mb: loss_units(mb["response_mask"], p.loss_agg_mode),
+                own_first=own_first,
             )
         if loss == "sft":
 

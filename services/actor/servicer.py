@@ -157,12 +157,7 @@ class ActorServicer:
         data = _data(request)
         batches.validate(data, required_tensors(name, params), self.world_size, pairs=name == "dpo", **self.limits)
         keys = list(required_tensors(name, params))
-        if name == "ppo" and not params.old_logprobs_key:
-            if batches.num_minibatches(len(data), params.mini_batch_size) > 1:
-                raise InvalidArgument(
-                    f"an on-policy update (old_logprobs_key empty) takes one optimizer step; "
-                    f"mini_batch_size {params.mini_batch_size} splits {len(data)} rows"
-                )
+        if name == "ppo" and not params.old_logprobs_key:  # the update finds its own old log-probs
             if "rollout_logprobs" in data.batch and "rollout_logprobs" not in keys:  # for rollout/kl_to_actor
                 batches.validate(data, (*keys, "rollout_logprobs"), self.world_size)
                 keys.append("rollout_logprobs")
