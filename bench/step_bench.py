@@ -3,7 +3,8 @@ actor with world_size and engine auto, reward service): where a step's time goes
 cost, and what tracing costs.
 
     .venv/bin/python bench/step_bench.py [--steps 20] [--repeats 2]
-    .venv/bin/python bench/step_bench.py --compare reuse|world|budget|share   # one comparison only
+    .venv/bin/python bench/step_bench.py --compare reuse|packed|world|budget|share   # one comparison only
+        [--model tiny|50m]
 
 (a) phases: each phase's share of the step (timing_s/* from metrics.jsonl, steps after the first).
 (b) RPC overhead: for every call the orchestrator makes, its client span minus the service's server
@@ -77,13 +78,15 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--compare", choices=("tracing", *VARIANTS), default="tracing")
+    p.add_argument("--model", choices=list(MODELS), default="tiny")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
-        model = make_model(work / "model", TinyModelConfig())
+        config, extra = MODELS[args.model]
+        model = make_model(work / "model", config)
         data = make_data(work / "data", ArithmeticConfig(num_train=2000, num_test=100, ops="+", max_operand=20))
         if args.compare in VARIANTS:
-            return compare(work, model, data, args.steps, args.repeats, args.compare)
+            return compare(work, model, data, args.steps, args.repeats, args.compare, extra)
         times: dict[str, list[float]] = {"": [], "jsonl": []}
         last_traced = None
         for i in range(args.repeats):
@@ -113,8 +116,20 @@ def main() -> int:
     return 0
 
 
+MODELS = {  # name: (model, the run's overrides)
+    "tiny": (TinyModelConfig(), []),  # the main job's, at configs/arithmetic_grpo.yaml's settings
+    # 50M parameters (as bench/actor_bench.py's), 4 prompts x 8 samples in 4 mini-batches: where FLOPs count
+    "50m": (
+        TinyModelConfig(hidden_size=640, num_layers=8, num_heads=10, num_kv_heads=5, intermediate_size=2560),
+        ["data.train_batch_size=4", "actor.mini_batch_size=8"],
+    ),
+}
 VARIANTS = {
-    "reuse": {"old log-prob pass": ["actor.reuse_logprobs=false"], "reused": ["actor.reuse_logprobs=true"]},
+    "reuse": {
+        "a log-prob call before the update": ["actor.reuse_logprobs=false"],
+        "the update finds its own (default)": ["actor.reuse_logprobs=true"],
+    },
+    "packed": {"padded (default)": ["actor.padding_free=false"], "padding-free": ["actor.padding_free=true"]},
     "world": {
         "2 ranks x 1 thread": ["actor.world_size=2", "actor.threads=1", "actor.engine=fsdp2"],
         "2 ranks x 2 threads": ["actor.world_size=2", "actor.threads=2", "actor.engine=fsdp2"],
@@ -136,22 +151,41 @@ VARIANTS = {
 }
 
 
-def compare(work: pathlib.Path, model, data, steps: int, repeats: int, which: str) -> int:
+def compare(work: pathlib.Path, model, data, steps: int, repeats: int, which: str, base_extra=()) -> int:
     """Median step time of each variant, runs alternated `repeats` times in this one invocation."""
     variants = VARIANTS[which]
     times: defaultdict[str, list[float]] = defaultdict(list)
-    phase: defaultdict[str, list[float]] = defaultdict(list)
+    phase: defaultdict[str, defaultdict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for i in range(repeats):
         for name, extra in variants.items():
-            r = rows(grpo(work, f"{which}-{len(times)}-{i}-{name.replace(' ', '_')}", model, data, steps, "", extra))
+            run_dir = grpo(
+                work,
+                f"{which}-{len(times)}-{i}-{name.replace(' ', '_')}",
+                model,
+                data,
+                steps,
+                "",
+                [*base_extra, *extra],
+            )
+            r = rows(run_dir)
             times[name] += [x["timing_s/step"] for x in r]
-            phase[name] += [x.get("timing_s/old_log_prob", 0.0) + x["timing_s/update_actor"] for x in r]
+            for x in r:
+                old, update = x.get("timing_s/old_log_prob", 0.0), x["timing_s/update_actor"]
+                for k, v in (("old_log_prob", old), ("update_actor", update), ("both", old + update)):
+                    phase[name][k].append(v)
     base = statistics.median(times[next(iter(variants))])
     print(f"\n({which}) median over steps 2..{steps}, {repeats} runs each:")
-    print("| variant | step s | x first | old_log_prob + update_actor s | steps |\n|---|---|---|---|---|")
+    print(
+        "| variant | step s | x first | old_log_prob s | update_actor s | the two s | steps |\n"
+        "|---|---|---|---|---|---|---|"
+    )
     for name in variants:
         med = statistics.median(times[name])
-        print(f"| {name} | {med:.3f} | {med / base:.3f} | {statistics.median(phase[name]):.3f} | {len(times[name])} |")
+        ph = {k: statistics.median(v) for k, v in phase[name].items()}
+        print(
+            f"| {name} | {med:.3f} | {med / base:.3f} | {ph['old_log_prob']:.3f} | {ph['update_actor']:.3f} "
+            f"| {ph['both']:.3f} | {len(times[name])} |"
+        )
     return 0
 
 
