@@ -3,10 +3,11 @@ with nothing around it (HF generate, one forward-backward, AdamW), the floor the
 
     PYTHON bench/peer_bare.py MODEL TRAIN.parquet TEST.parquet STEPS OUT.json [--val-every 20] [--device cuda]
 
-Same settings as bench/peer_trl.py: 32 prompts x 8 samples, up to 8 new tokens, temperature 1, lr 1e-4
-constant, token-mean PPO-clip loss on-policy (the ratio against the pass's own detached log-probs),
-group-normalised advantages, one optimizer step per batch over micro-batches of 64 rows, grad clip 1,
-fp32, no KL. Writes the same JSON as peer_trl.py, plus each step's generation and update seconds.
+Same settings as bench/peer_trl.py: 32 prompts x 8 samples, up to 8 new tokens, temperature 1, constant
+lr (--lr), token-mean PPO-clip loss, group-normalised advantages, micro-batches of 64 rows, grad clip 1,
+fp32, no KL. --optimizer-steps 1: one optimizer step per batch, on-policy (the ratio against the pass's
+own detached log-probs); K: K mini-batches, the ratio against an old log-prob pass over the batch.
+Writes the same JSON as peer_trl.py, plus each step's generation and update seconds.
 """
 
 import json
@@ -28,7 +29,7 @@ def clock(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def step(model, tok, opt, batch: list[dict]) -> dict[str, float]:
+def step(model, tok, opt, batch: list[dict], optimizer_steps: int) -> dict[str, float]:
     """One GRPO step; seconds of its generation and of its update (reward and advantages between)."""
     device = model.device
     start = clock(device)
@@ -54,23 +55,31 @@ def step(model, tok, opt, batch: list[dict]) -> dict[str, float]:
     eos = (responses == tok.eos_token_id).int()
     resp_mask = ((eos.cumsum(1) - eos) == 0).float()  # up to the first end-of-sequence; padding after it
     mask = torch.cat([enc["attention_mask"].repeat_interleave(N, 0), resp_mask.long()], 1)
-    tokens = resp_mask.sum()
     update = clock(device)
-    opt.zero_grad()
-    for i in range(0, len(out), MICRO):
+
+    def logprobs(i: int) -> torch.Tensor:
         ids, m = out[i : i + MICRO], mask[i : i + MICRO]
         logits = model(input_ids=ids, attention_mask=m, position_ids=(m.cumsum(1) - 1).clamp(min=0)).logits
-        lp = (
-            torch.log_softmax(logits[:, P - 1 : -1].float(), -1)
-            .gather(-1, responses[i : i + MICRO, :, None])
-            .squeeze(-1)
-        )
-        ratio = torch.exp(lp - lp.detach())
-        a = adv[i : i + MICRO, None]
-        loss = torch.maximum(-a * ratio, -a * ratio.clamp(0.8, 1.2))
-        ((loss * resp_mask[i : i + MICRO]).sum() / tokens).backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
+        return torch.log_softmax(logits[:, P - 1 : -1].float(), -1).gather(-1, responses[i : i + MICRO, :, None])[
+            ..., 0
+        ]
+
+    old = None
+    if optimizer_steps > 1:  # the ratio of every mini-batch after the first is against the batch's weights
+        with torch.no_grad():
+            old = torch.cat([logprobs(i) for i in range(0, len(out), MICRO)])
+    rows = len(out) // optimizer_steps
+    for first in range(0, len(out), rows):
+        opt.zero_grad()
+        tokens = resp_mask[first : first + rows].sum()
+        for i in range(first, first + rows, MICRO):
+            lp = logprobs(i)
+            ratio = torch.exp(lp - (lp.detach() if old is None else old[i : i + MICRO]))
+            a = adv[i : i + MICRO, None]
+            loss = torch.maximum(-a * ratio, -a * ratio.clamp(0.8, 1.2))
+            ((loss * resp_mask[i : i + MICRO]).sum() / tokens).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
     end = clock(device)
     return {"gen": generated - start, "update": end - update}
 
@@ -81,7 +90,7 @@ def main():
     tok = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32).to(a.device)
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr)
     train, test = rows(a.train), rows(a.test)
     order = list(range(len(train)))
     random.Random(0).shuffle(order)
@@ -92,7 +101,7 @@ def main():
         start = (s - 1) * PROMPTS % len(order)
         t = time.perf_counter()
         for phase, seconds in step(
-            model, tok, opt, [train[i] for i in (order + order)[start : start + PROMPTS]]
+            model, tok, opt, [train[i] for i in (order + order)[start : start + PROMPTS]], a.optimizer_steps
         ).items():
             phases[phase].append(seconds)
         steps.append(clock(model.device) - t)

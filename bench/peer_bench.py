@@ -4,10 +4,15 @@ time on this machine.
     bash scripts/prepare.sh runs/default            # the SFT warm-up and data they all start from
     python3 -m venv /tmp/trl && /tmp/trl/bin/pip install torch==2.13.0 trl==1.16.0 transformers==5.19.0 pandas
     .venv/bin/python bench/peer_bench.py --trl-python /tmp/trl/bin/python [--steps 80] [--repeats 1]
+        [--settings trl,config] [--mesh-extra KEY=VALUE ...]
 
-All from runs/default/sft/hf with the same data and settings (configs/arithmetic_grpo.yaml, with one
-optimizer step per batch at lr 1e-4 as TRL's side has it: bench/peer_trl.py; the bare loop:
-bench/peer_bare.py). The mesh runs twice, with the config's hf rollout and with vLLM. Reports median
+All from runs/default/sft/hf with the same data and settings (configs/arithmetic_grpo.yaml; TRL's side:
+bench/peer_trl.py; the bare loop: bench/peer_bare.py), at two settings, a table each:
+- trl: one optimizer step per batch at lr 1e-4, as TRL's defaults have it; the mesh runs twice, with the
+  config's hf rollout and with vLLM;
+- config: the config's own, four optimizer steps per batch (mini-batches of 64) at lr 5e-5 (TRL:
+  steps_per_generation=4 and its old log-prob pass).
+--mesh-extra adds dotted overrides to every mesh run (e.g. actor.padding_free=true). Reports median
 s/step and samples/s (steps after the first) with its ratio to TRL's and the bare loop's, start-up
 (command start to the first step's start, step-0 validation included on every side), the whole
 command, and held-out greedy accuracy every 20 steps. TRL lives in its own venv: it is not a
@@ -26,7 +31,11 @@ import time
 from meshrl.trace_view import load_spans
 
 ROWS = 32 * 8  # samples a step
-SAME_AS_TRL = ["actor.lr=1e-4", "actor.mini_batch_size=0"]  # peer_trl.py's: one optimizer step per batch
+SETTINGS = {  # name: (the mesh's overrides, the peers' flags)
+    "trl": (["actor.lr=1e-4", "actor.mini_batch_size=0"], ["--optimizer-steps", "1", "--lr", "1e-4"]),
+    "config": ([], ["--optimizer-steps", "4", "--lr", "5e-5"]),
+}
+PHASES = ("gen", "old_log_prob", "update_actor")  # the mesh's, from metrics.jsonl
 
 
 def mesh(data: pathlib.Path, model: pathlib.Path, steps: int, out: pathlib.Path, *extra: str) -> dict:
@@ -44,7 +53,6 @@ def mesh(data: pathlib.Path, model: pathlib.Path, steps: int, out: pathlib.Path,
             f"trainer.total_steps={steps}",
             "trainer.logger=[console]",
             f"trainer.save_every={steps}",
-            *SAME_AS_TRL,
             *extra,
         ],
         check=True,
@@ -59,6 +67,7 @@ def mesh(data: pathlib.Path, model: pathlib.Path, steps: int, out: pathlib.Path,
         "whole_s": whole,
         "metrics": rows,
         "first_step_at_s": first / 1e9 - start,
+        "phase_s": {p: [r[f"timing_s/{p}"] for r in rows if f"timing_s/{p}" in r] for p in PHASES},
         "val": {r["step"]: r["val/acc/mean"] for r in rows if "val/acc/mean" in r},
     }
 
@@ -93,35 +102,36 @@ def seconds(values) -> str:
     return " / ".join(f"{v:.1f} s" for v in values)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--trl-python", required=True, help="python of a venv with trl installed")
-    ap.add_argument("--run", default="runs/default", help="where scripts/prepare.sh put the model and data")
-    ap.add_argument("--steps", type=int, default=80)
-    ap.add_argument("--repeats", type=int, default=1)
-    a = ap.parse_args()
-    run = pathlib.Path(a.run)
-    model, data = (run / "sft" / "hf").absolute(), (run / "data").absolute()
-    if not (model / "config.json").is_file():
-        sys.exit(f"no SFT checkpoint at {model}: run `bash scripts/prepare.sh {run}` first")
-    sides = {
-        "meshrl grpo, hf rollout (the config's)": lambda out: mesh(data, model, a.steps, out),
-        "meshrl grpo, vLLM rollout": lambda out: mesh(data, model, a.steps, out, "rollout.backend=vllm"),
-        "TRL GRPOTrainer": lambda out: peer(a.trl_python, "bench/peer_trl.py", data, model, a.steps, out),
-        "bare loop": lambda out: peer(sys.executable, "bench/peer_bare.py", data, model, a.steps, out),
-    }
-    results: dict[str, list[dict]] = {name: [] for name in sides}
-    with tempfile.TemporaryDirectory() as tmp:
-        for i in range(a.repeats):
-            for j, (name, side) in enumerate(sides.items()):
-                results[name].append(side(pathlib.Path(tmp) / f"{j}-{i}"))
+def sides(a, data: pathlib.Path, model: pathlib.Path, setting: str) -> dict:
+    overrides, flags = SETTINGS[setting]
+    overrides = [*overrides, *a.mesh_extra]
+    out = {"meshrl grpo, hf rollout (the config's)": lambda o: mesh(data, model, a.steps, o, *overrides)}
+    if setting == "trl":
+        out["meshrl grpo, vLLM rollout"] = lambda o: mesh(data, model, a.steps, o, *overrides, "rollout.backend=vllm")
+    out["TRL GRPOTrainer"] = lambda o: peer(a.trl_python, "bench/peer_trl.py", data, model, a.steps, o, *flags)
+    out["bare loop"] = lambda o: peer(sys.executable, "bench/peer_bare.py", data, model, a.steps, o, *flags)
+    return out
+
+
+def phases(runs: list[dict]) -> str:
+    """The mesh's median seconds a step in each phase (steps after the first)."""
+    if "phase_s" not in runs[0] or not runs[0]["phase_s"].get("gen"):
+        return ""
+    return ", ".join(
+        f"{p} {statistics.median(s for r in runs for s in r['phase_s'][p][1:]):.3f}"
+        for p in PHASES
+        if runs[0]["phase_s"].get(p)
+    )
+
+
+def table(setting: str, steps: int, repeats: int, results: dict[str, list[dict]]) -> None:
     medians = {name: statistics.median(s for r in runs for s in r["step_s"][1:]) for name, runs in results.items()}
-    print(f"\n{a.steps} steps of 32 prompts x 8 samples, {a.repeats} run(s) each, alternated:")
+    print(f"\n{setting} settings: {steps} steps of 32 prompts x 8 samples, {repeats} run(s) each, alternated:")
     print(
         "| | median s/step | x TRL | x bare loop | samples/s | start-up to step 1 | whole command "
-        "| held-out accuracy by step |"
+        "| held-out accuracy by step | mesh phases, median s |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, runs in results.items():
         step = medians[name]
         val = " / ".join(" ".join(f"{v:.2f}" for _, v in sorted(r["val"].items())) for r in runs)
@@ -129,8 +139,33 @@ def main() -> int:
             f"| {name} | {step:.3f} | {step / medians['TRL GRPOTrainer']:.2f} | {step / medians['bare loop']:.2f} | "
             f"{ROWS / step:.0f} | {seconds(r['first_step_at_s'] for r in runs)} "
             f"| {seconds(r['whole_s'] for r in runs)} "
-            f"| {val} |"
+            f"| {val} | {phases(runs)} |"
         )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trl-python", required=True, help="python of a venv with trl installed")
+    ap.add_argument("--run", default="runs/default", help="where scripts/prepare.sh put the model and data")
+    ap.add_argument("--steps", type=int, default=80)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--settings", default="trl,config", help="comma-separated: trl, config")
+    ap.add_argument("--mesh-extra", nargs="*", default=[], help="dotted overrides for every mesh run")
+    a = ap.parse_args()
+    run = pathlib.Path(a.run)
+    model, data = (run / "sft" / "hf").absolute(), (run / "data").absolute()
+    if not (model / "config.json").is_file():
+        sys.exit(f"no SFT checkpoint at {model}: run `bash scripts/prepare.sh {run}` first")
+    for setting in a.settings.split(","):
+        if setting not in SETTINGS:
+            sys.exit(f"--settings: each of {sorted(SETTINGS)}, got {setting!r}")
+        runs = sides(a, data, model, setting)
+        results: dict[str, list[dict]] = {name: [] for name in runs}
+        with tempfile.TemporaryDirectory() as tmp:
+            for i in range(a.repeats):
+                for j, (name, side) in enumerate(runs.items()):
+                    results[name].append(side(pathlib.Path(tmp) / f"{j}-{i}"))
+        table(setting, a.steps, a.repeats, results)
     return 0
 
 

@@ -41,7 +41,8 @@ def accuracy(model, tok, test: list[dict], max_new_tokens: int = 8) -> float:
 
 
 def arguments() -> argparse.Namespace:
-    """The peers' command line: MODEL TRAIN.parquet TEST.parquet STEPS OUT.json [--val-every 20]."""
+    """The peers' command line: MODEL TRAIN.parquet TEST.parquet STEPS OUT.json [--val-every 20]
+    [--optimizer-steps 1] [--lr 1e-4]."""
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
     ap.add_argument("train")
@@ -50,4 +51,8 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("out")
     ap.add_argument("--val-every", type=int, default=20)
     ap.add_argument("--device", default="cpu", help="the bare loop's device (cpu, cuda)")
+    ap.add_argument(
+        "--optimizer-steps", type=int, default=1, help="optimizer steps per batch (mini-batches of 256/K rows)"
+    )
+    ap.add_argument("--lr", type=float, default=1e-4)
     return ap.parse_args()

@@ -1,12 +1,16 @@
 """TRL's GRPOTrainer on the main job's task, for bench/peer_bench.py; runs in a venv with trl installed.
 
     PYTHON bench/peer_trl.py MODEL TRAIN.parquet TEST.parquet STEPS OUT.json [--val-every 20]
+        [--optimizer-steps K] [--lr LR]
 
 Same settings as configs/arithmetic_grpo.yaml: 32 prompts x 8 samples a step, up to 8 new tokens,
-temperature 1, lr 1e-4 constant, token-mean PPO-clip loss (TRL's "dapo"), one optimizer step per batch
-over micro-batches of 64, fp32, no KL; the reward is the arithmetic scorer's rule (first line of the
-answer, as an integer, equals the ground truth). Writes per-step seconds (without the held-out
-evaluation, which runs between steps), the time to the first step and held-out greedy accuracy.
+temperature 1, constant lr, token-mean PPO-clip loss (TRL's "dapo"), fp32, no KL; the reward is the
+arithmetic scorer's rule (first line of the answer, as an integer, equals the ground truth).
+--optimizer-steps 1 (TRL's settings): one optimizer step per batch over micro-batches of 64.
+--optimizer-steps K: TRL's steps_per_generation=K, an optimizer step per 256/K samples (the config's
+mini-batches), with the old log-prob pass TRL then runs. A step here is one batch (K of TRL's optimizer
+steps). Writes per-step seconds (without the held-out evaluation, which runs between steps), the time
+to the first step and held-out greedy accuracy.
 """
 
 import json
@@ -29,9 +33,11 @@ def reward(completions, ground_truth, **_):
 
 
 class Timing(TrainerCallback):
-    def __init__(self, tokenizer, test, val_every):
-        self.tok, self.test, self.val_every = tokenizer, test, val_every
-        self.steps, self.val, self.first_step_at = [], {}, None
+    """Seconds per batch: the sum of its `per_batch` optimizer steps (TRL's global steps)."""
+
+    def __init__(self, tokenizer, test, val_every, per_batch):
+        self.tok, self.test, self.val_every, self.per_batch = tokenizer, test, val_every, per_batch
+        self.steps, self.val, self.first_step_at, self.batch_s = [], {}, None, 0.0
 
     def on_train_begin(self, args, state, control, model=None, **kw):
         self.val[0] = accuracy(model, self.tok, self.test)
@@ -42,25 +48,33 @@ class Timing(TrainerCallback):
             self.first_step_at = self.t - T0
 
     def on_step_end(self, args, state, control, model=None, **kw):
-        self.steps.append(time.perf_counter() - self.t)
-        if state.global_step % self.val_every == 0:
-            self.val[state.global_step] = accuracy(model, self.tok, self.test)
+        self.batch_s += time.perf_counter() - self.t
+        if state.global_step % self.per_batch:
+            return
+        self.steps.append(self.batch_s)
+        self.batch_s = 0.0
+        batches = state.global_step // self.per_batch
+        if batches % self.val_every == 0:
+            self.val[batches] = accuracy(model, self.tok, self.test)
 
 
 def main():
     a = arguments()
+    k = a.optimizer_steps
+    assert k in (1, 2, 4), "--optimizer-steps: 1, 2 or 4 (mini-batches of 64 rows, 4 // K accumulated)"
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, torch_dtype=torch.float32)
     cfg = GRPOConfig(
         output_dir="/tmp/peer_trl_out",
-        max_steps=a.steps,
+        max_steps=a.steps * k,
         per_device_train_batch_size=64,
-        gradient_accumulation_steps=4,
+        gradient_accumulation_steps=4 // k,
+        steps_per_generation=4,  # one generation of 64 x 4 = 256 samples a batch
         num_generations=8,
         max_completion_length=8,
         temperature=1.0,
-        learning_rate=1e-4,
+        learning_rate=a.lr,
         lr_scheduler_type="constant",
         warmup_steps=0,
         beta=0.0,
@@ -78,7 +92,7 @@ def main():
         dataloader_num_workers=0,
         disable_tqdm=True,
     )
-    timing = Timing(tok, rows(a.test), a.val_every)
+    timing = Timing(tok, rows(a.test), a.val_every, k)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=reward,
