@@ -31,6 +31,11 @@ class RolloutSettings(Checked):
     """vLLM on CPU: KV cache size (VLLM_CPU_KVCACHE_SPACE)."""
     enforce_eager: bool = True
     """vLLM: no CUDA graphs (the engine starts sooner; off, decoding on a GPU is faster)."""
+    engine_in_process: bool = True
+    """vLLM: the engine's core loop runs in the service's own process (VLLM_ENABLE_V1_MULTIPROCESSING=0,
+    as the service already drives it step by step), so no step crosses a process boundary and vLLM is
+    imported once, not twice. false: in a process of its own, vLLM's default. Tensor-parallel workers are
+    processes of their own either way."""
     max_samples: int = 65536
     """Samples (prompts x n) one Generate may ask for; a larger request is refused before any work."""
     colocate: bool = False

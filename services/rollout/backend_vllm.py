@@ -70,6 +70,8 @@ class VLLMBackend:
 
     def __init__(self, cfg: RolloutConfig):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(cfg.kv_cache_gb))))
+        # read when the engine is built: in this process (InprocClient) or one of its own (a ZMQ hop a step)
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if cfg.engine_in_process else "1"
         from vllm import LLM
 
         self.llm = LLM(**engine_args(cfg), worker_extension_cls="services.rollout.vllm_ext.WeightLoader")

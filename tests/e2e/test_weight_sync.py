@@ -221,12 +221,12 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 def test_an_idle_engine_leaves_the_cores_to_others(rollout):
-    """After a generation, vLLM's processes must not busy-wait: in RL the actor trains on the same cores
-    then (vLLM's worker spun through the first second of every idle spell, ~90% of a core)."""
+    """After a generation, the service and vLLM's engine (in the service's process by default, or in
+    children) must not busy-wait: in RL the actor trains on the same cores then (vLLM's worker spun
+    through the first second of every idle spell, ~90% of a core)."""
     import psutil
 
-    engine = [c.pid for c in psutil.Process(rollout.pid).children(recursive=True)]
-    assert engine, "vLLM runs its engine in child processes"
+    engine = [rollout.pid, *(c.pid for c in psutil.Process(rollout.pid).children(recursive=True))]
     generate(rollout)
     time.sleep(0.2)
     before = cpu_seconds(engine)
