@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from meshrl import telemetry
 from meshrl.config.rollout import RolloutConfig
 from meshrl.errors import Aborted
 from meshrl.shm import WEIGHT_PREFIX, Segment
@@ -114,18 +115,19 @@ class VLLMBackend:
             done: dict = {}
             self.owners.update((external_id(i), done) for i in ids)
         outs = self._run(ids, done, alive)
-        return [
-            [
-                Completion(
-                    list(c.token_ids),
-                    [lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids)] if s.logprobs else None,
-                    c.text,
-                    c.finish_reason or "length",
-                )
-                for c in out.outputs
+        with telemetry.span("rollout.outputs"):  # vLLM's outputs as token ids, log-probs and text
+            return [
+                [
+                    Completion(
+                        list(c.token_ids),
+                        [lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids)] if s.logprobs else None,
+                        c.text,
+                        c.finish_reason or "length",
+                    )
+                    for c in out.outputs
+                ]
+                for out in outs
             ]
-            for out in outs
-        ]
 
     def _run(self, ids: list[str], done: dict, alive) -> list:
         """Steps the engine until every request of this call is in `done`, checking `alive` between

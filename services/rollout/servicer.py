@@ -23,6 +23,7 @@ import threading
 import grpc
 from transformers import AutoConfig, AutoTokenizer
 
+from meshrl import telemetry
 from meshrl.codec import Payload
 from meshrl.codec.rawbytes import decode_bytes_field
 from meshrl.config.rollout import RolloutConfig
@@ -110,9 +111,10 @@ class RolloutServicer:
                 f"{len(request.data)} prompts x sampling.n {sampling.n} exceeds the rollout's "
                 f"limit of {self.cfg.max_samples} samples per Generate (--max-samples)"
             )
-        prompts = layout.read_prompts(
-            request.data, self.tokenizer, self.cfg.max_model_len, sampling.max_new_tokens, self.vocab_size
-        )
+        with telemetry.span("rollout.prompts"):  # the phases of a call, as child spans of its server span
+            prompts = layout.read_prompts(
+                request.data, self.tokenizer, self.cfg.max_model_len, sampling.max_new_tokens, self.vocab_size
+            )
         with self.lock:
             if self.draining:
                 raise FailedPrecondition(
@@ -135,7 +137,8 @@ class RolloutServicer:
             with self.turn:
                 if not call.alive():  # it waited behind another and its caller left (or an update came)
                     raise Aborted("the caller cancelled or its deadline passed before generation started")
-                completions = self.backend.generate(prompts, sampling, call.alive)
+                with telemetry.span("rollout.engine", backend=self.backend.name):
+                    completions = self.backend.generate(prompts, sampling, call.alive)
         except Aborted:
             if call.interrupted is not None:
                 raise Aborted(
@@ -147,7 +150,8 @@ class RolloutServicer:
             with self.lock:
                 self.calls.remove(call)
                 self.lock.notify_all()
-        out = layout.build(request.data, prompts, completions, self.pad, sampling.logprobs)
+        with telemetry.span("rollout.layout"):
+            out = layout.build(request.data, prompts, completions, self.pad, sampling.logprobs)
         out.meta_info["weight_version"] = version
         return Payload(rollout_pb2.GenerateResponse(weight_version=version), out)
 
