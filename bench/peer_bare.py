@@ -20,7 +20,7 @@ import torch  # noqa: E402
 from peer_common import accuracy, arguments, correct, encode, rows  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-PROMPTS, N, NEW_TOKENS, MICRO = 32, 8, 8, 64
+MICRO = 64  # rows a forward-backward
 
 
 def clock(device: torch.device) -> float:
@@ -29,7 +29,7 @@ def clock(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def step(model, tok, opt, batch: list[dict], optimizer_steps: int) -> dict[str, float]:
+def step(model, tok, opt, batch: list[dict], optimizer_steps: int, n: int, new_tokens: int) -> dict[str, float]:
     """One GRPO step; seconds of its generation and of its update (reward and advantages between)."""
     device = model.device
     start = clock(device)
@@ -37,24 +37,24 @@ def step(model, tok, opt, batch: list[dict], optimizer_steps: int) -> dict[str, 
     with torch.no_grad():
         out = model.generate(
             **enc,
-            max_new_tokens=NEW_TOKENS,
+            max_new_tokens=new_tokens,
             do_sample=True,
             temperature=1.0,
             top_k=0,
-            num_return_sequences=N,
+            num_return_sequences=n,
             pad_token_id=tok.pad_token_id,
         )
     generated = clock(device)
     P = enc["input_ids"].shape[1]
     responses = out[:, P:]
     texts = tok.batch_decode(responses, skip_special_tokens=True)
-    truths = [r["ground_truth"] for r in batch for _ in range(N)]
+    truths = [r["ground_truth"] for r in batch for _ in range(n)]
     rewards = torch.tensor([float(correct(t, truth)) for t, truth in zip(texts, truths)], device=device)
-    group = rewards.view(-1, N)
+    group = rewards.view(-1, n)
     adv = ((group - group.mean(1, keepdim=True)) / (group.std(1, keepdim=True) + 1e-6)).flatten()
     eos = (responses == tok.eos_token_id).int()
     resp_mask = ((eos.cumsum(1) - eos) == 0).float()  # up to the first end-of-sequence; padding after it
-    mask = torch.cat([enc["attention_mask"].repeat_interleave(N, 0), resp_mask.long()], 1)
+    mask = torch.cat([enc["attention_mask"].repeat_interleave(n, 0), resp_mask.long()], 1)
     update = clock(device)
 
     def logprobs(i: int) -> torch.Tensor:
@@ -98,10 +98,16 @@ def main():
     phases: dict[str, list[float]] = {"gen": [], "update": []}
     first = time.perf_counter() - T0
     for s in range(1, a.steps + 1):
-        start = (s - 1) * PROMPTS % len(order)
+        start = (s - 1) * a.prompts % len(order)
         t = time.perf_counter()
         for phase, seconds in step(
-            model, tok, opt, [train[i] for i in (order + order)[start : start + PROMPTS]], a.optimizer_steps
+            model,
+            tok,
+            opt,
+            [train[i] for i in (order + order)[start : start + a.prompts]],
+            a.optimizer_steps,
+            a.samples,
+            a.max_new_tokens,
         ).items():
             phases[phase].append(seconds)
         steps.append(clock(model.device) - t)

@@ -12,7 +12,13 @@ bench/peer_trl.py; the bare loop: bench/peer_bare.py), at two settings, a table 
   config's hf rollout and with vLLM;
 - config: the config's own, four optimizer steps per batch (mini-batches of 64) at lr 5e-5 (TRL:
   steps_per_generation=4 and its old log-prob pass).
---mesh-extra adds dotted overrides to every mesh run (e.g. actor.padding_free=true). Reports median
+--mesh-extra adds dotted overrides to every mesh run (e.g. actor.padding_free=true); --sides picks the
+sides (hf, vllm, vllm-packed: vLLM and a padding-free actor, trl, bare).
+
+A bigger, real-shaped model: `--model-size 50m` starts every side from the same fresh ~50M-parameter
+qwen2 (the task's char tokenizer; its answers run to every length up to the limit, as a real model's
+vary), e.g. `--model-size 50m --settings trl --sides vllm,vllm-packed,trl --prompts 4 --samples 8
+--max-new-tokens 128 --steps 5`. Reports median
 s/step and samples/s (steps after the first) with its ratio to TRL's and the bare loop's, start-up
 (command start to the first step's start, step-0 validation included on every side), the whole
 command, and held-out greedy accuracy every 20 steps. TRL lives in its own venv: it is not a
@@ -20,6 +26,7 @@ dependency of meshrl.
 """
 
 import argparse
+import functools
 import json
 import pathlib
 import statistics
@@ -28,9 +35,15 @@ import sys
 import tempfile
 import time
 
+from meshrl.tiny.models import TinyModelConfig, make_model
 from meshrl.trace_view import load_spans
 
-ROWS = 32 * 8  # samples a step
+BIG = {  # a fresh model of a supported family, the task's char tokenizer: it samples its end token about once
+    # in as many tokens as its vocabulary holds, so its answers run to lengths of all sizes up to the limit
+    "50m": TinyModelConfig(
+        family="qwen2", hidden_size=640, num_layers=8, num_heads=10, num_kv_heads=5, intermediate_size=2560
+    ),
+}
 SETTINGS = {  # name: (the mesh's overrides, the peers' flags)
     "trl": (["actor.lr=1e-4", "actor.mini_batch_size=0"], ["--optimizer-steps", "1", "--lr", "1e-4"]),
     "config": ([], ["--optimizer-steps", "4", "--lr", "5e-5"]),
@@ -102,15 +115,37 @@ def seconds(values) -> str:
     return " / ".join(f"{v:.1f} s" for v in values)
 
 
+def shape(a) -> tuple[list[str], list[str]]:
+    """The batch's shape as the mesh's overrides and the peers' flags."""
+    mesh_keys = [
+        f"data.train_batch_size={a.prompts}",
+        f"rollout.n={a.samples}",
+        f"rollout.max_new_tokens={a.max_new_tokens}",
+        f"rollout.max_model_len={max(256, 64 + a.max_new_tokens)}",
+    ]
+    flags = ["--prompts", str(a.prompts), "--samples", str(a.samples), "--max-new-tokens", str(a.max_new_tokens)]
+    return mesh_keys, flags
+
+
 def sides(a, data: pathlib.Path, model: pathlib.Path, setting: str) -> dict:
     overrides, flags = SETTINGS[setting]
-    overrides = [*overrides, *a.mesh_extra]
-    out = {"meshrl grpo, hf rollout (the config's)": lambda o: mesh(data, model, a.steps, o, *overrides)}
-    if setting == "trl":
-        out["meshrl grpo, vLLM rollout"] = lambda o: mesh(data, model, a.steps, o, *overrides, "rollout.backend=vllm")
-    out["TRL GRPOTrainer"] = lambda o: peer(a.trl_python, "bench/peer_trl.py", data, model, a.steps, o, *flags)
-    out["bare loop"] = lambda o: peer(sys.executable, "bench/peer_bare.py", data, model, a.steps, o, *flags)
-    return out
+    mesh_keys, shape_flags = shape(a)
+    if setting == "config":  # the config's four mini-batches, whatever the batch
+        overrides = [f"actor.mini_batch_size={a.prompts * a.samples // 4}"]
+    overrides, flags = [*overrides, *mesh_keys, *a.mesh_extra], [*flags, *shape_flags]
+    run = functools.partial(mesh, data, model, a.steps)
+    every = {
+        "hf": ("meshrl grpo, hf rollout (the config's)", lambda o: run(o, *overrides)),
+        "vllm": ("meshrl grpo, vLLM rollout", lambda o: run(o, *overrides, "rollout.backend=vllm")),
+        "vllm-packed": (
+            "meshrl grpo, vLLM rollout, padding-free actor",
+            lambda o: run(o, *overrides, "rollout.backend=vllm", "actor.padding_free=true"),
+        ),
+        "trl": ("TRL GRPOTrainer", lambda o: peer(a.trl_python, "bench/peer_trl.py", data, model, a.steps, o, *flags)),
+        "bare": ("bare loop", lambda o: peer(sys.executable, "bench/peer_bare.py", data, model, a.steps, o, *flags)),
+    }
+    chosen = a.sides.split(",") if a.sides else ["hf", *(["vllm"] if setting == "trl" else []), "trl", "bare"]
+    return {every[k][0]: every[k][1] for k in chosen}
 
 
 def phases(runs: list[dict]) -> str:
@@ -124,9 +159,11 @@ def phases(runs: list[dict]) -> str:
     )
 
 
-def table(setting: str, steps: int, repeats: int, results: dict[str, list[dict]]) -> None:
+def table(setting: str, steps: int, repeats: int, a, results: dict[str, list[dict]]) -> None:
+    rows, batch = a.prompts * a.samples, f"{a.prompts} prompts x {a.samples} samples of up to {a.max_new_tokens} tokens"
     medians = {name: statistics.median(s for r in runs for s in r["step_s"][1:]) for name, runs in results.items()}
-    print(f"\n{setting} settings: {steps} steps of 32 prompts x 8 samples, {repeats} run(s) each, alternated:")
+    bare = medians.get("bare loop", float("nan"))
+    print(f"\n{setting} settings: {steps} steps of {batch}, {repeats} run(s) each, alternated:")
     print(
         "| | median s/step | x TRL | x bare loop | samples/s | start-up to step 1 | whole command "
         "| held-out accuracy by step | mesh phases, median s |"
@@ -136,8 +173,8 @@ def table(setting: str, steps: int, repeats: int, results: dict[str, list[dict]]
         step = medians[name]
         val = " / ".join(" ".join(f"{v:.2f}" for _, v in sorted(r["val"].items())) for r in runs)
         print(
-            f"| {name} | {step:.3f} | {step / medians['TRL GRPOTrainer']:.2f} | {step / medians['bare loop']:.2f} | "
-            f"{ROWS / step:.0f} | {seconds(r['first_step_at_s'] for r in runs)} "
+            f"| {name} | {step:.3f} | {step / medians['TRL GRPOTrainer']:.2f} | {step / bare:.2f} | "
+            f"{rows / step:.0f} | {seconds(r['first_step_at_s'] for r in runs)} "
             f"| {seconds(r['whole_s'] for r in runs)} "
             f"| {val} | {phases(runs)} |"
         )
@@ -151,11 +188,23 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--settings", default="trl,config", help="comma-separated: trl, config")
     ap.add_argument("--mesh-extra", nargs="*", default=[], help="dotted overrides for every mesh run")
+    ap.add_argument("--sides", default="", help="comma-separated of hf, vllm, vllm-packed, trl, bare (default: all)")
+    ap.add_argument("--prompts", type=int, default=32)
+    ap.add_argument("--samples", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=8)
+    ap.add_argument(
+        "--model-size",
+        choices=["sft", *BIG],
+        default="sft",
+        help="sft: the main job's SFT model; 50m: a fresh qwen2 of ~50M parameters (its answers run long)",
+    )
     a = ap.parse_args()
     run = pathlib.Path(a.run)
     model, data = (run / "sft" / "hf").absolute(), (run / "data").absolute()
     if not (model / "config.json").is_file():
         sys.exit(f"no SFT checkpoint at {model}: run `bash scripts/prepare.sh {run}` first")
+    if a.model_size != "sft":
+        model = make_model(pathlib.Path(tempfile.mkdtemp()) / a.model_size, BIG[a.model_size]).absolute()
     for setting in a.settings.split(","):
         if setting not in SETTINGS:
             sys.exit(f"--settings: each of {sorted(SETTINGS)}, got {setting!r}")
@@ -165,7 +214,7 @@ def main() -> int:
             for i in range(a.repeats):
                 for j, (name, side) in enumerate(runs.items()):
                     results[name].append(side(pathlib.Path(tmp) / f"{j}-{i}"))
-        table(setting, a.steps, a.repeats, results)
+        table(setting, a.steps, a.repeats, a, results)
     return 0
 
 

@@ -42,7 +42,7 @@ def accuracy(model, tok, test: list[dict], max_new_tokens: int = 8) -> float:
 
 def arguments() -> argparse.Namespace:
     """The peers' command line: MODEL TRAIN.parquet TEST.parquet STEPS OUT.json [--val-every 20]
-    [--optimizer-steps 1] [--lr 1e-4]."""
+    [--optimizer-steps 1] [--lr 1e-4] [--prompts 32] [--samples 8] [--max-new-tokens 8]."""
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
     ap.add_argument("train")
@@ -55,4 +55,7 @@ def arguments() -> argparse.Namespace:
         "--optimizer-steps", type=int, default=1, help="optimizer steps per batch (mini-batches of 256/K rows)"
     )
     ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--prompts", type=int, default=32, help="prompts per batch")
+    ap.add_argument("--samples", type=int, default=8, help="samples per prompt")
+    ap.add_argument("--max-new-tokens", type=int, default=8)
     return ap.parse_args()

@@ -61,18 +61,19 @@ class Timing(TrainerCallback):
 def main():
     a = arguments()
     k = a.optimizer_steps
-    assert k in (1, 2, 4), "--optimizer-steps: 1, 2 or 4 (mini-batches of 64 rows, 4 // K accumulated)"
+    assert k in (1, 2, 4), "--optimizer-steps: 1, 2 or 4 (a quarter of the batch a micro-batch, 4 // K accumulated)"
+    assert a.prompts * a.samples % 4 == 0, "--prompts x --samples must split into four micro-batches"
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, torch_dtype=torch.float32)
     cfg = GRPOConfig(
         output_dir="/tmp/peer_trl_out",
         max_steps=a.steps * k,
-        per_device_train_batch_size=64,
+        per_device_train_batch_size=a.prompts * a.samples // 4,
         gradient_accumulation_steps=4 // k,
-        steps_per_generation=4,  # one generation of 64 x 4 = 256 samples a batch
-        num_generations=8,
-        max_completion_length=8,
+        steps_per_generation=4,  # one generation of a batch's prompts x samples (64 x 4 = 256 by default)
+        num_generations=a.samples,
+        max_completion_length=a.max_new_tokens,
         temperature=1.0,
         learning_rate=a.lr,
         lr_scheduler_type="constant",
