@@ -17,7 +17,10 @@ FinishWeightUpdate with the new version:
   reads the one on its own GPU.
 
 A fleet of rollout replicas gets one push (push_to_all): each bucket gathered
-once and sent to every replica side by side.
+once and sent to every replica side by side. With shm (every replica on the
+sender's host) it is also written once: into one replica's segment, which the
+others read (WeightBucket.shm_source); with cuda_ipc every replica gets the same
+handles.
 
 Tensors are asked for one bucket at a time (`tensors_of`), so a sender that
 gathers them (an FSDP actor) never holds more than one bucket's worth. Each call
@@ -197,20 +200,24 @@ def push_to_all(
         t0 = time.perf_counter()
         tensors = tensors_of(b)
         gather += time.perf_counter() - t0
-        handles = None
-        if transport == "stream":
+        handles, source = None, None
+        if transport == "shm":
+            source = _write_once(fleet, begun, b, tensors)
+        elif transport == "stream":
             tensors = [t.detach().cpu() for t in tensors]
         elif transport == "cuda_ipc":
             assert share is not None  # cuda_ipc: the caller's, or the default set above
             first, *copies = share(b, tensors)
             handles = rollout_pb2.WeightBucket(version=version, refs=b.refs, cuda_ipc=first, cuda_ipc_copies=copies)
 
-        def send(c, b=b, tensors=tensors, handles=handles) -> None:
+        def send(c, b=b, tensors=tensors, handles=handles, source=source) -> None:
             if transport == "shm":
-                seg = _sealed_segment(c, begun[c.address])
-                for t, ref in zip(tensors, b.refs):
-                    seg.tensor(t.dtype, list(t.shape), ref.offset).copy_(t.detach())
-                messages = iter([rollout_pb2.WeightBucket(version=version, refs=b.refs)])
+                assert source is not None  # _write_once leaves a replica or raises
+                bucket = rollout_pb2.WeightBucket(version=version, refs=b.refs)
+                if c.address != source.address:  # the others read the bucket from that replica's segment
+                    begun_there = begun[source.address]
+                    bucket.shm_source, bucket.shm_source_nonce = begun_there.shm_segment, begun_there.shm_nonce
+                messages = iter([bucket])
             else:
                 messages = _stream(version, b, tensors) if transport == "stream" else iter([handles])
             c.call_stream("SendWeights", messages, timeout=call_timeout(b.size, deadline))
@@ -258,11 +265,15 @@ class Fleet:
                 results[c.address] = value
             else:
                 assert isinstance(value, Exception)
-                self.live.remove(c)
-                self.failed[c.address] = value
+                self.drop(c, value)
+        return results
+
+    def drop(self, client, error: Exception) -> None:
+        """The replica leaves the push; when none is left, the first error is raised."""
+        self.live.remove(client)
+        self.failed[client.address] = error
         if not self.live:
             raise next(iter(self.failed.values()))
-        return results
 
     @staticmethod
     def _outcome(call: Callable, client) -> tuple[bool, object]:
@@ -270,6 +281,21 @@ class Fleet:
             return True, call(client)
         except Exception as e:  # a service error, or a segment refused (_sealed_segment): this replica's
             return False, e
+
+
+def _write_once(fleet: "Fleet", begun: dict, b: Bucket, tensors: list[torch.Tensor]):
+    """shm: write the bucket into the segment of the first replica that still takes the push; the others
+    are sent its name. A replica whose segment is refused leaves the push. Returns that replica's client."""
+    for c in list(fleet.live):
+        try:
+            seg = _sealed_segment(c, begun[c.address])
+        except ValueError as e:
+            fleet.drop(c, e)
+            continue
+        for t, ref in zip(tensors, b.refs):
+            seg.tensor(t.dtype, list(t.shape), ref.offset).copy_(t.detach())
+        return c
+    raise next(iter(fleet.failed.values()))
 
 
 def _sealed_segment(client, begun):

@@ -109,20 +109,24 @@ class CudaIpcHandle(_message.Message):
     def __init__(self, device: _Optional[int] = ..., handle: _Optional[bytes] = ..., storage_size_bytes: _Optional[int] = ..., storage_offset_bytes: _Optional[int] = ..., ref_counter_handle: _Optional[bytes] = ..., ref_counter_offset: _Optional[int] = ..., event_handle: _Optional[bytes] = ..., event_sync_required: _Optional[bool] = ..., device_uuid: _Optional[str] = ...) -> None: ...
 
 class WeightBucket(_message.Message):
-    __slots__ = ("version", "refs", "data_offset", "data", "cuda_ipc", "cuda_ipc_copies")
+    __slots__ = ("version", "refs", "data_offset", "data", "cuda_ipc", "cuda_ipc_copies", "shm_source", "shm_source_nonce")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     REFS_FIELD_NUMBER: _ClassVar[int]
     DATA_OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     CUDA_IPC_FIELD_NUMBER: _ClassVar[int]
     CUDA_IPC_COPIES_FIELD_NUMBER: _ClassVar[int]
+    SHM_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    SHM_SOURCE_NONCE_FIELD_NUMBER: _ClassVar[int]
     version: int
     refs: _containers.RepeatedCompositeFieldContainer[TensorRef]
     data_offset: int
     data: bytes
     cuda_ipc: CudaIpcHandle
     cuda_ipc_copies: _containers.RepeatedCompositeFieldContainer[CudaIpcHandle]
-    def __init__(self, version: _Optional[int] = ..., refs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., data_offset: _Optional[int] = ..., data: _Optional[bytes] = ..., cuda_ipc: _Optional[_Union[CudaIpcHandle, _Mapping]] = ..., cuda_ipc_copies: _Optional[_Iterable[_Union[CudaIpcHandle, _Mapping]]] = ...) -> None: ...
+    shm_source: str
+    shm_source_nonce: bytes
+    def __init__(self, version: _Optional[int] = ..., refs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., data_offset: _Optional[int] = ..., data: _Optional[bytes] = ..., cuda_ipc: _Optional[_Union[CudaIpcHandle, _Mapping]] = ..., cuda_ipc_copies: _Optional[_Iterable[_Union[CudaIpcHandle, _Mapping]]] = ..., shm_source: _Optional[str] = ..., shm_source_nonce: _Optional[bytes] = ...) -> None: ...
 
 class FinishWeightUpdateRequest(_message.Message):
     __slots__ = ("version",)

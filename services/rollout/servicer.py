@@ -188,7 +188,7 @@ class RolloutServicer:
             if refs:  # one bucket of several: into the engine now, so the next may reuse the staging space
                 self._require_awake("loading weights")
                 self.torn = True
-                self._load(refs, self.receiver.transport, self.receiver.cuda_ipc, partial=True)
+                self._load(refs, self.receiver.transport, self.receiver.cuda_ipc, self.receiver.staging, partial=True)
             return self._status()
 
     def FinishWeightUpdate(self, request, context) -> rollout_pb2.WeightUpdateStatus:
@@ -200,21 +200,21 @@ class RolloutServicer:
                 self.lora_rank, self.lora_version = done.adapter.rank, request.version
             else:
                 if done.refs:
-                    self._load(done.refs, done.transport, done.cuda_ipc)
+                    self._load(done.refs, done.transport, done.cuda_ipc, done.segment)
                 self.backend.weights_loaded()
                 self.torn = False
             self.version = request.version
             return self._status(num_tensors=done.num_tensors)
 
-    def _load(self, refs: list[list], transport: str, ipc: list | None, partial: bool = False) -> None:
+    def _load(self, refs: list[list], transport: str, ipc: list | None, segment: str, partial: bool = False) -> None:
         """Full weights (the backend drops its adapter first). ipc: for cuda_ipc, the handles of the bucket's
-        copies (one per sender GPU)."""
+        copies (one per sender GPU); segment: for shm and stream, the one the bucket lies in."""
         self.lora_rank, self.lora_version = 0, 0
         if transport == "cuda_ipc":
             self.backend.load_weights_cuda_ipc(ipc, refs, partial)
         else:
-            assert self.receiver.segment is not None  # staged at Begin for the shm and stream transports
-            self.backend.load_weights(self.receiver.segment.name, refs, partial)
+            assert segment  # staged at Begin for the shm and stream transports
+            self.backend.load_weights(segment, refs, partial)
 
     def _quiesce(self, interrupt: int | None = None) -> None:
         """With the lock held: until no Generate is in flight, refusing new ones meanwhile. `interrupt`

@@ -9,6 +9,9 @@ finished, the weights in the engine are `torn` (no version's) and generation is
 refused. The staging segment in /dev/shm is one bucket in size, kept and reused
 across updates (growing when needed); each update seals it anew (meshrl.shm.seal), and
 Begin's reply carries the nonce, without which the sender does not write into it.
+Replicas on the sender's host may instead read a bucket from another replica's segment
+(WeightBucket.shm_source), so the sender writes it once per host: only a segment
+sealed for this update by its owner, checked as the sender checks its own.
 
 An update may instead be a LoRA adapter (BeginWeightUpdateRequest.lora): its
 tensors are peft's (adapter_shapes), checked the same way, copied out of the
@@ -25,7 +28,7 @@ from safetensors import safe_open
 
 from meshrl import cuda_ipc
 from meshrl.errors import FailedPrecondition, InvalidArgument, check_counter
-from meshrl.shm import SEAL_BYTES, WEIGHT_PREFIX, Segment, seal
+from meshrl.shm import SEAL_BYTES, WEIGHT_PREFIX, Segment, open_sealed, seal
 from meshrl.v1 import rollout_pb2
 from meshrl.weights import ALIGN, TRANSPORTS, ref_dtype, ref_nbytes
 
@@ -100,6 +103,7 @@ class Finished:
     cuda_ipc: list | None
     adapter: Adapter | None
     num_tensors: int
+    segment: str = ""  # shm, stream: the segment the refs lie in
 
 
 class WeightReceiver:
@@ -119,6 +123,7 @@ class WeightReceiver:
         self.received = 0  # bytes of the tensors announced so far
         self.data_bytes = 0  # stream: bytes received in this bucket (several buckets) or in all (one)
         self.cuda_ipc: list | None = None  # cuda_ipc: the handles of the sender's bucket, a copy per GPU
+        self.source: Segment | None = None  # shm: another replica's segment this bucket lies in, if not ours
         self.expected, self.skip = self.shapes, self.tied  # what the update holds: the weights or an adapter
         self.lora: rollout_pb2.LoraAdapter | None = None  # set: the update is this adapter
         self.adapter: dict[str, torch.Tensor] = {}  # the adapter's tensors of the buckets received
@@ -204,7 +209,7 @@ class WeightReceiver:
         to load now; with one, [] (Finish loads)."""
         start = len(self.refs)
         if self.bucketed:  # this call's bucket stands alone
-            self.data_bytes, self.cuda_ipc = 0, None
+            self.data_bytes, self.cuda_ipc, self.source = 0, None, None
         try:
             for b, data in buckets:
                 self._bucket(b, data)
@@ -255,6 +260,8 @@ class WeightReceiver:
             if self.transport != "cuda_ipc":
                 raise InvalidArgument(f"a CUDA IPC handle came for the {self.transport} transport")
             self.cuda_ipc = [cuda_ipc.handle_fields(h) for h in (b.cuda_ipc, *b.cuda_ipc_copies)]
+        if b.shm_source:
+            self._source(b.shm_source, b.shm_source_nonce)
         if len(data):
             if self.transport != "stream":
                 raise InvalidArgument(f"bucket data are for the stream transport, not {self.transport}")
@@ -267,6 +274,25 @@ class WeightReceiver:
             assert seg is not None and seg.map is not None  # staged at Begin, bucket_bytes (> 0) large
             seg.map[b.data_offset : end] = data
             self.data_bytes += len(data)
+
+    def _source(self, name: str, nonce: bytes) -> None:
+        if self.transport != "shm":
+            raise InvalidArgument(f"WeightBucket.shm_source is for the shm transport, not {self.transport}")
+        if self.source is not None and self.source.name != name:
+            raise InvalidArgument(f"one bucket in two segments: {self.source.name!r} and {name[:100]!r}")
+        try:
+            seg = open_sealed(name, nonce)  # a replica's segment, sealed by it for this update
+        except ValueError as e:
+            raise InvalidArgument(f"WeightBucket.shm_source refused: {e}") from None
+        if seg.size < self.bucket_bytes:
+            raise InvalidArgument(f"shm_source {name!r} holds {seg.size} bytes, under a bucket's {self.bucket_bytes}")
+        self.source = seg
+
+    @property
+    def staging(self) -> str:
+        """The segment the current bucket lies in (shm, stream)."""
+        seg = self.source or self.segment
+        return seg.name if seg is not None else ""
 
     def _check_data(self, refs: list) -> None:
         """What the bucket (or the whole update) needs before it is loaded."""
@@ -294,7 +320,9 @@ class WeightReceiver:
                 lora, tensors = self.lora, {**self.adapter, **self.read(refs)}
                 adapter = Adapter(lora.rank, lora.alpha, list(lora.target_modules), tensors)
                 return Finished([], self.transport, None, adapter, len(tensors))
-            return Finished([plain(r) for r in refs], self.transport, self.cuda_ipc, None, len(self.expected))
+            return Finished(
+                [plain(r) for r in refs], self.transport, self.cuda_ipc, None, len(self.expected), self.staging
+            )
         finally:
             self._reset()
 
@@ -307,7 +335,7 @@ class WeightReceiver:
             assert self.cuda_ipc is not None  # _check_data saw the handle
             views = cuda_ipc.views(cuda_ipc.open_copy(self.cuda_ipc), [plain(r) for r in refs])
         else:
-            seg = self.segment
+            seg = self.source or self.segment
             assert seg is not None  # staged at Begin
             views = [(r.name, seg.tensor(ref_dtype(r), list(r.shape), r.offset)) for r in refs]
         return {name: t.to("cpu", copy=True) for name, t in views}

@@ -293,6 +293,58 @@ def test_the_staging_segment_is_one_bucket_not_the_model(tiny_lm):
         servicer.close()
 
 
+@pytest.mark.parametrize("bucket", [1 << 20, 0], ids=["buckets", "whole"])
+def test_replicas_on_one_host_read_the_bucket_the_sender_wrote_once(rollout, tiny_lm, bucket):
+    """shm to a fleet on the sender's host: each bucket is written into one replica's segment and the other
+    replica reads it from there (WeightBucket.shm_source); its own segment is never written. Both then
+    generate what a push of their own would give. A source not sealed for this update is refused."""
+    probe = chats("6+7=", "9+9=")
+    named = current_weights(tiny_lm, 1.15)
+    other = RolloutServicer(RolloutConfig(model=str(tiny_lm), backend="hf", max_model_len=64))
+    server = Server([other]).start()
+    try:
+        with Client(server.address, SERVICE, timeout=120) as second:
+            v = max(rollout.call("Describe").weight_version, 1) + 1
+            buckets = weights.plan([(k, t.dtype, list(t.shape)) for k, t in named.items()], bucket or (1 << 30))
+            tensors_of = lambda b: [named[r.name] for r in b.refs]  # noqa: E731
+            _, failed = weights.push_to_all([rollout, second], buckets, tensors_of, v, "shm")
+            assert not failed
+            own = other.receiver.segment
+            assert own is not None and own.map[: own.size - SEAL_BYTES] == bytes(own.size - SEAL_BYTES)  # unwritten
+            a = generate(rollout, probe, temperature=0.0)
+            b = generate(second, probe, temperature=0.0)
+            assert a.msg.weight_version == b.msg.weight_version == v
+            assert torch.equal(a.data.batch["rollout_logprobs"], b.data.batch["rollout_logprobs"])
+            weights.push_state(second, named, v + 1, "shm")  # its own push: the same weights
+            alone = generate(second, probe, temperature=0.0).data.batch["rollout_logprobs"]
+            assert torch.equal(alone, b.data.batch["rollout_logprobs"])
+
+            refs, total = weights.layout(named)
+            begun = rollout.call(
+                "BeginWeightUpdate",
+                rollout_pb2.BeginWeightUpdateRequest(version=v + 1, transport="shm", total_bytes=total),
+            )
+            bad = grpc.StatusCode.INVALID_ARGUMENT
+            for transport, source, nonce, match in [
+                ("shm", begun.shm_segment, b"x" * 32, "not sealed for this update"),
+                ("shm", "meshrl-elsewhere", begun.shm_nonce, "not named like a meshrl weight segment"),
+                ("stream", begun.shm_segment, begun.shm_nonce, "shm_source is for the shm transport"),
+            ]:
+                second.call(
+                    "BeginWeightUpdate",
+                    rollout_pb2.BeginWeightUpdateRequest(version=v + 2, transport=transport, total_bytes=total),
+                )
+                bucket_msg = rollout_pb2.WeightBucket(
+                    version=v + 2, refs=refs, shm_source=source, shm_source_nonce=nonce
+                )
+                expect(bad, lambda m=bucket_msg: second.call_stream("SendWeights", iter([m])), match)
+            assert second.call("Describe").weight_version == v + 1  # nothing taken
+            weights.push_state(rollout, current_weights(tiny_lm), v + 2, "shm")  # as the other tests expect
+    finally:
+        server.stop(0)
+        other.close()
+
+
 def test_sleep_and_wake(rollout, tiny_lm):
     """A colocated run's order: asleep while the actor trains, its weights woken alone to take the new ones
     (refused before), then the rest to generate with them."""
