@@ -37,8 +37,8 @@ os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="meshrl-test-config-")
 
 import pytest  # noqa: E402
 
-from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
-from meshrl.tiny.models import TinyModelConfig, make_model
+from meshrl.tiny.arithmetic import ArithmeticConfig, make_data  # noqa: E402
+from meshrl.tiny.models import TinyModelConfig, make_model  # noqa: E402
 
 # Test files that take longest, first: on two workers (scripts/test.sh) the last file to start should be a
 # short one. Then the rest of e2e, contract, gpu and unit, each in its usual order.
