@@ -9,15 +9,17 @@ through a Mesh's fleet (cut, least-loaded picks, join). Rounds alternate after a
 samples/s is the median over the rounds.
 
 push: an actor service (plain engine, one rank) pushes the model to R HF-backend replicas in one
-PushWeights (each bucket gathered once, sent to every replica side by side); shm with the replicas on
-127.0.0.1, stream with each replica on an address of its own (127.0.0.2, .3, ...: one machine, so the
-"hosts" share its cores and memory bandwidth). Each replica gets its share of the cores (`--cpus`, as
-in a run: with R replicas each on every core, their OpenMP threads spun against each other and a push
-took 0.03-0.24 s at random). Seconds are the actor's reply's, median of --repeats after
-one warm-up push.
+PushWeights (each bucket gathered once); shm with the replicas on 127.0.0.1 (written once, read by
+each), stream with each replica on an address of its own (127.0.0.2, .3, ...: one machine, so the
+"hosts" share its cores and memory bandwidth), sent by the actor to each replica side by side
+("stream") or down a chain in which each replica passes each bucket on to the next ("relay"). Each
+replica gets its share of the cores (`--cpus`, as in a run: with R replicas each on every core, their
+OpenMP threads spun against each other and a push took 0.03-0.24 s at random). Seconds are the
+actor's reply's, median of --repeats after one warm-up push.
 
     .venv/bin/python bench/fleet_bench.py gen [--prompts 128] [--n 8] [--max-new-tokens 48] [--repeats 3]
     .venv/bin/python bench/fleet_bench.py push [--model tiny|100m] [--replicas 1 2 4] [--repeats 3]
+        [--transports shm stream relay]
     .venv/bin/python bench/fleet_bench.py kill [--steps 12] [--kill-after 5] [--backend vllm]
 
 kill: the main job's GRPO (configs/arithmetic_grpo.yaml from its SFT warm-up in runs/default, so run
@@ -128,6 +130,8 @@ def push(a, tmp: pathlib.Path) -> None:
             ("shm", ["127.0.0.1"] * largest),
             ("stream", [f"127.0.0.{i + 2}" for i in range(largest)]),
         ):
+            if transport not in {"stream" if k == "relay" else k for k in a.transports}:
+                continue
             for host, cpus in zip(hosts, share_cores(largest)):
                 proc, address = launch(
                     ["rollout", "--model", str(model), "--backend", "hf", "--max-model-len", "64"]
@@ -142,7 +146,8 @@ def push(a, tmp: pathlib.Path) -> None:
         print("| transport | replicas | seconds | x 1 replica |")
         print("|---|---|---|---|")
         version = 0
-        for transport in ("shm", "stream"):
+        for kind in a.transports:
+            transport = "stream" if kind == "relay" else kind
             base = None
             for r in a.replicas:
                 targets = replicas[transport][:r]
@@ -156,6 +161,7 @@ def push(a, tmp: pathlib.Path) -> None:
                             more_rollout_addresses=targets[1:],
                             transport=transport,
                             version=version,
+                            relay=kind == "relay",
                             rollback=True,  # replicas left out of the last pushes are behind: any version goes
                         ),
                         actor_pb2.PushWeightsResponse,
@@ -165,7 +171,7 @@ def push(a, tmp: pathlib.Path) -> None:
                         runs.append(reply.seconds)
                 s = statistics.median(runs)
                 base = base or s
-                print(f"| {transport} | {r} | {s:.3f} | {s / base:.2f} |", flush=True)
+                print(f"| {kind} | {r} | {s:.3f} | {s / base:.2f} |", flush=True)
     finally:
         for p in procs:
             p.terminate()
@@ -223,6 +229,7 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--model", choices=list(MODELS), default="tiny")
     ap.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--transports", nargs="+", choices=["shm", "stream", "relay"], default=["shm", "stream", "relay"])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--kill-after", type=int, default=5)

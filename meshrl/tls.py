@@ -9,7 +9,8 @@ stand-in rollout with another role's certificate receives no weights).
 
 The caller's role is then known, and PERMISSION_DENIED guards the privileged methods (POLICY): only
 the orchestrator trains, checkpoints, generates and scores; only an actor changes a rollout's
-weights. Health checks, reflection and Describe answer any caller with a certificate from the CA.
+weights (another rollout may only pass on the buckets of an update the actor began: a chained
+push). Health checks, reflection and Describe answer any caller with a certificate from the CA.
 Without MESHRL_TLS_DIR nothing changes: plain TCP, with the bearer token (meshrl.rpc.token) if set.
 """
 
@@ -44,7 +45,9 @@ POLICY = {
         )
     },
     **{f"/meshrl.v1.RolloutService/{m}": {"orchestrator"} for m in ("Generate", "Sleep", "WakeUp")},
-    **{f"/meshrl.v1.RolloutService/{m}": {"actor"} for m in ("BeginWeightUpdate", "SendWeights", "FinishWeightUpdate")},
+    **{f"/meshrl.v1.RolloutService/{m}": {"actor"} for m in ("BeginWeightUpdate", "FinishWeightUpdate")},
+    # a rollout passes a chained push's buckets on (services/rollout/relay.py), into an update the actor began
+    "/meshrl.v1.RolloutService/SendWeights": {"actor", "rollout"},
     "/meshrl.v1.RewardService/Score": {"orchestrator"},
     **{f"/meshrl.v1.EnvService/{m}": {"orchestrator"} for m in ("Reset", "Step", "Close")},
 }

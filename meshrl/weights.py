@@ -20,7 +20,9 @@ A fleet of rollout replicas gets one push (push_to_all): each bucket gathered
 once and sent to every replica side by side. With shm (every replica on the
 sender's host) it is also written once: into one replica's segment, which the
 others read (WeightBucket.shm_source); with cuda_ipc every replica gets the same
-handles.
+handles; with stream and `relay`, the bucket goes down a chain (the first replica
+passes it on to the next as it arrives, and so on; services/rollout/relay.py), so
+the sender sends it once, and again only to the replicas the chain did not reach.
 
 Tensors are asked for one bucket at a time (`tensors_of`), so a sender that
 gathers them (an FSDP actor) never holds more than one bucket's worth. Each call
@@ -29,6 +31,7 @@ never past the sender's own.
 """
 
 import concurrent.futures
+import logging
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -44,6 +47,7 @@ from meshrl.shm import open_sealed
 from meshrl.v1 import rollout_pb2
 
 ALIGN = 64
+log = logging.getLogger(__name__)
 CHUNK_BYTES = 4 << 20
 DEFAULT_BUCKET_BYTES = 512 << 20
 # A call to the rollout may take CALL_BASE_SECONDS beyond its bytes (Begin waits for the generations in
@@ -157,6 +161,7 @@ def push_to_all(
     deadline: float | None = None,
     rollback: bool = False,
     lora: rollout_pb2.LoraAdapter | None = None,
+    relay: bool = False,
 ) -> tuple[dict[str, float], dict[str, Exception]]:
     """Send the buckets to the rollout services behind `clients` (meshrl.rpc.Clients: one rollout, or the
     replicas of a fleet), each bucket gathered once and sent to every replica side by side (shm: into each
@@ -166,7 +171,7 @@ def push_to_all(
     this process's reused CUDA bucket). deadline (time.monotonic()): when the sender's own caller stops
     waiting. rollback: the rollouts take `version` even below their own (a run going back to a
     checkpoint). lora: the buckets hold this LoRA adapter (peft's tensor names, as
-    peft.get_peft_model_state_dict gives them), not the model's weights.
+    peft.get_peft_model_state_dict gives them), not the model's weights. relay: stream down a chain.
 
     A replica that fails is dropped from the rest of the push and its error returned by address; the push
     raises the first error only when every replica failed (with one rollout: its error). Returns
@@ -205,6 +210,9 @@ def push_to_all(
             source = _write_once(fleet, begun, b, tensors)
         elif transport == "stream":
             tensors = [t.detach().cpu() for t in tensors]
+            if relay and len(fleet.live) > 1:
+                _chain(fleet, version, b, tensors, call_timeout(b.size, deadline))
+                continue
         elif transport == "cuda_ipc":
             assert share is not None  # cuda_ipc: the caller's, or the default set above
             first, *copies = share(b, tensors)
@@ -298,6 +306,28 @@ def _write_once(fleet: "Fleet", begun: dict, b: Bucket, tensors: list[torch.Tens
     raise next(iter(fleet.failed.values()))
 
 
+def _chain(fleet: "Fleet", version: int, b: Bucket, tensors: list[torch.Tensor], timeout: float) -> None:
+    """stream: the bucket to the first live replica, naming the others as the chain it passes it down
+    (WeightBucket.relay_to); those the chain did not reach (relay_missed) get it from here, as a chain of
+    their own. A replica whose own call fails leaves the push; the rest of its chain is sent to."""
+    pending = list(fleet.live)
+    while pending:
+        head, rest = pending[0], pending[1:]
+        try:
+            messages = _stream(version, b, tensors, [c.address for c in rest])
+            reply = head.call_stream("SendWeights", messages, timeout=timeout)
+        except Exception as e:  # this replica's own: it did not take the bucket
+            fleet.drop(head, e)
+            pending = rest
+            continue
+        missed = set(reply.relay_missed)
+        if missed:
+            log.warning(
+                "a weight relay missed %d replica(s), sending to them directly: %s", len(missed), reply.relay_error
+            )
+        pending = [c for c in rest if c.address in missed]
+
+
 def _sealed_segment(client, begun):
     """The segment Begin named, if it is ours and sealed for this update: a rollout's word is not enough
     to write into a file (meshrl.shm's docstring)."""
@@ -309,8 +339,8 @@ def _sealed_segment(client, begun):
         ) from None
 
 
-def _stream(version: int, b: Bucket, tensors: list[torch.Tensor]):
-    yield rollout_pb2.WeightBucket(version=version, refs=b.refs)
+def _stream(version: int, b: Bucket, tensors: list[torch.Tensor], relay_to: list[str] | None = None):
+    yield rollout_pb2.WeightBucket(version=version, refs=b.refs, relay_to=relay_to)
     for offset, pieces in stream_chunks(tensors, b.refs):
         yield encode_bytes_field(rollout_pb2.WeightBucket(version=version, data_offset=offset), "data", pieces)
 

@@ -146,6 +146,9 @@ class RolloutSection(RolloutSettings):
     max_new_tokens: int = 16  # response tokens at most
     weight_transport: str = "shm"  # actor -> rollout: shm (same host), stream (any host), cuda_ipc (same GPU)
     weight_bucket_mb: int = 512  # weights are gathered, sent and loaded this many MiB at a time
+    weight_relay: bool = True  # stream to a fleet: the actor sends each bucket to the first replica, which
+    #   passes it on to the next while it loads it, and so on (one send per bucket, not one per replica);
+    #   false: the actor sends it to each replica itself
     chunks: int = 1  # a step's prompts go out as this many concurrent Generate calls, each scored as soon
     #   as it returns (vLLM steps them together; the HF backend takes them in turn)
     multi_turn: bool = False  # every sample is an episode in the environment service (env.*): turns of

@@ -8,7 +8,8 @@ one node as children of its rank 0). Roles listed in ray.colocate (e.g. [rollout
 actor's placement group, on the actor's first bundle's node, sharing its GPU. In each group a
 small Ray actor (ServiceHost) starts `meshrl serve ...` bound to its node's address, and reports
 the address it listens on; the addresses go into the config (actor.address, ...; a fleet's as
-rollout.address's list) and the trainer runs as usual.
+rollout.address's list) and the trainer runs as usual. Replicas placed on other nodes than the actor
+get the weights by stream (down a chain with rollout.weight_relay), whatever weight_transport says.
 
 The services listen on their node's address, beyond loopback, so they speak mutual TLS (ray.tls,
 default on): the run makes a CA and certificates (run_dir/certs, or MESHRL_TLS_DIR's), and each
@@ -199,7 +200,20 @@ def place(cfg: Config, roles: set[str]) -> Placement:
         log.info("placed %s at %s", name, address)
     if "rollout" in roles:  # the fleet as a list of running replicas, in their order
         cfg.rollout.address = ",".join(placed[n] for n in replica_names(cfg))
+        far = [n for n in replica_names(cfg) if host_of(placed[n]) != host_of(placed.get("actor", placed[n]))]
+        if far and cfg.rollout.weight_transport == "shm":
+            log.warning(
+                "rollout replicas %s are on other nodes than the actor, which shm cannot reach: the weights go "
+                "by stream (rollout.weight_relay=%s) in this run",
+                far,
+                cfg.rollout.weight_relay,
+            )
+            cfg.rollout.weight_transport = "stream"
     return Placement(groups, hosts, extra)
+
+
+def host_of(address: str) -> str:
+    return address.rpartition(":")[0]
 
 
 TRAINED = ("actor", "ref", "critic")  # services whose ranks form a process group

@@ -111,7 +111,7 @@ class CheckpointResponse(_message.Message):
     def __init__(self, path: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
 
 class PushWeightsRequest(_message.Message):
-    __slots__ = ("rollout_address", "transport", "version", "bucket_bytes", "dtype", "rollback", "merge_lora", "more_rollout_addresses")
+    __slots__ = ("rollout_address", "transport", "version", "bucket_bytes", "dtype", "rollback", "merge_lora", "more_rollout_addresses", "relay")
     ROLLOUT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +120,7 @@ class PushWeightsRequest(_message.Message):
     ROLLBACK_FIELD_NUMBER: _ClassVar[int]
     MERGE_LORA_FIELD_NUMBER: _ClassVar[int]
     MORE_ROLLOUT_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
+    RELAY_FIELD_NUMBER: _ClassVar[int]
     rollout_address: str
     transport: str
     version: int
@@ -128,7 +129,8 @@ class PushWeightsRequest(_message.Message):
     rollback: bool
     merge_lora: bool
     more_rollout_addresses: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, rollout_address: _Optional[str] = ..., transport: _Optional[str] = ..., version: _Optional[int] = ..., bucket_bytes: _Optional[int] = ..., dtype: _Optional[str] = ..., rollback: _Optional[bool] = ..., merge_lora: _Optional[bool] = ..., more_rollout_addresses: _Optional[_Iterable[str]] = ...) -> None: ...
+    relay: bool
+    def __init__(self, rollout_address: _Optional[str] = ..., transport: _Optional[str] = ..., version: _Optional[int] = ..., bucket_bytes: _Optional[int] = ..., dtype: _Optional[str] = ..., rollback: _Optional[bool] = ..., merge_lora: _Optional[bool] = ..., more_rollout_addresses: _Optional[_Iterable[str]] = ..., relay: _Optional[bool] = ...) -> None: ...
 
 class PushFailure(_message.Message):
     __slots__ = ("address", "code", "details")

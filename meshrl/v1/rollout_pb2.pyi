@@ -109,7 +109,7 @@ class CudaIpcHandle(_message.Message):
     def __init__(self, device: _Optional[int] = ..., handle: _Optional[bytes] = ..., storage_size_bytes: _Optional[int] = ..., storage_offset_bytes: _Optional[int] = ..., ref_counter_handle: _Optional[bytes] = ..., ref_counter_offset: _Optional[int] = ..., event_handle: _Optional[bytes] = ..., event_sync_required: _Optional[bool] = ..., device_uuid: _Optional[str] = ...) -> None: ...
 
 class WeightBucket(_message.Message):
-    __slots__ = ("version", "refs", "data_offset", "data", "cuda_ipc", "cuda_ipc_copies", "shm_source", "shm_source_nonce")
+    __slots__ = ("version", "refs", "data_offset", "data", "cuda_ipc", "cuda_ipc_copies", "shm_source", "shm_source_nonce", "relay_to")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     REFS_FIELD_NUMBER: _ClassVar[int]
     DATA_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -118,6 +118,7 @@ class WeightBucket(_message.Message):
     CUDA_IPC_COPIES_FIELD_NUMBER: _ClassVar[int]
     SHM_SOURCE_FIELD_NUMBER: _ClassVar[int]
     SHM_SOURCE_NONCE_FIELD_NUMBER: _ClassVar[int]
+    RELAY_TO_FIELD_NUMBER: _ClassVar[int]
     version: int
     refs: _containers.RepeatedCompositeFieldContainer[TensorRef]
     data_offset: int
@@ -126,7 +127,8 @@ class WeightBucket(_message.Message):
     cuda_ipc_copies: _containers.RepeatedCompositeFieldContainer[CudaIpcHandle]
     shm_source: str
     shm_source_nonce: bytes
-    def __init__(self, version: _Optional[int] = ..., refs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., data_offset: _Optional[int] = ..., data: _Optional[bytes] = ..., cuda_ipc: _Optional[_Union[CudaIpcHandle, _Mapping]] = ..., cuda_ipc_copies: _Optional[_Iterable[_Union[CudaIpcHandle, _Mapping]]] = ..., shm_source: _Optional[str] = ..., shm_source_nonce: _Optional[bytes] = ...) -> None: ...
+    relay_to: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, version: _Optional[int] = ..., refs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., data_offset: _Optional[int] = ..., data: _Optional[bytes] = ..., cuda_ipc: _Optional[_Union[CudaIpcHandle, _Mapping]] = ..., cuda_ipc_copies: _Optional[_Iterable[_Union[CudaIpcHandle, _Mapping]]] = ..., shm_source: _Optional[str] = ..., shm_source_nonce: _Optional[bytes] = ..., relay_to: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class FinishWeightUpdateRequest(_message.Message):
     __slots__ = ("version",)
@@ -135,20 +137,24 @@ class FinishWeightUpdateRequest(_message.Message):
     def __init__(self, version: _Optional[int] = ...) -> None: ...
 
 class WeightUpdateStatus(_message.Message):
-    __slots__ = ("version", "num_tensors", "num_bytes", "shm_segment", "in_progress", "shm_nonce")
+    __slots__ = ("version", "num_tensors", "num_bytes", "shm_segment", "in_progress", "shm_nonce", "relay_missed", "relay_error")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     NUM_TENSORS_FIELD_NUMBER: _ClassVar[int]
     NUM_BYTES_FIELD_NUMBER: _ClassVar[int]
     SHM_SEGMENT_FIELD_NUMBER: _ClassVar[int]
     IN_PROGRESS_FIELD_NUMBER: _ClassVar[int]
     SHM_NONCE_FIELD_NUMBER: _ClassVar[int]
+    RELAY_MISSED_FIELD_NUMBER: _ClassVar[int]
+    RELAY_ERROR_FIELD_NUMBER: _ClassVar[int]
     version: int
     num_tensors: int
     num_bytes: int
     shm_segment: str
     in_progress: bool
     shm_nonce: bytes
-    def __init__(self, version: _Optional[int] = ..., num_tensors: _Optional[int] = ..., num_bytes: _Optional[int] = ..., shm_segment: _Optional[str] = ..., in_progress: _Optional[bool] = ..., shm_nonce: _Optional[bytes] = ...) -> None: ...
+    relay_missed: _containers.RepeatedScalarFieldContainer[str]
+    relay_error: str
+    def __init__(self, version: _Optional[int] = ..., num_tensors: _Optional[int] = ..., num_bytes: _Optional[int] = ..., shm_segment: _Optional[str] = ..., in_progress: _Optional[bool] = ..., shm_nonce: _Optional[bytes] = ..., relay_missed: _Optional[_Iterable[str]] = ..., relay_error: _Optional[str] = ...) -> None: ...
 
 class SleepRequest(_message.Message):
     __slots__ = ("level", "tags")

@@ -281,6 +281,7 @@ class Mesh:
                 dtype=self.cfg.rollout.dtype,
                 rollback=rollback,
                 merge_lora=self.cfg.rollout.merge_lora,
+                relay=self.cfg.rollout.weight_relay,
             ),
             actor_pb2.PushWeightsResponse,
         )

@@ -184,6 +184,7 @@ def send_to_rollout(
             deadline,
             args.get("rollback", False),
             args.get("lora"),
+            args.get("relay", False),
         )
     return stats, failed
 

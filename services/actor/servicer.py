@@ -298,6 +298,7 @@ class ActorServicer:
                 "version": version,
                 "rollback": request.rollback,
                 "merge_lora": request.merge_lora,  # without an adapter: the full weights, as always
+                "relay": request.relay,
                 "bucket_bytes": request.bucket_bytes or weights.DEFAULT_BUCKET_BYTES,
                 "seconds_left": context.time_remaining() if context is not None else None,
             },

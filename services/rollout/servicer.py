@@ -14,6 +14,9 @@ An update may be a LoRA adapter instead (rollout.max_lora_rank > 0): from then
 on the engine generates with its base weights and that adapter, until the next
 adapter replaces it or a full-weights update drops it (a full push holds all the
 policy: one with an adapter merged into it must not get the adapter again).
+
+A stream push to a fleet across hosts may arrive as a chain (services/rollout/relay.py):
+SendWeights then passes each bucket on to the next replica while this one loads it.
 """
 
 import contextlib
@@ -32,6 +35,7 @@ from meshrl.flags import settings_json
 from meshrl.rpc.methods import raw_request
 from meshrl.v1 import common_pb2, rollout_pb2
 from services.rollout import layout
+from services.rollout.relay import Relay
 from services.rollout.sampling import from_proto
 from services.rollout.weights import WeightReceiver, checkpoint_shapes
 
@@ -78,6 +82,7 @@ class RolloutServicer:
         self.lock = threading.Condition()  # over the state above; held through updates, Sleep and WakeUp
         self.calls: list[Call] = []  # Generates in flight
         self.draining = 0  # updates (or Sleeps) waiting for them
+        self.relays: dict = {}  # next hops of relayed pushes (address -> Client), kept across updates
         self.turn = contextlib.nullcontext() if self.backend.concurrent else threading.Lock()
 
     def Describe(self, request, context) -> common_pb2.ServiceInfo:
@@ -181,15 +186,22 @@ class RolloutServicer:
 
     @raw_request
     def SendWeights(self, parts, context) -> rollout_pb2.WeightUpdateStatus:
-        # Raw bytes in: each bucket's data is read as a view and copied once, into the staging segment.
-        buckets = (decode_bytes_field(rollout_pb2.WeightBucket, part, "data") for part in parts)
+        # Raw bytes in: each bucket's data is read as a view and copied once, into the staging segment; a
+        # chained push's messages go on to the next replica as they come (relay_to), while this one loads.
+        left = context.time_remaining() if context is not None else None
+        relay = Relay(self.relays, 0.95 * left if left else None)  # the next hop ends first, so this one can reply
+        buckets = (decode_bytes_field(rollout_pb2.WeightBucket, part, "data") for part in relay.tee(parts))
         with self.lock:
             refs = self.receiver.receive(buckets)
             if refs:  # one bucket of several: into the engine now, so the next may reuse the staging space
                 self._require_awake("loading weights")
                 self.torn = True
                 self._load(refs, self.receiver.transport, self.receiver.cuda_ipc, self.receiver.staging, partial=True)
-            return self._status()
+            status = self._status()
+        missed, why = relay.result()
+        status.relay_missed.extend(missed)
+        status.relay_error = why
+        return status
 
     def FinishWeightUpdate(self, request, context) -> rollout_pb2.WeightUpdateStatus:
         with self.lock:
@@ -268,5 +280,7 @@ class RolloutServicer:
         )
 
     def close(self) -> None:
+        for client in self.relays.values():
+            client.close()
         self.receiver.close()
         self.backend.close()

@@ -345,6 +345,66 @@ def test_replicas_on_one_host_read_the_bucket_the_sender_wrote_once(rollout, tin
         other.close()
 
 
+class Counted:
+    """A rollout client that counts the bytes the sender streams to it."""
+
+    def __init__(self, client):
+        self.client, self.address, self.sent = client, client.address, 0
+
+    def call(self, *args, **kwargs):
+        return self.client.call(*args, **kwargs)
+
+    def call_stream(self, method, messages, **kwargs):
+        def counted(ms):
+            for m in ms:
+                self.sent += len(m) if isinstance(m, bytes) else m.ByteSize()
+                yield m
+
+        return self.client.call_stream(method, counted(messages), **kwargs)
+
+
+def test_a_chained_stream_push_is_sent_once_and_reaches_every_replica(rollout, tiny_lm):
+    """stream with relay to replicas on "other hosts" (127.0.0.2, .3): the sender streams each bucket to the
+    first replica only, which passes it down the chain (WeightBucket.relay_to); all three then generate the
+    same. A hop that is not there: the reply names it and every replica after it, for the sender to send to."""
+    probe = chats("6+7=", "9+9=")
+    named = current_weights(tiny_lm, 1.25)
+    servicers = [RolloutServicer(RolloutConfig(model=str(tiny_lm), backend="hf", max_model_len=64)) for _ in range(2)]
+    servers = [Server([s], host=f"127.0.0.{i + 2}").start() for i, s in enumerate(servicers)]
+    try:
+        clients = [Counted(rollout)] + [Counted(Client(s.address, SERVICE, timeout=120)) for s in servers]
+        v = max(c.call("Describe").weight_version for c in clients) + 1
+        buckets = weights.plan([(k, t.dtype, list(t.shape)) for k, t in named.items()], 1 << 20)
+        tensors_of = lambda b: [named[r.name] for r in b.refs]  # noqa: E731
+        _, failed = weights.push_to_all(clients, buckets, tensors_of, v, "stream", rollback=True, relay=True)
+        assert not failed
+        assert clients[0].sent > sum(b.size for b in buckets) * 0.9 and clients[1].sent == clients[2].sent == 0
+        got = [generate(c.client, probe, temperature=0.0) for c in clients]
+        assert [g.msg.weight_version for g in got] == [v] * 3
+        for g in got[1:]:
+            assert torch.equal(g.data.batch["rollout_logprobs"], got[0].data.batch["rollout_logprobs"])
+
+        first, last = clients[1].client, clients[2].client
+        refs, total = weights.layout(named)
+        for c in (first, last):
+            c.call(
+                "BeginWeightUpdate",
+                rollout_pb2.BeginWeightUpdateRequest(version=v + 1, transport="stream", total_bytes=total),
+            )
+        bucket = weights.Bucket(refs=refs, size=total)
+        gone = "127.0.0.4:9"  # nothing listens there
+        messages = weights._stream(v + 1, bucket, tensors_of(bucket), [gone, last.address])
+        reply = first.call_stream("SendWeights", messages)
+        assert list(reply.relay_missed) == [gone, last.address] and gone in reply.relay_error
+        weights.push_state(first, named, v + 2, "stream")  # itself took it: a complete update follows
+    finally:
+        for c in clients[1:]:
+            c.client.close()
+        for server, servicer in zip(servers, servicers):
+            server.stop(0)
+            servicer.close()
+
+
 def test_sleep_and_wake(rollout, tiny_lm):
     """A colocated run's order: asleep while the actor trains, its weights woken alone to take the new ones
     (refused before), then the rest to generate with them."""

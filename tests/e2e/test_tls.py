@@ -91,9 +91,11 @@ def test_roles_callers_and_servers_are_checked(tls_on, monkeypatch):
 
 
 def test_a_grpo_run_trains_over_mutual_tls(tls_on, tiny_lm, arithmetic_data, tmp_path):
+    """Two rollout replicas and the stream transport: the actor's push goes down a chain, the first
+    replica passing each bucket on to the second (a rollout calling a rollout, under the policy)."""
     run = tmp_path / "run"
     done = subprocess.run(
-        grpo_command(tiny_lm, arithmetic_data, run, 2),
+        grpo_command(tiny_lm, arithmetic_data, run, 2, "rollout.replicas=2", "rollout.weight_transport=stream"),
         env={**os.environ, tls.VAR: str(tls_on)},
         capture_output=True,
         text=True,
@@ -103,3 +105,5 @@ def test_a_grpo_run_trains_over_mutual_tls(tls_on, tiny_lm, arithmetic_data, tmp
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in steps] == [1, 2]
     assert steps[-1]["rollout/kl_to_actor"] < 1e-4  # the actor's push reached the rollout over TLS
+    assert steps[-1]["rollout/replica1/weight_version"] == steps[-1]["rollout/replica0/weight_version"]
+    assert "a weight relay missed" not in done.stderr  # the second replica got it from the first
