@@ -45,6 +45,7 @@ from meshrl.tiny.models import TinyModelConfig, make_model  # noqa: E402
 FIRST = (
     "tests/e2e/test_tool_learning.py",
     "tests/e2e/test_learning.py",
+    "tests/e2e/test_ray_nodes.py",  # a learning run across nodes
     "tests/unit/test_types.py",  # mypy, about a minute cold
     "tests/e2e/test_compose.py",
     "tests/e2e/test_chaos.py",
