@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: set up .venv (pinned) and run the whole suite on CPU, on two pytest-xdist workers
-# (MESHRL_TEST_WORKERS; 0: one process). A test file runs whole on one worker, the longest first
+# (MESHRL_TEST_WORKERS; 0: one process), each on its own share of the cores (tests/conftest.py pin_worker;
+# MESHRL_TEST_PIN=0: not). A test file runs whole on one worker, the longest first
 # (tests/conftest.py orders them), so module fixtures (a vLLM engine, a service with several ranks) start once.
 # Extra arguments go to pytest, in one process, e.g. `bash scripts/test.sh tests/unit -k codec`.
 set -euo pipefail
