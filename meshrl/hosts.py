@@ -68,6 +68,11 @@ def address_list(text: str) -> list[str]:
     return [a.strip() for a in text.split(",") if a.strip()]
 
 
+def host_of(address: str) -> str:
+    """The host part of HOST:PORT."""
+    return address.rpartition(":")[0]
+
+
 def is_address(text: str) -> bool:
     """HOST:PORT with a port a socket can have (grpc would dial port 443 for a bare host, and 70000 as 4464)."""
     host, sep, port = text.rpartition(":")

@@ -205,7 +205,7 @@ def push_to_all(
         t0 = time.perf_counter()
         tensors = tensors_of(b)
         gather += time.perf_counter() - t0
-        handles, source = None, None
+        handles, source = None, ""
         if transport == "shm":
             source = _write_once(fleet, begun, b, tensors)
         elif transport == "stream":
@@ -219,13 +219,10 @@ def push_to_all(
             handles = rollout_pb2.WeightBucket(version=version, refs=b.refs, cuda_ipc=first, cuda_ipc_copies=copies)
 
         def send(c, b=b, tensors=tensors, handles=handles, source=source) -> None:
-            if transport == "shm":
-                assert source is not None  # _write_once leaves a replica or raises
-                bucket = rollout_pb2.WeightBucket(version=version, refs=b.refs)
-                if c.address != source.address:  # the others read the bucket from that replica's segment
-                    begun_there = begun[source.address]
-                    bucket.shm_source, bucket.shm_source_nonce = begun_there.shm_segment, begun_there.shm_nonce
-                messages = iter([bucket])
+            if transport == "shm":  # the others read the bucket from the segment it was written into
+                there = begun[source] if c.address != source else None
+                shared = {"shm_source": there.shm_segment, "shm_source_nonce": there.shm_nonce} if there else {}
+                messages = iter([rollout_pb2.WeightBucket(version=version, refs=b.refs, **shared)])
             else:
                 messages = _stream(version, b, tensors) if transport == "stream" else iter([handles])
             c.call_stream("SendWeights", messages, timeout=call_timeout(b.size, deadline))
@@ -291,19 +288,19 @@ class Fleet:
             return False, e
 
 
-def _write_once(fleet: "Fleet", begun: dict, b: Bucket, tensors: list[torch.Tensor]):
+def _write_once(fleet: "Fleet", begun: dict, b: Bucket, tensors: list[torch.Tensor]) -> str:
     """shm: write the bucket into the segment of the first replica that still takes the push; the others
-    are sent its name. A replica whose segment is refused leaves the push. Returns that replica's client."""
+    are sent its name. A replica whose segment is refused leaves the push. Returns that replica's address."""
     for c in list(fleet.live):
         try:
             seg = _sealed_segment(c, begun[c.address])
         except ValueError as e:
-            fleet.drop(c, e)
+            fleet.drop(c, e)  # raises once no replica is left
             continue
         for t, ref in zip(tensors, b.refs):
             seg.tensor(t.dtype, list(t.shape), ref.offset).copy_(t.detach())
-        return c
-    raise next(iter(fleet.failed.values()))
+        return c.address
+    raise AssertionError("Fleet.drop raises when the last replica leaves")
 
 
 def _chain(fleet: "Fleet", version: int, b: Bucket, tensors: list[torch.Tensor], timeout: float) -> None:

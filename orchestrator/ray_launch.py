@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from meshrl import tls
 from meshrl.group import GROUP_SECRET_VAR, free_port, node_env
+from meshrl.hosts import host_of
 from meshrl.rpc.token import forget_run_token, run_token
 from orchestrator import main as loops
 from orchestrator.config import Config, ranks
@@ -210,10 +211,6 @@ def place(cfg: Config, roles: set[str]) -> Placement:
             )
             cfg.rollout.weight_transport = "stream"
     return Placement(groups, hosts, extra)
-
-
-def host_of(address: str) -> str:
-    return address.rpartition(":")[0]
 
 
 TRAINED = ("actor", "ref", "critic")  # services whose ranks form a process group

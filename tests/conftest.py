@@ -23,11 +23,9 @@ def pin_worker() -> None:
     worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", 0))
     if not worker.startswith("gw") or os.environ.get("MESHRL_TEST_PIN", "1") != "1" or not count:
         return
-    mine = sorted(os.sched_getaffinity(0))
-    if count > len(mine):
-        return
-    i = int(worker[2:]) % count
-    os.sched_setaffinity(0, mine[i * len(mine) // count : (i + 1) * len(mine) // count])
+    from meshrl.hosts import parse_cpus, share_cores  # os alone: nothing is set up by importing it
+
+    os.sched_setaffinity(0, parse_cpus(share_cores(count)[int(worker[2:]) % count]))
 
 
 pin_worker()
