@@ -318,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ALGORITHMS:  # the loop parses its own flags (argparse would take --config here)
+        if not {"-h", "--help"} & set(argv):
+            from meshrl import forkserver
+
+            forkserver.start()  # it imports what the services need while this process imports the loop
         from orchestrator.main import main as loop_main
 
         return loop_main(argv)

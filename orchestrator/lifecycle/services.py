@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 
+from meshrl import forkserver
 from meshrl.lifeline import child_env
 from meshrl.rpc import Client
 from meshrl.shm import remove_segments_of
@@ -35,10 +36,20 @@ DESCRIPTORS = {
 QUIET = {"VLLM_LOGGING_LEVEL": "WARNING", "VLLM_LOGGING_STREAM": "ext://sys.stderr"}
 
 
-def spawn(serve_args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+Process = subprocess.Popen | forkserver.Forked
+
+
+def spawn(serve_args: list[str], env: dict[str, str] | None = None) -> Process:
     """`meshrl serve ...` as a child that dies with this process (meshrl.lifeline). It runs in a session of
     its own: Ctrl-C in the terminal interrupts the orchestrator alone, which then stops its services in
-    order, rather than every service dying under a call in flight and the run blaming the first it called."""
+    order, rather than every service dying under a call in flight and the run blaming the first it called.
+    Forked from this run's fork server where it runs (meshrl.forkserver), started afresh otherwise."""
+    server = forkserver.running()
+    if server is not None and env is None:
+        try:
+            return server.spawn(["serve", *serve_args], {**QUIET, **child_env(env)})
+        except OSError as e:
+            log.warning("starting `meshrl serve %s` afresh: %s", " ".join(serve_args), e)
     return subprocess.Popen(
         [sys.executable, "-m", "cli", "serve", *serve_args],
         stdout=subprocess.PIPE,
@@ -48,12 +59,12 @@ def spawn(serve_args: list[str], env: dict[str, str] | None = None) -> subproces
     )
 
 
-def launch(serve_args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+def launch(serve_args: list[str], env: dict[str, str] | None = None) -> tuple[Process, str]:
     """Start `meshrl serve <serve_args>`; returns the process and the address it says it listens on."""
     return listening(spawn(serve_args, env), serve_args)
 
 
-def listening(proc: subprocess.Popen, serve_args: list[str]) -> tuple[subprocess.Popen, str]:
+def listening(proc: Process, serve_args: list[str]) -> tuple[Process, str]:
     """Wait for a started service's "listening on ADDRESS" line."""
     out = proc.stdout
     assert out is not None  # spawn() pipes it
@@ -74,10 +85,10 @@ def forward(stream) -> None:
 
 class Services:
     def __init__(self):
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[Process] = []
         self.clients: dict[str, Client] = {}
-        self.spawned: dict[str, subprocess.Popen] = {}  # started, not yet waited for
-        self.ours: dict[str, tuple[subprocess.Popen, list[str]]] = {}  # started here and ready: (process, args)
+        self.spawned: dict[str, Process] = {}  # started, not yet waited for
+        self.ours: dict[str, tuple[Process, list[str]]] = {}  # started here and ready: (process, args)
         self.starting: dict[str, concurrent.futures.Future] = {}  # respawned, until they listen
         self.waiter: concurrent.futures.ThreadPoolExecutor | None = None  # waits for their listening lines
         self.given_token: str | None = None  # the token for services given by address ("": none; None: the
@@ -137,7 +148,7 @@ class Services:
         """The services started here whose process has exited."""
         return {name for name, (proc, _) in self.ours.items() if proc.poll() is not None}
 
-    def _bury(self, name: str, proc: subprocess.Popen) -> None:
+    def _bury(self, name: str, proc: Process) -> None:
         """Stop one of ours for good: its client closed, its process killed, its shm segments removed."""
         self.starting.pop(name, None)
         client = self.clients.pop(name, None)

@@ -19,7 +19,7 @@ import time
 import torch
 from tqdm import tqdm
 
-from meshrl import telemetry
+from meshrl import forkserver, telemetry
 from meshrl.errors import ServiceError
 from meshrl.rpc.token import PEER_VAR, forget_run_token, run_token
 from orchestrator.config import Config, save_config
@@ -225,6 +225,8 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     try:
         ours = wanted(cfg, roles)
         given = {role for role, (address, _) in ours.items() if address}
+        if not cfg.trainer.fork_server or given == set(ours):
+            forkserver.stop()  # `meshrl <algorithm>` started it before the config was read
         token_made = run_token()  # the services this run starts answer no caller without the run's token
         if token_made:
             keep_token_from(given, set(ours) - given, services)
@@ -244,6 +246,7 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
         if state is not None and state.producer is not None:
             state.producer.stop()
         services.stop()
+        forkserver.stop()
         telemetry.shutdown()
         if token_made:
             forget_run_token()

@@ -1,0 +1,342 @@
+"""A fork server: one process imports torch, transformers and the services' modules once, and every
+service a run starts on this host is forked from it, instead of each importing them again.
+
+On two cores a run's four processes (orchestrator, actor, rollout, reward) spent ~9 CPU-seconds on the
+same imports before any model loaded; forked, the services start from that state in a fraction of a
+second. The server is started first thing by `meshrl <algorithm>` (start()), while the orchestrator
+itself imports, and spawn() hands it a service's arguments and environment; a service forked this way
+behaves like one started with subprocess: its own session, its stdout a pipe to the caller, stderr
+the caller's, and it dies with the server, which dies with the caller (meshrl.lifeline).
+
+Forked returns what callers use of subprocess.Popen (pid, stdout, poll, wait, terminate, kill). The
+server reports each child's exit status over the same socket; signals go through a pidfd, so a
+recycled pid is never hit. Where the server is not running (MESHRL_FORK_SERVER=0,
+trainer.fork_server=false, not Linux, or it died) callers start processes as before.
+"""
+
+import array
+import importlib
+import itertools
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+import setproctitle
+
+VAR = "MESHRL_FORK_SERVER"  # "0": no fork server, whatever the config says
+# what every service imports before it serves; its own model family's modules come with the model
+PRELOAD = (
+    "torch",
+    "transformers",
+    "transformers.modeling_utils",
+    "transformers.generation.utils",
+    "transformers.models.llama.modeling_llama",
+    "transformers.models.qwen2.modeling_qwen2",
+    "services.actor.main",
+    "services.rollout.main",
+    "services.reward.main",
+    "services.env.main",
+    "cli.main",
+)
+MESSAGE = 1 << 20  # a request holds one service's arguments and environment
+FDS = socket.CMSG_SPACE(array.array("i", [0]).itemsize)
+
+_server: "ForkServer | None" = None
+_lock = threading.Lock()
+
+
+def available() -> bool:
+    return sys.platform.startswith("linux") and hasattr(os, "pidfd_open") and os.environ.get(VAR, "1") != "0"
+
+
+def start() -> "ForkServer | None":
+    """Start this process's fork server (once); None where it cannot run here."""
+    global _server
+    with _lock:
+        if _server is None and available():
+            _server = ForkServer()
+        return _server
+
+
+def running() -> "ForkServer | None":
+    """The fork server if it is up, else None (callers then start processes themselves)."""
+    return _server if _server is not None and not _server.gone.is_set() else None
+
+
+def stop() -> None:
+    """Stop the fork server; the services it forked get SIGTERM (meshrl.lifeline)."""
+    global _server
+    with _lock:
+        if _server is not None:
+            _server.close()
+            _server = None
+
+
+def send(sock: socket.socket, message: dict, fd: int | None = None) -> None:
+    ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))] if fd is not None else []
+    sock.sendmsg([json.dumps(message).encode()], ancillary)
+
+
+def receive(sock: socket.socket) -> tuple[dict | None, int | None]:
+    """One message and the descriptor that came with it; (None, None) when the other end closed."""
+    data, ancillary, _, _ = sock.recvmsg(MESSAGE, FDS)
+    fds = array.array("i")
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        return None, None
+    return json.loads(data), (fds[0] if fds else None)
+
+
+class Forked:
+    """A process the fork server started: what its callers use of subprocess.Popen."""
+
+    def __init__(self, args: list[str], stdout_fd: int):
+        self.args = args
+        self.stdout = os.fdopen(stdout_fd, "r")
+        self.returncode: int | None = None
+        self._pid = 0
+        self._pidfd = -1
+        self._started = threading.Event()
+        self._done = threading.Event()
+
+    @property
+    def pid(self) -> int:
+        self._started.wait()
+        return self._pid
+
+    def _start(self, pid: int, pidfd: int) -> None:
+        self._pid, self._pidfd = pid, pidfd
+        self._started.set()
+
+    def _end(self, code: int) -> None:
+        if not self._done.is_set():
+            self.returncode = code
+            self._started.set()
+            self._done.set()
+            if self._pidfd >= 0:
+                os.close(self._pidfd)
+                self._pidfd = -1
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._done.wait(timeout):
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        self._started.wait()
+        try:
+            if not self._done.is_set() and self._pidfd >= 0:
+                signal.pidfd_send_signal(self._pidfd, sig)
+        except (ProcessLookupError, OSError):
+            pass  # it has exited; its status is on its way
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkServer:
+    """This side of the server: requests go out on a socket, replies and exit statuses come back on it and
+    are read by one thread."""
+
+    def __init__(self):
+        from meshrl.lifeline import child_env
+
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock = ours
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "meshrl.forkserver", str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            env=child_env(),
+            start_new_session=True,  # Ctrl-C reaches the orchestrator alone, as with its services
+        )
+        theirs.close()
+        self.ids = itertools.count()
+        self.waiting: dict[int, Forked] = {}  # asked for, not yet forked
+        self.children: dict[int, Forked] = {}  # by pid, until they exit
+        self.send_lock = threading.Lock()
+        self.gone = threading.Event()
+        threading.Thread(target=self._read, name="meshrl-forkserver", daemon=True).start()
+
+    def spawn(self, argv: list[str], env: dict[str, str]) -> Forked:
+        """Fork `meshrl <argv>` with this environment; returns at once (the fork happens once the server has
+        imported its modules). OSError when the server is gone."""
+        if self.gone.is_set():
+            raise OSError("the fork server has exited")
+        read, write = os.pipe()
+        child = Forked(["meshrl", *argv], read)
+        with self.send_lock:
+            number = next(self.ids)
+            self.waiting[number] = child
+            try:
+                send(self.sock, {"id": number, "argv": argv, "env": env}, write)
+            except OSError:
+                del self.waiting[number]
+                child.stdout.close()
+                raise
+            finally:
+                os.close(write)
+        return child
+
+    def _read(self) -> None:
+        try:
+            while True:
+                message, fd = receive(self.sock)
+                if message is None:
+                    break
+                if "forked" in message:
+                    child = self.waiting.pop(message["forked"])
+                    self.children[message["pid"]] = child
+                    child._start(message["pid"], fd if fd is not None else -1)
+                elif "failed" in message:
+                    print(
+                        f"meshrl: the fork server could not start {message['argv']}: {message['error']}",
+                        file=sys.stderr,
+                    )
+                    self.waiting.pop(message["failed"])._end(1)
+                elif "exited" in message:
+                    self.children.pop(message["exited"])._end(message["code"])
+        except OSError:
+            pass
+        finally:
+            self.gone.set()
+            self._orphans()
+
+    def _orphans(self) -> None:
+        """The server died: its children got SIGTERM from the kernel (meshrl.lifeline); wait for each to
+        exit, through its pidfd. Their statuses went with the server: -SIGTERM is what they were sent."""
+        for child in list(self.waiting.values()):
+            child._end(1)
+        for child in list(self.children.values()):
+            if child._pidfd >= 0:
+                select.select([child._pidfd], [], [])
+            child._end(-signal.SIGTERM)
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the reading thread; close() alone would not
+        except OSError:
+            pass
+        self.sock.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# The server's own side -----------------------------------------------------------------------------------
+
+
+def serve(sock: socket.socket) -> list[str] | None:
+    """Fork a child for each request until the caller goes away; returns None in the server, and in each
+    child the argv it is to run (the caller of serve then runs it, outside the server's frames)."""
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    try:
+        while True:
+            ready, _, _ = select.select([sock.fileno(), wake_read], [], [])
+            if wake_read in ready:
+                os.read(wake_read, 4096)
+            reap(sock)
+            if sock.fileno() not in ready:
+                continue
+            message, fd = receive(sock)
+            if message is None:
+                return None
+            argv = fork(sock, message, fd, (wake_read, wake_write))
+            if argv is not None:
+                return argv
+    except OSError:  # the caller is gone mid-reply
+        return None
+
+
+def reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        send(sock, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def fork(sock: socket.socket, message: dict, stdout_fd: int | None, wake: tuple[int, int]) -> list[str] | None:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        if stdout_fd is not None:
+            os.close(stdout_fd)
+        send(sock, {"failed": message["id"], "argv": message["argv"], "error": str(e)})
+        return None
+    if pid == 0:  # the child: a process of its own, as subprocess would have started it
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        sock.close()
+        for fd in wake:
+            os.close(fd)
+        os.setsid()
+        if stdout_fd is not None:
+            os.dup2(stdout_fd, 1)
+            os.close(stdout_fd)
+        os.environ.clear()
+        os.environ.update(message["env"])
+        from meshrl.lifeline import VAR as PARENT
+
+        os.environ[PARENT] = str(os.getppid())  # it dies with this server, which dies with the caller
+        return message["argv"]
+    if stdout_fd is not None:
+        os.close(stdout_fd)
+    pidfd = os.pidfd_open(pid)  # before reap() can see it exit: the pid is still this child's
+    try:
+        send(sock, {"forked": message["id"], "pid": pid}, pidfd)
+    finally:
+        os.close(pidfd)
+    return None
+
+
+def main(fd: int) -> int:
+    from meshrl.lifeline import die_with_parent
+
+    die_with_parent()
+    # before a child replaces its environment: setproctitle claims the memory of argv and environ on first use
+    setproctitle.setproctitle(f"{sys.executable} -m meshrl.forkserver (meshrl's fork server)")
+    sock = socket.socket(fileno=fd)
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - an optional extra that is missing: the child imports (and reports) it
+            pass
+    argv = serve(sock)
+    if argv is None:
+        return 0
+    # `ps`, top and psutil show what a fresh process's command line would, not this server's
+    setproctitle.setproctitle(" ".join([sys.executable, "-m", "cli", *argv]))
+    sys.argv = ["meshrl", *argv]
+    from cli.main import main as meshrl
+
+    return meshrl(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1])))
