@@ -1,5 +1,5 @@
 """Start-up: from `meshrl grpo` to its first step, with the services forked from the fork server
-(meshrl/forkserver.py) against each started as a fresh interpreter (MESHRL_FORK_SERVER=0).
+(cli/forkserver.py) against each started as a fresh interpreter (MESHRL_FORK_SERVER=0).
 
 Each run is the main job's GRPO (configs/arithmetic_grpo.yaml) for 2 steps from runs/default's SFT
 model, step-0 validation included, as bench/peer_bench.py measures start-up; the two variants alternate

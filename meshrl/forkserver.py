@@ -1,5 +1,6 @@
-"""A fork server: one process imports torch, transformers and the services' modules once, and every
-service a run starts on this host is forked from it, instead of each importing them again.
+"""A fork server, the caller's side: one process (cli/forkserver.py) imports torch, transformers and the
+services' modules once, and every service a run starts on this host is forked from it, instead of each
+importing them again.
 
 On two cores a run's four processes (orchestrator, actor, rollout, reward) spent ~9 CPU-seconds on the
 same imports before any model loaded; forked, the services start from that state in a fraction of a
@@ -8,14 +9,13 @@ itself imports, and spawn() hands it a service's arguments and environment; a se
 behaves like one started with subprocess: its own session, its stdout a pipe to the caller, stderr
 the caller's, and it dies with the server, which dies with the caller (meshrl.lifeline).
 
-Forked returns what callers use of subprocess.Popen (pid, stdout, poll, wait, terminate, kill). The
+Forked offers what callers use of subprocess.Popen (pid, stdout, poll, wait, terminate, kill). The
 server reports each child's exit status over the same socket; signals go through a pidfd, so a
 recycled pid is never hit. Where the server is not running (MESHRL_FORK_SERVER=0,
 trainer.fork_server=false, not Linux, or it died) callers start processes as before.
 """
 
 import array
-import importlib
 import itertools
 import json
 import os
@@ -26,23 +26,7 @@ import subprocess
 import sys
 import threading
 
-import setproctitle
-
 VAR = "MESHRL_FORK_SERVER"  # "0": no fork server, whatever the config says
-# what every service imports before it serves; its own model family's modules come with the model
-PRELOAD = (
-    "torch",
-    "transformers",
-    "transformers.modeling_utils",
-    "transformers.generation.utils",
-    "transformers.models.llama.modeling_llama",
-    "transformers.models.qwen2.modeling_qwen2",
-    "services.actor.main",
-    "services.rollout.main",
-    "services.reward.main",
-    "services.env.main",
-    "cli.main",
-)
 MESSAGE = 1 << 20  # a request holds one service's arguments and environment
 FDS = socket.CMSG_SPACE(array.array("i", [0]).itemsize)
 
@@ -160,7 +144,7 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = ours
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "meshrl.forkserver", str(theirs.fileno())],
+            [sys.executable, "-m", "cli.forkserver", str(theirs.fileno())],
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -240,103 +224,3 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-
-
-# The server's own side -----------------------------------------------------------------------------------
-
-
-def serve(sock: socket.socket) -> list[str] | None:
-    """Fork a child for each request until the caller goes away; returns None in the server, and in each
-    child the argv it is to run (the caller of serve then runs it, outside the server's frames)."""
-    wake_read, wake_write = os.pipe()
-    os.set_blocking(wake_write, False)
-    signal.set_wakeup_fd(wake_write)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    try:
-        while True:
-            ready, _, _ = select.select([sock.fileno(), wake_read], [], [])
-            if wake_read in ready:
-                os.read(wake_read, 4096)
-            reap(sock)
-            if sock.fileno() not in ready:
-                continue
-            message, fd = receive(sock)
-            if message is None:
-                return None
-            argv = fork(sock, message, fd, (wake_read, wake_write))
-            if argv is not None:
-                return argv
-    except OSError:  # the caller is gone mid-reply
-        return None
-
-
-def reap(sock: socket.socket) -> None:
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        send(sock, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
-
-
-def fork(sock: socket.socket, message: dict, stdout_fd: int | None, wake: tuple[int, int]) -> list[str] | None:
-    try:
-        pid = os.fork()
-    except OSError as e:
-        if stdout_fd is not None:
-            os.close(stdout_fd)
-        send(sock, {"failed": message["id"], "argv": message["argv"], "error": str(e)})
-        return None
-    if pid == 0:  # the child: a process of its own, as subprocess would have started it
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        sock.close()
-        for fd in wake:
-            os.close(fd)
-        os.setsid()
-        if stdout_fd is not None:
-            os.dup2(stdout_fd, 1)
-            os.close(stdout_fd)
-        os.environ.clear()
-        os.environ.update(message["env"])
-        from meshrl.lifeline import VAR as PARENT
-
-        os.environ[PARENT] = str(os.getppid())  # it dies with this server, which dies with the caller
-        return message["argv"]
-    if stdout_fd is not None:
-        os.close(stdout_fd)
-    pidfd = os.pidfd_open(pid)  # before reap() can see it exit: the pid is still this child's
-    try:
-        send(sock, {"forked": message["id"], "pid": pid}, pidfd)
-    finally:
-        os.close(pidfd)
-    return None
-
-
-def main(fd: int) -> int:
-    from meshrl.lifeline import die_with_parent
-
-    die_with_parent()
-    # before a child replaces its environment: setproctitle claims the memory of argv and environ on first use
-    setproctitle.setproctitle(f"{sys.executable} -m meshrl.forkserver (meshrl's fork server)")
-    sock = socket.socket(fileno=fd)
-    for name in PRELOAD:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - an optional extra that is missing: the child imports (and reports) it
-            pass
-    argv = serve(sock)
-    if argv is None:
-        return 0
-    # `ps`, top and psutil show what a fresh process's command line would, not this server's
-    setproctitle.setproctitle(" ".join([sys.executable, "-m", "cli", *argv]))
-    sys.argv = ["meshrl", *argv]
-    from cli.main import main as meshrl
-
-    return meshrl(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1])))

@@ -282,7 +282,7 @@ class TrainerSection(Checked):
     #   a dead rollout, reward or ref service and the step is retried; a dead actor or critic and the run
     #   goes on from its last checkpoint; 0: a dead service ends the run
     fork_server: bool = True  # the services this run starts on its host (and starts again) are forked from
-    #   one process that imported torch, transformers and the services' code once (meshrl/forkserver.py),
+    #   one process that imported torch, transformers and the services' code once (cli/forkserver.py),
     #   rather than each importing them; false (or MESHRL_FORK_SERVER=0): each its own fresh interpreter
     max_staleness: int = 0  # K >= 1: the rollout samples the next K steps while the actor trains this one
     #   (ppo, grpo, rloo, reinforce; orchestrator/sampling/pipeline.py); 0: one phase after the other
