@@ -2,8 +2,9 @@
 backward over one batch, cut into micro-batches by a token budget the way the actor cuts them
 (services/actor/batches.py: rows of similar length together, each pass trimmed to its longest row; a
 packed budget counts real tokens), in one process on the CPU. The batch is what a GRPO step sees:
-8 samples of each prompt, responses of varied length up to --max-response. Both runs in one process,
-alternating, the same batch; the figure is the median of --repeats.
+8 samples of each prompt, responses of varied length up to --max-response. Each variant also with
+actor.share_prompts (a group's prompt run once: padded, the shared-prompt pass; packed, in the same
+packed row). All runs in one process, alternating, the same batch; the figure is the median of --repeats.
 
     .venv/bin/python bench/packing_bench.py [--model tiny|50m] [--repeats 3] [--budget 4096]
 """
@@ -43,12 +44,12 @@ def grpo_batch(prompts: int, n: int, max_response: int, vocab: int) -> DataProto
     return DataProto(rollout_tensors(prompt, response, 0))
 
 
-def step(model, data: DataProto, budget: int, packed: bool) -> float:
+def step(model, data: DataProto, budget: int, packed: bool, share: bool) -> float:
     """Seconds for forward and backward over every micro-batch (the gradients are dropped)."""
     start = time.perf_counter()
-    for rows in token_groups(data, budget, shared=False, packed=packed):
+    for rows in token_groups(data, budget, shared=share, packed=packed):
         mb = trimmed(data, rows, KEYS)
-        lp = token_logprobs(forward_response(model, mb, share_prompts=False), mb["responses"])
+        lp = token_logprobs(forward_response(model, mb, share_prompts=share), mb["responses"])
         (-(lp * mb["response_mask"]).sum()).backward()
     model.zero_grad(set_to_none=True)
     return time.perf_counter() - start
@@ -68,18 +69,26 @@ def main() -> None:
     data = grpo_batch(args.prompts, 8, args.max_response, padded.config.vocab_size)
     real = int(data.batch["attention_mask"].sum())
     grid = data.batch["attention_mask"].numel()
-    times: dict[str, list[float]] = {"padded": [], "packed": []}
-    step(padded, data, args.budget, False)  # warm-up
-    step(flat, data, args.budget, True)
+    variants = {  # name: (model, packed, shared)
+        "padded": (padded, False, False),
+        "packed": (flat, True, False),
+        "padded, shared prompts": (padded, False, True),
+        "packed, shared prompts": (flat, True, True),
+    }
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for model, packed, share in variants.values():  # warm-up
+        step(model, data, args.budget, packed, share)
     for _ in range(args.repeats):
-        times["padded"].append(step(padded, data, args.budget, False))
-        times["packed"].append(step(flat, data, args.budget, True))
+        for name, (model, packed, share) in variants.items():
+            times[name].append(step(model, data, args.budget, packed, share))
     med = {k: statistics.median(v) for k, v in times.items()}
     print(
         f"{args.model}: {len(data)} rows, {real} real tokens ({real / grid:.0%} of the padded grid), budget "
-        f"{args.budget}: padded {real / med['padded']:.0f} tokens/s, packed {real / med['packed']:.0f} tokens/s, "
-        f"packed/padded time {med['packed'] / med['padded']:.2f}x (median of {args.repeats})"
+        f"{args.budget}, median of {args.repeats}\n"
     )
+    print("| pass | real tokens/s | time / padded |\n|---|---|---|")
+    for name in variants:
+        print(f"| {name} | {real / med[name]:.0f} | {med[name] / med['padded']:.2f}x |")
 
 
 if __name__ == "__main__":

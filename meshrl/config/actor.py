@@ -54,8 +54,8 @@ class EngineSettings(Checked):
     padding_free: bool = False
     """Run each micro-batch's sequences packed into one row, no padding (verl's use_remove_padding, TRL's
     padding_free): positions restart per sequence, attention stays within each; with micro_batch_tokens
-    the budget counts real tokens. Same outputs and gradients. The shared-prompt pass still runs where
-    it applies."""
+    the budget counts real tokens. Same outputs and gradients. With share_prompts, rows that share a
+    prompt run it once in the same packed pass, and their responses attend to it."""
     dropout: bool = False
     """Keep the model's dropout in forward passes (off by default: log-probs, values and the PPO
     ratio should not be random)."""

@@ -114,7 +114,8 @@ def token_groups(
 
     shared (the passes run each distinct prompt once, model.forward_response): the rows of a prompt go
     together, and a micro-batch costs distinct prompts x longest prompt + rows x longest response.
-    packed (padding-free passes, without shared): a micro-batch costs its real tokens."""
+    packed (padding-free passes): a micro-batch costs its real tokens, each distinct prompt's once where
+    shared."""
     prompt, response = row_extents(data)
     units = len(data) // unit
     up = prompt.view(units, unit).amax(1).tolist()
@@ -131,10 +132,15 @@ def token_groups(
     groups: list[list[int]] = [[]]
     prompts: set[int] = set()
     P, T, real = 0, 0, 0  # the current group's longest prompt and response, its tokens; `prompts`: its prompts
-    tokens = (prompt + response).view(units, unit).sum(1).tolist()
+    # a unit's real tokens: with shared prompts its responses', its prompt's counted once for the group below
+    tokens = (response if shared else prompt + response).view(units, unit).sum(1).tolist()
+    own = dict(zip(sum(rows, []), prompt.tolist()))  # a prompt's real length, by its index
     for u in order:
         grown = (max(P, up[u]), max(T, ur[u]), prompts | set(rows[u]), real + tokens[u])
-        cost = grown[3] if packed and not shared else len(grown[2]) * grown[0] + (len(groups[-1]) + 1) * unit * grown[1]
+        if packed:
+            cost = grown[3] + (sum(own[p] for p in grown[2]) if shared else 0)
+        else:
+            cost = len(grown[2]) * grown[0] + (len(groups[-1]) + 1) * unit * grown[1]
         if groups[-1] and cost > max_tokens:
             groups.append([])
             grown = (up[u], ur[u], set(rows[u]), tokens[u])

@@ -3,8 +3,8 @@
 The batch layout is verl's: input_ids = left-padded prompt + right-padded
 response, so the logits that predict response token t sit at position
 L - T - 1 + t (T = response length, L = sequence length). A model set up for padding-free passes
-(actor.padding_free) runs each micro-batch packed instead (services/actor/packing.py), unless its rows
-share prompts enough for the shared-prompt pass.
+(actor.padding_free) runs each micro-batch packed instead (services/actor/packing.py), its shared
+prompts once in the same packed row.
 """
 
 import torch
@@ -25,11 +25,13 @@ def forward_response(
     and the gradients sum over the rows, as the full pass's do; the prompt's share of the compute falls by
     the number of rows that share it. A causal LM also computes its head only where it is read."""
     T = micro["responses"].shape[1] if response_length is None else response_length
-    if share_prompts and not getattr(model, "is_gradient_checkpointing", False):  # HF drops the cache then
+    flat = packed(model)
+    # the padded shared pass needs HF's cache, which gradient checkpointing drops; the packed one has none
+    if share_prompts and (flat or not getattr(model, "is_gradient_checkpointing", False)):
         shared = prompt_sharing(micro, T)
         if shared is not None:
-            return forward_shared(model, micro, T, *shared)
-    if packed(model):
+            return (packing.forward_packed_shared if flat else forward_shared)(model, micro, T, *shared)
+    if flat:
         return packing.forward_packed(model, micro, T, head_only_where_read=share_prompts)
     kw = {"logits_to_keep": T + 1} if share_prompts else {}
     out = model(

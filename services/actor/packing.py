@@ -9,6 +9,10 @@ path reads), one batched causal SDPA over the sequences laid side by side again 
 is as padded as before; a varlen kernel, flash-attention's on CUDA, would cut that too). The
 log-probs, values and gradients are the padded pass's (a test compares them); the head is computed
 only at the positions that predict a response token.
+
+Rows that share a prompt (a GRPO group) pack it once: the row holds each distinct prompt, then each
+row's response, and a response attends to its prompt's keys and values and to its own (Shared), the
+shared-prompt pass of services/actor/model.py without its padded responses or HF's cache.
 """
 
 import torch
@@ -25,12 +29,14 @@ building a (tokens x tokens) one; the attention below reads the boundaries inste
 
 def attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
     """HF's attention interface: query (1, heads, tokens, dim), key and value (1, kv heads, tokens, dim)."""
-    bounds = kwargs.get("cu_seq_lens_q")
-    if bounds is None:  # a padded call (the shared-prompt pass with its cache, a value model's): SDPA
+    bounds, shared = kwargs.get("cu_seq_lens_q"), kwargs.get("meshrl_shared")
+    if bounds is None and shared is None:  # a padded call (a value model's, generation's): SDPA
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     groups = getattr(module, "num_key_value_groups", 1)
     if groups > 1:
         key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+    if shared is not None:
+        return shared.attend(query[0], key[0], value[0], scaling), None
     # the sequences side by side again, each from its own start and padded on the right, for one batched
     # causal SDPA: a real token sees only its own sequence's earlier tokens, so no mask is needed, and the
     # padding's outputs are dropped (only the linear layers run padding-free)
@@ -54,6 +60,74 @@ def enable(model: torch.nn.Module) -> None:
     if not callable(can) or not can():
         raise ValueError(f"actor.padding_free: {type(model).__name__} cannot switch its attention implementation")
     model.set_attn_implementation(NAME)  # type: ignore[operator]
+
+
+class Shared:
+    """Where each token of a packed row with shared prompts sits: every distinct prompt once, then every
+    row's response, real tokens only. A prompt's tokens attend causally within it; a response's attend to
+    its prompt's and to its own earlier ones, through the prompt's keys and values gathered into the
+    response's window (an indexing op: the gradient sums back into the one prompt, as the shared-prompt
+    pass's cache does)."""
+
+    def __init__(self, prompt_lengths: torch.Tensor, response_lengths: torch.Tensor, inverse: torch.Tensor):
+        device = prompt_lengths.device
+        self.prompt_tokens = int(prompt_lengths.sum())
+        self.prompts = self.window(prompt_lengths, 0)  # (G, Wp) indices, real
+        self.responses = self.window(response_lengths, self.prompt_tokens)  # (B, Wr)
+        (p_index, p_real), (r_index, r_real) = self.prompts, self.responses
+        self.keys = torch.cat([p_index[inverse], r_index], 1)  # (B, Wp + Wr): its prompt, then itself
+        width = r_index.shape[1]
+        causal = torch.ones(width, p_index.shape[1] + width, dtype=torch.bool, device=device)
+        causal[:, p_index.shape[1] :] = torch.tril(causal[:, p_index.shape[1] :])
+        self.mask = (torch.cat([p_real[inverse], r_real], 1)[:, None, :] & causal)[:, None]  # (B, 1, Wr, Wp+Wr)
+
+    @staticmethod
+    def window(lengths: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(sequences, longest) indices of each sequence's tokens from its own start, and which are real."""
+        place = torch.arange(int(lengths.max()) if len(lengths) else 0, device=lengths.device)
+        starts = start + F.pad(lengths.cumsum(0), (1, 0))[:-1]
+        return starts[:, None] + place, place < lengths[:, None]
+
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling) -> torch.Tensor:
+        """(heads, tokens, dim) each -> (1, tokens, heads, dim)."""
+        last = query.shape[1] - 1
+        index, real = self.prompts
+        q, k, v = (t[:, index.clamp(max=last)].transpose(0, 1) for t in (query, key, value))
+        parts = [F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling).transpose(1, 2)[real]]
+        index, real = self.responses
+        if real.any():
+            q = query[:, index.clamp(max=last)].transpose(0, 1)
+            k, v = (t[:, self.keys.clamp(max=last)].transpose(0, 1) for t in (key, value))
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask, scale=scaling)
+            parts.append(out.transpose(1, 2)[real])
+        return torch.cat(parts)[None]
+
+
+def forward_packed_shared(model: torch.nn.Module, micro: dict, T: int, first: torch.Tensor, inverse: torch.Tensor):
+    """What forward_response returns, (B, T, V), with each distinct prompt run once and every row's response
+    padding-free, in one packed pass (the shared-prompt pass, services/actor/model.py, pads the responses)."""
+    ids, mask, pos = micro["input_ids"], micro["attention_mask"], micro["position_ids"]
+    P = ids.shape[1] - T
+    prompt = mask[first, :P].bool()  # left-padded
+    response = mask[:, P:-1].bool()  # right-padded; the last column predicts nothing
+    lengths = prompt.sum(1)
+    shared = Shared(lengths, response.sum(1), inverse)
+    last = shared.prompts[0].gather(1, (lengths - 1)[:, None])[:, 0]  # each prompt's last token: the first
+    read = torch.cat(
+        [last, torch.arange(shared.prompt_tokens, shared.prompt_tokens + int(response.sum()), device=ids.device)]
+    )
+    out = model(
+        input_ids=torch.cat([ids[first, :P][prompt], ids[:, P:-1][response]])[None],
+        position_ids=torch.cat([pos[first, :P][prompt], pos[:, P:-1][response]])[None],
+        attention_mask=PACKED.to(ids.device),
+        use_cache=False,
+        meshrl_shared=shared,
+        logits_to_keep=read,
+    ).logits[0]
+    result = out.new_zeros((len(inverse), T, out.shape[-1]))
+    result[:, 0] = out[: len(first)][inverse]
+    result[:, 1:][response] = out[len(first) :]
+    return result
 
 
 def forward_packed(model: torch.nn.Module, micro: dict, T: int, head_only_where_read: bool) -> torch.Tensor:

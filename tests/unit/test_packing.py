@@ -1,6 +1,7 @@
 """Padding-free passes (services/actor/packing.py): the packed pass gives the padded pass's log-probs,
 values and gradients, on a batch of rows of different lengths in verl's layout (left-padded prompts,
-right-padded responses), and a token budget counts real tokens."""
+right-padded responses), also where rows share prompts (each run once), and a token budget counts real
+tokens."""
 
 import pytest
 import torch
@@ -51,15 +52,41 @@ def test_a_value_model_packed(tmp_path):
     assert torch.allclose(a, b, atol=1e-5)
 
 
-def test_shared_prompts_still_take_the_shared_pass(tmp_path):
-    """A GRPO group's rows share their prompt: the shared-prompt pass runs (and agrees)."""
-    path = make_model(tmp_path / "lm", TinyModelConfig(**SMALL))  # type: ignore[arg-type]
-    padded, flat = load_model(str(path), "causal"), load_model(str(path), "causal")
-    packing.enable(flat)
-    mb = batch([6, 6, 6, 6], [4, 2, 5, 1], padded.config.vocab_size)
-    mb["input_ids"][:, :6] = mb["input_ids"][0, :6]  # one prompt, four samples
-    a, b = (token_logprobs(forward_response(m, mb, share_prompts=True), mb["responses"]) for m in (padded, flat))
-    assert torch.allclose(a * mb["response_mask"], b * mb["response_mask"], atol=1e-5)
+def grouped(vocab: int) -> dict:
+    """Three GRPO groups (prompts of 6, 9 and 4 tokens, 2-3 samples each), responses of every length."""
+    mb = batch([6, 6, 9, 9, 9, 4, 4, 4], [4, 2, 5, 1, 7, 3, 6, 2], vocab)
+    width = mb["input_ids"].shape[1] - mb["responses"].shape[1]
+    for rows in ([0, 1], [2, 3, 4], [5, 6, 7]):
+        mb["input_ids"][rows, :width] = mb["input_ids"][rows[0], :width]
+    return mb
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
+def test_shared_prompts_packed_give_the_shared_passes_logprobs_and_gradients(tmp_path, family, monkeypatch):
+    """Packing keeps prompt sharing: each distinct prompt once and every response padding-free in one pass,
+    with the padded shared-prompt pass's log-probs and gradients (and with gradient checkpointing, which the
+    padded one cannot take: HF drops its cache)."""
+    path = make_model(tmp_path / family, TinyModelConfig(family=family, **SMALL))  # type: ignore[arg-type]
+    padded, flat, checkpointed = (load_model(str(path), "causal") for _ in range(3))
+    for model in (flat, checkpointed):
+        packing.enable(model)
+    checkpointed.gradient_checkpointing_enable()
+    checkpointed.train()
+    calls = []
+    attend = packing.Shared.attend
+    monkeypatch.setattr(packing.Shared, "attend", lambda self, *a: calls.append(1) or attend(self, *a))
+    mb = grouped(padded.config.vocab_size)
+    out = {}
+    for name, model in (("padded", padded), ("packed", flat), ("checkpointed", checkpointed)):
+        before = len(calls)
+        lp = token_logprobs(forward_response(model, mb, share_prompts=True), mb["responses"])
+        (-(lp * mb["response_mask"]).sum()).backward()
+        out[name] = (lp * mb["response_mask"], {n: p.grad.clone() for n, p in model.named_parameters()})
+        assert (len(calls) > before) == (name != "padded")  # the packed shared pass ran, once per layer
+    for name in ("packed", "checkpointed"):
+        assert torch.allclose(out["padded"][0], out[name][0], atol=1e-5)
+        for n, g in out["padded"][1].items():
+            assert torch.allclose(g, out[name][1][n], atol=1e-5), (name, n)
 
 
 def test_a_packed_budget_counts_real_tokens():
@@ -68,3 +95,16 @@ def test_a_packed_budget_counts_real_tokens():
     padded = token_groups(data, 44, packed=False)  # 2 x (2 + 30) > 44: the long row alone, then 3 rows of 4
     flat = token_groups(data, 44, packed=True)  # 32 + 4 + 4 + 4 = 44 real tokens: one pass
     assert [len(g) for g in padded] == [1, 3] and [len(g) for g in flat] == [4]
+
+
+def test_a_packed_budget_with_shared_prompts_counts_each_prompt_once():
+    mb = batch([10] * 8, [2, 2, 2, 20, 3, 3, 3, 3], 50)
+    width = mb["input_ids"].shape[1] - mb["responses"].shape[1]
+    for rows in ([0, 1, 2, 3], [4, 5, 6, 7]):
+        mb["input_ids"][rows, :width] = mb["input_ids"][rows[0], :width]
+    data = DataProto({k: mb[k] for k in ("input_ids", "attention_mask", "position_ids", "responses")})
+    # two prompts of 10 tokens once each, and the responses' 38 real tokens: 58 (padded and shared: 2 x 10 + 8 x 20)
+    assert [len(g) for g in token_groups(data, 58, shared=True, packed=True)] == [8]
+    # one token less: the second prompt's last row (10 + 26 + 10 + 3 x 3 = 55, + 3 > 57) starts the next pass
+    assert [len(g) for g in token_groups(data, 57, shared=True, packed=True)] == [7, 1]
+    assert len(token_groups(data, 58, shared=True, packed=False)) > 1
