@@ -37,6 +37,7 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
         key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
     if shared is not None:
         return shared.attend(query[0], key[0], value[0], scaling), None
+    assert bounds is not None
     # the sequences side by side again, each from its own start and padded on the right, for one batched
     # causal SDPA: a real token sees only its own sequence's earlier tokens, so no mask is needed, and the
     # padding's outputs are dropped (only the linear layers run padding-free)
