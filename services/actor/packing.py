@@ -5,8 +5,9 @@ only the real tokens through the linear layers (most of a small model's compute,
 activations). Positions restart at 0 for each sequence (RoPE sees what it sees padded), and attention
 stays inside each sequence: the model runs with attention "meshrl_packed", which is SDPA for padded
 calls and, given the sequences' boundaries (cu_seq_lens_q, the names HF's own packed flash-attention
-path reads), one batched causal SDPA over the sequences laid side by side again (the attention itself
-is as padded as before; a varlen kernel, flash-attention's on CUDA, would cut that too). The
+path reads), attention over the packed row itself: on CUDA in half precision through flash-attention's
+varlen kernel (torch.nn.attention.varlen), which computes no padding; elsewhere (CPU, fp32) one batched
+causal SDPA over the sequences laid side by side again, as padded as before. The
 log-probs, values and gradients are the padded pass's (a test compares them); the head is computed
 only at the positions that predict a response token.
 
@@ -15,13 +16,22 @@ row's response, and a response attends to its prompt's keys and values and to it
 shared-prompt pass of services/actor/model.py without its padded responses or HF's cache.
 """
 
+import logging
+
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+try:  # flash-attention's varlen kernel, through torch (CUDA only; torch >= 2.9 carries it)
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:  # pragma: no cover - the pinned torch has it
+    varlen_attn = None  # type: ignore[assignment]
+
+log = logging.getLogger(__name__)
 NAME = "meshrl_packed"
+OFF = False  # the kernel failed once here: pad from then on
 PACKED = torch.zeros(1, 1, 0, 0, dtype=torch.bool)
 """The attention mask a packed call passes: 4-D, so HF's mask builders hand it on as it is instead of
 building a (tokens x tokens) one; the attention below reads the boundaries instead."""
@@ -32,23 +42,63 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
     bounds, shared = kwargs.get("cu_seq_lens_q"), kwargs.get("meshrl_shared")
     if bounds is None and shared is None:  # a padded call (a value model's, generation's): SDPA
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
-    groups = getattr(module, "num_key_value_groups", 1)
-    if groups > 1:
-        key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+    q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # (tokens, heads, dim)
     if shared is not None:
-        return shared.attend(query[0], key[0], value[0], scaling), None
+        return shared.attend(q, k, v, scaling)[None], None
     assert bounds is not None
+    width = int(kwargs.get("max_length_q") or bounds.diff().max())
+    out = flash(q, k, v, bounds, bounds, width, width, scaling)
+    if out is not None:
+        return out[None], None
     # the sequences side by side again, each from its own start and padded on the right, for one batched
     # causal SDPA: a real token sees only its own sequence's earlier tokens, so no mask is needed, and the
     # padding's outputs are dropped (only the linear layers run padding-free)
-    lengths = bounds.diff()
-    width = int(kwargs.get("max_length_q") or lengths.max())
-    place = torch.arange(width, device=query.device)
-    index = (bounds[:-1, None] + place).clamp(max=query.shape[2] - 1)  # (sequences, width)
-    q, k, v = (t[0][:, index].transpose(0, 1) for t in (query, key, value))  # (sequences, heads, width, dim)
-    out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling)
-    real = place < lengths[:, None]
-    return out.transpose(1, 2)[real][None], None  # (1, tokens, heads, dim)
+    index, real = window(bounds.diff(), 0)
+    q, k, v = side_by_side(q, k, v, index, index)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling).transpose(1, 2)[real][None], None
+
+
+def kernel_runs(query: torch.Tensor) -> bool:
+    """flash-attention's varlen kernel takes these tensors: CUDA, half precision, and the kernel built in."""
+    return varlen_attn is not None and query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) and not OFF
+
+
+def flash(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scaling) -> torch.Tensor | None:
+    """Causal attention of packed sequences through the varlen kernel: q (tokens, heads, dim), k and v (key
+    tokens, kv heads, dim), each query sequence aligned to the end of its key sequence (flash-attention's
+    causal mask: a response sees its whole prompt); None where the kernel cannot run (the caller pads)."""
+    global OFF
+    if not kernel_runs(q):
+        return None
+    try:
+        out = varlen_attn(
+            q, k, v, cu_q, cu_k, max_q, max_k, scale=scaling, window_size=(-1, 0), enable_gqa=k.shape[1] != q.shape[1]
+        )
+        assert isinstance(out, torch.Tensor)  # no return_aux asked for
+        return out
+    except RuntimeError as e:  # e.g. a GPU the kernel was not built for: pad, as on CPU, from now on
+        log.warning("actor.padding_free: the varlen attention kernel failed (%s); padding attention instead", e)
+        OFF = True
+        return None
+
+
+def window(lengths: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sequences, longest) indices of each sequence's tokens from its own start, and which are real."""
+    place = torch.arange(int(lengths.max()) if len(lengths) else 0, device=lengths.device)
+    starts = start + F.pad(lengths.cumsum(0), (1, 0))[:-1]
+    return starts[:, None] + place, place < lengths[:, None]
+
+
+def side_by_side(q, k, v, queries: torch.Tensor, keys: torch.Tensor):
+    """(tokens, heads, dim) gathered into (sequences, heads, width, dim) windows for SDPA, grouped-query
+    keys and values repeated to the query heads."""
+    last = q.shape[0] - 1
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1:
+        k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    q = q[queries.clamp(max=last)].transpose(1, 2)
+    k, v = (t[keys.clamp(max=last)].transpose(1, 2) for t in (k, v))
+    return q, k, v
 
 
 AttentionInterface.register(NAME, attention)
@@ -73,35 +123,49 @@ class Shared:
     def __init__(self, prompt_lengths: torch.Tensor, response_lengths: torch.Tensor, inverse: torch.Tensor):
         device = prompt_lengths.device
         self.prompt_tokens = int(prompt_lengths.sum())
-        self.prompts = self.window(prompt_lengths, 0)  # (G, Wp) indices, real
-        self.responses = self.window(response_lengths, self.prompt_tokens)  # (B, Wr)
+        self.prompts = window(prompt_lengths, 0)  # (G, Wp) indices, real
+        self.responses = window(response_lengths, self.prompt_tokens)  # (B, Wr)
         (p_index, p_real), (r_index, r_real) = self.prompts, self.responses
         self.keys = torch.cat([p_index[inverse], r_index], 1)  # (B, Wp + Wr): its prompt, then itself
+        keys_real = torch.cat([p_real[inverse], r_real], 1)
         width = r_index.shape[1]
         causal = torch.ones(width, p_index.shape[1] + width, dtype=torch.bool, device=device)
         causal[:, p_index.shape[1] :] = torch.tril(causal[:, p_index.shape[1] :])
-        self.mask = (torch.cat([p_real[inverse], r_real], 1)[:, None, :] & causal)[:, None]  # (B, 1, Wr, Wp+Wr)
+        self.mask = (keys_real[:, None, :] & causal)[:, None]  # (B, 1, Wr, Wp+Wr)
+        # the same for the varlen kernel: each response's keys (its prompt's, then its own) end to end
+        self.flat_keys = self.keys[keys_real]
+        key_lengths = prompt_lengths[inverse] + response_lengths
+        self.cu = {
+            name: F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
+            for name, lengths in (("prompts", prompt_lengths), ("responses", response_lengths), ("keys", key_lengths))
+        }
+        self.longest = {
+            name: int(lengths.max()) if len(lengths) else 0
+            for name, lengths in (("prompts", prompt_lengths), ("responses", response_lengths), ("keys", key_lengths))
+        }
 
-    @staticmethod
-    def window(lengths: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(sequences, longest) indices of each sequence's tokens from its own start, and which are real."""
-        place = torch.arange(int(lengths.max()) if len(lengths) else 0, device=lengths.device)
-        starts = start + F.pad(lengths.cumsum(0), (1, 0))[:-1]
-        return starts[:, None] + place, place < lengths[:, None]
-
-    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling) -> torch.Tensor:
-        """(heads, tokens, dim) each -> (1, tokens, heads, dim)."""
-        last = query.shape[1] - 1
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling) -> torch.Tensor:
+        """(tokens, heads, dim) each (k and v: kv heads) -> (tokens, heads, dim)."""
+        n, cu, longest = self.prompt_tokens, self.cu, self.longest
+        fast = flash(q[:n], k[:n], v[:n], cu["prompts"], cu["prompts"], longest["prompts"], longest["prompts"], scaling)
+        if fast is not None:
+            if q.shape[0] == n:
+                return fast
+            keys = self.flat_keys
+            rest = flash(
+                q[n:], k[keys], v[keys], cu["responses"], cu["keys"], longest["responses"], longest["keys"], scaling
+            )
+            if rest is not None:
+                return torch.cat([fast, rest])
         index, real = self.prompts
-        q, k, v = (t[:, index.clamp(max=last)].transpose(0, 1) for t in (query, key, value))
-        parts = [F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling).transpose(1, 2)[real]]
+        pq, pk, pv = side_by_side(q, k, v, index, index)
+        parts = [F.scaled_dot_product_attention(pq, pk, pv, is_causal=True, scale=scaling).transpose(1, 2)[real]]
         index, real = self.responses
         if real.any():
-            q = query[:, index.clamp(max=last)].transpose(0, 1)
-            k, v = (t[:, self.keys.clamp(max=last)].transpose(0, 1) for t in (key, value))
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask, scale=scaling)
+            rq, rk, rv = side_by_side(q, k, v, index, self.keys)
+            out = F.scaled_dot_product_attention(rq, rk, rv, attn_mask=self.mask, scale=scaling)
             parts.append(out.transpose(1, 2)[real])
-        return torch.cat(parts)[None]
+        return torch.cat(parts)
 
 
 def forward_packed_shared(model: torch.nn.Module, micro: dict, T: int, first: torch.Tensor, inverse: torch.Tensor):

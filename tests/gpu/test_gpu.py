@@ -150,3 +150,32 @@ def test_grpo_on_the_gpu(tiny_lm, arithmetic_data, tmp_path):
     lines = [json.loads(line) for line in (run("grpo", cfg) / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2]
     assert all(m["rollout/kl_to_actor"] < 1e-3 for m in lines)  # the rollout runs what the actor pushed
+
+
+def test_padding_free_passes_run_the_varlen_kernel_with_the_padded_results(tiny_lm):
+    """actor.padding_free on CUDA in bf16: attention through flash-attention's varlen kernel (plain packed
+    rows and rows sharing prompts), log-probs as the padded pass's to bf16's precision."""
+    from meshrl.layout import rollout_tensors
+    from meshrl.models import load_model
+    from services.actor import packing
+
+    padded, flat = (load_model(str(tiny_lm), "causal").to("cuda", torch.bfloat16) for _ in range(2))
+    packing.enable(flat)
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 30, (n,), generator=g).tolist() for n in (6, 9, 4)]
+    rows = [prompts[i] for i in (0, 0, 1, 1, 1, 2, 2, 2)]
+    responses = [torch.randint(3, 30, (n,), generator=g).tolist() for n in (4, 2, 5, 1, 7, 3, 6, 2)]
+    mb = {k: t.cuda() for k, t in rollout_tensors(rows, responses, 0).items()}
+    calls = []
+    kernel = packing.varlen_attn
+    packing.varlen_attn = lambda *a, **kw: calls.append(1) or kernel(*a, **kw)  # type: ignore[assignment]
+    try:
+        for share in (False, True):
+            a, b = (
+                token_logprobs(forward_response(m, mb, share_prompts=share), mb["responses"]) * mb["response_mask"]
+                for m in (padded, flat)
+            )
+            assert (a - b).abs().max() < 0.05, (share, (a - b).abs().max())
+    finally:
+        packing.varlen_attn = kernel
+    assert calls and not packing.OFF

@@ -108,3 +108,52 @@ def test_a_packed_budget_with_shared_prompts_counts_each_prompt_once():
     # one token less: the second prompt's last row (10 + 26 + 10 + 3 x 3 = 55, + 3 > 57) starts the next pass
     assert [len(g) for g in token_groups(data, 57, shared=True, packed=True)] == [7, 1]
     assert len(token_groups(data, 58, shared=True, packed=False)) > 1
+
+
+def reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1), enable_gqa=False):
+    """What flash-attention's varlen kernel computes, one sequence at a time (the kernel runs on CUDA only):
+    causal attention with each query sequence aligned to the end of its key sequence."""
+    assert window_size == (-1, 0) and cu_q.dtype == cu_k.dtype == torch.int32
+    assert max_q == int(cu_q.diff().max()) and max_k == int(cu_k.diff().max())
+    out = []
+    for i in range(len(cu_q) - 1):
+        qs, ks, vs = (t[c[i] : c[i + 1]].transpose(0, 1) for t, c in ((q, cu_q), (k, cu_k), (v, cu_k)))
+        if enable_gqa:
+            ks, vs = (t.repeat_interleave(qs.shape[0] // t.shape[0], 0) for t in (ks, vs))
+        seen = torch.ones(qs.shape[1], ks.shape[1], dtype=torch.bool).tril(ks.shape[1] - qs.shape[1])
+        out.append(torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, attn_mask=seen, scale=scale))
+    return torch.cat([o.transpose(0, 1) for o in out])
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_varlen_kernels_calls_give_the_padded_passes_results(tmp_path, monkeypatch, fails):
+    """The packed row's boundaries and gathered keys as the varlen kernel takes them (cu_seq_q/k, a response's
+    keys its prompt's then its own), checked against the padded passes with a stand-in for the kernel; a
+    kernel that fails is left for padded attention, with the same results."""
+    path = make_model(tmp_path / "lm", TinyModelConfig(family="qwen2", **SMALL))  # type: ignore[arg-type]
+    padded, flat = load_model(str(path), "causal"), load_model(str(path), "causal")
+    packing.enable(flat)
+    calls = []
+
+    def kernel(*args, **kw):
+        calls.append(1)
+        if fails:
+            raise RuntimeError("no kernel image is available for execution on the device")
+        return reference_varlen(*args, **kw)
+
+    monkeypatch.setattr(packing, "varlen_attn", kernel)
+    monkeypatch.setattr(packing, "OFF", False)
+    monkeypatch.setattr(packing, "kernel_runs", lambda q: not packing.OFF)
+    vocab = padded.config.vocab_size
+    for mb, share in ((batch([5, 9, 2, 7], [6, 1, 8, 3], vocab), False), (grouped(vocab), True)):
+        before, out = len(calls), {}
+        for name, model in (("padded", padded), ("packed", flat)):
+            lp = token_logprobs(forward_response(model, mb, share_prompts=share), mb["responses"])
+            (-(lp * mb["response_mask"]).sum()).backward()
+            out[name] = (lp * mb["response_mask"], {n: p.grad.clone() for n, p in model.named_parameters()})
+            model.zero_grad()
+        assert torch.allclose(out["padded"][0], out["packed"][0], atol=1e-5)
+        for n, g in out["padded"][1].items():
+            assert torch.allclose(g, out["packed"][1][n], atol=1e-5), n
+        assert len(calls) > before or fails  # every layer's attention went through the kernel
+    assert (len(calls) == 1) == fails  # a failing kernel is tried once, then padded from there on
