@@ -110,6 +110,7 @@ def test_plain_engine_learns(reference):
         ("fsdp2", ["--grad-ckpt", "--padding-free"]),  # micro-batches of 2 rows, packed, recomputed in the backward
         ("fsdp2", ["--share"]),
         ("fsdp1", ["--share"]),
+        ("fsdp2", ["--grad-ckpt", "--padding-free", "--share"]),  # the shared prompt once in the packed row
     ],
     ids=[
         "fsdp2",
@@ -118,6 +119,7 @@ def test_plain_engine_learns(reference):
         "fsdp2-gradient-checkpointing-padding-free",
         "fsdp2-shared-prompts",
         "fsdp1-shared-prompts",
+        "fsdp2-gradient-checkpointing-packed-shared-prompts",
     ],
 )
 def test_two_ranks_match_one_process(reference, tiny_lm, tmp_path, engine, flags):
