@@ -145,6 +145,8 @@ def sides(a, data: pathlib.Path, model: pathlib.Path, setting: str) -> dict:
         "bare": ("bare loop", lambda o: peer(sys.executable, "bench/peer_bare.py", data, model, a.steps, o, *flags)),
     }
     chosen = a.sides.split(",") if a.sides else ["hf", *(["vllm"] if setting == "trl" else []), "trl", "bare"]
+    if "trl" in chosen and not a.trl_python:
+        sys.exit("the trl side needs --trl-python: the python of a venv with trl installed")
     return {every[k][0]: every[k][1] for k in chosen}
 
 
@@ -162,7 +164,8 @@ def phases(runs: list[dict]) -> str:
 def table(setting: str, steps: int, repeats: int, a, results: dict[str, list[dict]]) -> None:
     rows, batch = a.prompts * a.samples, f"{a.prompts} prompts x {a.samples} samples of up to {a.max_new_tokens} tokens"
     medians = {name: statistics.median(s for r in runs for s in r["step_s"][1:]) for name, runs in results.items()}
-    bare = medians.get("bare loop", float("nan"))
+    bare = medians.get("bare loop", float("nan"))  # nan: a side not run (--sides) shows as nan
+    trl = medians.get("TRL GRPOTrainer", float("nan"))
     print(f"\n{setting} settings: {steps} steps of {batch}, {repeats} run(s) each, alternated:")
     print(
         "| | median s/step | x TRL | x bare loop | samples/s | start-up to step 1 | whole command "
@@ -173,7 +176,7 @@ def table(setting: str, steps: int, repeats: int, a, results: dict[str, list[dic
         step = medians[name]
         val = " / ".join(" ".join(f"{v:.2f}" for _, v in sorted(r["val"].items())) for r in runs)
         print(
-            f"| {name} | {step:.3f} | {step / medians['TRL GRPOTrainer']:.2f} | {step / bare:.2f} | "
+            f"| {name} | {step:.3f} | {step / trl:.2f} | {step / bare:.2f} | "
             f"{rows / step:.0f} | {seconds(r['first_step_at_s'] for r in runs)} "
             f"| {seconds(r['whole_s'] for r in runs)} "
             f"| {val} | {phases(runs)} |"
@@ -182,7 +185,7 @@ def table(setting: str, steps: int, repeats: int, a, results: dict[str, list[dic
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--trl-python", required=True, help="python of a venv with trl installed")
+    ap.add_argument("--trl-python", default="", help="python of a venv with trl installed (for the trl side)")
     ap.add_argument("--run", default="runs/default", help="where scripts/prepare.sh put the model and data")
     ap.add_argument("--steps", type=int, default=80)
     ap.add_argument("--repeats", type=int, default=1)
