@@ -8,6 +8,7 @@ import subprocess
 import time
 
 import psutil
+import pytest
 from small_run import grpo_command
 
 
@@ -75,3 +76,31 @@ def test_services_die_with_a_killed_orchestrator(tiny_lm, arithmetic_data, tmp_p
                 p.kill()
             except psutil.NoSuchProcess:
                 pass
+
+
+@pytest.mark.parametrize("forked", [True, False])
+def test_services_are_forked_from_the_fork_server_unless_it_is_turned_off(tiny_lm, arithmetic_data, tmp_path, forked):
+    """By default the services' parent is the run's fork server (cli/forkserver.py), itself a child of the
+    orchestrator; with trainer.fork_server=false each is the orchestrator's own child, and no server is
+    left running."""
+    run = tmp_path / "run"
+    extra = [] if forked else ["trainer.fork_server=false"]
+    orchestrator = subprocess.Popen(
+        grpo_command(tiny_lm, arithmetic_data, run, 1000, *extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    family = []
+    try:
+        wait_for_step_one(orchestrator, run)
+        family = psutil.Process(orchestrator.pid).children(recursive=True)
+        servers = [p for p in family if "cli.forkserver" in " ".join(p.cmdline())]
+        services = [p for p in family if "-m cli serve" in " ".join(p.cmdline())]
+        assert len(services) >= 3, [p.cmdline() for p in family]  # actor, rollout, reward
+        if forked:
+            assert len(servers) == 1 and servers[0].ppid() == orchestrator.pid
+            assert all(p.ppid() == servers[0].pid for p in services)
+        else:
+            assert not servers and all(p.ppid() == orchestrator.pid for p in services)
+    finally:
+        orchestrator.kill()
+        orchestrator.wait()
+        psutil.wait_procs(family, timeout=60)
