@@ -87,6 +87,7 @@ class Forked:
         self.args = args
         self.stdout = os.fdopen(stdout_fd, "r")
         self.returncode: int | None = None
+        self.unforked = False  # the server went away before it forked this one: nothing ran
         self._pid = 0
         self._pidfd = -1
         self._started = threading.Event()
@@ -195,7 +196,7 @@ class ForkServer:
                         file=sys.stderr,
                     )
                     self.waiting.pop(message["failed"])._end(1)
-                elif "exited" in message:
+                elif "exited" in message and message["exited"] in self.children:
                     self.children.pop(message["exited"])._end(message["code"])
         except OSError:
             pass
@@ -207,6 +208,7 @@ class ForkServer:
         """The server died: its children got SIGTERM from the kernel (meshrl.lifeline); wait for each to
         exit, through its pidfd. Their statuses went with the server: -SIGTERM is what they were sent."""
         for child in list(self.waiting.values()):
+            child.unforked = True
             child._end(1)
         for child in list(self.children.values()):
             if child._pidfd >= 0:

@@ -50,6 +50,11 @@ def spawn(serve_args: list[str], env: dict[str, str] | None = None) -> Process:
             return server.spawn(["serve", *serve_args], {**QUIET, **child_env(env)})
         except OSError as e:
             log.warning("starting `meshrl serve %s` afresh: %s", " ".join(serve_args), e)
+    return fresh(serve_args, env)
+
+
+def fresh(serve_args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`meshrl serve ...` in an interpreter of its own (what spawn does without a fork server)."""
     return subprocess.Popen(
         [sys.executable, "-m", "cli", "serve", *serve_args],
         stdout=subprocess.PIPE,
@@ -65,12 +70,16 @@ def launch(serve_args: list[str], env: dict[str, str] | None = None) -> tuple[Pr
 
 
 def listening(proc: Process, serve_args: list[str]) -> tuple[Process, str]:
-    """Wait for a started service's "listening on ADDRESS" line."""
+    """Wait for a started service's "listening on ADDRESS" line; the process that printed it (another, started
+    afresh, where the fork server went away before it forked this one)."""
     out = proc.stdout
     assert out is not None  # spawn() pipes it
     line = out.readline()
     while line and "listening on" not in line:
         line = out.readline()
+    if not line and isinstance(proc, forkserver.Forked) and proc.wait() is not None and proc.unforked:
+        log.warning("the fork server exited before it started `meshrl serve %s`: starting it afresh", serve_args[0])
+        return listening(fresh(serve_args), serve_args)
     if not line:
         raise RuntimeError(f"`meshrl serve {' '.join(serve_args)}` did not start (exit code {proc.wait()})")
     # what it prints from now on goes to this process's stderr: a pipe nobody reads blocks its writer
@@ -118,7 +127,7 @@ class Services:
     def _ready(self, name: str, address: str, proc, serve_args: list[str], timeout: float) -> Client:
         if proc is not None:
             try:
-                _, address = listening(proc, serve_args)
+                proc, address = self._listening(proc, serve_args)
             except RuntimeError as e:
                 raise RuntimeError(f"the {name} service did not start: {e}") from None
             log.info("started %s service at %s", name, address)
@@ -143,6 +152,13 @@ class Services:
             raise ValueError(f"{name}.address={address}: {e}") from None
         self.clients[name] = client
         return client
+
+    def _listening(self, proc: Process, serve_args: list[str]) -> tuple[Process, str]:
+        """listening(), keeping `procs` to the process that listens."""
+        listener, address = listening(proc, serve_args)
+        if listener is not proc:
+            self.procs[self.procs.index(proc)] = listener
+        return listener, address
 
     def dead(self) -> set[str]:
         """The services started here whose process has exited."""
@@ -181,7 +197,7 @@ class Services:
         self.ours[name] = (new, args)
         if self.waiter is None:
             self.waiter = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="meshrl-respawn")
-        self.starting[name] = self.waiter.submit(listening, new, args)
+        self.starting[name] = self.waiter.submit(self._listening, new, args)
 
     def stop_one(self, name: str) -> None:
         """Stop one of ours (SIGTERM, then SIGKILL after 60 s) and forget it; a given one's client is closed."""
@@ -206,9 +222,10 @@ class Services:
             return None
         del self.starting[name]
         try:
-            _, address = waiting.result()
+            proc, address = waiting.result()
         except RuntimeError as e:
             raise RuntimeError(f"the {name} service did not start again: {e}") from None
+        self.ours[name] = (proc, self.ours[name][1])
         log.info("started %s service again at %s", name, address)
         return self._client(name, address, ours=True)
 

@@ -14,7 +14,7 @@ import pytest
 from meshrl import forkserver
 from meshrl.errors import ServiceError
 from meshrl.rpc import Client
-from orchestrator.lifecycle.services import DESCRIPTORS, listening
+from orchestrator.lifecycle.services import DESCRIPTORS, Services, listening
 
 
 @pytest.fixture(scope="module")
@@ -83,4 +83,23 @@ def test_children_die_with_a_killed_server_and_later_spawns_fail_fast():
         with pytest.raises(OSError):
             s.spawn(["health", "x"], dict(os.environ))
     finally:
+        s.close()
+
+
+def test_a_service_the_server_died_before_forking_is_started_afresh(monkeypatch):
+    """A run must not fail because its fork server did: a request still waiting when the server dies gets
+    an interpreter of its own (orchestrator.lifecycle.services)."""
+    s = forkserver.ForkServer()
+    monkeypatch.setattr(forkserver, "_server", s)  # this process's server, as `meshrl <algorithm>` starts it
+    services = Services()
+    try:
+        services.spawn_all({"reward": ("", ["reward", "--port", "0"])})
+        assert isinstance(services.spawned["reward"], forkserver.Forked)
+        s.proc.send_signal(signal.SIGKILL)  # still importing: nothing was forked
+        client = services.start_all({"reward": ("", ["reward", "--port", "0"])})["reward"]
+        client.call("Describe")
+        proc = services.ours["reward"][0]
+        assert isinstance(proc, subprocess.Popen) and services.procs == [proc]
+    finally:
+        services.stop()
         s.close()
