@@ -11,6 +11,7 @@ FORMAT=hermes: the model's own tool format, as a Qwen2.5 model would be trained:
 BPE tokenizer and ChatML template (meshrl/tiny/bpe.py), SFT on the `messages` conversations (the tool
 listed in the system turn, <tool_call> JSON, results in the tool role), GRPO with rollout.tool_parser=hermes.
 FORMAT=text (the default): the char-level model writing <calc>...</calc>. SEED seeds the model and the run.
+SFT_LR sets the warm-up's learning rate (configs/arithmetic_sft.yaml's 1e-3 otherwise).
 """
 
 import json
@@ -57,6 +58,7 @@ def main():
                 f"trainer.run_dir={tmp / 'sft'}",
                 f"trainer.total_steps={sft_steps}",
                 *sft_format,
+                *([f"actor.lr={os.environ['SFT_LR']}"] if os.environ.get("SFT_LR") else []),
             ],
         ),
     )
