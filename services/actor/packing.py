@@ -16,6 +16,8 @@ row's response, and a response attends to its prompt's keys and values and to it
 shared-prompt pass of services/actor/model.py without its padded responses or HF's cache.
 """
 
+import functools
+import inspect
 import logging
 
 import torch
@@ -44,9 +46,11 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # (tokens, heads, dim)
     if shared is not None:
+        within_window(kwargs.get("sliding_window"), shared.longest["keys"])
         return shared.attend(q, k, v, scaling)[None], None
     assert bounds is not None
     width = int(kwargs.get("max_length_q") or bounds.diff().max())
+    within_window(kwargs.get("sliding_window"), width)
     out = flash(q, k, v, bounds, bounds, width, width, scaling)
     if out is not None:
         return out[None], None
@@ -56,6 +60,17 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
     index, real = window(bounds.diff(), 0)
     q, k, v = side_by_side(q, k, v, index, index)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling).transpose(1, 2)[real][None], None
+
+
+def within_window(sliding_window: int | None, longest: int) -> None:
+    """The packed attention is full causal attention within each sequence; a layer with a sliding window
+    (Gemma2's every other layer, Mistral's first release) computes the same only while no sequence is
+    longer than its window. Longer ones are refused rather than attended to wrongly."""
+    if sliding_window is not None and longest > sliding_window:
+        raise ValueError(
+            f"actor.padding_free: a sequence of {longest} tokens is longer than this model's sliding attention "
+            f"window ({sliding_window}), which packed passes do not apply; set actor.padding_free=false"
+        )
 
 
 def kernel_runs(query: torch.Tensor) -> bool:
@@ -70,16 +85,42 @@ def flash(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scaling) -> torch.Tensor 
     global OFF
     if not kernel_runs(q):
         return None
+    kw = kernel_kwargs(varlen_attn, q.shape[1] // k.shape[1], same_keys=cu_q is cu_k)
+    if kw is None:
+        return None
+    if kw.pop("repeat_kv", 1) > 1:  # grouped-query attention on a torch whose kernel takes equal heads only
+        k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], 1) for t in (k, v))
     try:
-        out = varlen_attn(
-            q, k, v, cu_q, cu_k, max_q, max_k, scale=scaling, window_size=(-1, 0), enable_gqa=k.shape[1] != q.shape[1]
-        )
+        out = varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, scale=scaling, **kw)
         assert isinstance(out, torch.Tensor)  # no return_aux asked for
         return out
     except RuntimeError as e:  # e.g. a GPU the kernel was not built for: pad, as on CPU, from now on
         log.warning("actor.padding_free: the varlen attention kernel failed (%s); padding attention instead", e)
         OFF = True
         return None
+
+
+@functools.cache
+def parameters(kernel) -> frozenset[str]:
+    return frozenset(inspect.signature(kernel).parameters)
+
+
+def kernel_kwargs(kernel, groups: int, same_keys: bool) -> dict | None:
+    """The causal and grouped-query arguments this torch's varlen_attn takes, or None where it cannot say
+    what we need. torch >= 2.11 takes window_size=(-1, 0), causal aligned to the end of the keys, and 2.13
+    enable_gqa (2.11 wants k and v repeated to the query heads: repeat_kv); 2.10 has is_causal only, whose
+    alignment we do not rely on where a query sequence is shorter than its keys (a response after its
+    prompt), so only plain packed rows, queries and keys the same sequences, take it there."""
+    names = parameters(kernel)
+    if "window_size" in names:
+        kw: dict = {"window_size": (-1, 0)}
+    elif "is_causal" in names and same_keys:
+        kw = {"is_causal": True}
+    else:
+        return None
+    if groups > 1:
+        kw.update({"enable_gqa": True} if "enable_gqa" in names else {"repeat_kv": groups})
+    return kw
 
 
 def window(lengths: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,6 +3,9 @@ values and gradients, on a batch of rows of different lengths in verl's layout (
 right-padded responses), also where rows share prompts (each run once), and a token budget counts real
 tokens."""
 
+import inspect
+import json
+
 import pytest
 import torch
 
@@ -24,7 +27,7 @@ def batch(prompts: list[int], responses: list[int], vocab: int, seed: int = 0) -
     return rollout_tensors([draw(p) for p in prompts], [draw(r) for r in responses], 0)
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gemma2", "gpt2"])
 def test_packed_logprobs_and_gradients_are_the_padded_ones(tmp_path, family):
     path = make_model(tmp_path / family, TinyModelConfig(family=family, **SMALL))  # type: ignore[arg-type]
     padded, flat = load_model(str(path), "causal"), load_model(str(path), "causal")
@@ -40,6 +43,24 @@ def test_packed_logprobs_and_gradients_are_the_padded_ones(tmp_path, family):
     assert torch.allclose(out["padded"][0], out["packed"][0], atol=1e-5)
     for n, g in out["padded"][1].items():
         assert torch.allclose(g, out["packed"][1][n], atol=1e-5), n
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_a_sequence_longer_than_a_sliding_window_is_refused_not_attended_wrongly(tmp_path, share):
+    """Gemma2's every other layer attends within a sliding window, which packed attention does not apply:
+    sequences within the window give the padded pass's log-probs, a longer one a clear error."""
+    path = make_model(tmp_path / "g", TinyModelConfig(family="gemma2", **SMALL))  # type: ignore[arg-type]
+    config = json.loads((path / "config.json").read_text())
+    config["sliding_window"] = 16  # the tiny model's default window is far longer than its sequences
+    (path / "config.json").write_text(json.dumps(config))
+    padded, flat = load_model(str(path), "causal"), load_model(str(path), "causal")
+    packing.enable(flat)
+    short = grouped(padded.config.vocab_size)  # prompts and responses of at most 9 + 7 tokens
+    a, b = (token_logprobs(forward_response(m, short, share_prompts=share), short["responses"]) for m in (padded, flat))
+    assert torch.allclose(a * short["response_mask"], b * short["response_mask"], atol=1e-5)
+    long = batch([12, 12, 5], [9, 9, 2], padded.config.vocab_size)  # 21 tokens > 16
+    with pytest.raises(ValueError, match="sliding attention window"):
+        forward_response(flat, long, share_prompts=share)
 
 
 def test_a_value_model_packed(tmp_path):
@@ -125,11 +146,27 @@ def reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_si
     return torch.cat([o.transpose(0, 1) for o in out])
 
 
-@pytest.mark.parametrize("fails", [False, True])
-def test_the_varlen_kernels_calls_give_the_padded_passes_results(tmp_path, monkeypatch, fails):
+def kernel_2_11(q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None, window_size=(-1, -1)):
+    """torch 2.11's varlen_attn: causal by window_size, no enable_gqa (k and v come with the query's heads)."""
+    assert k.shape[1] == q.shape[1], "torch 2.11's kernel takes as many key heads as query heads"
+    return reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale=scale, window_size=window_size)
+
+
+def kernel_2_10(q, k, v, cu_q, cu_k, max_q, max_k, *, is_causal=False, return_aux=None, scale=None):
+    """torch 2.10's: is_causal only, taken here where queries and keys are the same sequences."""
+    assert is_causal and cu_q is cu_k and k.shape[1] == q.shape[1]
+    return reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale=scale, window_size=(-1, 0))
+
+
+@pytest.mark.parametrize(
+    "fails, torch_kernel",
+    [(False, reference_varlen), (True, reference_varlen), (False, kernel_2_11), (False, kernel_2_10)],
+)
+def test_the_varlen_kernels_calls_give_the_padded_passes_results(tmp_path, monkeypatch, fails, torch_kernel):
     """The packed row's boundaries and gathered keys as the varlen kernel takes them (cu_seq_q/k, a response's
-    keys its prompt's then its own), checked against the padded passes with a stand-in for the kernel; a
-    kernel that fails is left for padded attention, with the same results."""
+    keys its prompt's then its own), checked against the padded passes with a stand-in for the kernel, with
+    the arguments of torch 2.13 (the pin), 2.11 (what the GPU machine here has: no enable_gqa) and 2.10
+    (is_causal); a kernel that fails is left for padded attention, with the same results."""
     path = make_model(tmp_path / "lm", TinyModelConfig(family="qwen2", **SMALL))  # type: ignore[arg-type]
     padded, flat = load_model(str(path), "causal"), load_model(str(path), "causal")
     packing.enable(flat)
@@ -139,8 +176,9 @@ def test_the_varlen_kernels_calls_give_the_padded_passes_results(tmp_path, monke
         calls.append(1)
         if fails:
             raise RuntimeError("no kernel image is available for execution on the device")
-        return reference_varlen(*args, **kw)
+        return torch_kernel(*args, **kw)
 
+    kernel.__signature__ = inspect.signature(torch_kernel)  # type: ignore[attr-defined]
     monkeypatch.setattr(packing, "varlen_attn", kernel)
     monkeypatch.setattr(packing, "OFF", False)
     monkeypatch.setattr(packing, "kernel_runs", lambda q: not packing.OFF)
