@@ -11,9 +11,11 @@ FORMAT=hermes: the model's own tool format, as a Qwen2.5 model would be trained:
 BPE tokenizer and ChatML template (meshrl/tiny/bpe.py), SFT on the `messages` conversations (the tool
 listed in the system turn, <tool_call> JSON, results in the tool role), GRPO with rollout.tool_parser=hermes.
 FORMAT=text (the default): the char-level model writing <calc>...</calc>. SEED seeds the model and the run.
-SFT_LR sets the warm-up's learning rate (configs/arithmetic_sft.yaml's 1e-3 otherwise).
+SFT_LR sets the warm-up's learning rate (configs/arithmetic_sft.yaml's 1e-3 otherwise). TRACES_FIRST=N spends
+the warm-up's first N steps on calculator traces only, then the rest on the TOOL_SHARE mix.
 """
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -41,27 +43,41 @@ def main():
         TinyModelConfig(seed=seed, family="qwen2" if hermes else "llama", tokenizer="bpe" if hermes else "char"),
     )
     share = float(os.environ.get("TOOL_SHARE", "1"))
-    data = make_data(
-        tmp / "data", ArithmeticConfig(ops="*", max_operand=99, tool=True, tool_share=share, tool_format=fmt)
-    )
+    task = ArithmeticConfig(ops="*", max_operand=99, tool=True, tool_share=share, tool_format=fmt)
+    data = make_data(tmp / "data", task)
     common = ["actor.engine=plain", "actor.world_size=1", "trainer.trace=", f"trainer.seed={seed}"]
     sft_format = ["data.prompt_key=messages"] if hermes else []
     grpo_format = ["rollout.tool_parser=hermes", "rollout.max_new_tokens=32"] if hermes else []
-    sft = run(
-        "sft",
-        load_config(
-            str(ROOT / "configs/arithmetic_sft.yaml"),
-            [
-                *common,
-                f"actor.model={model}",
-                f"data.train_files={data['train']}",
-                f"trainer.run_dir={tmp / 'sft'}",
-                f"trainer.total_steps={sft_steps}",
-                *sft_format,
-                *([f"actor.lr={os.environ['SFT_LR']}"] if os.environ.get("SFT_LR") else []),
-            ],
-        ),
-    )
+    # TRACES_FIRST=N: the warm-up's first N steps on calculator traces only (the copying of operands and
+    # results is all there is to learn there), the rest on the TOOL_SHARE mix
+    first = int(os.environ.get("TRACES_FIRST", "0"))
+    phases = [(first, 1.0), (sft_steps - first, share)] if first else [(sft_steps, share)]
+    warmed = model
+    for i, (steps, tool_share) in enumerate(phases):
+        files = (
+            data
+            if tool_share == share
+            else make_data(tmp / f"data{i}", dataclasses.replace(task, tool_share=tool_share))
+        )
+        warmed = (
+            run(
+                "sft",
+                load_config(
+                    str(ROOT / "configs/arithmetic_sft.yaml"),
+                    [
+                        *common,
+                        f"actor.model={warmed}",
+                        f"data.train_files={files['train']}",
+                        f"trainer.run_dir={tmp / f'sft{i}'}",
+                        f"trainer.total_steps={steps}",
+                        *sft_format,
+                        *([f"actor.lr={os.environ['SFT_LR']}"] if os.environ.get("SFT_LR") else []),
+                    ],
+                ),
+            )
+            / "hf"
+        )
+    sft = warmed.parent
     warm = time.time()
     grpo = run(
         "grpo",
