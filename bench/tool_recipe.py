@@ -11,7 +11,8 @@ FORMAT=hermes: the model's own tool format, as a Qwen2.5 model would be trained:
 BPE tokenizer and ChatML template (meshrl/tiny/bpe.py), SFT on the `messages` conversations (the tool
 listed in the system turn, <tool_call> JSON, results in the tool role), GRPO with rollout.tool_parser=hermes.
 FORMAT=text (the default): the char-level model writing <calc>...</calc>. SEED seeds the model and the run.
-SFT_LR sets the warm-up's learning rate (configs/arithmetic_sft.yaml's 1e-3 otherwise). TRACES_FIRST=N spends
+SFT_LR sets the warm-up's learning rate (configs/arithmetic_sft.yaml's 1e-3 otherwise), SFT_SET="k=v ..." any
+other of its overrides; WIDTH=N a model N wide (256 otherwise). TRACES_FIRST=N spends
 the warm-up's first N steps on calculator traces only, then the rest on the TOOL_SHARE mix.
 """
 
@@ -38,10 +39,10 @@ def main():
     start = time.time()
     fmt, seed = os.environ.get("FORMAT", "text"), int(os.environ.get("SEED", "0"))
     hermes = fmt == "hermes"
-    model = make_model(
-        tmp / "model",
-        TinyModelConfig(seed=seed, family="qwen2" if hermes else "llama", tokenizer="bpe" if hermes else "char"),
-    )
+    config = TinyModelConfig(seed=seed, family="qwen2" if hermes else "llama", tokenizer="bpe" if hermes else "char")
+    width = int(os.environ.get("WIDTH", config.hidden_size))  # WIDTH=N: a model N wide, its MLP as much wider
+    config = dataclasses.replace(config, hidden_size=width, intermediate_size=config.intermediate_size * width // 256)
+    model = make_model(tmp / "model", config)
     share = float(os.environ.get("TOOL_SHARE", "1"))
     task = ArithmeticConfig(ops="*", max_operand=99, tool=True, tool_share=share, tool_format=fmt)
     data = make_data(tmp / "data", task)
@@ -72,6 +73,7 @@ def main():
                         f"trainer.total_steps={steps}",
                         *sft_format,
                         *([f"actor.lr={os.environ['SFT_LR']}"] if os.environ.get("SFT_LR") else []),
+                        *(os.environ.get("SFT_SET", "").split()),
                     ],
                 ),
             )
