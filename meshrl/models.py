@@ -3,7 +3,9 @@ a value model, dropout off), the same on the meta device, its transformer blocks
 LoRA adapter goes on (checked here so a run refuses a bad adapter before any service starts).
 """
 
+import functools
 import logging
+import pathlib
 from typing import TYPE_CHECKING, TypeVar
 
 import torch
@@ -144,6 +146,16 @@ def check_lora(model_path: str, kind: str, cfg: EngineSettings) -> list[str]:
     """lora_target_modules of the model at model_path, built on the meta device (no weights read): a run
     refuses a bad adapter before any service starts, and the actor service before any rank starts."""
     return lora_target_modules(empty_model(model_path, kind, cfg.dropout), cfg)
+
+
+@functools.lru_cache(maxsize=8)
+def generation_config(model_dir: str):
+    """The model folder's generation_config.json (its end tokens, e.g.), or None where it has none."""
+    from transformers import GenerationConfig
+
+    if not model_dir or not (pathlib.Path(model_dir) / "generation_config.json").is_file():
+        return None  # never a hub id: nothing is downloaded here
+    return GenerationConfig.from_pretrained(model_dir)
 
 
 def end_ids(tokenizer, generation_config=None) -> list[int]:

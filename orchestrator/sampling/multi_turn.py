@@ -46,7 +46,7 @@ from meshrl.clients.reward import Scores
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.layout import rollout_tensors
-from meshrl.models import end_ids
+from meshrl.models import end_ids, generation_config
 from meshrl.tool_calls import PARSERS, Call
 from meshrl.v1 import env_pb2
 
@@ -197,13 +197,14 @@ def jsonable(value):
     return value.tolist() if hasattr(value, "tolist") else str(value)
 
 
-def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int, parser=None) -> None:
+def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int, parser=None, ends=frozenset()) -> None:
     """One episode, filling `traj`. Environment failures end it with traj.error; a rollout failure raises.
     With a tool-call parser (rollout.tool_parser), a turn's calls go to the environment and their results
-    come back through the chat template (tool_results); without one, the turn's text is the action."""
+    come back through the chat template (tool_results); without one, the turn's text is the action. `ends`:
+    the tokens that end a turn (the model's end tokens: Qwen's <|im_end|> and <|endoftext|>)."""
     r, env = mesh.cfg.rollout, mesh["env"]
     budget = r.max_response_tokens or r.max_turns * r.max_new_tokens
-    ends = set(end_ids(tokenizer))
+    ends = ends or frozenset(end_ids(tokenizer))
     episode = None
 
     def observe(text: str) -> None:
@@ -296,13 +297,15 @@ def sample(
     # in the model's own format a turn ends at its end token, not at the text protocol's stop strings
     stop = [] if parser is not None else mesh.env_stop
     batchers = [Batcher(mesh, stop, seed + 7919 * k, greedy, name) for k, name in enumerate(mesh.replicas)]
+    # every token the engines end a turn at, as they read them (the tokenizer's eos and the generation config's)
+    ends = frozenset(end_ids(tokenizer, generation_config(mesh.cfg.actor.model)))
     try:  # rollout.colocate: the device goes to the rollout for the whole batch of episodes
         with (
             mesh.colocated_generation(),
             concurrent.futures.ThreadPoolExecutor(r.concurrency, thread_name_prefix="meshrl-episode") as pool,
         ):
             futures = [
-                pool.submit(play, t, mesh, batchers[i % len(batchers)], tokenizer, seed * 100_003 + i, parser)
+                pool.submit(play, t, mesh, batchers[i % len(batchers)], tokenizer, seed * 100_003 + i, parser, ends)
                 for i, t in enumerate(trajectories)
             ]
             for f in futures:

@@ -3,7 +3,7 @@ ChatML template, over a real rollout service and the real calculator environment
 behind the rollout service is scripted (it writes what a policy that calls the tool would), so that every
 token of the trajectory can be checked: it is exactly the template's rendering of the conversation, the
 policy's tokens kept as sampled, the template's text between turns masked out.
-(The real engines run this format in tests/e2e/test_tool_learning.py.)"""
+(The real engines run this format in tests/e2e/test_tool_learning.py's hermes test.)"""
 
 import json
 
@@ -34,6 +34,7 @@ SCRIPTS = {  # question -> the policy's turns, in order
         "9<|im_end|>",
     ],
     "5*5=": [CALL.format("5*5"), "25<|im_end|>"],  # the first turn is cut before its end token
+    "2*6=": [CALL.format("2*6") + "<|endoftext|>", "12<|im_end|>"],  # ended at the model's other end token
 }
 
 
@@ -53,7 +54,7 @@ class ScriptedEngine:
             question = next(q for q in SCRIPTS if f"user\n{q}<|im_end|>" in text)
             turn = SCRIPTS[question][text.count("<tool_response>") and text.count("<|im_start|>assistant") - 1]
             tokens = self.tok(turn, add_special_tokens=False)["input_ids"][: s.max_new_tokens]
-            ended = tokens[-1] == self.tok.eos_token_id
+            ended = self.tok.decode(tokens[-1:]) in ("<|im_end|>", "<|endoftext|>")
             text_out = self.tok.decode(tokens, skip_special_tokens=True)
             out.append([Completion(tokens, [LOGPROB] * len(tokens), text_out, "stop" if ended else "length")])
         return out
@@ -155,3 +156,19 @@ def test_bad_calls_several_calls_and_a_cut_turn(mesh):
     after = gen.batch["responses"][1, spans[0][1] :].tolist()
     assert after[0] == tok.eos_token_id and gen.batch["response_mask"][1, spans[0][1]] == 0
     assert tok.decode(after).startswith("<|im_end|>\n<|im_start|>user\n<tool_response>\n25\n</tool_response>")
+
+
+def test_a_turn_ended_at_the_other_end_token_is_not_closed_again(mesh):
+    """<|endoftext|> ends a turn as <|im_end|> does (the model's generation config lists both, and both
+    engines stop at either): the template's text follows it directly, no <|im_end|> is added as for a cut
+    turn."""
+    tok = mesh.tokenizer
+    data = batch(["2*6="], ["12"])
+    data.batch["attention_mask"] = data.batch["input_ids"]
+    gen, scored, _ = multi_turn.sample(mesh, data, seed=3, tokenizer=tok)
+    assert scored.scores.tolist() == [1.0]
+    spans = json.loads(gen.non_tensor_batch["turn_spans"][0])
+    first = gen.batch["responses"][0, : spans[0][1]].tolist()
+    after = gen.batch["responses"][0, spans[0][1] :].tolist()
+    assert tok.decode(first[-1:]) == "<|endoftext|>" and gen.batch["response_mask"][0, spans[0][1] - 1] == 1
+    assert tok.decode(after).startswith("\n<|im_start|>user\n<tool_response>\n12\n</tool_response>")
