@@ -30,7 +30,8 @@ COLUMNS = ("data_source", "reward_model", "extra_info", "ability")
 
 
 def _plain(value):
-    """parquet gives numpy arrays and structs; the wire and the scorers want lists and dicts."""
+    """parquet gives numpy arrays and structs; the wire and the scorers want lists and dicts (and None where
+    a row has no value)."""
     if isinstance(value, np.ndarray):
         return [_plain(v) for v in value.tolist()]
     if isinstance(value, list):
@@ -38,7 +39,9 @@ def _plain(value):
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, np.generic):
-        return value.item()
+        value = value.item()
+    if isinstance(value, float) and value != value:  # NaN: pandas' empty cell in JSON rows that lack a key
+        return None
     return value
 
 
@@ -197,7 +200,7 @@ def check_inputs(cfg) -> None:
         raise ValueError(f"actor.model={cfg.actor.model} is not a HuggingFace model folder (no config.json there)")
     for key in ("train_files", "val_files"):
         path = getattr(cfg.data, key)
-        if path and not pathlib.Path(path).is_file():
+        if path and not pathlib.Path(path).exists():  # a file, or a `datasets` folder (read_rows tells them apart)
             raise ValueError(f"data.{key}={path}: data file not found")
 
 

@@ -33,7 +33,6 @@ KL_KEYS = {"actor_rollout_ref.actor.kl_loss_type": "actor.kl_loss_type", "algori
 NOTES = {  # why a common verl key has no equivalent
     "data.filter_overlong_prompts": "always on here: longer prompts are dropped and counted",
     "trainer.total_epochs": "set trainer.total_steps (steps, not epochs)",
-    "actor_rollout_ref.model.use_remove_padding": "the actor's passes are padded here (prompts shared)",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "the rollout's own log-probs are used",
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "the ref sizes its passes by actor.micro_batch_*",
 }
@@ -100,9 +99,13 @@ def translate(key: str, value: object, flat: dict[str, object]) -> dict[str, obj
         if value not in KL:
             raise ValueError(f"no KL estimate here for verl's {value!r} (ours: k1, k2, k3, abs)")
         return {KL_KEYS[key]: KL[str(value)]}
+    if key == "reward_model.overlong_buffer.len":  # DAPO's soft overlong penalty, on where verl enables it
+        return {"algorithm.overlong_buffer": value} if flat.get("reward_model.overlong_buffer.enable") else {}
+    if key == "reward_model.overlong_buffer.enable":
+        return {}  # with the length
     if key in ("data.train_files", "data.val_files") and isinstance(value, list):
         if len(value) != 1:
-            raise ValueError(f"{len(value)} files: {key} here names one parquet file")
+            raise ValueError(f"{len(value)} files: {key} here names one data file (parquet, jsonl, json, a folder)")
         return {key: value[0]}
     target = VERL_KEYS.get(key, key if key in OURS else None)
     if target is None:

@@ -9,6 +9,8 @@ VERL_KEYS = {
     "algorithm.filter_groups.enable": "algorithm.dynamic_sampling",
     "algorithm.filter_groups.metric": "algorithm.dynamic_sampling_metric (acc or score)",
     "algorithm.filter_groups.max_num_gen_batches": "algorithm.max_sample_rounds",
+    "reward_model.overlong_buffer.penalty_factor": "algorithm.overlong_penalty",
+    "actor_rollout_ref.model.use_remove_padding": "actor.padding_free",
     "actor_rollout_ref.actor.optim.lr": "actor.lr",
     "actor_rollout_ref.actor.optim.weight_decay": "actor.weight_decay",
     "actor_rollout_ref.actor.optim.lr_warmup_steps": "actor.warmup_steps",

@@ -21,6 +21,8 @@ def test_a_verl_grpo_config_maps_key_by_key_and_loads_as_ours(tmp_path, capsys):
     assert cfg.rollout.max_model_len == 512 + 1024 and cfg.rollout.n == 5
     assert cfg.data.train_files == "~/data/gsm8k/train.parquet"  # verl's one-file list
     assert cfg.algorithm.dynamic_sampling and cfg.algorithm.max_sample_rounds == 10
+    assert cfg.algorithm.overlong_buffer == 256 and cfg.algorithm.overlong_penalty == 0.5  # DAPO's
+    assert cfg.actor.padding_free  # use_remove_padding
     assert cfg.reward.function == "my_reward.py:compute_score" and cfg.trainer.resume
     assert "trainer.total_epochs: 15: set trainer.total_steps" in text
     assert "trainer.nnodes: 1: verl's placement" in text
@@ -40,7 +42,7 @@ def test_what_ours_refuses_or_lacks_is_listed_not_dropped():
     assert "ours: k1, k2, k3, abs" in why["algorithm.kl_penalty"]
     assert "ours: vllm, hf" in why["actor_rollout_ref.rollout.name"]
     assert "rollout.temperature" in why["actor_rollout_ref.rollout.temperature"]  # ours refused the value
-    assert "names one parquet file" in why["data.train_files"]
+    assert "names one data file" in why["data.train_files"]
     assert "not resolved" in why["data.max_response_length"]
     assert convert({"algorithm": {"adv_estimator": "remax"}})[2][0][2].startswith("no command here")
 

@@ -1,5 +1,7 @@
 """Prompt data: verl parquet to left-padded batches; seeded, resumable order."""
 
+import json
+
 import pandas as pd
 import pytest
 import torch
@@ -139,3 +141,32 @@ def test_jsonl_json_and_datasets_folders_give_the_rows_parquet_gives(arithmetic_
     (tmp_path / "bad.jsonl").write_text("{not json\n")
     with pytest.raises(ValueError, match="bad.jsonl is not JSON lines rows"):
         PromptDataset(str(tmp_path / "bad.jsonl"), tokenizer, 128)
+
+
+def test_json_rows_that_lack_a_column_others_have_read_as_none(arithmetic_data, tokenizer, tmp_path):
+    """pandas fills the cells of a key only some JSON rows have with NaN; a row without `tools` or
+    `extra_info` reads as one without them, not as a malformed value."""
+    frame = pd.read_parquet(arithmetic_data["train"]).head(4)
+    rows = frame.to_dict("records")
+    rows[0]["tools"] = [{"type": "function", "function": {"name": "calculator", "parameters": {"type": "object"}}}]
+    for r in rows[2:]:
+        del r["extra_info"]
+    # each line only its own keys, as hand-written JSON lines are
+    lines = [json.dumps({k: v.tolist() if hasattr(v, "tolist") else v for k, v in r.items()}) for r in rows]
+    (tmp_path / "mixed.jsonl").write_text("\n".join(lines) + "\n")
+    ds = PromptDataset(str(tmp_path / "mixed.jsonl"), tokenizer, 128)
+    assert len(ds) == 4 and "tools" in ds.rows[0] and all("tools" not in r for r in ds.rows[1:])
+    assert ds.rows[1]["extra_info"] == rows[1]["extra_info"] and ds.rows[3]["extra_info"] is None
+
+
+def test_a_datasets_folder_passes_the_run_s_input_check(arithmetic_data, tiny_lm, tmp_path):
+    import datasets
+
+    from orchestrator.config import load_config
+    from orchestrator.data import check_inputs
+
+    frame = pd.read_parquet(arithmetic_data["train"]).head(4)
+    datasets.Dataset.from_pandas(frame, preserve_index=False).save_to_disk(str(tmp_path / "rows"))
+    check_inputs(load_config(None, [f"actor.model={tiny_lm}", f"data.train_files={tmp_path / 'rows'}"]))
+    with pytest.raises(ValueError, match="data file not found"):
+        check_inputs(load_config(None, [f"actor.model={tiny_lm}", f"data.train_files={tmp_path / 'nothing'}"]))
