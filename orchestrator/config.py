@@ -65,6 +65,10 @@ class DataSection(Checked):
     train_files: str = ""  # rows in verl's schema: parquet, JSON lines, or a `datasets` folder (save_to_disk)
     val_files: str = ""  # held-out rows, same schema and kinds; empty: no validation
     prompt_key: str = "prompt"  # the column holding each prompt: chat messages, or a string (one user message)
+    answer_key: str = ""  # the column holding each row's answer, dotted into a struct (`solution`, `label`,
+    #   `extra_info.answer`): the reward's ground truth and SFT's target; empty: where verl keeps them
+    #   (reward_model.ground_truth, extra_info.answer)
+    system_prompt: str = ""  # a system message put before every prompt that has none of its own
     max_prompt_length: int = 0  # prompt tokens (chat template applied); longer prompts are dropped and
     #   counted; 0: whatever fits rollout.max_model_len - rollout.max_new_tokens
     train_batch_size: int = 16  # prompts per step (each sampled rollout.n times)

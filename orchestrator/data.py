@@ -45,6 +45,17 @@ def _plain(value):
     return value
 
 
+def dig(record: dict, dotted: str, where: str):
+    """record's value at a dotted path (`extra_info.answer`: a column, then a key of its struct)."""
+    value: object = record
+    for part in dotted.split("."):
+        value = _plain(value)
+        if not isinstance(value, dict) or value.get(part) is None:
+            raise ValueError(f"{where}: no {dotted!r} (data.answer_key names the answer's column)")
+        value = value[part]
+    return _plain(value)
+
+
 FORMATS = ".parquet, .jsonl, .json, or a `datasets` folder (save_to_disk)"
 
 
@@ -66,7 +77,8 @@ def read_rows(path: pathlib.Path, key: str) -> pd.DataFrame:
         return pd.read_parquet(path)
     if path.suffix in (".jsonl", ".json"):
         try:
-            return pd.read_json(path, lines=path.suffix == ".jsonl", orient="records")
+            # dtype=False: values as written ("007" stays a string; pandas would make it the number 7)
+            return pd.read_json(path, lines=path.suffix == ".jsonl", orient="records", dtype=False)
         except ValueError as e:
             raise ValueError(
                 f"{key}: {path} is not JSON {'lines ' if path.suffix == '.jsonl' else ''}rows: {e}"
@@ -82,6 +94,8 @@ class PromptDataset:
         max_prompt_length: int,
         prompt_key: str = "prompt",
         key: str = "data.train_files",
+        answer_key: str = "",
+        system_prompt: str = "",
     ):
         paths = [files] if isinstance(files, (str, pathlib.Path)) else list(files)
         missing = [str(p) for p in paths if not pathlib.Path(p).exists()]
@@ -98,6 +112,8 @@ class PromptDataset:
         for number, record in enumerate(frame.to_dict("records")):
             where = f"{key} row {number} ({prompt_key!r})"
             messages = as_messages(_plain(record[prompt_key]), where)
+            if system_prompt and messages[0]["role"] != "system":
+                messages = [{"role": "system", "content": system_prompt}, *messages]
             tools = as_tools(_plain(record.get("tools")), f"{key} row {number} ('tools')")
             text = render(tokenizer, messages, where, tools)
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -105,6 +121,10 @@ class PromptDataset:
             if len(ids) > max_prompt_length:
                 continue
             row = {"prompt": messages, **{k: _plain(record[k]) for k in COLUMNS if k in record}}
+            if answer_key:  # the reward's ground truth and SFT's target, where verl keeps them
+                answer = dig(record, answer_key, f"{key} row {number}")
+                row["reward_model"] = {**(row.get("reward_model") or {}), "ground_truth": answer}
+                row["extra_info"] = {**(row.get("extra_info") or {}), "answer": answer}
             self.rows.append({**row, "tools": tools} if tools else row)
             self.prompt_ids.append(ids)
         self.num_filtered = len(lengths) - len(self.rows)
@@ -187,6 +207,15 @@ class Sampler:
         self.state = SamplerState(**state)
 
 
+def dataset(cfg, files: str, tokenizer) -> PromptDataset:
+    """The rows data.train_files or data.val_files names, read as the data section says."""
+    d = cfg.data
+    key = f"data.{files}"
+    return PromptDataset(
+        getattr(d, files), tokenizer, prompt_limit(cfg), d.prompt_key, key, d.answer_key, d.system_prompt
+    )
+
+
 def prompt_limit(cfg) -> int:
     """Prompt tokens kept: data.max_prompt_length, or (0) what leaves room for the response in the engine."""
     return cfg.data.max_prompt_length or cfg.rollout.max_model_len - cfg.rollout.max_new_tokens
@@ -213,5 +242,5 @@ def prepare_run(cfg) -> tuple[pathlib.Path, object, PromptDataset, Sampler]:
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
     tokenizer = AutoTokenizer.from_pretrained(cfg.actor.model)
-    data = PromptDataset(cfg.data.train_files, tokenizer, prompt_limit(cfg), cfg.data.prompt_key)
+    data = dataset(cfg, "train_files", tokenizer)
     return run_dir, tokenizer, data, Sampler(len(data), cfg.data.train_batch_size, cfg.trainer.seed, cfg.data.shuffle)

@@ -23,7 +23,7 @@ from meshrl import forkserver, telemetry
 from meshrl.errors import ServiceError
 from meshrl.rpc.token import PEER_VAR, forget_run_token, run_token
 from orchestrator.config import Config, save_config
-from orchestrator.data import PromptDataset, prepare_run, prompt_limit
+from orchestrator.data import dataset, prepare_run
 from orchestrator.lifecycle import preflight
 from orchestrator.lifecycle.agreement import agree
 from orchestrator.lifecycle.mesh import start_mesh, wanted
@@ -140,7 +140,7 @@ def start(cfg: Config, algorithm: Algorithm, roles: set[str], services: Services
     run_dir, tokenizer, data, sampler = prepare_run(cfg)
     val = None
     if cfg.data.val_files and "rollout" in roles:
-        val = PromptDataset(cfg.data.val_files, tokenizer, prompt_limit(cfg), cfg.data.prompt_key, key="data.val_files")
+        val = dataset(cfg, "val_files", tokenizer)
     torch.manual_seed(cfg.trainer.seed)
     mesh = start_mesh(cfg, services, roles)
     if agree(cfg, mesh, given):

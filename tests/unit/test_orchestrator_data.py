@@ -170,3 +170,24 @@ def test_a_datasets_folder_passes_the_run_s_input_check(arithmetic_data, tiny_lm
     check_inputs(load_config(None, [f"actor.model={tiny_lm}", f"data.train_files={tmp_path / 'rows'}"]))
     with pytest.raises(ValueError, match="data file not found"):
         check_inputs(load_config(None, [f"actor.model={tiny_lm}", f"data.train_files={tmp_path / 'nothing'}"]))
+
+
+def test_the_answer_column_and_a_system_prompt_are_as_the_data_section_says(tokenizer, tmp_path):
+    """data.answer_key: OpenRLHF's label_key or TRL's `solution` column becomes the reward's ground truth
+    and SFT's target, also dotted into a struct; data.system_prompt goes before prompts without one."""
+    rows = [
+        {"question": "1+2=", "solution": "3", "meta": {"label": "3"}},
+        {"question": [{"role": "system", "content": "own"}, {"role": "user", "content": "2+2="}], "solution": "4"},
+    ]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    ds = PromptDataset(str(path), tokenizer, 128, "question", answer_key="solution", system_prompt="Add.")
+    assert [r["reward_model"]["ground_truth"] for r in ds.rows] == ["3", "4"]
+    assert [r["extra_info"]["answer"] for r in ds.rows] == ["3", "4"]
+    assert ds.rows[0]["prompt"][0] == {"role": "system", "content": "Add."}
+    assert ds.rows[1]["prompt"][0] == {"role": "system", "content": "own"}  # its own stays, alone
+    assert ds.batch([0], ["u"]).non_tensor_batch["reward_model"][0] == {"ground_truth": "3"}
+    ds = PromptDataset(str(path), tokenizer, 128, "question")
+    assert "reward_model" not in ds.rows[0]  # unset: where verl keeps it, and these rows have none
+    with pytest.raises(ValueError, match=r"row 1: no 'meta.label' \(data.answer_key"):
+        PromptDataset(str(path), tokenizer, 128, "question", answer_key="meta.label")
