@@ -111,3 +111,32 @@ def save_tokenizer(out_dir: str | pathlib.Path, corpus: Iterable[str], vocab_siz
     tok = train_tokenizer(corpus, vocab_size)
     tok.save_pretrained(str(out_dir))
     return tok
+
+
+def file_texts(path: str | pathlib.Path) -> list[str]:
+    """Every string in a data file's rows (.parquet, .jsonl, .json: prompts, chat messages' contents,
+    answers), to train a tokenizer on a task's own words."""
+    import pandas as pd  # here: only a tokenizer trained on a file needs it
+
+    path = pathlib.Path(path)
+    if path.suffix == ".parquet":
+        frame = pd.read_parquet(path)
+    elif path.suffix in (".jsonl", ".json"):
+        frame = pd.read_json(path, lines=path.suffix == ".jsonl", orient="records", dtype=False)
+    else:
+        raise ValueError(f"bpe_corpus: {path} is not a .parquet, .jsonl or .json file")
+    texts: list[str] = []
+
+    def walk(value) -> None:
+        if isinstance(value, str):
+            texts.append(value)
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif hasattr(value, "tolist") or isinstance(value, list):
+            for v in value.tolist() if hasattr(value, "tolist") else value:
+                walk(v)
+
+    for record in frame.to_dict("records"):
+        walk(record)
+    return texts

@@ -38,6 +38,8 @@ class TinyModelConfig:
     family: str = "llama"  # the architecture: llama, qwen2, qwen3, mistral, gemma2, gpt2 (causal only)
     tokenizer: str = "char"  # "char" (one token per character) or "bpe" (byte-level BPE, ChatML template)
     bpe_vocab: int = 512  # tokenizer=bpe: the vocabulary it is trained to
+    bpe_corpus: str = ""  # tokenizer=bpe: a data file (.parquet, .jsonl, .json) whose text it is trained on
+    #   too (a task's own words get merges); the arithmetic task's conversations always
 
 
 def make_model(out_dir: str | pathlib.Path, cfg: TinyModelConfig = TinyModelConfig()) -> pathlib.Path:
@@ -65,6 +67,8 @@ def make_model(out_dir: str | pathlib.Path, cfg: TinyModelConfig = TinyModelConf
         from meshrl.tiny.arithmetic import ArithmeticConfig, corpus
 
         text = corpus(ArithmeticConfig(ops="+-*", max_operand=99), bpe.CHAT_TEMPLATE)
+        if cfg.bpe_corpus:
+            text += bpe.file_texts(cfg.bpe_corpus)
         tok = bpe.save_tokenizer(out, text, cfg.bpe_vocab)
         ends = bpe.end_ids(tok)
     else:

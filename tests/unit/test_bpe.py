@@ -89,3 +89,21 @@ def test_hermes_tool_task_data(tmp_path):
     assert lengths == {2, 4}  # direct answers and calculator traces
     with pytest.raises(ValueError, match="tool_format"):
         make_data(tmp_path / "x", ArithmeticConfig(tool=True, tool_format="xml"))
+
+
+def test_a_tokenizer_trained_on_a_tasks_own_file_merges_its_words(tmp_path):
+    """make-model --bpe-corpus FILE: the file's text (prompts' messages, answers) trains the BPE too, so the
+    task's own words take few tokens, where the arithmetic corpus alone spells them out."""
+    rows = [{"prompt": [{"role": "user", "content": "photosynthesis converts sunlight"}], "answer": "chlorophyll"}]
+    (tmp_path / "task.jsonl").write_text("\n".join(json.dumps(r) for r in rows * 200) + "\n")
+    plain = make_model(tmp_path / "plain", TinyModelConfig(family="qwen2", tokenizer="bpe", **SMALL))
+    own = make_model(
+        tmp_path / "own",
+        TinyModelConfig(family="qwen2", tokenizer="bpe", bpe_corpus=str(tmp_path / "task.jsonl"), **SMALL),
+    )
+    words = " photosynthesis chlorophyll"
+    a, b = (AutoTokenizer.from_pretrained(m)(words, add_special_tokens=False)["input_ids"] for m in (plain, own))
+    assert 2 * len(b) < len(a), (len(a), len(b))  # 6 against 23 here
+    assert AutoTokenizer.from_pretrained(own).decode(b) == words
+    with pytest.raises(ValueError, match="is not a .parquet, .jsonl or .json file"):
+        make_model(tmp_path / "bad", TinyModelConfig(tokenizer="bpe", bpe_corpus=str(tmp_path / "task.csv")))
