@@ -41,6 +41,7 @@ from meshrl.tiny.models import TinyModelConfig, make_model  # noqa: E402
 # Test files that take longest, first: on two workers (scripts/test.sh) the last file to start should be a
 # short one. Then the rest of e2e, contract, gpu and unit, each in its usual order.
 FIRST = (
+    "tests/e2e/test_tool_template_learning.py",  # the tool task in the model's own format, ~5 min
     "tests/e2e/test_tool_learning.py",
     "tests/e2e/test_learning.py",
     "tests/e2e/test_ray_nodes.py",  # a learning run across nodes
@@ -86,6 +87,12 @@ def pytest_unconfigure(config):
 @pytest.fixture(scope="session")
 def tiny_lm(tmp_path_factory):
     return make_model(tmp_path_factory.mktemp("models") / "lm", TinyModelConfig(kind="causal"))
+
+
+@pytest.fixture(scope="session")
+def bpe_lm(tmp_path_factory):
+    """A Qwen2.5-shaped tiny model: byte-level BPE, ChatML template, two end tokens (meshrl/tiny/bpe.py)."""
+    return make_model(tmp_path_factory.mktemp("models") / "bpe", TinyModelConfig(family="qwen2", tokenizer="bpe"))
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@ ChatML template, over a real rollout service and the real calculator environment
 behind the rollout service is scripted (it writes what a policy that calls the tool would), so that every
 token of the trajectory can be checked: it is exactly the template's rendering of the conversation, the
 policy's tokens kept as sampled, the template's text between turns masked out.
-(The real engines run this format in tests/e2e/test_tool_learning.py's hermes test.)"""
+(The real engines run this format in tests/e2e/test_tool_template_learning.py.)"""
 
 import json
 

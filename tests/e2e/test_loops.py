@@ -1,6 +1,8 @@
 """Every algorithm's loop for a few steps through the real mesh it starts (HF rollout, actor, ref and
-critic services, reward service): the update happened, the metrics are finite, the run leaves its
-report; and a run whose service dies mid-step fails clearly and resumes from its checkpoint."""
+critic services, reward service), with the char-level llama and with a Qwen2.5-shaped BPE model (ChatML
+template, two end tokens): the update happened, the metrics are finite, the rollout's log-probs are the
+actor's, the run leaves its report; and a run whose service dies mid-step fails clearly and resumes from
+its checkpoint."""
 
 import json
 import math
@@ -24,11 +26,17 @@ VARIED = (
 
 
 @pytest.fixture
-def base(tiny_lm, arithmetic_data, tmp_path):
+def model(request, tiny_lm):
+    """The char-level llama, or (a test parametrized with model="bpe") the BPE qwen2."""
+    return request.getfixturevalue("bpe_lm") if getattr(request, "param", "char") == "bpe" else tiny_lm
+
+
+@pytest.fixture
+def base(model, arithmetic_data, tmp_path):
     reward = tmp_path / "varied_reward.py"
     reward.write_text(VARIED)
     return [
-        f"actor.model={tiny_lm}",
+        f"actor.model={model}",
         f"data.train_files={arithmetic_data['train']}",
         f"data.val_files={arithmetic_data['test']}",
         "data.val_batch_size=32",
@@ -100,7 +108,8 @@ def changed(run_dir, tiny_lm) -> bool:
         ("dpo", [], {"actor/dpo_loss", "actor/num_pairs"}),
     ],
 )
-def test_each_algorithm_trains_through_the_mesh(algorithm, extra, expected, base, tiny_lm):
+@pytest.mark.parametrize("model", ["char", "bpe"], indirect=True)
+def test_each_algorithm_trains_through_the_mesh(algorithm, extra, expected, base, model):
     varied = next(k.split("=", 1)[1].split(":")[0] for k in base if k.startswith("reward.function="))
     run_dir = run(algorithm, load_config(None, [*base, *(e.replace("VARIED", varied) for e in extra)]))
     logged = rows(run_dir)
@@ -114,7 +123,10 @@ def test_each_algorithm_trains_through_the_mesh(algorithm, extra, expected, base
     for r in logged[1:]:
         assert expected <= set(r), expected - set(r)
         assert all(math.isfinite(v) for v in r.values())
-    assert changed(run_dir, tiny_lm)
+    assert changed(run_dir, model)
+    parity = [r["rollout/kl_to_actor"] for r in logged[1:] if "rollout/kl_to_actor" in r]
+    assert all(kl < 1e-3 for kl in parity), parity  # the rollout samples from the actor's weights
+    assert parity or algorithm == "dpo"
     assert (run_dir / "curves.png").stat().st_size > 1000 and "critic/score/mean" in (
         run_dir / "summary.md"
     ).read_text()

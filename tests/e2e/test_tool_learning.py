@@ -15,64 +15,16 @@ whole suite (2026-11-24, at 7ca5222) gave +5.0 +- 1.8 points, 2.8 s.e.: the run-
 multi-turn run is wider than one figure showed, so the bar is 2 s.e. (a gain an untrained-for run reaches by chance
 about 2% of the time), and the rise in tool calls per episode is the claim's second half."""
 
-import json
-
 import pytest
+from tool_task import Recipe, check_learned, warm_up_and_train
 
-from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
-from meshrl.tiny.models import TinyModelConfig, make_model
-from orchestrator.config import load_config
-from orchestrator.main import run
-from orchestrator.output.report import gain_line, held_out_gain
-
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 GAIN_Z = 2.0  # a short run: 2.8-5.1 standard errors seen here (tests/e2e/test_learning.py asks 4 of a longer one)
-SFT_STEPS = 100  # part of the way: the call format is learned (not yet at 60 steps), accuracy ~0.6
-TOOL_SHARE = 0.5  # of the warm-up's answers are calculator traces
-MORE_CALLS = 0.15  # tool calls per episode, last three steps against the first
-GRPO_STEPS = 20
+# the warm-up: 100 steps, part of the way (the call format is learned, not yet at 60 steps; accuracy ~0.6),
+# half its answers calculator traces
+RECIPE = Recipe(fmt="text", sft_steps=100, tool_share=0.5, grpo_steps=20)
 
 
 @pytest.mark.slow
 def test_grpo_teaches_the_policy_to_call_the_calculator_and_answer_better(tmp_path):
-    model = make_model(tmp_path / "model", TinyModelConfig())
-    data = make_data(tmp_path / "data", ArithmeticConfig(ops="*", max_operand=99, tool=True, tool_share=TOOL_SHARE))
-    common = ["actor.engine=plain", "actor.world_size=1", "trainer.trace="]
-    sft = run(
-        "sft",
-        load_config(
-            str(ROOT / "configs/arithmetic_sft.yaml"),
-            [
-                *common,
-                f"actor.model={model}",
-                f"data.train_files={data['train']}",
-                f"trainer.run_dir={tmp_path / 'sft'}",
-                f"trainer.total_steps={SFT_STEPS}",
-            ],
-        ),
-    )
-    grpo = run(
-        "grpo",
-        load_config(
-            str(ROOT / "configs/calculator_grpo.yaml"),
-            [
-                *common,
-                f"actor.model={sft / 'hf'}",
-                f"data.train_files={data['train']}",
-                f"data.val_files={data['test']}",
-                f"trainer.run_dir={tmp_path / 'grpo'}",
-                f"trainer.total_steps={GRPO_STEPS}",
-                f"trainer.val_every={GRPO_STEPS}",
-                "data.train_batch_size=16",
-            ],
-        ),
-    )
-    gain = held_out_gain(grpo)
-    assert gain is not None and gain["n"] == 500
-    print(gain_line(gain))
-    assert gain["gain"] > 0 and gain["gain"] >= GAIN_Z * gain["gain_se"], gain_line(gain)
-    rows = [json.loads(line) for line in (grpo / "metrics.jsonl").read_text().splitlines()]
-    calls = [r["multi_turn/tool_calls/mean"] for r in rows if "multi_turn/tool_calls/mean" in r]
-    late = sum(calls[-3:]) / 3
-    print(f"tool calls per episode: {calls[0]:.2f} at the first step, {late:.2f} over the last three")
-    assert late >= calls[0] + MORE_CALLS and rows[-1]["multi_turn/num_env_failed"] == 0
+    _, grpo = warm_up_and_train(tmp_path, RECIPE)
+    check_learned(grpo, GAIN_Z)

@@ -1,0 +1,119 @@
+"""The tool task's learning recipe, shared by tests/e2e/test_tool_learning.py and bench/tool_recipe.py: a
+fresh tiny model, an SFT warm-up on the calculator task (part calculator traces, part direct answers),
+then multi-turn GRPO with the calculator (configs/calculator_grpo.yaml), validated on the 500 held-out
+problems at its first and last step.
+
+Two formats. "text": the char-level llama writing <calc>12*7</calc> and reading <result>84</result>, the
+environment's stop strings ending a turn. "hermes": the model's own tool format, as a Qwen2.5 model is
+trained: a qwen2 with a byte-level BPE tokenizer and ChatML template (meshrl/tiny/bpe.py), the tool's
+schema listed in the system turn, SFT on the `messages` conversations (calls as <tool_call> JSON,
+results in the tool role), GRPO with rollout.tool_parser=hermes, turns ending at the end tokens.
+"""
+
+import dataclasses
+import json
+import pathlib
+
+from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
+from meshrl.tiny.models import TinyModelConfig, make_model
+from orchestrator.config import load_config
+from orchestrator.main import run
+from orchestrator.output.report import gain_line, held_out_gain
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+MORE_CALLS = 0.15  # tool calls per episode, last three steps against the first
+
+
+@dataclasses.dataclass
+class Recipe:
+    fmt: str = "text"  # "text" or "hermes"
+    seed: int = 0  # the model's initialization, the data, their order and sampling
+    width: int = 256  # the model's hidden size (its MLP as much wider as the default's)
+    tool_share: float = 0.5  # of the warm-up's answers are calculator traces, the rest direct answers
+    sft_steps: int = 100
+    traces_first: int = 0  # of those, the first this many on calculator traces only
+    grpo_steps: int = 20
+    sft_overrides: tuple[str, ...] = ()
+    grpo_overrides: tuple[str, ...] = ()
+
+
+def model_config(recipe: Recipe) -> TinyModelConfig:
+    hermes = recipe.fmt == "hermes"
+    base = TinyModelConfig(
+        seed=recipe.seed, family="qwen2" if hermes else "llama", tokenizer="bpe" if hermes else "char"
+    )
+    return dataclasses.replace(
+        base, hidden_size=recipe.width, intermediate_size=base.intermediate_size * recipe.width // base.hidden_size
+    )
+
+
+def warm_up_and_train(tmp: pathlib.Path, recipe: Recipe) -> tuple[pathlib.Path, pathlib.Path]:
+    """(the SFT run's folder, the GRPO run's folder)."""
+    hermes = recipe.fmt == "hermes"
+    model = make_model(tmp / "model", model_config(recipe))
+    task = ArithmeticConfig(ops="*", max_operand=99, tool=True, tool_share=recipe.tool_share, tool_format=recipe.fmt)
+    data = make_data(tmp / "data", task)
+    common = ["actor.engine=plain", "actor.world_size=1", "trainer.trace=", f"trainer.seed={recipe.seed}"]
+    first = recipe.traces_first
+    phases = [(first, 1.0), (recipe.sft_steps - first, recipe.tool_share)] if first else [(recipe.sft_steps, None)]
+    sft, warmed = tmp, model
+    for i, (steps, share) in enumerate(phases):
+        files = (
+            data
+            if share in (None, recipe.tool_share)
+            else make_data(tmp / f"data{i}", dataclasses.replace(task, tool_share=share))
+        )
+        sft = run(
+            "sft",
+            load_config(
+                str(ROOT / "configs/arithmetic_sft.yaml"),
+                [
+                    *common,
+                    f"actor.model={warmed}",
+                    f"data.train_files={files['train']}",
+                    f"trainer.run_dir={tmp / f'sft{i}'}",
+                    f"trainer.total_steps={steps}",
+                    *(["data.prompt_key=messages"] if hermes else []),
+                    *recipe.sft_overrides,
+                ],
+            ),
+        )
+        warmed = sft / "hf"
+    grpo = run(
+        "grpo",
+        load_config(
+            str(ROOT / "configs/calculator_grpo.yaml"),
+            [
+                *common,
+                f"actor.model={warmed}",
+                f"data.train_files={data['train']}",
+                f"data.val_files={data['test']}",
+                f"trainer.run_dir={tmp / 'grpo'}",
+                f"trainer.total_steps={recipe.grpo_steps}",
+                f"trainer.val_every={recipe.grpo_steps}",
+                "data.train_batch_size=16",
+                *(["rollout.tool_parser=hermes", "rollout.max_new_tokens=32"] if hermes else []),
+                *recipe.grpo_overrides,
+            ],
+        ),
+    )
+    return sft, grpo
+
+
+def per_step(grpo: pathlib.Path, key: str) -> list[float]:
+    """A metric's value at each GRPO step that logged it."""
+    rows = [json.loads(line) for line in (grpo / "metrics.jsonl").read_text().splitlines()]
+    return [r[key] for r in rows if key in r]
+
+
+def check_learned(grpo, gain_z: float) -> None:
+    """Held-out greedy accuracy rose by gain_z paired standard errors, tool calls per episode by MORE_CALLS
+    (the last three steps against the first), and no episode failed in the environment."""
+    gain = held_out_gain(grpo)
+    assert gain is not None and gain["n"] == 500
+    print(gain_line(gain))
+    assert gain["gain"] > 0 and gain["gain"] >= gain_z * gain["gain_se"], gain_line(gain)
+    calls = per_step(grpo, "multi_turn/tool_calls/mean")
+    late = sum(calls[-3:]) / 3
+    print(f"tool calls per episode: {calls[0]:.2f} at the first step, {late:.2f} over the last three")
+    assert late >= calls[0] + MORE_CALLS and per_step(grpo, "multi_turn/num_env_failed")[-1] == 0
