@@ -129,7 +129,7 @@ VARIANTS = {
         "a log-prob call before the update": ["actor.reuse_logprobs=false"],
         "the update finds its own (default)": ["actor.reuse_logprobs=true"],
     },
-    "packed": {"padded (default)": ["actor.padding_free=false"], "padding-free": ["actor.padding_free=true"]},
+    "packed": {"padded": ["actor.padding_free=false"], "padding-free (default)": ["actor.padding_free=true"]},
     "world": {
         "2 ranks x 1 thread": ["actor.world_size=2", "actor.threads=1", "actor.engine=fsdp2"],
         "2 ranks x 2 threads": ["actor.world_size=2", "actor.threads=2", "actor.engine=fsdp2"],

@@ -150,12 +150,16 @@ def check_lora(model_path: str, kind: str, cfg: EngineSettings) -> list[str]:
 
 @functools.lru_cache(maxsize=8)
 def generation_config(model_dir: str):
-    """The model folder's generation_config.json (its end tokens, e.g.), or None where it has none."""
-    from transformers import GenerationConfig
+    """The model folder's generation settings (its end tokens, e.g.) as transformers loads them with the
+    model: generation_config.json, else what config.json says; None where the folder has neither."""
+    from transformers import AutoConfig, GenerationConfig
 
-    if not model_dir or not (pathlib.Path(model_dir) / "generation_config.json").is_file():
-        return None  # never a hub id: nothing is downloaded here
-    return GenerationConfig.from_pretrained(model_dir)
+    folder = pathlib.Path(model_dir) if model_dir else None  # never a hub id: nothing is downloaded here
+    if folder is not None and (folder / "generation_config.json").is_file():
+        return GenerationConfig.from_pretrained(model_dir)
+    if folder is not None and (folder / "config.json").is_file():
+        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(model_dir))
+    return None
 
 
 def end_ids(tokenizer, generation_config=None) -> list[int]:

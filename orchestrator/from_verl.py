@@ -36,6 +36,12 @@ NOTES = {  # why a common verl key has no equivalent
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "the rollout's own log-probs are used",
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "the ref sizes its passes by actor.micro_batch_*",
 }
+WITH_ANOTHER = (  # verl keys that take effect through another key's mapping, not left out
+    "algorithm.adv_estimator",  # the command
+    "custom_reward_function.name",  # with the path
+    "reward_model.overlong_buffer.enable",  # with the length
+    "reward_model.overlong_buffer.log",  # the penalty's metrics are logged always
+)
 REFERENCE = re.compile(r"^\$\{([A-Za-z0-9_.]+)\}$")
 SKIP = (
     "trainer.project_name",
@@ -100,9 +106,9 @@ def translate(key: str, value: object, flat: dict[str, object]) -> dict[str, obj
             raise ValueError(f"no KL estimate here for verl's {value!r} (ours: k1, k2, k3, abs)")
         return {KL_KEYS[key]: KL[str(value)]}
     if key == "reward_model.overlong_buffer.len":  # DAPO's soft overlong penalty, on where verl enables it
-        return {"algorithm.overlong_buffer": value} if flat.get("reward_model.overlong_buffer.enable") else {}
-    if key == "reward_model.overlong_buffer.enable":
-        return {}  # with the length
+        if not flat.get("reward_model.overlong_buffer.enable"):
+            raise ValueError("verl's overlong buffer is off in this file (enable: false): ours stays off")
+        return {"algorithm.overlong_buffer": value}
     if key in ("data.train_files", "data.val_files") and isinstance(value, list):
         if len(value) != 1:
             raise ValueError(f"{len(value)} files: {key} here names one data file (parquet, jsonl, json, a folder)")
@@ -134,7 +140,7 @@ def convert(raw: dict) -> tuple[str, dict[str, dict], list[tuple[str, object, st
             left.append((key, value, str(e)))
             continue
         if not mapped:
-            if key not in ("algorithm.adv_estimator", "custom_reward_function.name"):
+            if key not in WITH_ANOTHER:
                 left.append((key, value, NOTES.get(key, "no equivalent")))
             continue
         for ours_key, v in mapped.items():

@@ -122,19 +122,20 @@ def file_texts(path: str | pathlib.Path) -> list[str]:
     if path.suffix == ".parquet":
         frame = pd.read_parquet(path)
     elif path.suffix in (".jsonl", ".json"):
-        frame = pd.read_json(path, lines=path.suffix == ".jsonl", orient="records", dtype=False)
+        frame = pd.read_json(path, lines=path.suffix == ".jsonl", orient="records", dtype=False, convert_dates=False)
     else:
         raise ValueError(f"bpe_corpus: {path} is not a .parquet, .jsonl or .json file")
     texts: list[str] = []
 
     def walk(value) -> None:
+        value = value.tolist() if hasattr(value, "tolist") else value  # numpy arrays and scalars
         if isinstance(value, str):
             texts.append(value)
         elif isinstance(value, dict):
             for v in value.values():
                 walk(v)
-        elif hasattr(value, "tolist") or isinstance(value, list):
-            for v in value.tolist() if hasattr(value, "tolist") else value:
+        elif isinstance(value, list):
+            for v in value:
                 walk(v)
 
     for record in frame.to_dict("records"):

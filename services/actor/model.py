@@ -25,7 +25,7 @@ def forward_response(
     and the gradients sum over the rows, as the full pass's do; the prompt's share of the compute falls by
     the number of rows that share it. A causal LM also computes its head only where it is read."""
     T = micro["responses"].shape[1] if response_length is None else response_length
-    flat = packed(model)
+    flat = packed(model) and within_window(model, micro)
     # the padded shared pass needs HF's cache, which gradient checkpointing drops; the packed one has none
     if share_prompts and (flat or not getattr(model, "is_gradient_checkpointing", False)):
         shared = prompt_sharing(micro, T)
@@ -46,8 +46,19 @@ def forward_response(
 
 def packed(model: torch.nn.Module) -> bool:
     """The model runs padding-free passes (actor.padding_free: services/actor/packing.py)."""
-    config = getattr(model, "config", None) or getattr(getattr(model, "module", None), "config", None)
-    return getattr(config, "_attn_implementation", None) == packing.NAME
+    return getattr(model_config(model), "_attn_implementation", None) == packing.NAME
+
+
+def within_window(model: torch.nn.Module, micro: dict) -> bool:
+    """No sequence of the micro-batch is longer than the model's sliding attention window (Gemma2's every
+    other layer), which packed attention does not apply; a longer one takes the padded pass, whose masks
+    do."""
+    window = getattr(model_config(model), "sliding_window", None)
+    return window is None or int(micro["attention_mask"].sum(1).max()) <= window
+
+
+def model_config(model: torch.nn.Module):
+    return getattr(model, "config", None) or getattr(getattr(model, "module", None), "config", None)
 
 
 def prompt_sharing(micro: dict, T: int) -> tuple[torch.Tensor, torch.Tensor] | None:

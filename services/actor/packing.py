@@ -64,12 +64,12 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
 
 def within_window(sliding_window: int | None, longest: int) -> None:
     """The packed attention is full causal attention within each sequence; a layer with a sliding window
-    (Gemma2's every other layer, Mistral's first release) computes the same only while no sequence is
-    longer than its window. Longer ones are refused rather than attended to wrongly."""
+    computes the same only while no sequence is longer than the window. forward_response sends longer ones
+    to the padded pass (services/actor/model.within_window); this is the guard that none got here."""
     if sliding_window is not None and longest > sliding_window:
         raise ValueError(
             f"actor.padding_free: a sequence of {longest} tokens is longer than this model's sliding attention "
-            f"window ({sliding_window}), which packed passes do not apply; set actor.padding_free=false"
+            f"window ({sliding_window}), which packed passes do not apply"
         )
 
 
@@ -85,11 +85,12 @@ def flash(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scaling) -> torch.Tensor 
     global OFF
     if not kernel_runs(q):
         return None
-    kw = kernel_kwargs(varlen_attn, q.shape[1] // k.shape[1], same_keys=cu_q is cu_k)
+    kw = kernel_kwargs(varlen_attn, q.shape[1] // k.shape[1])
     if kw is None:
         return None
-    if kw.pop("repeat_kv", 1) > 1:  # grouped-query attention on a torch whose kernel takes equal heads only
-        k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], 1) for t in (k, v))
+    groups = kw.pop("repeat_kv", 1)
+    if groups > 1:  # grouped-query attention on a torch whose kernel takes equal heads only
+        k, v = (t.repeat_interleave(groups, 1) for t in (k, v))
     try:
         out = varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, scale=scaling, **kw)
         assert isinstance(out, torch.Tensor)  # no return_aux asked for
@@ -105,19 +106,15 @@ def parameters(kernel) -> frozenset[str]:
     return frozenset(inspect.signature(kernel).parameters)
 
 
-def kernel_kwargs(kernel, groups: int, same_keys: bool) -> dict | None:
-    """The causal and grouped-query arguments this torch's varlen_attn takes, or None where it cannot say
-    what we need. torch >= 2.11 takes window_size=(-1, 0), causal aligned to the end of the keys, and 2.13
-    enable_gqa (2.11 wants k and v repeated to the query heads: repeat_kv); 2.10 has is_causal only, whose
-    alignment we do not rely on where a query sequence is shorter than its keys (a response after its
-    prompt), so only plain packed rows, queries and keys the same sequences, take it there."""
+def kernel_kwargs(kernel, groups: int) -> dict | None:
+    """The causal and grouped-query arguments this torch's varlen_attn takes, or None where it cannot take
+    what we need. torch >= 2.11 takes scale and window_size=(-1, 0) (causal, aligned to the end of the keys);
+    2.13 also enable_gqa, and on 2.11 k and v are repeated to the query heads instead (repeat_kv). 2.10's
+    kernel has is_causal and no scale: the padded attention runs there."""
     names = parameters(kernel)
-    if "window_size" in names:
-        kw: dict = {"window_size": (-1, 0)}
-    elif "is_causal" in names and same_keys:
-        kw = {"is_causal": True}
-    else:
+    if "window_size" not in names or "scale" not in names:
         return None
+    kw: dict = {"window_size": (-1, 0)}
     if groups > 1:
         kw.update({"enable_gqa": True} if "enable_gqa" in names else {"repeat_kv": groups})
     return kw

@@ -107,3 +107,19 @@ def test_a_tokenizer_trained_on_a_tasks_own_file_merges_its_words(tmp_path):
     assert AutoTokenizer.from_pretrained(own).decode(b) == words
     with pytest.raises(ValueError, match="is not a .parquet, .jsonl or .json file"):
         make_model(tmp_path / "bad", TinyModelConfig(tokenizer="bpe", bpe_corpus=str(tmp_path / "task.csv")))
+
+
+def test_the_end_tokens_of_a_folder_without_a_generation_config_come_from_its_config(bpe_models, tmp_path):
+    """What transformers and vLLM read when a model folder has no generation_config.json: config.json's
+    eos_token_id, both end tokens here (a multi-turn episode ends its turns at the same ones)."""
+    import shutil
+
+    from meshrl.models import generation_config
+
+    folder = shutil.copytree(bpe_models["qwen2"], tmp_path / "no-gen")
+    (folder / "generation_config.json").unlink()
+    tok = AutoTokenizer.from_pretrained(folder)
+    want = sorted(tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>"))
+    assert sorted(end_ids(tok, generation_config(str(folder)))) == want
+    assert sorted(end_ids(tok, generation_config(str(bpe_models["qwen2"])))) == want
+    assert generation_config(str(tmp_path / "nothing")) is None and generation_config("") is None

@@ -22,7 +22,6 @@ def test_a_verl_grpo_config_maps_key_by_key_and_loads_as_ours(tmp_path, capsys):
     assert cfg.data.train_files == "~/data/gsm8k/train.parquet"  # verl's one-file list
     assert cfg.algorithm.dynamic_sampling and cfg.algorithm.max_sample_rounds == 10
     assert cfg.algorithm.overlong_buffer == 256 and cfg.algorithm.overlong_penalty == 0.5  # DAPO's
-    assert cfg.actor.padding_free  # use_remove_padding
     assert cfg.reward.function == "my_reward.py:compute_score" and cfg.trainer.resume
     assert "trainer.total_epochs: 15: set trainer.total_steps" in text
     assert "trainer.nnodes: 1: verl's placement" in text
@@ -31,19 +30,27 @@ def test_a_verl_grpo_config_maps_key_by_key_and_loads_as_ours(tmp_path, capsys):
 def test_what_ours_refuses_or_lacks_is_listed_not_dropped():
     raw = {
         "algorithm": {"adv_estimator": "gae", "gamma": 0.99, "kl_penalty": "full"},
-        "actor_rollout_ref": {"rollout": {"name": "sglang", "temperature": -1}, "actor": {"ppo_epochs": 2}},
+        "actor_rollout_ref": {
+            "rollout": {"name": "sglang", "temperature": -1},
+            "actor": {"ppo_epochs": 2},
+            "model": {"use_remove_padding": False},
+        },
         "data": {"train_files": ["a.parquet", "b.parquet"], "max_response_length": "${data.nothing}"},
         "critic": {"optim": {"lr": 1e-5}},
+        "reward_model": {"overlong_buffer": {"enable": False, "len": 64}},
     }
     command, config, left = convert(raw)
     assert command == "ppo"  # gae: the critic's algorithm
-    assert config == {"algorithm": {"gamma": 0.99}, "actor": {"ppo_epochs": 2}, "critic": {"lr": 1e-5}}
+    actor = {"ppo_epochs": 2, "padding_free": False}  # verl's use_remove_padding: false
+    assert config == {"algorithm": {"gamma": 0.99}, "actor": actor, "critic": {"lr": 1e-5}}
     why = {key: reason for key, _, reason in left}
     assert "ours: k1, k2, k3, abs" in why["algorithm.kl_penalty"]
     assert "ours: vllm, hf" in why["actor_rollout_ref.rollout.name"]
     assert "rollout.temperature" in why["actor_rollout_ref.rollout.temperature"]  # ours refused the value
     assert "names one data file" in why["data.train_files"]
     assert "not resolved" in why["data.max_response_length"]
+    assert "off in this file" in why["reward_model.overlong_buffer.len"]
+    assert "reward_model.overlong_buffer.enable" not in why  # it took effect through the length
     assert convert({"algorithm": {"adv_estimator": "remax"}})[2][0][2].startswith("no command here")
 
 

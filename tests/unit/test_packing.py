@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+import transformers
 
 from meshrl.dataproto import DataProto
 from meshrl.layout import rollout_tensors
@@ -46,21 +47,43 @@ def test_packed_logprobs_and_gradients_are_the_padded_ones(tmp_path, family):
 
 
 @pytest.mark.parametrize("share", [False, True])
-def test_a_sequence_longer_than_a_sliding_window_is_refused_not_attended_wrongly(tmp_path, share):
+def test_a_sequence_longer_than_a_sliding_window_takes_the_padded_pass(tmp_path, share):
     """Gemma2's every other layer attends within a sliding window, which packed attention does not apply:
-    sequences within the window give the padded pass's log-probs, a longer one a clear error."""
+    micro-batches within the window run packed, one with a longer sequence runs padded (HF's masks apply
+    the window); both give the padded model's log-probs."""
     path = make_model(tmp_path / "g", TinyModelConfig(family="gemma2", **SMALL))  # type: ignore[arg-type]
     config = json.loads((path / "config.json").read_text())
     config["sliding_window"] = 16  # the tiny model's default window is far longer than its sequences
     (path / "config.json").write_text(json.dumps(config))
     padded, flat = load_model(str(path), "causal"), load_model(str(path), "causal")
     packing.enable(flat)
-    short = grouped(padded.config.vocab_size)  # prompts and responses of at most 9 + 7 tokens
-    a, b = (token_logprobs(forward_response(m, short, share_prompts=share), short["responses"]) for m in (padded, flat))
-    assert torch.allclose(a * short["response_mask"], b * short["response_mask"], atol=1e-5)
-    long = batch([12, 12, 5], [9, 9, 2], padded.config.vocab_size)  # 21 tokens > 16
-    with pytest.raises(ValueError, match="sliding attention window"):
-        forward_response(flat, long, share_prompts=share)
+    vocab = padded.config.vocab_size
+    long = batch([12, 12, 5, 5], [9, 4, 2, 3], vocab)  # 21 tokens > 16
+    if share:  # rows 0 and 1 share their prompt (a GRPO group)
+        width = long["input_ids"].shape[1] - long["responses"].shape[1]
+        long["input_ids"][1, :width] = long["input_ids"][0, :width]
+    calls = []
+    kernel = packing.attention
+
+    def counted(*a, **kw):  # a packed call: the sequences' boundaries, or the shared prompts' layout
+        if kw.get("cu_seq_lens_q") is not None or kw.get("meshrl_shared") is not None:
+            calls.append(1)
+        return kernel(*a, **kw)
+
+    transformers.AttentionInterface.register(packing.NAME, counted)
+    try:
+        for mb, goes_packed in ((grouped(vocab), True), (long, False)):  # at most 9 + 7 tokens; then 21
+            before = len(calls)
+            a, b = (
+                token_logprobs(forward_response(m, mb, share_prompts=share), mb["responses"]) for m in (padded, flat)
+            )
+            assert torch.allclose(a * mb["response_mask"], b * mb["response_mask"], atol=1e-5)
+            packed_calls = len(calls) - before
+            assert (packed_calls > 0) == goes_packed
+    finally:
+        transformers.AttentionInterface.register(packing.NAME, kernel)
+    with pytest.raises(ValueError, match="sliding attention window"):  # the guard, had one reached it
+        packing.within_window(16, 21)
 
 
 def test_a_value_model_packed(tmp_path):
@@ -152,10 +175,9 @@ def kernel_2_11(q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=Non
     return reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale=scale, window_size=window_size)
 
 
-def kernel_2_10(q, k, v, cu_q, cu_k, max_q, max_k, *, is_causal=False, return_aux=None, scale=None):
-    """torch 2.10's: is_causal only, taken here where queries and keys are the same sequences."""
-    assert is_causal and cu_q is cu_k and k.shape[1] == q.shape[1]
-    return reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale=scale, window_size=(-1, 0))
+def kernel_2_10(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal=False, return_aux=None):
+    """torch 2.10's signature: is_causal, no scale (so the packed pass cannot use it: never called)."""
+    raise AssertionError("torch 2.10's kernel takes no scale; the padded attention should run instead")
 
 
 @pytest.mark.parametrize(
@@ -166,7 +188,8 @@ def test_the_varlen_kernels_calls_give_the_padded_passes_results(tmp_path, monke
     """The packed row's boundaries and gathered keys as the varlen kernel takes them (cu_seq_q/k, a response's
     keys its prompt's then its own), checked against the padded passes with a stand-in for the kernel, with
     the arguments of torch 2.13 (the pin), 2.11 (what the GPU machine here has: no enable_gqa) and 2.10
-    (is_causal); a kernel that fails is left for padded attention, with the same results."""
+    (is_causal, no scale: not called); a kernel that fails is left for padded attention, with the same
+    results."""
     path = make_model(tmp_path / "lm", TinyModelConfig(family="qwen2", **SMALL))  # type: ignore[arg-type]
     padded, flat = load_model(str(path), "causal"), load_model(str(path), "causal")
     packing.enable(flat)
@@ -193,5 +216,8 @@ def test_the_varlen_kernels_calls_give_the_padded_passes_results(tmp_path, monke
         assert torch.allclose(out["padded"][0], out["packed"][0], atol=1e-5)
         for n, g in out["padded"][1].items():
             assert torch.allclose(g, out["packed"][1][n], atol=1e-5), n
-        assert len(calls) > before or fails  # every layer's attention went through the kernel
-    assert (len(calls) == 1) == fails  # a failing kernel is tried once, then padded from there on
+        assert len(calls) > before or fails or torch_kernel is kernel_2_10  # every layer's went through it
+    if torch_kernel is kernel_2_10:
+        assert not calls
+    else:
+        assert (len(calls) == 1) == fails  # a failing kernel is tried once, then padded from there on
