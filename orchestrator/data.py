@@ -16,12 +16,12 @@ import dataclasses
 import logging
 import pathlib
 
-import numpy as np
 import pandas as pd
 import torch
 
 from meshrl.chat import as_messages, as_tools, render
 from meshrl.dataproto import DataProto
+from meshrl.rows import plain, read_rows
 from orchestrator.config import save_config
 
 log = logging.getLogger(__name__)
@@ -29,61 +29,15 @@ log = logging.getLogger(__name__)
 COLUMNS = ("data_source", "reward_model", "extra_info", "ability")
 
 
-def _plain(value):
-    """parquet gives numpy arrays and structs; the wire and the scorers want lists and dicts (and None where
-    a row has no value)."""
-    if isinstance(value, np.ndarray):
-        return [_plain(v) for v in value.tolist()]
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and value != value:  # NaN: pandas' empty cell in JSON rows that lack a key
-        return None
-    return value
-
-
 def dig(record: dict, dotted: str, where: str):
     """record's value at a dotted path (`extra_info.answer`: a column, then a key of its struct)."""
     value: object = record
     for part in dotted.split("."):
-        value = _plain(value)
+        value = plain(value)
         if not isinstance(value, dict) or value.get(part) is None:
             raise ValueError(f"{where}: no {dotted!r} (data.answer_key names the answer's column)")
         value = value[part]
-    return _plain(value)
-
-
-FORMATS = ".parquet, .jsonl, .json, or a `datasets` folder (save_to_disk)"
-
-
-def read_rows(path: pathlib.Path, key: str) -> pd.DataFrame:
-    """One data file's rows, by its kind (FORMATS)."""
-    if path.is_dir():
-        import datasets  # only for folders: it takes a second to import
-
-        try:
-            data = datasets.load_from_disk(str(path))
-        except FileNotFoundError as e:
-            raise ValueError(f"{key}: {path} is a folder but not a `datasets` one ({e})") from None
-        if isinstance(data, datasets.DatasetDict):
-            raise ValueError(
-                f"{key}: {path} holds the splits {sorted(data)}; name one of them, e.g. {path / next(iter(data))}"
-            )
-        return data.to_pandas()
-    if path.suffix == ".parquet":
-        return pd.read_parquet(path)
-    if path.suffix in (".jsonl", ".json"):
-        try:
-            # values as written: "007" stays a string (pandas would make it the number 7), a "date" column text
-            return pd.read_json(path, lines=path.suffix == ".jsonl", orient="records", dtype=False, convert_dates=False)
-        except ValueError as e:
-            raise ValueError(
-                f"{key}: {path} is not JSON {'lines ' if path.suffix == '.jsonl' else ''}rows: {e}"
-            ) from None
-    raise ValueError(f"{key}: {path} is not a data file this reads ({FORMATS})")
+    return plain(value)
 
 
 class PromptDataset:
@@ -111,16 +65,16 @@ class PromptDataset:
         lengths = []
         for number, record in enumerate(frame.to_dict("records")):
             where = f"{key} row {number} ({prompt_key!r})"
-            messages = as_messages(_plain(record[prompt_key]), where)
+            messages = as_messages(plain(record[prompt_key]), where)
             if system_prompt and messages[0]["role"] != "system":
                 messages = [{"role": "system", "content": system_prompt}, *messages]
-            tools = as_tools(_plain(record.get("tools")), f"{key} row {number} ('tools')")
+            tools = as_tools(plain(record.get("tools")), f"{key} row {number} ('tools')")
             text = render(tokenizer, messages, where, tools)
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
             lengths.append(len(ids))
             if len(ids) > max_prompt_length:
                 continue
-            row = {"prompt": messages, **{k: _plain(record[k]) for k in COLUMNS if k in record}}
+            row = {"prompt": messages, **{k: plain(record[k]) for k in COLUMNS if k in record}}
             if answer_key:  # the reward's ground truth and SFT's target, where verl keeps them
                 answer = dig(record, answer_key, f"{key} row {number}")
                 row["reward_model"] = {**(row.get("reward_model") or {}), "ground_truth": answer}

@@ -114,30 +114,18 @@ def save_tokenizer(out_dir: str | pathlib.Path, corpus: Iterable[str], vocab_siz
 
 
 def file_texts(path: str | pathlib.Path) -> list[str]:
-    """Every string in a data file's rows (.parquet, .jsonl, .json: prompts, chat messages' contents,
+    """Every string in a data file's rows (any kind meshrl.rows reads: prompts, chat messages' contents,
     answers), to train a tokenizer on a task's own words."""
-    import pandas as pd  # here: only a tokenizer trained on a file needs it
+    from meshrl.rows import plain, read_rows  # here: only a tokenizer trained on a file needs pandas
 
-    path = pathlib.Path(path)
-    if path.suffix == ".parquet":
-        frame = pd.read_parquet(path)
-    elif path.suffix in (".jsonl", ".json"):
-        frame = pd.read_json(path, lines=path.suffix == ".jsonl", orient="records", dtype=False, convert_dates=False)
-    else:
-        raise ValueError(f"bpe_corpus: {path} is not a .parquet, .jsonl or .json file")
     texts: list[str] = []
 
     def walk(value) -> None:
-        value = value.tolist() if hasattr(value, "tolist") else value  # numpy arrays and scalars
         if isinstance(value, str):
             texts.append(value)
-        elif isinstance(value, dict):
-            for v in value.values():
-                walk(v)
-        elif isinstance(value, list):
-            for v in value:
-                walk(v)
+        for v in value.values() if isinstance(value, dict) else value if isinstance(value, list) else ():
+            walk(v)
 
-    for record in frame.to_dict("records"):
-        walk(record)
+    for record in read_rows(pathlib.Path(path), "bpe_corpus").to_dict("records"):
+        walk(plain(record))
     return texts

@@ -38,8 +38,8 @@ class TinyModelConfig:
     family: str = "llama"  # the architecture: llama, qwen2, qwen3, mistral, gemma2, gpt2 (causal only)
     tokenizer: str = "char"  # "char" (one token per character) or "bpe" (byte-level BPE, ChatML template)
     bpe_vocab: int = 512  # tokenizer=bpe: the vocabulary it is trained to
-    bpe_corpus: str = ""  # tokenizer=bpe: a data file (.parquet, .jsonl, .json) whose text it is trained on
-    #   too (a task's own words get merges); the arithmetic task's conversations always
+    bpe_corpus: str = ""  # tokenizer=bpe: a data file (parquet, jsonl, json, a `datasets` folder) whose
+    #   text it is trained on too (a task's own words get merges); the arithmetic task's conversations always
 
 
 def make_model(out_dir: str | pathlib.Path, cfg: TinyModelConfig = TinyModelConfig()) -> pathlib.Path:

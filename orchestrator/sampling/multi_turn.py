@@ -197,14 +197,13 @@ def jsonable(value):
     return value.tolist() if hasattr(value, "tolist") else str(value)
 
 
-def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int, parser=None, ends=frozenset()) -> None:
+def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int, parser, ends: frozenset[int]) -> None:
     """One episode, filling `traj`. Environment failures end it with traj.error; a rollout failure raises.
     With a tool-call parser (rollout.tool_parser), a turn's calls go to the environment and their results
     come back through the chat template (tool_results); without one, the turn's text is the action. `ends`:
     the tokens that end a turn (the model's end tokens: Qwen's <|im_end|> and <|endoftext|>)."""
     r, env = mesh.cfg.rollout, mesh["env"]
     budget = r.max_response_tokens or r.max_turns * r.max_new_tokens
-    ends = ends or frozenset(end_ids(tokenizer))
     episode = None
 
     def observe(text: str) -> None:

@@ -57,9 +57,9 @@ def rows(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def changed(run_dir, tiny_lm) -> bool:
+def changed(run_dir, model_dir) -> bool:
     after = load_file(run_dir / "hf" / "model.safetensors")
-    before = load_file(tiny_lm / "model.safetensors")
+    before = load_file(model_dir / "model.safetensors")
     return any(not torch.equal(after[k], before[k]) for k in before)
 
 

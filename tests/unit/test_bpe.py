@@ -105,7 +105,7 @@ def test_a_tokenizer_trained_on_a_tasks_own_file_merges_its_words(tmp_path):
     a, b = (AutoTokenizer.from_pretrained(m)(words, add_special_tokens=False)["input_ids"] for m in (plain, own))
     assert 2 * len(b) < len(a), (len(a), len(b))  # 6 against 23 here
     assert AutoTokenizer.from_pretrained(own).decode(b) == words
-    with pytest.raises(ValueError, match="is not a .parquet, .jsonl or .json file"):
+    with pytest.raises(ValueError, match="task.csv is not a data file this reads"):
         make_model(tmp_path / "bad", TinyModelConfig(tokenizer="bpe", bpe_corpus=str(tmp_path / "task.csv")))
 
 
