@@ -85,11 +85,11 @@ def flash(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scaling) -> torch.Tensor 
     global OFF
     if not kernel_runs(q):
         return None
-    kw = kernel_kwargs(varlen_attn, q.shape[1] // k.shape[1])
+    groups = q.shape[1] // k.shape[1]
+    kw = kernel_kwargs(varlen_attn, groups)
     if kw is None:
         return None
-    groups = kw.pop("repeat_kv", 1)
-    if groups > 1:  # grouped-query attention on a torch whose kernel takes equal heads only
+    if groups > 1 and "enable_gqa" not in kw:  # grouped-query attention on a kernel that takes equal heads only
         k, v = (t.repeat_interleave(groups, 1) for t in (k, v))
     try:
         out = varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, scale=scaling, **kw)
@@ -109,15 +109,12 @@ def parameters(kernel) -> frozenset[str]:
 def kernel_kwargs(kernel, groups: int) -> dict | None:
     """The causal and grouped-query arguments this torch's varlen_attn takes, or None where it cannot take
     what we need. torch >= 2.11 takes scale and window_size=(-1, 0) (causal, aligned to the end of the keys);
-    2.13 also enable_gqa, and on 2.11 k and v are repeated to the query heads instead (repeat_kv). 2.10's
-    kernel has is_causal and no scale: the padded attention runs there."""
+    2.13 also enable_gqa (on 2.11 the caller repeats k and v to the query heads instead). 2.10's kernel has
+    is_causal and no scale: the padded attention runs there."""
     names = parameters(kernel)
     if "window_size" not in names or "scale" not in names:
         return None
-    kw: dict = {"window_size": (-1, 0)}
-    if groups > 1:
-        kw.update({"enable_gqa": True} if "enable_gqa" in names else {"repeat_kv": groups})
-    return kw
+    return {"window_size": (-1, 0), **({"enable_gqa": True} if groups > 1 and "enable_gqa" in names else {})}
 
 
 def window(lengths: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
