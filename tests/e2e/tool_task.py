@@ -55,14 +55,10 @@ def warm_up_and_train(tmp: pathlib.Path, recipe: Recipe) -> tuple[pathlib.Path, 
     data = make_data(tmp / "data", task)
     common = ["actor.engine=plain", "actor.world_size=1", "trainer.trace=", f"trainer.seed={recipe.seed}"]
     first = recipe.traces_first
-    phases = [(first, 1.0), (recipe.sft_steps - first, recipe.tool_share)] if first else [(recipe.sft_steps, None)]
+    traces = make_data(tmp / "traces", dataclasses.replace(task, tool_share=1.0)) if first else data
+    phases = [(first, traces), (recipe.sft_steps - first, data)] if first else [(recipe.sft_steps, data)]
     sft, warmed = tmp, model
-    for i, (steps, share) in enumerate(phases):
-        files = (
-            data
-            if share in (None, recipe.tool_share)
-            else make_data(tmp / f"data{i}", dataclasses.replace(task, tool_share=share))
-        )
+    for i, (steps, files) in enumerate(phases):
         sft = run(
             "sft",
             load_config(
