@@ -48,7 +48,7 @@ def read_rows(path: pathlib.Path, key: str) -> pd.DataFrame:
     if path.suffix in (".jsonl", ".json"):
         try:
             # values as written: "007" stays a string (pandas would make it the number 7), a "date" column text
-            return pd.read_json(path, lines=path.suffix == ".jsonl", orient="records", dtype=False, convert_dates=False)
+            return pd.read_json(path, lines=path.suffix == ".jsonl", orient="records", dtype=False)
         except ValueError as e:
             raise ValueError(
                 f"{key}: {path} is not JSON {'lines ' if path.suffix == '.jsonl' else ''}rows: {e}"
