@@ -2,6 +2,8 @@
 
 import sys
 
-from cli.main import main
+from cli.main import exit_at_once, main
 
-sys.exit(main())
+code = main()
+exit_at_once(sys.argv[1:], code)
+sys.exit(code)

@@ -112,14 +112,17 @@ def main(fd: int) -> int:
         except Exception:  # noqa: BLE001 - an optional extra that is missing: the child imports (and reports) it
             pass
     argv = serve(sock)
-    if argv is None:
-        return 0
+    if argv is None:  # the caller is gone or done: nothing is held here, and the interpreter's teardown
+        os._exit(0)  # of the preloaded modules would hold the caller's stop up by a second or more
     # `ps`, top and psutil show what a fresh process's command line would, not this server's
     setproctitle.setproctitle(" ".join([sys.executable, "-m", "cli", *argv]))
     sys.argv = ["meshrl", *argv]
+    from cli.main import exit_at_once
     from cli.main import main as meshrl
 
-    return meshrl(argv)
+    code = meshrl(argv)
+    exit_at_once(argv, code)
+    return code
 
 
 if __name__ == "__main__":

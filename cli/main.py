@@ -6,8 +6,11 @@ all of them. Each subcommand imports what it runs only when it runs, so `meshrl 
 """
 
 import argparse
+import faulthandler
 import logging
+import os
 import pathlib
+import signal
 import sys
 
 from meshrl.flags import add_dataclass_flags, dataclass_from_args
@@ -89,6 +92,20 @@ def cmd_serve(args) -> int:
     except OSError as e:  # a port already taken: one line, not a traceback
         print(f"meshrl serve {args.service}: {e}", file=sys.stderr)
         return 1
+
+
+def exit_at_once(argv: list[str], code: int) -> None:
+    """End a `meshrl serve` or `meshrl <algorithm>` process as soon as its main returned: by then it has
+    stopped what it ran and closed what it holds (run_service's and the run's finally blocks), and the
+    interpreter's teardown of torch, transformers and vLLM took 2-3 s more per process, which every run's
+    end and every Ctrl-C waited for (and a stray non-daemon thread could hold it for good). Other commands
+    return as usual."""
+    if argv[:1] != ["serve"] and argv[:1] != ["ray"] and not (argv and argv[0] in ALGORITHMS):
+        return
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def cmd_certs(args) -> int:
@@ -315,6 +332,8 @@ ALGORITHMS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    # `kill -USR1 PID` prints every thread's stack to stderr: a process that hangs shows where
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ALGORITHMS:  # the loop parses its own flags (argparse would take --config here)
@@ -322,9 +341,13 @@ def main(argv: list[str] | None = None) -> int:
             from meshrl import forkserver
 
             forkserver.start()  # it imports what the services need while this process imports the loop
-        from orchestrator.main import main as loop_main
+        try:
+            from orchestrator.main import main as loop_main
 
-        return loop_main(argv)
+            return loop_main(argv)
+        except KeyboardInterrupt:  # Ctrl-C while torch and the loop import: no traceback for that
+            print(f"meshrl {argv[0]}: interrupted by the user", file=sys.stderr)
+            return 130
     if argv and argv[0] == "ray":  # the same loops, services placed on a Ray cluster
         from orchestrator.ray_launch import main as ray_main
 

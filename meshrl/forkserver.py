@@ -25,9 +25,11 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 VAR = "MESHRL_FORK_SERVER"  # "0": no fork server, whatever the config says
 MESSAGE = 1 << 20  # a request holds one service's arguments and environment
+START = 30.0  # seconds: a bound on waiting for a fork that was asked for, or for an orphan to exit
 FDS = socket.CMSG_SPACE(array.array("i", [0]).itemsize)
 
 _server: "ForkServer | None" = None
@@ -50,6 +52,14 @@ def start() -> "ForkServer | None":
 def running() -> "ForkServer | None":
     """The fork server if it is up, else None (callers then start processes themselves)."""
     return _server if _server is not None and not _server.gone.is_set() else None
+
+
+def kill() -> None:
+    """SIGKILL to the fork server without waiting (Ctrl-C's stop of last resort; not under the lock, which a
+    thread may hold)."""
+    server = _server
+    if server is not None:
+        server.kill()
 
 
 def stop() -> None:
@@ -121,7 +131,8 @@ class Forked:
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
-        self._started.wait()
+        if not self._started.wait(START):  # never forked: there is nothing to signal (the server's loss ends it)
+            return
         try:
             if not self._done.is_set() and self._pidfd >= 0:
                 signal.pidfd_send_signal(self._pidfd, sig)
@@ -210,9 +221,10 @@ class ForkServer:
         for child in list(self.waiting.values()):
             child.unforked = True
             child._end(1)
+        deadline = time.monotonic() + START
         for child in list(self.children.values()):
-            if child._pidfd >= 0:
-                select.select([child._pidfd], [], [])
+            if child._pidfd >= 0:  # readable once it exits; one that ignores SIGTERM is not waited for past START
+                select.select([child._pidfd], [], [], max(0.0, deadline - time.monotonic()))
             child._end(-signal.SIGTERM)
 
     def close(self) -> None:
@@ -222,7 +234,11 @@ class ForkServer:
             pass
         self.sock.close()
         try:
-            self.proc.wait(10)
+            self.proc.wait(5)  # it exits at once when the socket closes (cli/forkserver.py)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            self.proc.wait()
+            self.proc.wait(5)
+
+    def kill(self) -> None:
+        """SIGKILL to the server, waiting for nothing; its children get SIGTERM from the kernel (lifeline)."""
+        self.proc.kill()

@@ -53,6 +53,9 @@ def main(argv: list[str], runner=run, prog: str = "meshrl") -> int:
     except trainer.RunInterrupted as e:
         print(f"{prog} {algorithm}: {e}", file=sys.stderr)
         return 130  # as a shell reports a command ended by SIGINT
+    except KeyboardInterrupt:  # before the run took over Ctrl-C (imports, the config), or on its way out
+        print(f"{prog} {algorithm}: interrupted by the user", file=sys.stderr)
+        return 130
     except (ValueError, FileNotFoundError, RuntimeError, ServiceError) as e:
         # what went wrong, in one line; the services' own logs hold their details
         print(f"{prog} {algorithm}: error: {e}", file=sys.stderr)

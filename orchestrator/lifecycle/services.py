@@ -10,6 +10,7 @@ import logging
 import subprocess
 import sys
 import threading
+import time
 
 from meshrl import forkserver
 from meshrl.lifeline import child_env
@@ -229,16 +230,39 @@ class Services:
         log.info("started %s service again at %s", name, address)
         return self._client(name, address, ours=True)
 
-    def stop(self) -> None:
-        for c in self.clients.values():
-            c.close()
+    def stop(self, grace: float = 30.0) -> None:
+        """SIGTERM to every process started here, their clients closed, and each waited for within one
+        shared `grace` (seconds), killed past it. Nothing here waits without a bound: a channel whose call
+        was interrupted by Ctrl-C can deadlock in close() (grpc/grpc#19973), so the clients are closed on a
+        thread of their own, which the stop does not wait on for long."""
         for p in self.procs:
             p.terminate()
+        clients, self.clients = list(self.clients.values()), {}
+        closing = threading.Thread(target=close_all, args=(clients,), name="meshrl-close", daemon=True)
+        closing.start()
+        deadline = time.monotonic() + grace
         for p in self.procs:
             try:
-                p.wait(60)
+                p.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                log.warning("%s did not stop within %.0f s of SIGTERM: killed", " ".join(p.args[:4]), grace)
                 p.kill()
+        for p in self.procs:
+            try:
+                p.wait(5)  # SIGKILL cannot be ignored; a process in uninterruptible sleep is left to the kernel
+            except subprocess.TimeoutExpired:
+                pass
         self.procs.clear()
+        closing.join(2)
         if self.waiter is not None:  # its threads end with the processes they read
             self.waiter.shutdown(wait=False)
+
+    def kill_all(self) -> None:
+        """SIGKILL to every process started here, waiting for nothing (the stop of last resort)."""
+        for p in list(self.procs):
+            p.kill()
+
+
+def close_all(clients: list[Client]) -> None:
+    for c in clients:
+        c.close()

@@ -33,6 +33,7 @@ from orchestrator.output.loggers import RunLog
 from orchestrator.output.report import finish_report
 from orchestrator.run import fleet
 from orchestrator.run.checkpoints import link_final_model, resume, save
+from orchestrator.run.interrupt import Interrupts
 from orchestrator.run.recovery import StepFailed, check_not_ahead, recover, snapshot
 from orchestrator.run.state import RunState
 from orchestrator.run.validation import validate
@@ -207,6 +208,22 @@ def resume_hint(run_dir: pathlib.Path, done: int) -> str:
     )
 
 
+def stop_all(state: RunState | None, services: Services) -> None:
+    """The way out of every run: sampling ahead told to stop, the services stopped (their calls in flight
+    then end), the producer given a moment to notice, the fork server and the tracer closed."""
+    producer = state.producer if state is not None else None
+    if producer is not None:
+        producer.stop(wait=0)
+    services.stop()
+    if producer is not None:
+        producer.stop(wait=5)
+    forkserver.stop()
+    try:
+        telemetry.shutdown()
+    except OSError as e:  # a full disk under the trace files: said, and the run's own outcome stands
+        log.warning("closing the traces: %s", e)
+
+
 def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     """Train; returns the run folder (config.yaml, metrics.jsonl, tensorboard/, checkpoints/, hf,
     curves.png, summary.md)."""
@@ -222,32 +239,36 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     telemetry.setup("meshrl-orchestrator")
     services = Services()
     token_made, state = False, None
-    try:
-        ours = wanted(cfg, roles)
-        given = {role for role, (address, _) in ours.items() if address}
-        if not cfg.trainer.fork_server or given == set(ours):
-            forkserver.stop()  # `meshrl <algorithm>` started it before the config was read
-        token_made = run_token()  # the services this run starts answer no caller without the run's token
-        if token_made:
-            keep_token_from(given, set(ours) - given, services)
-        services.spawn_all(ours)  # they start while this process reads the data
-        state = start(cfg, algorithm, roles, services, given)
-        train(state)
-        table = finish_report(run_dir)
-        if table:
-            print(f"\n{algorithm.name} run {run_dir}:\n{table}")
-    except StepFailed as e:
-        raise StepFailed(f"{e}; {resume_hint(run_dir, state.done if state else 0)}") from None
-    except KeyboardInterrupt:  # the services run in sessions of their own: they are still up, and stop below
-        if (run_dir / "metrics.jsonl").is_file():
-            finish_report(run_dir)  # the curves so far
-        raise RunInterrupted(f"interrupted by the user; {resume_hint(run_dir, state.done if state else 0)}") from None
-    finally:
-        if state is not None and state.producer is not None:
-            state.producer.stop()
-        services.stop()
-        forkserver.stop()
-        telemetry.shutdown()
-        if token_made:
-            forget_run_token()
+    stop = Interrupts(
+        f"meshrl {algorithm.name}",
+        hint=lambda: resume_hint(run_dir, state.done if state else 0),
+        kill=lambda: (services.kill_all(), forkserver.kill()),
+    )
+    with stop:  # Ctrl-C is said at once, a second one stops at once, and the way out below is bounded
+        try:
+            ours = wanted(cfg, roles)
+            given = {role for role, (address, _) in ours.items() if address}
+            if not cfg.trainer.fork_server or given == set(ours):
+                forkserver.stop()  # `meshrl <algorithm>` started it before the config was read
+            token_made = run_token()  # the services this run starts answer no caller without the run's token
+            if token_made:
+                keep_token_from(given, set(ours) - given, services)
+            services.spawn_all(ours)  # they start while this process reads the data
+            state = start(cfg, algorithm, roles, services, given)
+            train(state)
+            table = finish_report(run_dir)
+            if table:
+                print(f"\n{algorithm.name} run {run_dir}:\n{table}")
+        except StepFailed as e:
+            raise StepFailed(f"{e}; {resume_hint(run_dir, state.done if state else 0)}") from None
+        except KeyboardInterrupt:  # the services run in sessions of their own: they are still up, and stop below
+            if (run_dir / "metrics.jsonl").is_file():
+                finish_report(run_dir)  # the curves so far
+            hint = resume_hint(run_dir, state.done if state else 0)
+            raise RunInterrupted(f"interrupted by the user; {hint}") from None
+        finally:
+            stop.arm()
+            stop_all(state, services)
+            if token_made:
+                forget_run_token()
     return run_dir

@@ -134,11 +134,13 @@ class Producer:
             self.pushed = version
             self.cond.notify_all()
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 600) -> None:
+        """Stop sampling ahead; wait up to `wait` seconds for the thread (a call in flight ends with its
+        service, or by its deadline)."""
         with self.cond:
             self.stopping = True
             self.cond.notify_all()
-        self.thread.join(timeout=600)
+        self.thread.join(timeout=wait)
 
     # ---- the producer's side -------------------------------------------------------------
 

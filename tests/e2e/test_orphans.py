@@ -19,28 +19,76 @@ def wait_for_step_one(orchestrator, run):
         time.sleep(0.5)
 
 
+def finish(orchestrator: subprocess.Popen, timeout: float = 120) -> str:
+    """Its stderr once it exits; a hang fails with every thread's stack (faulthandler on SIGUSR1, cli.main)."""
+    try:
+        return orchestrator.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        os.kill(orchestrator.pid, signal.SIGUSR1)
+        time.sleep(3)
+        orchestrator.kill()
+        err = orchestrator.communicate()[1]
+        pytest.fail(f"the orchestrator hung after Ctrl-C; its stacks:\n{err[-12000:]}")
+
+
+def start_in_a_terminal(command: list[str]) -> subprocess.Popen:
+    """A run in its own process group, standing for the terminal's foreground group."""
+    return subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+
+
 def test_ctrl_c_is_an_interrupt_not_a_service_failure(tiny_lm, arithmetic_data, tmp_path):
     """The terminal sends SIGINT to its whole foreground process group; the services must not be in it (they
-    died first, and the run reported "RewardService.Score ... Connection refused")."""
+    died first, and the run reported "RewardService.Score ... Connection refused"). It is said at once, and
+    the way out is bounded (orchestrator.run.interrupt)."""
     run = tmp_path / "run"
-    orchestrator = subprocess.Popen(  # its own group, standing for the terminal's foreground group
-        grpo_command(tiny_lm, arithmetic_data, run, 1000),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    orchestrator = start_in_a_terminal(grpo_command(tiny_lm, arithmetic_data, run, 1000))
     family = []
     try:
         wait_for_step_one(orchestrator, run)
         family = psutil.Process(orchestrator.pid).children(recursive=True)
         os.killpg(orchestrator.pid, signal.SIGINT)
-        _, err = orchestrator.communicate(timeout=120)
+        err = finish(orchestrator)
         last = err.strip().splitlines()[-1]
         assert orchestrator.returncode == 130, err[-3000:]
+        assert "meshrl grpo: interrupted: stopping the services (Ctrl-C again to stop at once)" in err
         assert "interrupted by the user" in last and "trainer.resume=true" in last, last
         assert "Connection refused" not in err and "error" not in last, err[-3000:]
+        assert "Traceback" not in err, err[-3000:]
         assert not psutil.wait_procs(family, timeout=60)[1]  # and the services stopped after it
+    finally:
+        if orchestrator.poll() is None:
+            orchestrator.kill()
+        for p in family:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+
+def test_a_second_ctrl_c_stops_at_once_without_a_traceback(tiny_lm, arithmetic_data, tmp_path):
+    """The reward service stopped (SIGSTOP) does not act on SIGTERM, so the first Ctrl-C's way out waits on
+    it; the second Ctrl-C kills every service and exits 130 with the resume hint."""
+    run = tmp_path / "run"
+    orchestrator = start_in_a_terminal(grpo_command(tiny_lm, arithmetic_data, run, 1000))
+    family = []
+    try:
+        wait_for_step_one(orchestrator, run)
+        family = psutil.Process(orchestrator.pid).children(recursive=True)
+        reward = [p for p in family if "serve reward" in " ".join(p.cmdline())]
+        assert len(reward) == 1, [p.cmdline() for p in family]
+        reward[0].suspend()
+        os.killpg(orchestrator.pid, signal.SIGINT)
+        time.sleep(2)
+        assert orchestrator.poll() is None  # waiting on the stopped reward service
+        os.killpg(orchestrator.pid, signal.SIGINT)
+        err = finish(orchestrator)
+        last = err.strip().splitlines()[-1]
+        assert orchestrator.returncode == 130, err[-3000:]
+        assert "stopped at once on a second Ctrl-C" in last and "trainer.resume=true" in last, last
+        assert "Traceback" not in err, err[-3000:]
+        assert not psutil.wait_procs(family, timeout=60)[1]
     finally:
         if orchestrator.poll() is None:
             orchestrator.kill()
