@@ -6,6 +6,7 @@ all of them. Each subcommand imports what it runs only when it runs, so `meshrl 
 """
 
 import argparse
+import contextlib
 import faulthandler
 import logging
 import os
@@ -333,7 +334,8 @@ ALGORITHMS = {
 
 def main(argv: list[str] | None = None) -> int:
     # `kill -USR1 PID` prints every thread's stack to stderr: a process that hangs shows where
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    with contextlib.suppress(ValueError, OSError):  # a stderr without a descriptor (captured, in a test)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ALGORITHMS:  # the loop parses its own flags (argparse would take --config here)
