@@ -54,6 +54,17 @@ def running() -> "ForkServer | None":
     return _server if _server is not None and not _server.gone.is_set() else None
 
 
+def died(timeout: float = START) -> bool:
+    """True when this process's fork server exited without being stopped (killed, or it crashed); waits
+    up to `timeout` until the services it had forked are accounted for (they die with it), so that their
+    callers see them dead rather than a refused call."""
+    server = _server
+    if server is None or not server.gone.is_set():
+        return False
+    server.settled.wait(timeout)
+    return True
+
+
 def kill() -> None:
     """SIGKILL to the fork server without waiting (Ctrl-C's stop of last resort; not under the lock, which a
     thread may hold)."""
@@ -169,6 +180,7 @@ class ForkServer:
         self.children: dict[int, Forked] = {}  # by pid, until they exit
         self.send_lock = threading.Lock()
         self.gone = threading.Event()
+        self.settled = threading.Event()  # gone, and every child's end recorded
         threading.Thread(target=self._read, name="meshrl-forkserver", daemon=True).start()
 
     def spawn(self, argv: list[str], env: dict[str, str]) -> Forked:
@@ -214,6 +226,7 @@ class ForkServer:
         finally:
             self.gone.set()
             self._orphans()
+            self.settled.set()
 
     def _orphans(self) -> None:
         """The server died: its children got SIGTERM from the kernel (meshrl.lifeline); wait for each to

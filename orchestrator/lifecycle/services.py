@@ -101,6 +101,7 @@ class Services:
         self.ours: dict[str, tuple[Process, list[str]]] = {}  # started here and ready: (process, args)
         self.starting: dict[str, concurrent.futures.Future] = {}  # respawned, until they listen
         self.waiter: concurrent.futures.ThreadPoolExecutor | None = None  # waits for their listening lines
+        self.server_lost = False  # the fork server died (said once)
         self.given_token: str | None = None  # the token for services given by address ("": none; None: the
         #   environment's, as for ours)
 
@@ -162,7 +163,12 @@ class Services:
         return listener, address
 
     def dead(self) -> set[str]:
-        """The services started here whose process has exited."""
+        """The services started here whose process has exited. Where the fork server died, the services it
+        had forked died with it (meshrl.lifeline): their ends are waited for, and what starts them again
+        starts them afresh (spawn)."""
+        if forkserver.died() and not self.server_lost:
+            self.server_lost = True
+            log.warning("the fork server died, and the services it had started with it: they start afresh")
         return {name for name, (proc, _) in self.ours.items() if proc.poll() is not None}
 
     def _bury(self, name: str, proc: Process) -> None:

@@ -157,3 +157,24 @@ def test_a_service_given_by_address_is_waited_for(tiny_lm, arithmetic_data, tmp_
     text = log.read_text()
     assert f"{name} not answering" in text and f"waiting up to 300 s for {name}" in text
     assert ("resumed from" in text and "step_5" in text) == (name == "actor")
+
+
+def test_a_killed_fork_server_is_healed_like_its_services(tiny_lm, arithmetic_data, tmp_path):
+    """kill -9 of the run's fork server takes every service it forked with it (meshrl.lifeline); the run
+    says so, starts them afresh without it (the actor from its last checkpoint, step 5) and finishes."""
+    run_dir, log = tmp_path / "forkless", tmp_path / "forkless.log"
+    overrides = [*settings(tiny_lm, arithmetic_data, tmp_path, run_dir), "trainer.total_steps=7"]
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "cli", "grpo", *overrides], stdout=f, stderr=f)
+    orchestrator, deadline = psutil.Process(proc.pid), time.monotonic() + 300
+    while max(steps_logged(run_dir), default=0) < 6 and time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        time.sleep(0.05)
+    servers = [p for p in orchestrator.children() if "cli.forkserver" in " ".join(p.cmdline())]
+    assert len(servers) == 1
+    servers[0].send_signal(signal.SIGKILL)
+    assert proc.wait(300) == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    assert "the fork server died, and the services it had started with it" in text
+    assert "died: restart 1 of 3" in text and "step_5" in text
+    assert steps_logged(run_dir) == list(range(1, 8))
