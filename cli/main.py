@@ -154,7 +154,10 @@ def cmd_export(args) -> int:
         return 1
     latest = root / "latest"
     name = f"step_{args.step}" if args.step is not None else latest.read_text().strip() if latest.is_file() else ""
-    saved = sorted((p.name for p in root.glob("step_*")), key=lambda n: int(n.removeprefix("step_") or 0))
+    saved = sorted(
+        (p.name for p in root.glob("step_*") if p.name.removeprefix("step_").isdigit()),
+        key=lambda n: int(n.removeprefix("step_") or 0),
+    )
     if not name or not (root / name / "actor").is_dir():
         what = f"no actor checkpoint {name}" if name else "no checkpoint"
         print(f"meshrl export: {run_dir}: {what} (saved: {', '.join(saved) or 'none'})", file=sys.stderr)

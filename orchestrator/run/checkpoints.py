@@ -4,12 +4,17 @@ what resume restores, and the run folder's link to the final model.
 checkpoints/step_N/ holds actor/, critic/ (the services write them, DCP, each signed
 with an integrity.json the service checks before loading: services/actor/integrity.py)
 and orchestrator.json (step, data position, RNG state, the algorithm's own state);
-checkpoints/latest names the newest complete one.
+checkpoints/latest names the newest complete one. A step is written under step_N.partial/ and renamed
+when whole, so a save cut short (a full disk, a lost service, Ctrl-C) leaves no step_N/ that looks
+complete; a full disk is said in one line with the last good checkpoint.
 """
 
+import errno
 import json
 import logging
+import os
 import pathlib
+import shutil
 
 import torch
 
@@ -19,23 +24,44 @@ from orchestrator.loops.algorithm import Algorithm
 log = logging.getLogger(__name__)
 
 
+class DiskFull(OSError):
+    """A checkpoint could not be written for want of space; says where and which checkpoint is good."""
+
+
 def save(
     run_dir: pathlib.Path, number: int, mesh: Mesh, algorithm: Algorithm, sampler_state: dict, last: bool
 ) -> pathlib.Path:
     """Step `number`'s checkpoint: the trained services' own, and orchestrator.json (`sampler_state`: the
-    data position after the step's batch); `last` also exports the actor as HF."""
+    data position after the step's batch); `last` also exports the actor as HF. DiskFull when the disk
+    is; what was written of the step is removed in any failure."""
     path = run_dir / "checkpoints" / f"step_{number}"
-    for role in algorithm.trained:
-        mesh.save(role, path / role, export_hf=last and role == "actor")
-    state = {
-        "step": number,
-        "sampler": sampler_state,
-        "algorithm": algorithm.state_dict(),
-        "torch_rng": torch.get_rng_state().tolist(),
-    }
-    (path / "orchestrator.json").write_text(json.dumps(state))
-    (run_dir / "checkpoints" / "latest").write_text(path.name)  # written last: a half-saved step is not "latest"
+    partial = path.with_name(f"{path.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)  # left by a run killed mid-save
+    try:
+        for role in algorithm.trained:
+            mesh.save(role, partial / role, export_hf=last and role == "actor")
+        state = {
+            "step": number,
+            "sampler": sampler_state,
+            "algorithm": algorithm.state_dict(),
+            "torch_rng": torch.get_rng_state().tolist(),
+        }
+        (partial / "orchestrator.json").write_text(json.dumps(state))
+        if path.exists():  # a step redone after a recovery replaces the one saved before
+            shutil.rmtree(path)
+        os.replace(partial, path)
+        (run_dir / "checkpoints" / "latest").write_text(path.name)  # last: a half-saved step is not "latest"
+    except BaseException as e:
+        shutil.rmtree(partial, ignore_errors=True)
+        if out_of_space(e):
+            raise DiskFull(errno.ENOSPC, f"no space left on the disk to save step {number} under {path.parent}") from e
+        raise
     return path
+
+
+def out_of_space(e: BaseException) -> bool:
+    """ENOSPC here, or in the service that wrote its part (its error's text)."""
+    return (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "No space left on device" in str(e)
 
 
 def resume(run_dir: pathlib.Path, mesh: Mesh, algorithm: Algorithm, sampler) -> int:

@@ -32,7 +32,7 @@ from orchestrator.loops.algorithm import Algorithm
 from orchestrator.output.loggers import RunLog
 from orchestrator.output.report import finish_report
 from orchestrator.run import fleet
-from orchestrator.run.checkpoints import link_final_model, resume, save
+from orchestrator.run.checkpoints import DiskFull, link_final_model, resume, save
 from orchestrator.run.interrupt import Interrupts
 from orchestrator.run.recovery import StepFailed, check_not_ahead, recover, snapshot
 from orchestrator.run.state import RunState
@@ -109,7 +109,9 @@ def save_if_due(state: RunState) -> None:
         checkpoint = save(
             state.run_dir, number, state.mesh, state.algorithm, state.sampler_state(number), number == total
         )
-    except ServiceError as e:  # a half-written checkpoint is never "latest"
+    except DiskFull as e:  # nothing to recover from: the step's partial folder is gone, the hint says the rest
+        raise StepFailed(e.strerror) from None
+    except (ServiceError, OSError) as e:  # a half-written checkpoint is never "latest"
         raise StepFailed(f"saving step {number} failed: {e}") from None
     state.done = number
     if number == total:
