@@ -8,7 +8,10 @@ to the same replicas every time. A sample's seed belongs to its prompt (prompt i
 the call's seed + i), so which replica serves a prompt does not change what it samples.
 
 A replica that fails a call is marked down: its calls go to the others, and it gets work again only
-once the run has brought it back and given it the current weights (run.recovery.heal_fleet).
+once the run has brought it back and given it the current weights (run.fleet.heal). So is one that hangs:
+while another replica is up, a call gets a deadline scaled from its work (Router.deadline: SLACK times
+the fleet's slowest recent pace per sample, at least MIN_DEADLINE seconds), and a replica that makes no
+answer within it (SIGSTOP, a wedged engine) is set aside and its call sent to another, as if it had died.
 
 A running run's fleet changes through RUN_DIR/fleet.json (`meshrl fleet RUN_DIR --replicas N`, or
 `--address A,B,...` for a fleet given by address), read before every step: a new replica starts (or is
@@ -18,6 +21,7 @@ flight finish, and it is stopped (one the run started) or let go.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import pathlib
@@ -97,8 +101,13 @@ def is_replica(name: str) -> bool:
     return role_of(name) == "rollout"
 
 
+SLACK = 8.0  # a call may take this many times the fleet's slowest recent seconds per sample
+MIN_DEADLINE = 10.0  # seconds: never less (a step's long tail, a replica that shares its cores)
+PACE_CALLS = 16  # the recent calls the pace is taken over
+
+
 class Router:
-    """Which replica serves a call, and what each served (metrics)."""
+    """Which replica serves a call, how long it may take, and what each served (metrics)."""
 
     def __init__(self, names: list[str]):
         self.names = list(names)
@@ -107,7 +116,26 @@ class Router:
         self.samples = dict.fromkeys(names, 0)  # served since the last metrics()
         self.busy = dict.fromkeys(names, 0.0)  # seconds with a call in flight, since the last metrics()
         self.since: dict[str, float] = {}  # when its current busy spell began
+        self.paces: collections.deque[float] = collections.deque(maxlen=PACE_CALLS)  # seconds per sample
+        self.warm: set[str] = set()  # replicas past their first call
         self.lock = threading.Lock()
+
+    def deadline(self, samples: int) -> float | None:
+        """Seconds a call of `samples` may take before its replica counts as hung; None (the client's own
+        deadline) before any call has been timed (an engine's first call compiles and warms up) or when
+        no other replica is up to take the call."""
+        with self.lock:
+            if not self.paces or len(self.names) - len(self.down) < 2:
+                return None
+            return max(MIN_DEADLINE, SLACK * max(self.paces) * samples)
+
+    def timed(self, name: str, seconds: float, samples: int) -> None:
+        """A call of `samples` served by `name` in `seconds`: the fleet's pace. A replica's first call is left
+        out: an engine warms up on it (5 s for 8 samples of the tiny test model, 0.1 s after)."""
+        with self.lock:
+            if name in self.warm:
+                self.paces.append(seconds / max(1, samples))
+            self.warm.add(name)
 
     def up(self) -> list[str]:
         with self.lock:

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import logging
 import pathlib
+import time
 
 import grpc
 import torch
@@ -201,14 +202,20 @@ class Mesh:
         a push interrupted it (rollout.on_update=interrupt); sent to another replica when this one is lost
         (fleet: marked down until the run brings it back). The last replica up fails as it failed."""
         while True:
+            start, timeout = time.perf_counter(), self.router.deadline(samples)
             try:
-                gen = self._interruptible(request, name)
+                gen = self._interruptible(request, name, timeout)
             except ServiceError as e:
                 self.router.done(name, samples, served=False)
                 if not replica_lost(e) or self.router.up() == [name]:  # the request's fault, or the last one up
                     raise
+                hung = e.code == grpc.StatusCode.DEADLINE_EXCEEDED and timeout is not None
                 log.warning(
-                    "rollout replica %s (%s) failed a Generate and is set aside: %s", name, self[name].address, e
+                    "rollout replica %s (%s) %s and is set aside; its call goes to another replica%s",
+                    name,
+                    self[name].address,
+                    f"gave no answer in {timeout:.0f} s ({samples} samples)" if hung else "failed a Generate",
+                    "" if hung else f": {e}",
                 )
                 self.router.mark_down(name)
                 try:
@@ -220,20 +227,21 @@ class Mesh:
                 self.router.done(name, samples, served=False)
                 raise
             self.router.done(name, samples, served=True)
+            self.router.timed(name, time.perf_counter() - start, samples)
             return gen
 
-    def _interruptible(self, request: Payload, name: str) -> DataProto:
+    def _interruptible(self, request: Payload, name: str, timeout: float | None = None) -> DataProto:
         for _ in range(INTERRUPTED_RESENDS):
             try:
-                return self._generate(request, name)
+                return self._generate(request, name, timeout)
             except ServiceError as e:  # a push interrupted it (rollout.on_update=interrupt): again, on new weights
                 # details: None where the status carried no text
                 if e.code != grpc.StatusCode.ABORTED or "interrupted" not in (e.details or ""):
                     raise
-        return self._generate(request, name)  # the last resend: whatever stops it goes up
+        return self._generate(request, name, timeout)  # the last resend: whatever stops it goes up
 
-    def _generate(self, request: Payload, name: str = "rollout") -> DataProto:
-        _, gen = self[name].call_batch("Generate", request, rollout_pb2.GenerateResponse)
+    def _generate(self, request: Payload, name: str = "rollout", timeout: float | None = None) -> DataProto:
+        _, gen = self[name].call_batch("Generate", request, rollout_pb2.GenerateResponse, timeout=timeout)
         return gen
 
     @contextlib.contextmanager
@@ -347,13 +355,22 @@ class Mesh:
         self[role].call("LoadCheckpoint", actor_pb2.CheckpointRequest(path=absolute(path)))
 
 
-REWARD_COLUMNS = ("data_source", "reward_model", "extra_info", "ability", "uid", "response_text", "finish_reason")
+REWARD_COLUMNS = (
+    "data_source",
+    "reward_model",
+    "extra_info",
+    "ability",
+    "uid",
+    "response_text",
+    "finish_reason",
+    "dataset_columns",  # the rows' other columns, where a TRL-form reward function reads them (orchestrator.data)
+)
 
 
 def reward_request(gen: DataProto) -> DataProto:
     """What a Score request carries (docs/wire.md): per row the response and prompt text, data_source,
-    reward_model, extra_info, and the responses with their response_mask; not the model inputs and
-    log-probs, which no scorer needs."""
+    reward_model, extra_info, dataset_columns (when the rows have them), and the responses with their
+    response_mask; not the model inputs and log-probs, which no scorer needs."""
     cols = gen.non_tensor_batch
     columns = {k: list(cols[k]) for k in REWARD_COLUMNS if k in cols}
     if "prompt" in cols:

@@ -14,7 +14,7 @@ from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.v1 import actor_pb2
 from orchestrator.config import load_config
-from orchestrator.lifecycle.fleet import NoReplica, Router, replica_names, starts
+from orchestrator.lifecycle.fleet import MIN_DEADLINE, SLACK, NoReplica, Router, replica_names, starts
 from orchestrator.lifecycle.mesh import Mesh, wanted
 
 
@@ -217,3 +217,17 @@ def test_a_call_that_fails_otherwise_is_no_longer_counted_in_flight():
     with pytest.raises(RuntimeError, match="cannot be decoded"):
         mesh.generate(prompts(4), seed=0)
     assert mesh.router.in_flight == {"rollout": 0, "rollout-1": 0} and not mesh.router.down
+
+
+def test_a_call_gets_a_deadline_from_the_fleets_pace_once_it_has_one():
+    router = Router(["rollout", "rollout-1"])
+    assert router.deadline(8) is None  # nothing timed yet: the client's own deadline
+    router.timed("rollout", 5.0, 8)  # a replica's first call warms its engine up: not the pace
+    assert router.deadline(8) is None
+    router.timed("rollout", 0.8, 8)
+    router.timed("rollout-1", 9.0, 8)  # rollout-1's first
+    router.timed("rollout-1", 1.6, 8)
+    assert router.deadline(100) == pytest.approx(SLACK * 0.2 * 100)  # the slowest recent pace, times SLACK
+    assert router.deadline(1) == MIN_DEADLINE
+    router.mark_down("rollout-1")
+    assert router.deadline(100) is None  # no other replica to send the call to
