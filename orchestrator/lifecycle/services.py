@@ -251,7 +251,7 @@ class Services:
             try:
                 p.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                log.warning("%s did not stop within %.0f s of SIGTERM: killed", " ".join(p.args[:4]), grace)
+                log.warning("%s did not stop within %.0f s of SIGTERM: killed", p.args, grace)
                 p.kill()
         for p in self.procs:
             try:

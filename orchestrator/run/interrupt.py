@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from typing import Any
 
 DEADLINE = 60.0  # seconds for the way out; stopping services takes 1-4 s idle, 12-24 s on a loaded machine
 
@@ -31,7 +32,7 @@ class Interrupts:
         self.kill = kill  # kills what the run started, without waiting for anything
         self.deadline = deadline
         self.interrupted = False
-        self._previous = None
+        self._previous: Any = None  # the handler to restore
         self._timer: threading.Timer | None = None
 
     def __enter__(self) -> "Interrupts":

@@ -241,10 +241,13 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     telemetry.setup("meshrl-orchestrator")
     services = Services()
     token_made, state = False, None
+
+    def kill() -> None:  # the stop of last resort: nothing waited for
+        services.kill_all()
+        forkserver.kill()
+
     stop = Interrupts(
-        f"meshrl {algorithm.name}",
-        hint=lambda: resume_hint(run_dir, state.done if state else 0),
-        kill=lambda: (services.kill_all(), forkserver.kill()),
+        f"meshrl {algorithm.name}", hint=lambda: resume_hint(run_dir, state.done if state else 0), kill=kill
     )
     with stop:  # Ctrl-C is said at once, a second one stops at once, and the way out below is bounded
         try:
