@@ -195,21 +195,15 @@ def cmd_fleet(args) -> int:
 
 
 def cmd_config_from_verl(args) -> int:
-    """A verl PPO/GRPO YAML as our config, and what has no equivalent: orchestrator.from_verl."""
-    import yaml
-
-    from orchestrator.from_verl import convert, render
+    """A verl PPO/GRPO YAML or launch script as our config, and what has no equivalent: orchestrator.from_verl."""
+    from orchestrator.from_verl import convert, read, render
 
     path = pathlib.Path(args.file)
     try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
+        text = render(convert(*read(path.read_text())), str(path))
+    except (OSError, ValueError) as e:
         print(f"meshrl config from-verl: {path}: {e}", file=sys.stderr)
         return 2
-    if not isinstance(raw, dict):
-        print(f"meshrl config from-verl: {path} is not a YAML mapping (a verl config)", file=sys.stderr)
-        return 2
-    text = render(*convert(raw), str(path))
     if args.out:
         pathlib.Path(args.out).write_text(text)
         print(f"wrote {args.out}", file=sys.stderr)
@@ -223,7 +217,7 @@ def cmd_trace(args) -> int:
     from meshrl.trace_view import main
 
     try:
-        return main(args.run_dir, args.step)
+        return main(args.run_dir, args.step, args.attempt)
     except ValueError as e:
         print(f"meshrl trace: {e}", file=sys.stderr)
         return 1
@@ -290,10 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, default=None, help="which checkpoint; default: the latest")
     p.add_argument("--out", default=None, help="output folder for hf/ (and hf_adapter/); default RUN_DIR/export/step_N")
     p.set_defaults(fn=cmd_export)
-    p = sub.add_parser("config", help="configs from elsewhere: `meshrl config from-verl VERL.yaml`")
+    p = sub.add_parser("config", help="configs from elsewhere: `meshrl config from-verl VERL.yaml|run.sh`")
     which_config = p.add_subparsers(dest="config_command", required=True)
-    q = which_config.add_parser("from-verl", help="our config for a verl PPO/GRPO YAML, and what has no equivalent")
-    q.add_argument("file")
+    q = which_config.add_parser(
+        "from-verl", help="our config for a verl PPO/GRPO YAML or launch script, and what has no equivalent"
+    )
+    q.add_argument("file", help="a verl YAML, or a script running python3 -m verl.trainer.main_ppo key=value ...")
     q.add_argument("--out", default=None, help="write it here instead of printing it")
     q.set_defaults(fn=cmd_config_from_verl)
     p = sub.add_parser("fleet", help="resize a running run's rollout fleet (read before every step)")
@@ -308,6 +304,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("trace", help="show one training step's spans (every service) as a timeline")
     p.add_argument("run_dir", help="a run folder (trainer.run_dir) with traces/")
     p.add_argument("--step", type=int, default=None, help="which step; default: the last traced")
+    p.add_argument(
+        "--attempt",
+        type=int,
+        default=None,
+        help="a step done more than once: which time (1, 2, ...); default: the last",
+    )
     p.set_defaults(fn=cmd_trace)
     return parser
 

@@ -2,8 +2,9 @@
 
     cfg = load_config("configs/grpo.yaml", ["actor.lr=1e-5", "rollout.n=8"])
 
-Unknown sections or keys and wrong types are errors naming the key; the
-resolved config is saved with the run (save_config). The sections mirror the
+Unknown sections or keys and wrong types are errors naming the key (and the
+known key closest to a typo); the resolved config is saved with the run
+(save_config). The sections mirror the
 services (actor, ref, critic, rollout, reward, env), the data, the algorithm
 and the trainer. A service's settings are not declared here: its section is
 made of the service's own settings classes (meshrl/config), with their
@@ -13,6 +14,7 @@ and docs/configuration.md list them all (describe_keys).
 """
 
 import dataclasses
+import difflib
 import pathlib
 import re
 import typing
@@ -382,7 +384,10 @@ def from_dict(raw: dict) -> Config:
         try:
             sections[name] = build(cls, values, name)
         except ValueError as e:
-            raise ValueError(f"{e}{verl_keys.hints({name: values})}") from None
+            hints = verl_keys.hints({name: values})
+            known = {f.name for f in dataclasses.fields(cls)}
+            typos = "" if hints else "".join(did_you_mean(f"{name}.{k}") for k in values if k not in known)
+            raise ValueError(f"{e}{hints}{typos}") from None
     return Config(**sections)
 
 
@@ -394,11 +399,12 @@ def apply_override(raw: dict, override: str) -> None:
     if not sep or len(parts) != 2 or not all(parts):
         raise ValueError(f"override {override!r} must look like section.key=value{verl}")
     section, name = parts
+    typo = "" if verl else did_you_mean(key.strip())
     if section not in SECTIONS:
-        raise ValueError(f"override {override!r}: unknown section {section!r}; known: {sorted(SECTIONS)}{verl}")
+        raise ValueError(f"override {override!r}: unknown section {section!r}{typo}; known: {sorted(SECTIONS)}{verl}")
     hints = typing.get_type_hints(SECTIONS[section])
     if name not in hints:
-        raise ValueError(f"override {override!r}: unknown key {section}.{name}; known: {sorted(hints)}{verl}")
+        raise ValueError(f"override {override!r}: unknown key {section}.{name}{typo}; known: {sorted(hints)}{verl}")
     value = read_yaml(text) if text.strip() else ""
     if hints[name] is str and not isinstance(value, str) and value is not None:
         value = text.strip()  # model=123 is a path, not a number
@@ -408,13 +414,25 @@ def apply_override(raw: dict, override: str) -> None:
     raw[section][name] = value
 
 
+def did_you_mean(key: str) -> str:
+    """' (did you mean SECTION.KEY?)' for the known key closest to a mistyped one (in any section:
+    `actor.temperature` is rollout.temperature); '' where none is close."""
+    known = [f"{section}.{f.name}" for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+    close = difflib.get_close_matches(key, known, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def load_config(path: str | None, overrides: Sequence[str] = ()) -> Config:
     raw: dict = {}
     if path:
         file = pathlib.Path(path)
         if not file.is_file():
             raise ValueError(f"config file {path} not found")
-        raw = read_yaml(file.read_text()) or {}
+        text = file.read_text()
+        verl = verl_keys.convert_first(path, text)  # one line rather than each of its keys as unknown
+        if verl:
+            raise ValueError(verl)
+        raw = read_yaml(text) or {}
     for o in overrides:
         apply_override(raw, o)
     return from_dict(raw)

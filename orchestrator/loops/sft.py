@@ -4,7 +4,8 @@ as assistant turns after the chat-rendered prompt, with masked cross-entropy on 
 A row whose prompt column holds a conversation with assistant turns (TRL's and OpenRLHF's messages
 format; data.prompt_key=messages) is learnt as it is instead: every assistant turn is trained, up to and
 with its end token, and everything else (system and user turns, tool results, the template's own text
-between turns) is context with no loss (meshrl.chat.turns).
+between turns) is context with no loss (meshrl.chat.turns). Where those turns hold tool calls, preflight
+has checked that the chat template renders tools, calls and results (orchestrator/lifecycle/tool_template.py).
 
 Used as the warm-up before RL: a randomly initialised model scores zero, and zero rewards teach nothing.
 The final model is run_dir/hf (a link into the last checkpoint).

@@ -7,9 +7,10 @@
 
 metrics.jsonl, val.jsonl and samples.jsonl are appended (a resumed run continues them). Every step is
 logged once: a run that goes back to a checkpoint (in-run recovery, or trainer.resume) first drops what
-was logged after it from the files, starts TensorBoard's events again there (purge_step), and does not
-send W&B and MLflow, which cannot take points back, a step they already have (the redone step's values
-match the first reading in a deterministic run; the files keep the redone ones). TensorBoard gets
+was logged after it from the files, TensorBoard's event files included (rewritten without those events,
+and a purge_step event for a TensorBoard that has already read them), and does not send W&B and MLflow,
+which cannot take points back, a step they already have (the redone step's values match the first
+reading in a deterministic run; the files keep the redone ones). TensorBoard gets
 scalars and a text table of the samples; Weights & Biases and MLflow get the same through their own
 clients. Both run offline by default, writing under the run folder (run_dir/wandb, run_dir/mlruns); their
 usual environment variables (WANDB_MODE, WANDB_PROJECT, MLFLOW_TRACKING_URI)
@@ -64,20 +65,51 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
+def drop_events_after(folder: pathlib.Path, step: int) -> None:
+    """Drop the events of steps after `step` from the TensorBoard event files in `folder`, as the jsonl
+    files drop their lines: a file is rewritten whole (under another name, then renamed), and one left
+    with nothing but its file_version header goes. Readers other than TensorBoard (tbparse, pandas, a
+    script over the records) then see each step once."""
+    # tensorboard (torch.utils.tensorboard's writer) ships no type information
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader  # type: ignore[import-untyped]
+    from tensorboard.compat.proto.event_pb2 import Event  # type: ignore[import-untyped]
+    from tensorboard.summary.writer.record_writer import RecordWriter  # type: ignore[import-untyped]
+
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        records = [(r, Event.FromString(r)) for r in RawEventFileLoader(str(path)).Load()]
+        kept = [(r, e) for r, e in records if e.step <= step]
+        if len(kept) == len(records):
+            continue
+        if all(e.HasField("file_version") for _, e in kept):
+            path.unlink()
+            continue
+        partial = folder / "purging"  # no "tfevents" in the name: TensorBoard never reads it
+        with open(partial, "wb") as f:
+            writer = RecordWriter(f)
+            for r, _ in kept:
+                writer.write(r)
+        os.replace(partial, path)
+
+
 class TensorBoardSink:
-    can_purge = True  # TensorBoard hides events at and after a purge step written later
+    can_purge = True  # the events past a purge step are dropped from the files (drop_events_after)
 
     def __init__(self, run_dir: pathlib.Path, config: dict, name: str, purge_step: int | None = None):
+        self.folder = run_dir / "tensorboard"
+        self.writer = self._open(purge_step)
+
+    def _open(self, purge_step: int | None):
         from torch.utils.tensorboard import SummaryWriter
 
-        self.folder = str(run_dir / "tensorboard")
-        self.writer = SummaryWriter(self.folder, purge_step=purge_step)
+        if purge_step is not None and self.folder.is_dir():
+            drop_events_after(self.folder, purge_step - 1)
+        # purge_step also writes an event that makes a TensorBoard already showing the dropped points
+        #   (watching the run live) hide them
+        return SummaryWriter(str(self.folder), purge_step=purge_step)
 
     def purge_after(self, step: int) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-
         self.writer.close()
-        self.writer = SummaryWriter(self.folder, purge_step=step + 1)
+        self.writer = self._open(step + 1)
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
         for k, v in values.items():

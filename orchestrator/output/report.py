@@ -1,6 +1,7 @@
-"""What a run leaves to look at at the end: curves.png (the main curves) and summary.md (first and
-last values, best validation, the held-out gain with its standard error), from metrics.jsonl and
-val.jsonl (orchestrator.output.loggers writes them as the run goes).
+"""What a run leaves to look at at the end: curves.png (the main curves; held-out accuracy with a band of
+one standard error) and summary.md (each training metric's mean over the first and the last few steps,
+each held-out metric at the first, last and best validation, the held-out gain with its standard error),
+from metrics.jsonl and val.jsonl (orchestrator.output.loggers writes them as the run goes).
 
     finish_report(run_dir)   # reads the files, so it also works on a resumed run's whole history
     held_out_gain(run_dir)   # first vs last validation, problem by problem
@@ -101,6 +102,10 @@ def series(rows: list[dict], key: str) -> list[tuple[int, float]]:
     return [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
 
 
+# the band drawn around a panel's curve: ± one standard error, where the run logs one
+BANDS = {"val/acc/mean": "val/acc/se"}
+
+
 def choose_panels(rows: list[dict]) -> list[tuple[str, str]]:
     """(title, metric) of each panel the run has something to show in (CURVES)."""
     panels = []
@@ -112,7 +117,8 @@ def choose_panels(rows: list[dict]) -> list[tuple[str, str]]:
     return panels
 
 
-def plot_curves(rows: list[dict], path: pathlib.Path) -> bool:
+def curves_figure(rows: list[dict]):
+    """The figure of curves.png (a matplotlib Figure; None: nothing to draw)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on servers
@@ -120,13 +126,19 @@ def plot_curves(rows: list[dict], path: pathlib.Path) -> bool:
 
     panels = choose_panels(rows)
     if not panels:
-        return False
+        return None
     cols = min(3, len(panels))
     nrows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)
     for ax, (title, key) in zip(axes.flat, panels):
         xs, ys = zip(*series(rows, key))
         ax.plot(xs, ys, marker="o" if len(xs) < 20 else None, markersize=3)
+        se = dict(series(rows, BANDS.get(key, "")))
+        band = [(x, y - se[x], y + se[x]) for x, y in zip(xs, ys) if x in se]
+        if band:  # a reading of a few hundred problems moves by a few points on its own: show how much
+            bx, lo, hi = zip(*band)
+            ax.fill_between(bx, lo, hi, alpha=0.25, linewidth=0, label="± 1 standard error")
+            ax.legend(fontsize=7, loc="best")
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.set_ylabel(key, fontsize=8)
@@ -134,25 +146,64 @@ def plot_curves(rows: list[dict], path: pathlib.Path) -> bool:
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.tight_layout()
+    return fig
+
+
+def plot_curves(rows: list[dict], path: pathlib.Path) -> bool:
+    import matplotlib.pyplot as plt
+
+    fig = curves_figure(rows)
+    if fig is None:
+        return False
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
 
 
+def window(num_steps: int) -> int:
+    """Steps averaged at each end of the summary: a tenth of the run's logged steps, 1 to 10 (one step's
+    score is the mean of one batch, too noisy to compare a run's start with its end)."""
+    return max(1, min(10, num_steps // 10))
+
+
+def window_mean(rows: list[dict], key: str, steps: set[int]) -> str:
+    values = [(s, v) for s, v in series(rows, key) if s in steps]
+    if not values:
+        return ""
+    first, last = values[0][0], values[-1][0]
+    return f"{sum(v for _, v in values) / len(values):.4g} ({first}{'' if first == last else f'-{last}'})"
+
+
+def reading(rows: list[dict], key: str, step: int, value: float) -> str:
+    """A held-out value at a step, with its standard error where the run logged one."""
+    se = dict(series(rows, BANDS.get(key, ""))).get(step)
+    return f"{value:.4g}{'' if se is None else f' ± {se:.2g}'} (step {step})"
+
+
 def summary_table(rows: list[dict]) -> str:
-    """Markdown: each key metric's first and last value (and the best held-out accuracy)."""
-    lines = ["| metric | first (step) | last (step) |", "|---|---|---|"]
+    """Markdown: each training metric's mean over the first and the last window() logged steps (the
+    steps it covers in brackets), then each held-out metric at the first, last and best validation."""
     present = {k for r in rows for k in r}
-    extra_val = sorted(k for k in present if k.startswith("val/") and k not in SUMMARY_KEYS)  # mean@k, best@k
-    for key in SUMMARY_KEYS + extra_val:
-        s = series(rows, key)
-        if s:
-            (s0, v0), (s1, v1) = s[0], s[-1]
-            lines.append(f"| {key} | {v0:.4g} ({s0}) | {v1:.4g} ({s1}) |")
-    val = series(rows, "val/acc/mean")
-    if val:
-        step, best = max(val, key=lambda x: x[1])
-        lines.append(f"| best val/acc/mean | {best:.4g} ({step}) | |")
+    steps = [r["step"] for r in rows if any(k != "step" and not k.startswith("val/") for k in r)]
+    w = window(len(steps))
+    label = f"{w} step{'s' if w > 1 else ''}"
+    lines = [f"| metric | first {label} | last {label} |", "|---|---|---|"]
+    for key in [k for k in SUMMARY_KEYS if not k.startswith("val/")]:
+        if series(rows, key):
+            lines.append(
+                f"| {key} | {window_mean(rows, key, set(steps[:w]))} | {window_mean(rows, key, set(steps[-w:]))} |"
+            )
+    # mean@k, best@k; a standard error is shown beside its metric
+    val_keys = [k for k in SUMMARY_KEYS if k.startswith("val/")]
+    val_keys += sorted(k for k in present if k.startswith("val/") and k not in val_keys and k not in BANDS.values())
+    val = [(key, series(rows, key)) for key in val_keys if series(rows, key)]
+    if val:  # every held-out metric reads higher-is-better: accuracy and score
+        lines += ["", "| held-out metric | first validation | last validation | best |", "|---|---|---|---|"]
+        for key, s in val:
+            best = max(s, key=lambda x: x[1])
+            lines.append(
+                f"| {key} | {reading(rows, key, *s[0])} | {reading(rows, key, *s[-1])} | {reading(rows, key, *best)} |"
+            )
     return "\n".join(lines)
 
 

@@ -87,7 +87,7 @@ def one_step(state: RunState) -> dict[str, float]:
         telemetry.record_step(metrics)
         correct = None
         if state.val is not None and (every(cfg.trainer.val_every, number) or number == cfg.trainer.total_steps):
-            held_out, correct = validate(cfg, state.mesh, state.tokenizer, state.val)
+            held_out, correct = validate(cfg, state.mesh, state.tokenizer, state.val, step=number)
             metrics.update(held_out)
     except (ServiceError, ValueError) as e:  # a service failed or answered something unusable
         raise StepFailed(f"step {number} failed: {e}") from None
@@ -106,9 +106,10 @@ def save_if_due(state: RunState) -> None:
     if not (every(cfg.trainer.save_every, number) or number == total and cfg.trainer.save_final):
         return
     try:
-        checkpoint = save(
-            state.run_dir, number, state.mesh, state.algorithm, state.sampler_state(number), number == total
-        )
+        with telemetry.span("checkpoint", step=number):  # a failed save ends the span with its error
+            checkpoint = save(
+                state.run_dir, number, state.mesh, state.algorithm, state.sampler_state(number), number == total
+            )
     except DiskFull as e:  # nothing to recover from: the step's partial folder is gone, the hint says the rest
         raise StepFailed(e.strerror) from None
     except (ServiceError, OSError) as e:  # a half-written checkpoint is never "latest"
@@ -178,7 +179,7 @@ def train(state: RunState) -> None:
     ):
         state.log = metrics_log
         if state.val is not None and first == 1:
-            metrics, correct = validate(cfg, state.mesh, state.tokenizer, state.val)
+            metrics, correct = validate(cfg, state.mesh, state.tokenizer, state.val, step=0)
             metrics_log.write(0, metrics, correct)
         state.start = snapshot(state.sampler, algorithm)  # where a run without a checkpoint goes back to
         while state.number <= total:

@@ -1,11 +1,13 @@
 """Held-out validation: greedy answers to every held-out prompt (and k sampled ones), as the run loop
-runs it at step 0, every trainer.val_every steps and at the last step.
+runs it at step 0, every trainer.val_every steps and at the last step; one "validate" span (a trace of
+its own, which `meshrl trace --step N` shows beside the step's).
 
-    metrics, correct = validate(cfg, mesh, tokenizer, val)
+    metrics, correct = validate(cfg, mesh, tokenizer, val, step=number)
 """
 
 import torch
 
+from meshrl import telemetry
 from orchestrator.config import Config
 from orchestrator.data import PromptDataset
 from orchestrator.lifecycle.mesh import Mesh
@@ -13,11 +15,19 @@ from orchestrator.output.report import standard_error
 from orchestrator.sampling.samples import answers
 
 
-def validate(cfg: Config, mesh: Mesh, tokenizer, data: PromptDataset) -> tuple[dict[str, float], list[bool] | None]:
+def validate(
+    cfg: Config, mesh: Mesh, tokenizer, data: PromptDataset, step: int | None = None
+) -> tuple[dict[str, float], list[bool] | None]:
     """Greedy answers to every held-out prompt (val/acc/mean with its standard error val/acc/se,
     val/score/mean); with trainer.val_k > 1 also k sampled answers each: val/acc/mean@k (mean over samples)
     and val/acc/best@k (any right). Also each prompt's greedy answer right or not (None: no `acc` column),
-    which the run log keeps so a gain can be measured problem by problem (orchestrator.output.report)."""
+    which the run log keeps so a gain can be measured problem by problem (orchestrator.output.report).
+    `step`: the step validated, on the span (without it `meshrl trace` places the span by time)."""
+    with telemetry.span("validate", step=step, prompts=len(data)):
+        return _validate(cfg, mesh, tokenizer, data)
+
+
+def _validate(cfg: Config, mesh: Mesh, tokenizer, data: PromptDataset) -> tuple[dict[str, float], list[bool] | None]:
     rows = list(range(len(data)))
     size = max(1, cfg.data.val_batch_size)
     out, greedy, sampled = {}, [], []

@@ -81,7 +81,7 @@ def fill(
     if gens:
         gen = join_generations(gens)
         scored = join_scores(scores, gen.batch["responses"].shape[1])
-    rollouts.sampled = (gen, scored)
+    rollouts.sampled = (gen, scored, rollouts.tokenizer)
     metrics = {
         "dynamic_sampling/rounds": float(rounds),
         "dynamic_sampling/kept_groups": float(kept),

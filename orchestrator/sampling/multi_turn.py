@@ -11,7 +11,8 @@ With rollout.tool_parser (e.g. "hermes") the episode speaks the model's own tool
 prompt is rendered with the tools' schemas (the row's `tools`, else the environment's), a turn ends at
 an end token, the tool calls parsed from it go to the environment in one Step, and their results come
 back as `tool` messages rendered by the chat template after the closed turn (meshrl.chat.after_turn); a
-turn without calls is the final answer.
+turn without calls is the final answer. Preflight has checked that the template renders all of this and
+that the parser reads back the calls it writes (orchestrator/lifecycle/tool_template.py).
 
 The result is verl's layout, one row per trajectory: `responses` holds every turn and observation,
 `response_mask` is 1 on the policy's tokens and 0 on observations, `rollout_logprobs` is 0 on

@@ -28,9 +28,9 @@ class Rollouts:
     mesh: Mesh
     tokenizer: object  # the actor's, for multi-turn observations
     producer: Producer | None = None  # trainer.max_staleness >= 1: the run's producer, sampling ahead
-    sampled: tuple[DataProto, Scores] | None = (
-        None  # (Generate reply, Scores) of the step's training samples, for the sample log
-    )
+    # (Generate reply, Scores, the tokenizer that reads its prompts back) of the step's training samples:
+    #   sample_rows' first arguments, for the sample log
+    sampled: tuple[DataProto, Scores, object] | None = None
     metrics: dict = dataclasses.field(default_factory=dict)  # the producer's figures for the step
     more: Callable[[], tuple] | None = None  # the next batch's (indices, uids) from the run's sampler, for a
     #   step that samples further rounds (sampling.dynamic); None while a producer draws the batches
@@ -52,7 +52,7 @@ class Rollouts:
             gen, scored, seconds = sample(self.mesh, self.tokenizer, number, prompts, round=round)
             for k, v in seconds.items():  # rounds add up
                 t[k] = t.get(k, 0.0) + v
-        self.sampled = (gen, scored)
+        self.sampled = (gen, scored, self.tokenizer)
         return gen, scored
 
     def push_weights(self, version: int) -> float:

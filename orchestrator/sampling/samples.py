@@ -2,7 +2,7 @@
 
     gen, scored, seconds = sample(mesh, tokenizer, number, prompts)   # rollout.n per prompt, scored
     metrics = score_metrics(scored)                                   # critic/score/mean, critic/acc/mean, ...
-    rows = sample_rows(gen, scored, k)                                # prompt, response, score, truth, extras
+    rows = sample_rows(gen, scored, tokenizer, k)                     # prompt as rendered, messages, response, ...
 
 One Generate call, rollout.chunks concurrent calls (chunks), or multi-turn episodes (multi_turn), as the
 config says; each step samples with its own seed, so a resumed run samples what an uninterrupted one would.
@@ -11,7 +11,7 @@ config says; each step samples with its own seed, so a resumed run samples what 
 import logging
 
 from orchestrator.config import Config
-from orchestrator.lifecycle.mesh import Mesh, prompt_text
+from orchestrator.lifecycle.mesh import Mesh
 from orchestrator.sampling import chunks, multi_turn
 from orchestrator.timer import Timer
 
@@ -85,17 +85,27 @@ def score_metrics(scored) -> dict[str, float]:
     return out
 
 
-def sample_rows(gen, scored, k: int) -> list[dict]:
-    """The first k samples of a step as the run's sample log keeps them: prompt, response, score, the
-    ground truth, and the scorer's per-sample extras (acc, pred, reward_status, ...)."""
+def rendered_prompts(gen, tokenizer, k: int) -> list[str]:
+    """The first k prompts as the model saw them: the prompt token ids the rollout was given (left of the
+    responses in input_ids, padding left out), decoded with the chat template's special tokens kept."""
+    ids, mask = gen.batch["input_ids"], gen.batch["attention_mask"]
+    P = ids.shape[1] - gen.batch["responses"].shape[1]  # input_ids: (B, P + T), prompts left padded
+    return [tokenizer.decode(ids[i, :P][mask[i, :P].bool()].tolist()) for i in range(k)]
+
+
+def sample_rows(gen, scored, tokenizer, k: int) -> list[dict]:
+    """The first k samples of a step as the run's sample log keeps them: the prompt as the model saw it
+    (rendered by the chat template: system prompt, tools, generation prompt), the original `messages`,
+    the response, score, ground truth, and the scorer's per-sample extras (acc, pred, reward_status, ...)."""
     cols = gen.non_tensor_batch
+    k = min(k, len(scored.scores))
+    prompts = rendered_prompts(gen, tokenizer, k)
     rows = []
-    for i in range(min(k, len(scored.scores))):
-        row = {
-            "prompt": prompt_text(cols["prompt"][i]) if "prompt" in cols else "",
-            "response": cols["response_text"][i],
-            "score": round(scored.scores[i].item(), 6),
-        }
+    for i in range(k):
+        row = {"prompt": prompts[i]}
+        if "prompt" in cols:
+            row["messages"] = cols["prompt"][i]
+        row.update({"response": cols["response_text"][i], "score": round(scored.scores[i].item(), 6)})
         truth = (cols["reward_model"][i] or {}).get("ground_truth") if "reward_model" in cols else None
         if truth is not None:
             row["ground_truth"] = truth

@@ -32,8 +32,9 @@ def validate(
     vocab_size: int | None = None,
     positions: int | None = None,
 ) -> None:
-    """Refuse a batch the model cannot take, naming the tensor: missing, misshapen, non-finite, or with
-    token ids past the vocabulary or positions past what the model encodes (an index error inside a rank)."""
+    """Refuse a batch the model cannot take, naming the tensor: missing, misshapen, non-finite, token ids
+    or positions that are not integers, or past the vocabulary or what the model encodes (an index error
+    inside a rank)."""
     missing = [k for k in required if k not in data.batch]
     if missing:
         raise InvalidArgument(f"missing tensor(s) {missing}; the batch has {sorted(data.batch)}")
@@ -53,6 +54,9 @@ def validate(
     if responses.dim() != 2 or not 0 < responses.shape[1] < L:
         raise InvalidArgument(f"tensor 'responses' must be (B, T) with 0 < T < {L}, got {list(responses.shape)}")
     T = responses.shape[1]
+    for k in ("responses", "position_ids"):  # indices (gather, embeddings): a float fails inside a rank
+        if data.batch[k].dtype not in (torch.int64, torch.int32):
+            raise InvalidArgument(f"tensor {k!r} must hold integers (int64 or int32), got {data.batch[k].dtype}")
     for k, limit in (("input_ids", vocab_size), ("responses", vocab_size), ("position_ids", positions)):
         t = data.batch[k]
         if limit and t.numel() and not (0 <= int(t.min()) and int(t.max()) < limit):

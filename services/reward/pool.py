@@ -46,6 +46,7 @@ class WorkerPool:
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         self.spec, self.batched, self.timeout, self.chunk_size = spec, batched, timeout, chunk_size
+        self.none_ok = False  # the function may answer None, "no score" (TRL's form); known once started
         self.num_workers = num_workers
         self.workers: list[Worker] = []
         self.sel = selectors.DefaultSelector()
@@ -157,6 +158,9 @@ class WorkerPool:
                 self.close()
                 raise ValueError(f"could not load reward function {self.spec!r}: {msg['error']}")
             w.ready = True
+            # what the worker found loading the function: a TRL-form one is batched whatever was said, and
+            # may score a sample None
+            self.batched, self.none_ok = msg.get("batched", self.batched), msg.get("none_ok", False)
             return
         results = msg["results"] if self.batched else [msg]
         job = w.job

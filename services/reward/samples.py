@@ -1,9 +1,18 @@
 """The Score request's rows as samples, and outcomes back into the reply batch.
 
 Request columns, per row: response_text (required, text), prompt_text,
-data_source, reward_model ({"ground_truth": ...}), extra_info. An optional
+data_source, reward_model ({"ground_truth": ...}), extra_info, ability, and
+dataset_columns (the row's other dataset columns, with the prompt as the
+dataset holds it under "prompt": what a TRL-form function is passed). An optional
 response_mask tensor (N, T) asks for token_level_scores with each score on the
 row's last response token, as verl places it.
+
+A TRL-form function may score a sample None, "no score". As TRL's GRPOTrainer
+does with one reward function (None becomes NaN, and nansum over the functions
+makes it 0), the sample's reward is 0; reward/num_none counts such samples
+and reward/score/mean leaves them out, as TRL's per-function mean does. (TRL's
+newest trainer also leaves them out of the group baseline and zeroes their
+advantage; here the advantage is the orchestrator's and sees a 0.)
 """
 
 import dataclasses
@@ -25,11 +34,14 @@ class Sample:
     response_text: str
     ground_truth: Any
     extra_info: Any
+    prompt: Any = None  # as the dataset holds it (chat messages or text); prompt_text when not sent
+    columns: dict = dataclasses.field(default_factory=dict)  # the row's dataset columns, TRL's keyword arguments
 
     @property
     def args(self) -> tuple:
-        """verl's compute_score arguments."""
-        return self.data_source, self.response_text, self.ground_truth, self.extra_info
+        """verl's compute_score arguments, then the prompt and the columns TRL's form reads
+        (functions.Args)."""
+        return self.data_source, self.response_text, self.ground_truth, self.extra_info, self.prompt, self.columns
 
 
 def read_samples(data: DataProto) -> list[Sample]:
@@ -49,6 +61,13 @@ def read_samples(data: DataProto) -> list[Sample]:
         rm = cols["reward_model"][i] if "reward_model" in cols else None
         if rm is not None and not isinstance(rm, dict):
             raise InvalidArgument(f"row {i}: reward_model is a {type(rm).__name__}, expected a dict with ground_truth")
+        columns = cols["dataset_columns"][i] if "dataset_columns" in cols else None
+        if columns is not None and not isinstance(columns, dict):
+            raise InvalidArgument(f"row {i}: dataset_columns is a {type(columns).__name__}, expected a dict")
+        columns = dict(columns or {})
+        as_held = columns.pop("prompt", prompt)
+        # TRL passes every dataset column but the prompt: verl's too, where the row has them
+        verl = {k: cols[k][i] for k in ("data_source", "reward_model", "extra_info", "ability") if k in cols}
         out.append(
             Sample(
                 source,
@@ -56,14 +75,23 @@ def read_samples(data: DataProto) -> list[Sample]:
                 response,
                 (rm or {}).get("ground_truth"),
                 cols["extra_info"][i] if "extra_info" in cols else None,
+                as_held,
+                {**verl, **columns},
             )
         )
     return out
 
 
 def build_reply(
-    data: DataProto, samples: list[Sample], outcomes: list[Outcome], on_error: str, error_score: float
+    data: DataProto,
+    samples: list[Sample],
+    outcomes: list[Outcome],
+    on_error: str,
+    error_score: float,
+    count_none: bool = False,
 ) -> tuple[DataProto, dict[str, float]]:
+    """The reply's scores, columns and metrics; count_none: the scorer may answer None (TRL's form), and
+    reward/num_none says how often it did."""
     failed = [i for i, o in enumerate(outcomes) if o.error is not None]
     if failed and on_error == "fail":
         i = failed[0]
@@ -71,7 +99,11 @@ def build_reply(
             f"row {i} (data_source {samples[i].data_source!r}): {outcomes[i].error}"
             f" ({len(failed)} of {len(outcomes)} samples failed)"
         )
-    scores = torch.tensor([error_score if o.error is not None else o.score for o in outcomes], dtype=torch.float32)
+    unscored = [o.error is None and o.score is None for o in outcomes]  # a TRL-form function's None
+    scores = torch.tensor(
+        [error_score if o.error is not None else 0.0 if none else o.score for o, none in zip(outcomes, unscored)],
+        dtype=torch.float32,
+    )
     tensors = {"scores": scores}
     if "response_mask" in data.batch:
         mask = data.batch["response_mask"]
@@ -82,11 +114,14 @@ def build_reply(
     columns: dict[str, list] = {k: [o.extras.get(k) for o in outcomes] for k in extra_keys}
     columns["reward_status"] = ["timeout" if o.timed_out else "error" if o.error else "ok" for o in outcomes]
     columns["reward_error"] = [o.error or "" for o in outcomes]
+    scored = scores[~torch.tensor(unscored, dtype=torch.bool)] if len(scores) else scores
     metrics = {
-        "reward/score/mean": scores.mean().item() if len(scores) else 0.0,
+        "reward/score/mean": scored.mean().item() if len(scored) else 0.0,
         "reward/num_failed": float(len(failed)),
         "reward/num_timeout": float(sum(o.timed_out for o in outcomes)),
     }
+    if count_none:
+        metrics["reward/num_none"] = float(sum(unscored))
     for k in extra_keys:
         values = [float(v) for v in columns[k] if isinstance(v, (int, float)) and math.isfinite(v)]
         if values:

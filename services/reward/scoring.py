@@ -6,6 +6,7 @@ model runs batched in the service process, on its device.
 """
 
 import logging
+from collections.abc import Callable
 
 import torch
 
@@ -20,19 +21,25 @@ log = logging.getLogger(__name__)
 
 
 class FunctionScorer:
-    """A verl-signature function: "builtin" (dispatch by data_source) or a user's file:name."""
+    """A function: "builtin" (dispatch by data_source) or a user's file:name, of verl's form or TRL's."""
 
     def __init__(self, spec: str, batched: bool, workers: int, timeout: float):
-        self.spec, self.batched = spec, batched
+        self.spec = spec
         self.pool = WorkerPool(spec, workers, timeout, batched).start() if workers else None
-        self.fn = None if self.pool else functions.load(spec, batched)
+        self.fn: Callable | None = None
+        # the loaded function says whether it takes lists and may answer None (TRL's form does both)
+        if self.pool:
+            self.batched, self.none_ok = self.pool.batched, self.pool.none_ok
+        else:
+            self.fn = functions.load(spec, batched)
+            self.batched, self.none_ok = functions.is_batched(self.fn, batched), isinstance(self.fn, functions.TRLCall)
 
     def score(self, samples: list[Sample]) -> list[Outcome]:
         if self.spec == "builtin":
             check_builtin(samples)
         if not samples:
             return []
-        args = [s.args for s in samples]
+        args = [s.args if self.none_ok else s.args[:4] for s in samples]  # verl's form reads only its four
         if self.pool:
             return self.pool.score(args)
         if self.batched:
@@ -61,6 +68,8 @@ def check_builtin(samples: list[Sample]) -> None:
 
 class ModelScorer:
     """A HuggingFace sequence-classification model: the first logit of prompt+response is the score."""
+
+    none_ok = False  # every sample gets a logit
 
     def __init__(self, path: str, batch_size: int, max_length: int, device: str):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer

@@ -35,7 +35,9 @@ class RewardServicer:
             raise InvalidArgument("ScoreRequest.data is missing")
         samples = read_samples(request.data)
         outcomes = self.scorer.score(samples)
-        data, metrics = build_reply(request.data, samples, outcomes, self.cfg.on_error, self.cfg.error_score)
+        data, metrics = build_reply(
+            request.data, samples, outcomes, self.cfg.on_error, self.cfg.error_score, self.scorer.none_ok
+        )
         return Payload(reward_pb2.ScoreResponse(metrics=metrics), data)
 
     def close(self):

@@ -1,7 +1,8 @@
 """A scoring worker process: loads one function, then scores the samples the pool sends it.
 
 Started by WorkerPool as `python -m services.reward.worker SPEC BATCHED READ_FD WRITE_FD`.
-It answers "ready" (or why it could not load the function), then for each task
+It answers "ready" (or why it could not load the function) and whether the function takes
+lists (verl's batched form, or TRL's form, which it finds only now, from the signature), then for each task
 one reply per sample as it finishes (one reply per task when batched), so the
 pool can tell which sample hangs. Output the function prints goes to stderr.
 """
@@ -11,16 +12,16 @@ import sys
 import traceback
 
 from meshrl.pipes import read_frame, write_frame
-from services.reward.functions import check_result, load
+from services.reward.functions import TRLCall, check_result, is_batched, load
 
 
 def _error(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def checked(result) -> dict:
+def checked(result, none_ok: bool = False) -> dict:
     try:
-        score, extras = check_result(result)
+        score, extras = check_result(result, none_ok)
     except ValueError as e:
         return {"error": str(e)}
     return {"score": score, "extras": extras}
@@ -35,6 +36,7 @@ def score_one(fn, args) -> dict:
 
 
 def score_batch(fn, samples) -> list[dict]:
+    """Scores of a batch from a function that takes lists; TRL's may answer None ("no score")."""
     try:
         results = fn(*(list(col) for col in zip(*samples)))
     except Exception as e:  # noqa: BLE001
@@ -42,7 +44,7 @@ def score_batch(fn, samples) -> list[dict]:
     if not isinstance(results, (list, tuple)) or len(results) != len(samples):
         n = len(results) if isinstance(results, (list, tuple)) else f"a {type(results).__name__}, not"
         return [{"error": f"batched function returned {n} results for {len(samples)} samples"}] * len(samples)
-    return [checked(r) for r in results]
+    return [checked(r, none_ok=isinstance(fn, TRLCall)) for r in results]
 
 
 def main(argv: list[str]) -> int:
@@ -53,7 +55,8 @@ def main(argv: list[str]) -> int:
     except Exception as e:  # noqa: BLE001 - sent to the pool, which refuses to start
         write_frame(wfd, {"ready": False, "error": str(e) or _error(e)})
         return 1
-    write_frame(wfd, {"ready": True})
+    batched = is_batched(fn, batched)
+    write_frame(wfd, {"ready": True, "batched": batched, "none_ok": isinstance(fn, TRLCall)})
     while (task := read_frame(rfd)) is not None:
         samples = task["samples"]
         if batched:

@@ -1,4 +1,4 @@
-"""Reward functions for the reward-service tests: well-behaved, misbehaving, and batched.
+"""Reward functions for the reward-service tests: well-behaved, misbehaving, batched, and of TRL's form.
 
 The response text selects the behaviour: "hang" sleeps past any timeout, "die"
 kills the worker process, "nan" / "str" return bad values, "raise" raises.
@@ -38,3 +38,22 @@ def compute_score_batched_reordered(solution_strs, ground_truths, data_sources=N
 
 def compute_score_keyword_only(*, ground_truth, solution_str, **kwargs):
     return float(solution_str.strip() == str(ground_truth))
+
+
+def accuracy_reward(completions, solution, **kwargs):
+    """TRL's form (trl.rewards.accuracy_reward's signature): completions as messages for chat prompts, text
+    otherwise; a dataset column by name; None for a sample it cannot score."""
+    out = []
+    for completion, answer in zip(completions, solution):
+        text = completion[0]["content"] if isinstance(completion, list) else completion
+        out.append(None if text == "skip" else float(text.strip() == answer))
+    return out
+
+
+def trl_echo(prompts, completions, **kwargs):
+    """TRL's form: scores 1 where the call looked as TRL makes it (chat completions for chat prompts, the
+    dataset's columns as lists, no reserved name among them)."""
+    chat = [isinstance(p, list) for p in prompts]
+    shapes = [isinstance(c, list) and c[0]["role"] == "assistant" for c in completions]
+    ok = chat == shapes and all(len(v) == len(prompts) for v in kwargs.values()) and "prompt" not in kwargs
+    return [float(ok)] * len(prompts)

@@ -162,6 +162,9 @@ def test_bad_requests_are_refused_and_change_nothing(actor):
     wrong = batch()
     wrong.batch["attention_mask"] = wrong.batch["attention_mask"][:, 1:]
     expect(bad, lambda: actor.logprobs(wrong), "tensor 'attention_mask' must be [4, 11]")
+    floats = batch()
+    floats.batch["responses"] = floats.batch["responses"].double()  # was INTERNAL, from a rank's gather()
+    expect(bad, lambda: actor.logprobs(floats), "tensor 'responses' must hold integers")
     assert actor.client.health() == "SERVING"
     assert torch.equal(actor.logprobs(data), before)  # weights unchanged
 

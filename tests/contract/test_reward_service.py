@@ -283,3 +283,54 @@ def test_meshrl_serve_reward_cli(tmp_path):
         assert proc.wait(20) == 0
     finally:
         proc.kill()
+
+
+@pytest.mark.parametrize("workers", [2, 0])
+def test_a_trl_reward_function_scores_with_dataset_columns_and_none(workers):
+    """TRL's accuracy_reward(completions, solution, **kwargs) was refused at start; now it is called as TRL
+    calls it: completions as messages for chat prompts (text for text prompts), the row's dataset columns
+    by name, and None scores 0, counted in reward/num_none and left out of reward/score/mean."""
+    server, servicer, client = start(RewardConfig(function=f"{FUNCS}:accuracy_reward", workers=workers))
+    try:
+        chat = [{"role": "user", "content": "1+1="}]
+        batch = DataProto(
+            non_tensor_batch={
+                "response_text": ["2", "3", "skip", "4"],
+                "prompt_text": ["1+1="] * 3 + ["2+2="],
+                "dataset_columns": [
+                    {"prompt": chat, "solution": "2"},
+                    {"prompt": chat, "solution": "2"},
+                    {"prompt": chat, "solution": "2"},
+                    {"prompt": "2+2=", "solution": "4"},
+                ],
+            }
+        )
+        out = client.score(batch)
+        assert out.scores.tolist() == [1.0, 0.0, 0.0, 1.0]
+        assert list(out.columns["reward_status"]) == ["ok"] * 4
+        assert out.metrics["reward/num_none"] == 1.0
+        assert out.metrics["reward/score/mean"] == pytest.approx(2 / 3)  # of the three it scored
+    finally:
+        server.stop(0)
+        servicer.close()
+
+
+def test_a_trl_reward_function_sees_prompts_completions_and_columns_as_trl_passes_them():
+    server, servicer, client = start(RewardConfig(function=f"{FUNCS}:trl_echo", workers=1))
+    try:
+        chat = [{"role": "user", "content": "1+1="}]
+        columns = [{"prompt": chat, "solution": "2"}, {"prompt": "2+2=", "solution": "4", "level": 3}]
+        out = client.score(samples(["2", "4"], ["2", "4"], source="s", dataset_columns=columns))
+        assert out.scores.tolist() == [1.0, 1.0]
+        # verl's columns only (no dataset_columns): the prompt text, completions as text
+        assert client.score(samples(["2"], ["2"], source="s", prompt_text=["1+1="])).scores.tolist() == [1.0]
+    finally:
+        server.stop(0)
+        servicer.close()
+
+
+def test_a_function_of_neither_form_is_refused_naming_both(tmp_path):
+    f = tmp_path / "r.py"
+    f.write_text("def reward(responses, answers):\n    return [1.0]\n")
+    with pytest.raises(ValueError, match=r"is neither reward function form.*TRL calls f\(prompts=..., completions="):
+        RewardServicer(RewardConfig(function=f"{f}:reward", workers=0))

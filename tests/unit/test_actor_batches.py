@@ -1,11 +1,13 @@
 """Micro-batches by token budget (services/actor/batches.py): groups within the budget, columns cut only
-where every row of a micro-batch is padding, and outputs put back in the batch's row order."""
+where every row of a micro-batch is padding, and outputs put back in the batch's row order; and the checks
+an incoming batch passes first."""
 
 import pytest
 import torch
 
 from meshrl.dataproto import DataProto
-from services.actor.batches import BASE, restore, row_extents, token_groups, trimmed
+from meshrl.errors import InvalidArgument
+from services.actor.batches import BASE, restore, row_extents, token_groups, trimmed, validate
 
 P, T = 6, 5
 PROMPTS = [6, 2, 3, 6, 1, 4, 5, 2]
@@ -97,3 +99,15 @@ def test_a_shared_budget_keeps_a_prompts_rows_together_and_counts_the_prompt_onc
     split = [p for p in range(4) if sum(any(prompt_of[i] == p for i in g.tolist()) for g in groups) > 1]
     assert len(split) <= len(groups) - 1  # only where one micro-batch ends and the next begins
     assert len(groups) < len(token_groups(data, 40))  # counting each prompt once fits more rows in a pass
+
+
+@pytest.mark.parametrize("key", ["input_ids", "responses", "position_ids"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bool])
+def test_token_ids_and_positions_must_be_integers(key, dtype):
+    """A float `responses` passed every check and failed in a rank's gather(): INTERNAL, not the
+    INVALID_ARGUMENT naming the tensor (InvalidArgument, meshrl/rpc/interceptors.py)."""
+    data = ragged()
+    validate(data, BASE, world_size=2, vocab_size=100, positions=64)
+    data.batch[key] = data.batch[key].to(dtype)
+    with pytest.raises(InvalidArgument, match=f"tensor '{key}' must .*integers"):
+        validate(data, BASE, world_size=2, vocab_size=100, positions=64)

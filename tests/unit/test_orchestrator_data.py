@@ -64,7 +64,7 @@ def test_sampler_is_seeded_covers_each_epoch_and_resumes():
     again = Sampler(10, 3, seed=1)
     again.load_state_dict(saved)
     assert [again.next() for _ in range(5)] == nxt
-    with pytest.raises(ValueError, match="batch_size must be in 1..10"):
+    with pytest.raises(ValueError, match=r"data.train_batch_size=11 must be in 1..10 \(the dataset's rows"):
         Sampler(10, 11, seed=0)
 
 
@@ -191,3 +191,20 @@ def test_the_answer_column_and_a_system_prompt_are_as_the_data_section_says(toke
     assert "reward_model" not in ds.rows[0]  # unset: where verl keeps it, and these rows have none
     with pytest.raises(ValueError, match=r"row 1: no 'meta.label' \(data.answer_key"):
         PromptDataset(str(path), tokenizer, 128, "question", answer_key="meta.label")
+
+
+@pytest.mark.parametrize("name, text", [("empty.jsonl", ""), ("blank.jsonl", "\n"), ("empty.json", "[]")])
+def test_an_empty_data_file_says_it_has_no_rows(tokenizer, tmp_path, name, text):
+    """Not "column 'prompt' is missing ... columns: []" (an empty JSON file has no columns either)."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ValueError, match=rf"^data.train_files: {path} has no rows$"):
+        PromptDataset(str(path), tokenizer, 64)
+
+
+def test_an_empty_parquet_file_says_it_has_no_rows(arithmetic_data, tokenizer, tmp_path):
+    """Not "no prompt fits 64 tokens": its columns are there, its rows are not."""
+    path = tmp_path / "empty.parquet"
+    pd.read_parquet(arithmetic_data["test"]).head(0).to_parquet(path)
+    with pytest.raises(ValueError, match="has no rows"):
+        PromptDataset(str(path), tokenizer, 64, key="data.val_files")

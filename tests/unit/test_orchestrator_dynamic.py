@@ -41,6 +41,7 @@ class Rounds:
     def __init__(self, cfg, later: list[dict]):
         self.mesh = Mesh(cfg, {})
         self.later, self.sampled, self.asked = list(later), None, []
+        self.tokenizer = None  # the sample log's (sample_rows), not used here
         self.more = lambda: ([0], ["x"])
 
     def sample_and_score(self, t, number, prompts, round=0):

