@@ -26,7 +26,7 @@ import psutil
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 sys.path.insert(0, str(ROOT))
-from small_run import grpo_command  # noqa: E402
+from small_run import grpo_command  # type: ignore[import-not-found]  # noqa: E402
 
 from meshrl.tiny.arithmetic import ArithmeticConfig, make_data  # noqa: E402
 from meshrl.tiny.models import TinyModelConfig, make_model  # noqa: E402
@@ -87,7 +87,8 @@ def main() -> None:
         for i in range(args.runs):
             delay = round(rng.uniform(0, 3), 2)
             seconds, code, alive = one_run(model, data, pathlib.Path(args.tree), work, delay)
-            print(f"run {i + 1}: SIGINT {delay} s after step 1: exit {code} after {seconds and round(seconds, 1)} s, {alive} left")
+            took = "hung" if seconds is None else f"{seconds:.1f} s"
+            print(f"run {i + 1}: SIGINT {delay} s after step 1: exit {code} after {took}, {alive} left")
             hung += seconds is None
             leftover += alive
             if seconds is not None:

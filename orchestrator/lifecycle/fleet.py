@@ -5,7 +5,12 @@ Replica 0 is the role "rollout" and replica i the role "rollout-i", so a run of 
 service as it always did. The Router gives a call to the replica with the fewest samples in flight among
 those up, ties to the lowest index, so that a step that starts with an idle fleet sends the same parts
 to the same replicas every time. A sample's seed belongs to its prompt (prompt i of a call samples with
-the call's seed + i), so which replica serves a prompt does not change what it samples.
+the call's seed + i, and a part of the call that starts at prompt a carries seed + a), and both backends
+draw each prompt's samples from streams of their own (vLLM a generator per request, the hf backend
+services/rollout/row_sampler.py), so the fleet's size and which replica serves a prompt do not change
+what it samples. Only a prompt's logits can differ in the last bits between batches of other sizes or
+padding, which moves a sample only where its draw falls that close to a boundary. Multi-turn episodes
+are not reproducible either way: which turns share a call depends on the tools' timing.
 
 A replica that fails a call is marked down: its calls go to the others, and it gets work again only
 once the run has brought it back and given it the current weights (run.fleet.heal). So is one that hangs:

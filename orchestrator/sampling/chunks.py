@@ -3,8 +3,8 @@ group of samples whole in one call, and each call's samples are scored as soon a
 overlaps the generation still running. vLLM runs the calls in the same engine steps (continuous
 batching), so the generation takes as long as one call; the HF backend takes them in turn.
 
-Prompt i of the step samples with seed + i whichever call carries it, as in one call (vLLM; the HF
-backend seeds each call once, so its samples depend on the cut). With a rollout fleet each call goes to
+Prompt i of the step samples with seed + i whichever call carries it, and from random streams of its
+own on both backends, so it samples what it would in one call. With a rollout fleet each call goes to
 the replica with the fewest samples in flight (lifecycle.fleet). The calls' replies
 are joined into one batch in verl's layout: prompts left padded and responses right padded to the
 widest call's. timing_s/gen is until the last call returns, timing_s/reward what scoring took after it.

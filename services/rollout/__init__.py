@@ -1,7 +1,8 @@
 """Rollout service: generation on vLLM (HF generate for small models), and weight updates.
 
 - config, sampling: settings and sampling parameters, checked.
-- backend_vllm, backend_hf: the engines; vllm_ext runs inside vLLM's workers.
+- backend_vllm, backend_hf: the engines; vllm_ext runs inside vLLM's workers; row_sampler gives
+  backend_hf's samples a random stream each, so a prompt samples the same whatever else is in its call.
 - layout: prompts in, verl's rollout layout out.
 - weights: the receiving side of the weight-update protocol (meshrl.weights is the sender's).
 - servicer, main: the gRPC service and `meshrl serve rollout`.

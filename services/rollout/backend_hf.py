@@ -7,6 +7,11 @@ samples. Log-probs are those of generate's own logits (raw, over the
 temperature), the same quantity the actor computes. Stop strings cut the
 response after the token that completes them.
 
+Each sample draws from a random stream of its own (row_sampler: prompt i of a
+call with the call's seed + i, as vLLM seeds its requests), not from one torch
+generator for the batch, so what a prompt samples does not depend on the other
+prompts of its call or on how a rollout fleet cut the call.
+
 A LoRA adapter is put into the model by peft (its layers wrap the model's own,
 in place), so generate runs the base weights plus the adapter; new full weights
 take the model's own layers back first (PeftModel.unload: dropped, not merged).
@@ -15,13 +20,21 @@ take the model's own layers back first (PeftModel.unload: dropped, not merged).
 from typing import TYPE_CHECKING
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StoppingCriteria, StoppingCriteriaList
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    DynamicCache,
+    LogitsProcessorList,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
 from meshrl import cuda_ipc
 from meshrl.config.rollout import RolloutConfig
 from meshrl.errors import Aborted
 from meshrl.models import end_ids
 from meshrl.shm import attach
+from services.rollout.row_sampler import RowSampler, row_seeds
 from services.rollout.sampling import Completion, Sampling
 from services.rollout.weights import Adapter
 
@@ -64,13 +77,12 @@ class HFBackend:
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
         cache = self._prefill(ids, mask, s.n) if s.n > 1 and width > 1 else None
         ids, mask = ids.repeat_interleave(s.n, 0), mask.repeat_interleave(s.n, 0)
-        if s.seed is not None:
-            torch.manual_seed(s.seed)
         eos = [*self.ends, *s.stop_token_ids]
-        sampling = (
-            {"do_sample": True, "temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k if s.top_k > 0 else 0}
+        # generate picks the argmax of what RowSampler leaves: each sample's own stream, not one for the batch
+        sampler = (
+            [RowSampler(row_seeds(s.seed, len(prompts)), s.n, s.temperature, s.top_k, s.top_p)]
             if s.temperature > 0
-            else {"do_sample": False}
+            else []
         )
         out = self.model.generate(
             input_ids=ids,
@@ -85,7 +97,8 @@ class HFBackend:
             # a row that completes a stop string is done (the batch ends sooner);
             # _completion still cuts it there
             **({"stop_strings": s.stop, "tokenizer": self.tokenizer} if s.stop else {}),
-            **sampling,
+            do_sample=False,
+            logits_processor=LogitsProcessorList(sampler),
         )
         if alive is not None and not alive():
             raise Aborted("generation stopped: the caller cancelled or its deadline passed")

@@ -79,6 +79,22 @@ def test_same_seed_same_tokens_and_token_prompts(rollout):
     assert g1.batch["prompts"].tolist() == [[101, 5, 76, 5, 84, 99, 102]]
 
 
+def test_a_prompts_samples_do_not_depend_on_the_rest_of_its_call(rollout):
+    """Prompt i of a call samples with seed + i from streams of its own: alone, in a call of four, or in the
+    parts a rollout fleet cuts that call into (part [a, b) with seed + a), it samples the same tokens."""
+    questions = ["3+4=", "12+37=", "5+5=", "41+8="]  # of different lengths: each call pads them differently
+
+    def samples(qs, seed):
+        d = generate(rollout, chats(*qs), n=3, seed=seed, max_new_tokens=12).data
+        kept = d.batch["response_mask"].bool()
+        return [d.batch["responses"][r][kept[r]].tolist() for r in range(len(d))]
+
+    whole = samples(questions, 5)
+    assert samples(questions[:2], 5) + samples(questions[2:], 7) == whole  # a fleet of two
+    assert [s for i, q in enumerate(questions) for s in samples([q], 5 + i)] == whole
+    assert samples(questions, 6) != whole
+
+
 def test_a_prompt_sampled_n_times_runs_once_with_the_same_results(rollout, tiny_lm):
     """The hf backend prefills each distinct prompt once for its n samples: greedy samples equal the n=1
     answer, and the log-probs it reports are a full HF forward's over prompt + response."""
