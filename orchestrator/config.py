@@ -374,7 +374,7 @@ def from_dict(raw: dict) -> Config:
     if unknown:
         raise ValueError(
             f"unknown config section(s) {unknown}; known: {sorted(SECTIONS)}"
-            f"{verl_keys.hints({k: raw[k] for k in unknown if isinstance(raw[k], dict)})}"
+            f"{verl_keys.hints({k: raw[k] for k in unknown})}"  # verl's sections, OpenRLHF's flat keys too
         )
     sections = {}
     for name, cls in SECTIONS.items():

@@ -6,6 +6,7 @@ import sys
 from collections.abc import Callable
 
 from meshrl.errors import ServiceError
+from orchestrator import verl_keys
 from orchestrator.config import Config, describe_keys, load_config
 from orchestrator.loops import dpo, policy_gradient, sft
 from orchestrator.loops.algorithm import Algorithm
@@ -33,7 +34,10 @@ def parse(argv: list[str], prog: str = "meshrl") -> tuple[str, Config]:
     p.add_argument("algorithm", choices=list(LOOPS), help=argparse.SUPPRESS)
     p.add_argument("--config", default=None, help="YAML file; overrides follow as section.key=value")
     p.add_argument("overrides", nargs="*", help="section.key=value, e.g. actor.lr=1e-5 rollout.n=8")
-    args = p.parse_intermixed_args(argv)  # overrides may come before or after --config
+    args, unknown = p.parse_known_intermixed_args(argv)  # overrides may come before or after --config
+    if unknown:  # another framework's flag (OpenRLHF's --remote_rm_url) gets the hint naming ours
+        named = "".join(verl_keys.hint(a.partition("=")[0]) for a in unknown if a.startswith("--"))
+        p.error(f"unrecognized arguments: {' '.join(unknown)}{named}")
     try:
         return args.algorithm, load_config(args.config, args.overrides)
     except ValueError as e:

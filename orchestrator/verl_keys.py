@@ -1,8 +1,11 @@
-"""verl's config keys and the meshrl keys that do the same, for the hint a verl user gets when a verl key
-meets our config (`actor_rollout_ref.actor.optim.lr=...` -> `actor.lr`).
+"""verl's and OpenRLHF's config keys and the meshrl keys that do the same, for the hint their users get
+when one of theirs meets our config (`actor_rollout_ref.actor.optim.lr=...` -> `actor.lr`,
+`remote_rm_url=...` -> `reward.url`).
 
-Only keys with the same meaning are listed; a verl key missing here has no single equivalent. A whole
-verl file (a YAML or a launch script) is told apart here too, and pointed to `meshrl config from-verl`.
+Only keys with the same meaning are listed; a key missing here has no single equivalent. OpenRLHF's are
+listed by both its names: the flat flags of its releases before 2026 (`--input_key`) and the dotted ones
+after (`--data.input_key`, openrlhf/cli/train_ppo_ray.py). A whole verl file (a YAML or a launch script)
+is told apart here too, and pointed to `meshrl config from-verl`.
 """
 
 import re
@@ -71,6 +74,102 @@ VERL_KEYS = {
     "trainer.default_local_dir": "trainer.run_dir",
     "trainer.resume_mode": "trainer.resume",
 }
+OPENRLHF_KEYS = {
+    "remote_rm_url": "reward.url",
+    "reward.remote_url": "reward.url",
+    "reward_pretrain": "reward.model",
+    "reward.model_name_or_path": "reward.model",
+    "pretrain": "actor.model",
+    "actor.model_name_or_path": "actor.model",
+    "critic_pretrain": "critic.model",
+    "critic.model_name_or_path": "critic.model",
+    "prompt_data": "data.train_files",
+    "data.prompt_dataset": "data.train_files",
+    "eval_dataset": "data.val_files",
+    "eval.dataset": "data.val_files",
+    "input_key": "data.prompt_key",
+    "data.input_key": "data.prompt_key",
+    "label_key": "data.answer_key",
+    "data.label_key": "data.answer_key",
+    "apply_chat_template": "always on",
+    "data.apply_chat_template": "always on",
+    "prompt_max_len": "data.max_prompt_length",
+    "generate_max_len": "rollout.max_new_tokens",
+    "max_len": "rollout.max_model_len",
+    "data.max_len": "rollout.max_model_len",
+    "n_samples_per_prompt": "rollout.n",
+    "rollout.n_samples_per_prompt": "rollout.n",
+    "rollout_batch_size": "data.train_batch_size",
+    "rollout.batch_size": "data.train_batch_size",
+    "train_batch_size": "actor.mini_batch_size",
+    "train.batch_size": "actor.mini_batch_size",
+    "micro_train_batch_size": "actor.micro_batch_size",
+    "train.micro_batch_size": "actor.micro_batch_size",
+    "max_epochs": "actor.ppo_epochs",
+    "train.max_epochs": "actor.ppo_epochs",
+    "actor_learning_rate": "actor.lr",
+    "actor.adam.lr": "actor.lr",
+    "critic_learning_rate": "critic.lr",
+    "critic.adam.lr": "critic.lr",
+    "max_norm": "actor.grad_clip",
+    "actor.max_norm": "actor.grad_clip",
+    "eps_clip": "actor.clip_ratio_low (and clip_ratio_high)",
+    "actor.eps_clip": "actor.clip_ratio_low (and clip_ratio_high)",
+    "value_clip": "critic.clip_range_value",
+    "critic.value_clip": "critic.clip_range_value",
+    "entropy_loss_coef": "actor.entropy_coeff",
+    "actor.entropy_coef": "actor.entropy_coeff",
+    "policy_loss_type": "actor.policy_loss",
+    "actor.policy_loss_type": "actor.policy_loss",
+    "init_kl_coef": "algorithm.kl_coef (with use_kl_loss: actor.kl_loss_coef)",
+    "algo.kl.init_coef": "algorithm.kl_coef (with algo.kl.use_loss: actor.kl_loss_coef)",
+    "use_kl_loss": "actor.use_kl_loss",
+    "algo.kl.use_loss": "actor.use_kl_loss",
+    "kl_target": "algorithm.kl_target",
+    "algo.kl.target": "algorithm.kl_target",
+    "kl_horizon": "algorithm.kl_horizon",
+    "algo.kl.horizon": "algorithm.kl_horizon",
+    "gamma": "algorithm.gamma",
+    "algo.advantage.gamma": "algorithm.gamma",
+    "lambd": "algorithm.lam",
+    "algo.advantage.lambd": "algorithm.lam",
+    "dynamic_filtering": "algorithm.dynamic_sampling",
+    "algo.dynamic_filtering_enable": "algorithm.dynamic_sampling",
+    "overlong_buffer_len": "algorithm.overlong_buffer",
+    "reward.overlong_buffer_len": "algorithm.overlong_buffer",
+    "overlong_penalty_factor": "algorithm.overlong_penalty",
+    "reward.overlong_penalty_factor": "algorithm.overlong_penalty",
+    "temperature": "rollout.temperature",
+    "top_p": "rollout.top_p",
+    "seed": "trainer.seed",
+    "train.seed": "trainer.seed",
+    "save_steps": "trainer.save_every",
+    "ckpt.save_steps": "trainer.save_every",
+    "eval_steps": "trainer.val_every",
+    "eval.steps": "trainer.val_every",
+    "ckpt_path": "trainer.run_dir",
+    "ckpt.path": "trainer.run_dir",
+    "vllm_num_engines": "rollout.replicas",
+    "vllm.num_engines": "rollout.replicas",
+    "vllm_tensor_parallel_size": "rollout.tensor_parallel_size",
+    "vllm.tensor_parallel_size": "rollout.tensor_parallel_size",
+    "vllm_gpu_memory_utilization": "rollout.gpu_memory_utilization",
+    "vllm.gpu_memory_utilization": "rollout.gpu_memory_utilization",
+    "enforce_eager": "rollout.enforce_eager",
+    "vllm.enforce_eager": "rollout.enforce_eager",
+    "gradient_checkpointing": "actor.gradient_checkpointing",
+    "actor.gradient_checkpointing_enable": "actor.gradient_checkpointing",
+    "packing_samples": "actor.padding_free",
+    "ds.packing_samples": "actor.padding_free",
+    "lora_rank": "actor.lora_rank",
+    "ds.lora.rank": "actor.lora_rank",
+    "lora_alpha": "actor.lora_alpha",
+    "ds.lora.alpha": "actor.lora_alpha",
+    "lora_dropout": "actor.lora_dropout",
+    "ds.lora.dropout": "actor.lora_dropout",
+    "target_modules": "actor.lora_target_modules",
+    "ds.lora.target_modules": "actor.lora_target_modules",
+}
 VERL_SECTIONS = ("actor_rollout_ref", "custom_reward_function", "reward_model")
 ENTRY_POINTS = ("verl.trainer.main_ppo", "recipe.dapo.main_dapo")  # main_dapo: main_ppo's config + DAPO's
 VERL_FILE = re.compile(  # a verl YAML's own sections, or a launch script's command (outside a comment)
@@ -88,20 +187,24 @@ def convert_first(path: str, text: str) -> str:
 
 
 def hint(key: str) -> str:
-    """' (verl's KEY is ours OURS)' for a verl key with an equivalent; '' otherwise."""
+    """' (verl's KEY is OURS here)' for a verl key with an equivalent, likewise for OpenRLHF's (its flags'
+    names, with or without their dashes); '' otherwise."""
     ours = VERL_KEYS.get(key)
     if ours is None and key.split(".")[0] in VERL_SECTIONS:
         return " (a verl key: `meshrl grpo --help` lists ours)"
-    return f" (verl's {key} is {ours} here)" if ours else ""
+    if ours:
+        return f" (verl's {key} is {ours} here)"
+    flag = key.lstrip("-")
+    return f" (OpenRLHF's {flag} is {OPENRLHF_KEYS[flag]} here)" if flag in OPENRLHF_KEYS else ""
 
 
 def hints(raw: dict, prefix: str = "") -> str:
-    """The hints for every verl key in a nested mapping (a verl YAML read as it is)."""
+    """The hints for every verl or OpenRLHF key in a nested mapping (a verl YAML read as it is)."""
     out = []
     for k, v in raw.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):
             out.append(hints(v, key + "."))
-        elif key in VERL_KEYS:
+        elif key in VERL_KEYS or key in OPENRLHF_KEYS:
             out.append(hint(key))
     return "".join(out)

@@ -2,6 +2,7 @@
 of them (its `reward.*` section is this class and the service's address)."""
 
 import dataclasses
+import urllib.parse
 
 from meshrl.config.checked import Checked, FieldError, one_of, require
 
@@ -20,17 +21,21 @@ class RewardConfig(Checked):
     model: str | None = None
     """A HuggingFace sequence-classification model folder: it scores prompt + response through its own
     chat template, instead of a function or the built-in scorers."""
+    url: str | None = None
+    """An OpenRLHF-style remote reward server, http(s)://HOST[:PORT]/PATH (OpenRLHF's --remote_rm_url): each
+    batch is POSTed as {"query", "prompts", "labels"} and scored by the reply's "rewards", instead of a
+    function, a model or the built-in scorers."""
     workers: int = 2
     """Worker processes for functions; 0 runs them in the service process (no timeout, no isolation)."""
     timeout: float = 10.0
-    """Seconds one sample may take in a worker before it counts as failed."""
+    """Seconds one sample may take in a worker before it counts as failed; with url, one request."""
     on_error: str = "fail"
     """A sample that fails or times out: "fail" the request naming the sample, or "score" it as
     error_score, counted in reward/num_failed and warned about."""
     error_score: float = 0.0
     """The score a failed sample gets with on_error=score."""
     batch_size: int = 32
-    """Reward model: samples per forward pass."""
+    """Reward model: samples per forward pass; url: samples per request."""
     max_length: int = 1024
     """Reward model: tokens kept per sample (the start is cut, the response end kept)."""
     device: str = "auto"
@@ -39,8 +44,12 @@ class RewardConfig(Checked):
     def __post_init__(self) -> None:
         super().__post_init__()
         one_of(self, "on_error", ON_ERROR)
-        if self.function and self.model:
-            raise FieldError("{function} and {model} both set: a sample is scored by one of them")
+        given = [f"{{{k}}}" for k in ("function", "model", "url") if getattr(self, k)]
+        if len(given) > 1:
+            both = "both" if len(given) == 2 else "all"
+            raise FieldError(f"{' and '.join(given)} {both} set: a sample is scored by one of them")
+        if self.url is not None:
+            check_url(self.url)
         require(
             not self.batched or bool(self.function), self, "batched", "applies to a user function: set function too"
         )
@@ -51,4 +60,15 @@ class RewardConfig(Checked):
 
     @property
     def backend(self) -> str:
-        return "model" if self.model else "function" if self.function else "rule"
+        return "model" if self.model else "url" if self.url else "function" if self.function else "rule"
+
+
+def check_url(url: str) -> None:
+    """http(s)://HOST[:PORT]/...: anything else would only fail at the first step's POST."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port  # ValueError: not a number, or out of range
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+        raise FieldError(f"{{url}}={url} must be http(s)://HOST[:PORT]/PATH (OpenRLHF's remote_rm_url)")

@@ -36,6 +36,10 @@ from meshrl.rpc.token import env_token
 from meshrl.v1 import common_pb2
 
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
+# What gRPC says when the peer answers its HTTP/2 preface in HTTP/1: "Trying to connect an http1.x server
+# (HTTP status 400)" after a status line, or only the first "frame" it could not parse (Python's
+# http.server answers a request it cannot read with a bare HTML page)
+HTTP1_ANSWERS = ("Trying to connect an http1.x server", "Failed parsing HTTP/2")
 MAX_JITTER = 5.0  # seconds: the widest random spread added to a busy server's hint
 M = TypeVar("M", bound=Message)  # a reply's message class
 
@@ -47,6 +51,10 @@ def retry_after(error: grpc.RpcError) -> float | None:
     trailing = getattr(error, "trailing_metadata", lambda: None)() or ()
     hint = dict(trailing).get(RETRY_AFTER)
     return int(hint) / 1000 if hint is not None and str(hint).isdigit() else None
+
+
+class NotGrpc(ValueError):
+    """The address answers, but in HTTP/1: a web server (an OpenRLHF reward server, say), not a gRPC one."""
 
 
 class Client:
@@ -179,7 +187,7 @@ class Client:
         server whose health does not know that name (NOT_FOUND) is asked over reflection which
         services it has: another service there is a ValueError naming it; a server that lists this
         service, or has no reflection, counts as ready (an external server that answers only the
-        whole server's health).
+        whole server's health). A server that answers in HTTP/1 is a NotGrpc (a ValueError) at once.
         """
         deadline = time.monotonic() + timeout
         last = "no answer"
@@ -192,6 +200,8 @@ class Client:
             except ServiceError as e:
                 if e.code == grpc.StatusCode.NOT_FOUND:
                     return self._check_identity()
+                if any(answer in (e.details or "") for answer in HTTP1_ANSWERS):
+                    raise NotGrpc(f"{self.address} answers HTTP/1, not gRPC") from None
                 last = f"{e.code.name}: {e.details}"
             time.sleep(0.1)
         raise TimeoutError(f"{self.service.name} at {self.address} not ready after {timeout:.0f}s ({last})")

@@ -20,6 +20,7 @@ import json
 import logging
 import pathlib
 import time
+from typing import Any
 
 import grpc
 import torch
@@ -123,6 +124,7 @@ class Mesh:
     env_tools: list[dict] = dataclasses.field(default_factory=list)  # its tools' schemas (rollout.tool_parser)
     router: Router = dataclasses.field(init=False)
     weight_version: int = 0  # the version the last push gave the fleet (a replica brought back gets it)
+    tokenizer: Any = None  # the actor's: decodes what reward.url sends (the prompts and sequences as seen)
 
     def __post_init__(self) -> None:
         self.router = Router([name for name in self.clients if is_replica(name)])
@@ -323,7 +325,10 @@ class Mesh:
     def score(self, gen: DataProto):
         """The reward service's Scores for a Generate reply (only the columns a scorer reads travel)."""
         reward = self.clients["reward"]  # whichever client the service has now (a restart replaces it)
-        return RewardClient(reward.address, client=reward).score(reward_request(gen))
+        # an OpenRLHF-style server reads the texts the model saw, which only this side can decode
+        rendered = self.tokenizer if self.cfg.reward.url else None
+        assert rendered is not None or not self.cfg.reward.url, "reward.url: start_mesh(..., tokenizer=) decodes"
+        return RewardClient(reward.address, client=reward).score(reward_request(gen, rendered))
 
     # ---- actor, ref, critic -----------------------------------------------------------
 
@@ -367,15 +372,36 @@ REWARD_COLUMNS = (
 )
 
 
-def reward_request(gen: DataProto) -> DataProto:
+def reward_request(gen: DataProto, tokenizer=None) -> DataProto:
     """What a Score request carries (docs/wire.md): per row the response and prompt text, data_source,
     reward_model, extra_info, dataset_columns (when the rows have them), and the responses with their
-    response_mask; not the model inputs and log-probs, which no scorer needs."""
+    response_mask; not the model inputs and log-probs, which no scorer needs. Given the tokenizer (for
+    reward.url), also prompt_rendered and sequence_text, decoded from the token ids."""
     cols = gen.non_tensor_batch
     columns = {k: list(cols[k]) for k in REWARD_COLUMNS if k in cols}
     if "prompt" in cols:
         columns["prompt_text"] = [prompt_text(p) for p in cols["prompt"]]
+    if tokenizer is not None:
+        columns["prompt_rendered"] = rendered_prompts(gen, tokenizer)
+        columns["sequence_text"] = rendered_sequences(gen, tokenizer)
     return DataProto({k: gen.batch[k] for k in ("responses", "response_mask") if k in gen.batch}, columns)
+
+
+def rendered_prompts(gen: DataProto, tokenizer, k: int | None = None) -> list[str]:
+    """The first k prompts (None: all) as the model saw them: the prompt token ids the rollout was given
+    (left of the responses in input_ids, padding left out), decoded with the chat template's special
+    tokens kept."""
+    ids, mask = gen.batch["input_ids"], gen.batch["attention_mask"]
+    P = ids.shape[1] - gen.batch["responses"].shape[1]  # input_ids: (B, P + T), prompts left padded
+    return [tokenizer.decode(ids[i, :P][mask[i, :P].bool()].tolist()) for i in range(len(ids) if k is None else k)]
+
+
+def rendered_sequences(gen: DataProto, tokenizer) -> list[str]:
+    """Each row's prompt and response as one text, as OpenRLHF decodes its query: the token ids without
+    padding, special tokens kept (the template's, and the response's end token, which a reward model
+    trained by OpenRLHF reads its score at)."""
+    ids, mask = gen.batch["input_ids"], gen.batch["attention_mask"]  # (B, P + T)
+    return [tokenizer.decode(ids[i][mask[i].bool()].tolist()) for i in range(len(ids))]
 
 
 def prompt_text(messages) -> str:
@@ -426,9 +452,10 @@ def service_roles(cfg: Config, roles: set[str]) -> set[str]:
     return roles - {"ref"} if ref_in_actor(cfg) else roles
 
 
-def start_mesh(cfg: Config, services: Services, roles: set[str]) -> Mesh:
-    """Start (or reach) the services in `roles`: actor, ref, critic, rollout, reward, env."""
-    mesh = Mesh(cfg, services.start_all(wanted(cfg, roles)))
+def start_mesh(cfg: Config, services: Services, roles: set[str], tokenizer=None) -> Mesh:
+    """Start (or reach) the services in `roles`: actor, ref, critic, rollout, reward, env. `tokenizer`: the
+    actor's (reward.url needs it)."""
+    mesh = Mesh(cfg, services.start_all(wanted(cfg, roles)), tokenizer=tokenizer)
     if mesh.has("env"):
         details = mesh["env"].describe().details
         mesh.env_stop, mesh.env_tools = json.loads(details.get("stop", "[]")), json.loads(details.get("tools", "[]"))

@@ -6,10 +6,10 @@ One key's own range is checked where the key is defined, when the config is
 read (meshrl/config and orchestrator/config.py). What is left here needs more
 than one key, or the machine: the model folder and data files, the run
 folder, the weight transport on this machine, the reward function's file (and
-its form, and what it takes from each row against the data: scorer_inputs),
-engine, world and tensor-parallel sizes against the batch and the GPUs, a LoRA
-adapter against the model, sequence lengths across sections and against the
-model's positions, the chat template on the tool path (tool_template), and the
+its form, and what it takes from each row against the data: scorer_inputs) or
+that something listens at reward.url, engine, world and tensor-parallel sizes
+against the batch and the GPUs, a LoRA adapter against the model, sequence
+lengths across sections and against the model's positions, the chat template on the tool path (tool_template), and the
 loggers' packages. Services started elsewhere (an `address` given) are checked
 only where the config says what they must be.
 """
@@ -21,6 +21,8 @@ import json
 import logging
 import os
 import pathlib
+import socket
+import urllib.parse
 
 from meshrl import hosts
 from meshrl.config.actor import EngineSettings
@@ -50,6 +52,8 @@ def check(cfg: Config, roles: set[str], local: bool = True) -> None:
     tool_template.check(cfg, roles)  # on the tool path: the chat template renders tools, calls and results
     if "reward" in roles and not cfg.reward.address:
         check_reward(cfg)
+        if local and cfg.reward.url:  # Ray may place the service where other hosts can be reached
+            check_reward_url(cfg.reward.url)
     for role in ("actor", "ref", "critic"):
         if role in roles and not getattr(cfg, role).address:
             check_ranks(cfg, role, sampled="rollout" in roles)
@@ -241,6 +245,17 @@ def check_reward(cfg: Config) -> None:
     if rw.model and not (pathlib.Path(rw.model) / "config.json").is_file():
         raise ValueError(f"reward.model={rw.model} is not a HuggingFace model folder (no config.json there)")
     scorer_inputs.check(cfg)  # the function's form, and what it takes from each row against the data
+
+
+def check_reward_url(url: str, timeout: float = 5.0) -> None:
+    """Something listens at reward.url's host and port: a TCP connect, nothing sent (a POST would cost the
+    server a scoring); otherwise a run finds out at its first step, after every service has started."""
+    parts = urllib.parse.urlsplit(url)  # its form is checked when the config is read (meshrl/config/reward.py)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout).close()
+    except OSError as e:
+        raise ValueError(f"reward.url={url} cannot be reached: {e}") from None
 
 
 def check_function_spec(spec: str) -> None:

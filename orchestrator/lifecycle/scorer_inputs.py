@@ -43,9 +43,9 @@ def check(cfg: Config) -> None:
 
 def scorer_needs(cfg: Config) -> Needs | None:
     """What the scorer the run starts takes from a row; None: nothing this can tell (a reward model, a
-    service given by address, a function without a signature to read)."""
+    remote server at reward.url, a service given by address, a function without a signature to read)."""
     rw = cfg.reward
-    if rw.address or rw.model:
+    if rw.address or rw.model or rw.url:
         return None
     if not rw.function:
         return Needs("the built-in scorer (reward.function unset)", ground_truth=True)

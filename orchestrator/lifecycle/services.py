@@ -15,6 +15,7 @@ import time
 from meshrl import forkserver
 from meshrl.lifeline import child_env
 from meshrl.rpc import Client
+from meshrl.rpc.client import NotGrpc
 from meshrl.shm import remove_segments_of
 from meshrl.v1 import actor_pb2, env_pb2, reward_pb2, rollout_pb2
 from orchestrator.lifecycle.fleet import role_of
@@ -28,6 +29,15 @@ DESCRIPTORS = {
     "rollout": rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"],
     "reward": reward_pb2.DESCRIPTOR.services_by_name["RewardService"],
     "env": env_pb2.DESCRIPTOR.services_by_name["EnvService"],
+}
+
+
+# What a role's address answering in HTTP/1 most likely is, and what to set instead
+HTTP1_HINTS = {
+    "reward": (
+        ": for an OpenRLHF-style reward server use reward.url=http://{address}/... "
+        "(OpenRLHF's serve_rm answers on /get_reward)"
+    ),
 }
 
 
@@ -150,6 +160,9 @@ class Services:
             client.wait_ready(60)
         except TimeoutError as e:
             raise RuntimeError(f"the {name} service is not reachable: {e}") from None
+        except NotGrpc:  # a web server there: for the reward, what a user of OpenRLHF's remote RM means
+            hint = HTTP1_HINTS.get(role_of(name), "").format(address=address)
+            raise ValueError(f"{name}.address={address} answers HTTP/1, not gRPC{hint}") from None
         except ValueError as e:  # something else answers there
             raise ValueError(f"{name}.address={address}: {e}") from None
         self.clients[name] = client

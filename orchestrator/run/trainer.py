@@ -146,7 +146,7 @@ def start(cfg: Config, algorithm: Algorithm, roles: set[str], services: Services
     if cfg.data.val_files and "rollout" in roles:
         val = dataset(cfg, "val_files", tokenizer)
     torch.manual_seed(cfg.trainer.seed)
-    mesh = start_mesh(cfg, services, roles)
+    mesh = start_mesh(cfg, services, roles, tokenizer)
     if agree(cfg, mesh, given):
         save_config(cfg, run_dir / "config.yaml")  # what was really used
     first = resume(run_dir, mesh, algorithm, sampler) + 1 if cfg.trainer.resume else 1

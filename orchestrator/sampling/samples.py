@@ -11,7 +11,7 @@ config says; each step samples with its own seed, so a resumed run samples what 
 import logging
 
 from orchestrator.config import Config
-from orchestrator.lifecycle.mesh import Mesh
+from orchestrator.lifecycle.mesh import Mesh, rendered_prompts
 from orchestrator.sampling import chunks, multi_turn
 from orchestrator.timer import Timer
 
@@ -83,14 +83,6 @@ def score_metrics(scored) -> dict[str, float]:
             f"; first error: {errors[0]}" if errors else "",
         )
     return out
-
-
-def rendered_prompts(gen, tokenizer, k: int) -> list[str]:
-    """The first k prompts as the model saw them: the prompt token ids the rollout was given (left of the
-    responses in input_ids, padding left out), decoded with the chat template's special tokens kept."""
-    ids, mask = gen.batch["input_ids"], gen.batch["attention_mask"]
-    P = ids.shape[1] - gen.batch["responses"].shape[1]  # input_ids: (B, P + T), prompts left padded
-    return [tokenizer.decode(ids[i, :P][mask[i, :P].bool()].tolist()) for i in range(k)]
 
 
 def sample_rows(gen, scored, tokenizer, k: int) -> list[dict]:

@@ -1,9 +1,11 @@
 """The Score request's rows as samples, and outcomes back into the reply batch.
 
 Request columns, per row: response_text (required, text), prompt_text,
-data_source, reward_model ({"ground_truth": ...}), extra_info, ability, and
+data_source, reward_model ({"ground_truth": ...}), extra_info, ability,
 dataset_columns (the row's other dataset columns, with the prompt as the
-dataset holds it under "prompt": what a TRL-form function is passed). An optional
+dataset holds it under "prompt": what a TRL-form function is passed), and
+prompt_rendered and sequence_text (the prompt, and the prompt with its
+response, as the model saw them: what reward.url sends as OpenRLHF does). An optional
 response_mask tensor (N, T) asks for token_level_scores with each score on the
 row's last response token, as verl places it.
 
@@ -36,12 +38,17 @@ class Sample:
     extra_info: Any
     prompt: Any = None  # as the dataset holds it (chat messages or text); prompt_text when not sent
     columns: dict = dataclasses.field(default_factory=dict)  # the row's dataset columns, TRL's keyword arguments
+    prompt_rendered: str | None = None  # the prompt as the chat template rendered it (special tokens kept)
+    sequence_text: str | None = None  # that prompt and the response as one text (OpenRLHF's query)
 
     @property
     def args(self) -> tuple:
         """verl's compute_score arguments, then the prompt and the columns TRL's form reads
         (functions.Args)."""
         return self.data_source, self.response_text, self.ground_truth, self.extra_info, self.prompt, self.columns
+
+
+TEXT_COLUMNS = ("prompt_text", "prompt_rendered", "sequence_text")  # optional, text where given
 
 
 def read_samples(data: DataProto) -> list[Sample]:
@@ -54,9 +61,10 @@ def read_samples(data: DataProto) -> list[Sample]:
         response = cols["response_text"][i]
         if not isinstance(response, str):
             raise InvalidArgument(f"row {i}: response_text is a {type(response).__name__}, not text")
-        prompt = cols["prompt_text"][i] if "prompt_text" in cols else None
-        if prompt is not None and not isinstance(prompt, str):
-            raise InvalidArgument(f"row {i}: prompt_text is a {type(prompt).__name__}, not text")
+        prompt, rendered, sequence = (cols[k][i] if k in cols else None for k in TEXT_COLUMNS)
+        for key, text in zip(TEXT_COLUMNS, (prompt, rendered, sequence)):
+            if text is not None and not isinstance(text, str):
+                raise InvalidArgument(f"row {i}: {key} is a {type(text).__name__}, not text")
         source = cols["data_source"][i] if "data_source" in cols else None
         rm = cols["reward_model"][i] if "reward_model" in cols else None
         if rm is not None and not isinstance(rm, dict):
@@ -77,6 +85,8 @@ def read_samples(data: DataProto) -> list[Sample]:
                 cols["extra_info"][i] if "extra_info" in cols else None,
                 as_held,
                 {**verl, **columns},
+                rendered,
+                sequence,
             )
         )
     return out

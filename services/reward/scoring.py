@@ -1,8 +1,9 @@
-"""The three ways the service scores: built-in rules, a user function, a reward model.
+"""The four ways the service scores: built-in rules, a user function, a reward model, a remote server.
 
 Each scorer takes samples and returns one Outcome per sample. Rule and user
 functions run in the worker pool (or in process when workers=0); the reward
-model runs batched in the service process, on its device.
+model runs batched in the service process, on its device; an OpenRLHF-style
+server at reward.url is asked over HTTP (services/reward/remote.py).
 """
 
 import logging
@@ -14,6 +15,7 @@ from meshrl.config.reward import RewardConfig
 from meshrl.errors import InvalidArgument
 from services.reward import functions
 from services.reward.pool import Outcome, WorkerPool
+from services.reward.remote import UrlScorer
 from services.reward.samples import Sample
 from services.reward.scorers import BY_DATA_SOURCE
 
@@ -110,6 +112,8 @@ class ModelScorer:
 
 
 def make_scorer(cfg: RewardConfig):
+    if cfg.url:
+        return UrlScorer(cfg.url, cfg.batch_size, cfg.timeout)
     if cfg.model:
         return ModelScorer(cfg.model, cfg.batch_size, cfg.max_length, cfg.device)
     return FunctionScorer(cfg.function or "builtin", cfg.batched, cfg.workers, cfg.timeout)

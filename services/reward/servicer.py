@@ -21,7 +21,7 @@ class RewardServicer:
         return common_pb2.ServiceInfo(
             service="reward",
             backend=cfg.backend,
-            model=cfg.model or cfg.function or "builtin",
+            model=cfg.model or cfg.url or cfg.function or "builtin",
             details={
                 "workers": str(cfg.workers),
                 "timeout": str(cfg.timeout),

@@ -1,5 +1,6 @@
 """Config mistakes found before any service starts: one line naming the key (orchestrator.lifecycle.preflight)."""
 
+import socket
 import subprocess
 import sys
 
@@ -255,6 +256,60 @@ def test_verl_keys_get_a_hint_naming_ours(override, match, tmp_path):
     f.write_text("trainer:\n  total_training_steps: 3\n")
     with pytest.raises(ValueError, match=r"verl's trainer.total_training_steps is trainer.total_steps here"):
         load_config(str(f))
+
+
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        (
+            "remote_rm_url=http://rm:5000/get_reward",
+            r"section.key=value \(OpenRLHF's remote_rm_url is reward.url here\)",
+        ),
+        ("reward.remote_url=http://rm:5000/get_reward", r"OpenRLHF's reward.remote_url is reward.url here"),
+        ("input_key=question", r"OpenRLHF's input_key is data.prompt_key here"),
+        ("data.input_key=question", r"unknown key data.input_key.*OpenRLHF's data.input_key is data.prompt_key here"),
+        ("label_key=answer", r"OpenRLHF's label_key is data.answer_key here"),
+        ("data.label_key=answer", r"OpenRLHF's data.label_key is data.answer_key here"),
+        ("apply_chat_template=true", r"OpenRLHF's apply_chat_template is always on here"),
+        ("prompt_max_len=512", r"OpenRLHF's prompt_max_len is data.max_prompt_length here"),
+        ("generate_max_len=512", r"OpenRLHF's generate_max_len is rollout.max_new_tokens here"),
+        ("n_samples_per_prompt=8", r"OpenRLHF's n_samples_per_prompt is rollout.n here"),
+        ("actor_learning_rate=1e-6", r"OpenRLHF's actor_learning_rate is actor.lr here"),
+        ("actor.adam.lr=1e-6", r"OpenRLHF's actor.adam.lr is actor.lr here"),
+        ("init_kl_coef=0.01", r"OpenRLHF's init_kl_coef is algorithm.kl_coef \(with use_kl_loss: actor.kl_loss_coef"),
+    ],
+)
+def test_openrlhf_keys_get_a_hint_naming_ours(override, match):
+    with pytest.raises(ValueError, match=match):
+        load_config(None, [override])
+
+
+def test_openrlhf_flags_and_flat_yaml_keys_get_the_hint_too(tmp_path, capsys):
+    from orchestrator.main import parse
+
+    with pytest.raises(SystemExit):
+        parse(["grpo", "--remote_rm_url", "http://rm:5000/get_reward", "--input_key=question"])
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --remote_rm_url http://rm:5000/get_reward --input_key=question" in err
+    assert "(OpenRLHF's remote_rm_url is reward.url here) (OpenRLHF's input_key is data.prompt_key here)" in err
+    f = tmp_path / "openrlhf.yaml"
+    f.write_text("label_key: answer\ndata:\n  train_files: x.jsonl\n")
+    with pytest.raises(ValueError, match=r"unknown config section\(s\) \['label_key'\].*is data.answer_key here"):
+        load_config(str(f))
+
+
+def test_reward_url_with_nothing_listening_stops_the_run_before_it_starts(base):
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        url = f"http://127.0.0.1:{listening.getsockname()[1]}/get_reward"
+        checked("grpo", [*base, f"reward.url={url}"])  # something listens: the run goes on
+    with pytest.raises(ValueError, match=rf"^reward.url={url} cannot be reached: .*[Rr]efused"):
+        checked("grpo", [*base, f"reward.url={url}"])
+    cfg = load_config(None, [*base, f"reward.url={url}"])
+    check(cfg, roles("grpo", cfg), local=False)  # Ray places the service, where the URL may be reachable
+    with pytest.raises(ValueError, match=r"reward.url=localhost:5000 must be http\(s\)://HOST\[:PORT\]/PATH"):
+        load_config(None, [*base, "reward.url=localhost:5000"])
 
 
 def test_a_tensor_parallel_engine_needs_its_gpus(base, monkeypatch):
