@@ -8,6 +8,11 @@ Two modes, same run:
   queue:  a queue of 16 waiting at most 1.5 s, clients retrying with jittered backoff on the hint.
 
     .venv/bin/python bench/overload_bench.py [--clients 100] [--seconds 10] [--call-ms 40]
+    .venv/bin/python bench/overload_bench.py --clients 16,100 --queue 128 --wait 5 --busy-retries 0
+
+The second form runs one server setting (a queue of --queue calls waiting up to --wait s) against each
+number of clients, each retrying busy refusals --busy-retries times (0: every refusal counts, as a plain
+gRPC client sees it).
 
 Prints one line per mode: successful calls/s, refusals seen by callers, and p50/p99 latency of successes.
 """
@@ -35,15 +40,17 @@ from meshrl.rpc import Client, serve  # noqa: E402
 from meshrl.v1 import reward_pb2  # noqa: E402
 
 
-def run_server(queue: int, port_file: str) -> None:
-    server = serve(EchoScorer(), max_workers=16, queue=queue)
+def run_server(queue: int, port_file: str, wait: float) -> None:
+    server = serve(EchoScorer(), max_workers=16, queue=queue, queue_wait=wait)
     pathlib.Path(port_file).write_text(str(server.port))
     server.run_until_signal(grace=0)
 
 
-def start_server(queue: int) -> tuple[subprocess.Popen, str]:
+def start_server(queue: int, wait: float = 1.5) -> tuple[subprocess.Popen, str]:
     port_file = pathlib.Path(tempfile.mkdtemp()) / "port"
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(queue), "--port-file", str(port_file)])
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(queue), "--wait", str(wait), "--port-file", str(port_file)]
+    )
     while not (port_file.exists() and port_file.read_text()):
         if proc.poll() is not None:
             raise RuntimeError("benchmark server died")
@@ -88,24 +95,35 @@ def load(address: str, clients: int, seconds: float, call_ms: float, busy_retrie
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--clients", type=int, default=100)
+    p.add_argument("--clients", default="100", help="client threads; several: 16,100")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--call-ms", type=float, default=40.0)
+    p.add_argument("--queue", type=int, default=None, help="one server setting: calls that may wait")
+    p.add_argument("--wait", type=float, default=1.5, help="seconds a call may wait in the queue")
+    p.add_argument("--busy-retries", type=int, default=10)
     p.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--port-file", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve is not None:
-        return run_server(args.serve, args.port_file)
-    for mode, queue, busy_retries in [("refuse", 0, 0), ("queue", 16, 10)]:
-        proc, address = start_server(queue)
+        return run_server(args.serve, args.port_file, args.wait)
+    runs = (
+        [
+            (f"queue {args.queue}, wait {args.wait} s", args.queue, args.busy_retries, int(c))
+            for c in args.clients.split(",")
+        ]
+        if args.queue is not None
+        else [("refuse", 0, 0, int(args.clients)), ("queue", 16, 10, int(args.clients))]
+    )
+    for mode, queue, busy_retries, clients in runs:
+        proc, address = start_server(queue, args.wait)
         try:
-            r = load(address, args.clients, args.seconds, args.call_ms, busy_retries)
+            r = load(address, clients, args.seconds, args.call_ms, busy_retries)
         finally:
             proc.terminate()
             proc.wait(30)
         share = r["refused"] / max(1, r["refused"] + r["ok"])
         print(
-            f"{mode}: {r['ok_per_s']:.0f} ok calls/s, {r['refused']} refused ({share:.1%} of calls), "
+            f"{mode}, {clients} clients: {r['ok_per_s']:.0f} ok calls/s, {r['refused']} refused ({share:.1%}), "
             f"latency of successes p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms",
             flush=True,
         )

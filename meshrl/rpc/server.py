@@ -38,7 +38,11 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 256 << 20  # batches stream in 4 MB parts; this bounds one odd message
 LIGHT_RESERVE = 4  # threads beyond the work calls' kept for health, reflection and Describe
-QUEUE_WAIT = 1.5  # seconds a call past the limit waits for a slot before RESOURCE_EXHAUSTED
+QUEUE_WAIT = 5.0  # seconds a call past the limit waits for a slot before RESOURCE_EXHAUSTED
+# calls that may wait, per work slot: 100 callers of a 16-slot service all wait rather than most being
+# refused (with a queue of 16 and 1.5 s, 75% of 100 callers' calls were refused and goodput halved;
+# with 8 x 16 and 5 s none were, at the 16-caller rate: bench/RESULTS.md, issue 42)
+QUEUE_PER_SLOT = 8
 
 
 INSECURE_BIND_VAR = "MESHRL_INSECURE_BIND"  # =1: serve beyond loopback without TLS (as --insecure-bind)
@@ -83,9 +87,10 @@ class Server:
         queue_wait: float = QUEUE_WAIT,
         insecure_bind: bool = False,
     ):
-        """max_workers: work calls at once; queue (default: as many) more wait up to queue_wait seconds;
+        """max_workers: work calls at once; queue (default: QUEUE_PER_SLOT times as many) more wait up to
+        queue_wait seconds;
         insecure_bind: serve beyond loopback without TLS (else ValueError, see check_bind)."""
-        queue = max_workers if queue is None else queue
+        queue = QUEUE_PER_SLOT * max_workers if queue is None else queue
         interceptors: list[grpc.ServerInterceptor] = [TokenInterceptor(token)] if token else []
         credentials = tls.server_credentials(servicers[0].SERVICE.name) if servicers else None
         check_bind(host, credentials is not None, insecure_bind)
