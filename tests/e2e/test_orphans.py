@@ -19,6 +19,18 @@ def wait_for_step_one(orchestrator, run):
         time.sleep(0.5)
 
 
+def kill_all(orchestrator: subprocess.Popen, family: list[psutil.Process]) -> None:
+    """What a failure left: the run and its services (only this run's: other tests' processes are children
+    of pytest too)."""
+    if orchestrator.poll() is None:
+        orchestrator.kill()
+    for p in family:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
 def finish(orchestrator: subprocess.Popen, timeout: float = 120) -> str:
     """Its stderr once it exits; a hang fails with every thread's stack (faulthandler on SIGUSR1, cli.main)."""
     try:
@@ -58,13 +70,7 @@ def test_ctrl_c_is_an_interrupt_not_a_service_failure(tiny_lm, arithmetic_data, 
         assert "Traceback" not in err, err[-3000:]
         assert not psutil.wait_procs(family, timeout=60)[1]  # and the services stopped after it
     finally:
-        if orchestrator.poll() is None:
-            orchestrator.kill()
-        for p in family:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
+        kill_all(orchestrator, family)
 
 
 def test_a_second_ctrl_c_stops_at_once_without_a_traceback(tiny_lm, arithmetic_data, tmp_path):
@@ -90,13 +96,7 @@ def test_a_second_ctrl_c_stops_at_once_without_a_traceback(tiny_lm, arithmetic_d
         assert "Traceback" not in err, err[-3000:]
         assert not psutil.wait_procs(family, timeout=60)[1]
     finally:
-        if orchestrator.poll() is None:
-            orchestrator.kill()
-        for p in family:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
+        kill_all(orchestrator, family)
 
 
 def test_services_die_with_a_killed_orchestrator(tiny_lm, arithmetic_data, tmp_path):
@@ -117,13 +117,7 @@ def test_services_die_with_a_killed_orchestrator(tiny_lm, arithmetic_data, tmp_p
         gone, alive = psutil.wait_procs(family, timeout=60)
         assert not alive, [p.cmdline() for p in alive]
     finally:
-        if orchestrator.poll() is None:
-            orchestrator.kill()
-        for p in family:  # what a failure left (only this run's: other tests' processes are children too)
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
+        kill_all(orchestrator, family)
 
 
 @pytest.mark.parametrize("forked", [True, False])
