@@ -161,13 +161,13 @@ def test_a_service_given_by_address_is_waited_for(tiny_lm, arithmetic_data, tmp_
 
 def test_a_killed_fork_server_is_healed_like_its_services(tiny_lm, arithmetic_data, tmp_path):
     """kill -9 of the run's fork server takes every service it forked with it (meshrl.lifeline); the run
-    says so, starts them afresh without it (the actor from its last checkpoint, step 5) and finishes."""
+    says so, starts them afresh without it (the actor from the start: no checkpoint yet) and finishes."""
     run_dir, log = tmp_path / "forkless", tmp_path / "forkless.log"
-    overrides = [*settings(tiny_lm, arithmetic_data, tmp_path, run_dir), "trainer.total_steps=7"]
+    overrides = [*settings(tiny_lm, arithmetic_data, tmp_path, run_dir), "trainer.total_steps=4"]
     with open(log, "w") as f:
         proc = subprocess.Popen([sys.executable, "-m", "cli", "grpo", *overrides], stdout=f, stderr=f)
     orchestrator, deadline = psutil.Process(proc.pid), time.monotonic() + 300
-    while max(steps_logged(run_dir), default=0) < 6 and time.monotonic() < deadline:
+    while max(steps_logged(run_dir), default=0) < 2 and time.monotonic() < deadline:
         assert proc.poll() is None, log.read_text()[-3000:]
         time.sleep(0.05)
     servers = [p for p in orchestrator.children() if "cli.forkserver" in " ".join(p.cmdline())]
@@ -176,5 +176,5 @@ def test_a_killed_fork_server_is_healed_like_its_services(tiny_lm, arithmetic_da
     assert proc.wait(300) == 0, log.read_text()[-3000:]
     text = log.read_text()
     assert "the fork server died, and the services it had started with it" in text
-    assert "died: restart 1 of 3" in text and "step_5" in text
-    assert steps_logged(run_dir) == list(range(1, 8))
+    assert "died: restart 1 of 3" in text
+    assert steps_logged(run_dir) == list(range(1, 5))  # every step once, the redone ones too

@@ -103,8 +103,9 @@ def test_a_lora_adapter_learns_by_the_same_bar(warm, tmp_path):
     """Only a rank-16 adapter trains (the base stays frozen) and only the adapter travels to the rollout; the
     KL term's ref log-probs come from the same actor with its adapter off (no ref service). The run leaves
     the merged model and the peft adapter folder."""
-    half = [f"trainer.total_steps={GRPO_STEPS // 2}", f"trainer.val_every={GRPO_STEPS // 2}"]  # ~7 s.e. by then
-    gain, grpo = learn(warm, tmp_path, *LORA, "actor.use_kl_loss=true", *half)
+    # the whole run: at half of it the gain was 7 s.e. with one sampling and 3.9 with another (each sample's
+    # own stream, issue 42), too near the bar to be a test
+    gain, grpo = learn(warm, tmp_path, *LORA, "actor.use_kl_loss=true")
     assert learned(gain), gain_line(gain)
     assert (grpo / "hf" / "config.json").is_file() and (grpo / "hf_adapter" / "adapter_config.json").is_file()
     rows = [json.loads(line) for line in (grpo / "metrics.jsonl").read_text().splitlines()]
