@@ -391,17 +391,21 @@ def rendered_prompts(gen: DataProto, tokenizer, k: int | None = None) -> list[st
     """The first k prompts (None: all) as the model saw them: the prompt token ids the rollout was given
     (left of the responses in input_ids, padding left out), decoded with the chat template's special
     tokens kept."""
-    ids, mask = gen.batch["input_ids"], gen.batch["attention_mask"]
-    P = ids.shape[1] - gen.batch["responses"].shape[1]  # input_ids: (B, P + T), prompts left padded
-    return [tokenizer.decode(ids[i, :P][mask[i, :P].bool()].tolist()) for i in range(len(ids) if k is None else k)]
+    prompt_len = gen.batch["input_ids"].shape[1] - gen.batch["responses"].shape[1]  # prompts left padded
+    return decoded(gen, tokenizer, prompt_len, k)
 
 
 def rendered_sequences(gen: DataProto, tokenizer) -> list[str]:
     """Each row's prompt and response as one text, as OpenRLHF decodes its query: the token ids without
     padding, special tokens kept (the template's, and the response's end token, which a reward model
     trained by OpenRLHF reads its score at)."""
-    ids, mask = gen.batch["input_ids"], gen.batch["attention_mask"]  # (B, P + T)
-    return [tokenizer.decode(ids[i][mask[i].bool()].tolist()) for i in range(len(ids))]
+    return decoded(gen, tokenizer, gen.batch["input_ids"].shape[1])
+
+
+def decoded(gen: DataProto, tokenizer, width: int, k: int | None = None) -> list[str]:
+    """The first k rows' (None: all) first `width` positions of input_ids, padding left out, decoded."""
+    ids, mask = gen.batch["input_ids"][:, :width], gen.batch["attention_mask"][:, :width]  # (B, width)
+    return [tokenizer.decode(ids[i][mask[i].bool()].tolist()) for i in range(len(ids) if k is None else k)]
 
 
 def prompt_text(messages) -> str:

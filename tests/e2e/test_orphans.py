@@ -43,6 +43,14 @@ def finish(orchestrator: subprocess.Popen, timeout: float = 120) -> str:
         pytest.fail(f"the orchestrator hung after Ctrl-C; its stacks:\n{err[-12000:]}")
 
 
+def interrupted(orchestrator: subprocess.Popen) -> tuple[str, str]:
+    """(stderr, its last line) of a run that Ctrl-C ended as an interrupt: exit 130, no traceback."""
+    err = finish(orchestrator)
+    assert orchestrator.returncode == 130, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    return err, err.strip().splitlines()[-1]
+
+
 def start_in_a_terminal(command: list[str]) -> subprocess.Popen:
     """A run in its own process group, standing for the terminal's foreground group."""
     return subprocess.Popen(
@@ -61,13 +69,10 @@ def test_ctrl_c_is_an_interrupt_not_a_service_failure(tiny_lm, arithmetic_data, 
         wait_for_step_one(orchestrator, run)
         family = psutil.Process(orchestrator.pid).children(recursive=True)
         os.killpg(orchestrator.pid, signal.SIGINT)
-        err = finish(orchestrator)
-        last = err.strip().splitlines()[-1]
-        assert orchestrator.returncode == 130, err[-3000:]
+        err, last = interrupted(orchestrator)
         assert "meshrl grpo: interrupted: stopping the services (Ctrl-C again to stop at once)" in err
         assert "interrupted by the user" in last and "trainer.resume=true" in last, last
         assert "Connection refused" not in err and "error" not in last, err[-3000:]
-        assert "Traceback" not in err, err[-3000:]
         assert not psutil.wait_procs(family, timeout=60)[1]  # and the services stopped after it
     finally:
         kill_all(orchestrator, family)
@@ -89,11 +94,8 @@ def test_a_second_ctrl_c_stops_at_once_without_a_traceback(tiny_lm, arithmetic_d
         time.sleep(2)
         assert orchestrator.poll() is None  # waiting on the stopped reward service
         os.killpg(orchestrator.pid, signal.SIGINT)
-        err = finish(orchestrator)
-        last = err.strip().splitlines()[-1]
-        assert orchestrator.returncode == 130, err[-3000:]
+        _, last = interrupted(orchestrator)
         assert "stopped at once on a second Ctrl-C" in last and "trainer.resume=true" in last, last
-        assert "Traceback" not in err, err[-3000:]
         assert not psutil.wait_procs(family, timeout=60)[1]
     finally:
         kill_all(orchestrator, family)
