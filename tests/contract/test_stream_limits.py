@@ -96,3 +96,36 @@ def test_a_server_answers_invalid_argument_without_the_memory(total_rows, match)
         assert status_kib("VmHWM") - before < 200 * 1024  # the peak, not only what is left after the call
     finally:
         server.stop(0)
+
+
+def test_a_caller_that_cancels_mid_stream_is_no_error_on_the_server(caplog):
+    """A caller gone mid-request (Ctrl-C, a deadline) is the caller's doing: the server logs one line at
+    info, not ERROR with a traceback (the second-Ctrl-C test once read one on the terminal)."""
+    import threading
+
+    server = serve(EchoScorer())
+    sent, cancelled = threading.Event(), threading.Event()
+    parts = declaring(4, parts=1)
+
+    def requests():
+        yield parts[0]
+        sent.set()
+        cancelled.wait(10)  # the stream stays open until the call is cancelled
+
+    try:
+        with caplog.at_level("INFO"), grpc.insecure_channel(server.address) as ch:
+            call = ch.stream_stream("/meshrl.v1.RewardService/Score")(requests(), timeout=30)
+            assert sent.wait(10)
+            call.cancel()
+            cancelled.set()
+            with pytest.raises(grpc.RpcError):
+                list(call)
+            for _ in range(100):  # the server notices on its own thread
+                if any("went away" in r.getMessage() for r in caplog.records):
+                    break
+                threading.Event().wait(0.05)
+        assert any("went away" in r.getMessage() for r in caplog.records), caplog.text
+        assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+        assert "Traceback" not in caplog.text
+    finally:
+        server.stop(0)
