@@ -40,7 +40,15 @@ COMMANDS = {
     "reinforce_plus_plus_baseline": "reinforce",
 }
 ENGINES = {"fsdp": "fsdp1", "fsdp2": "fsdp2"}
-LOSSES = {"vanilla": "ppo", "gspo": "gspo"}
+LOSSES = {  # verl's policy_loss.loss_mode -> ours (meshrl/config/losses.py POLICY_LOSSES)
+    "vanilla": "ppo",
+    "gspo": "gspo",
+    "cispo": "cispo",
+    "geo_mean": "gmpo",
+    "sapo": "sapo",
+    "clip_cov": "clip_cov",
+    "kl_cov": "kl_cov",
+}
 KL = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}  # k3: clamped
 KL_KEYS = {"actor_rollout_ref.actor.kl_loss_type": "actor.kl_loss_type", "algorithm.kl_penalty": "algorithm.kl_penalty"}
 GROUP_METRICS = {"acc": "acc", "score": "score", "seq_reward": "score"}  # seq_reward: the sum of a sample's
@@ -196,7 +204,7 @@ def translate(key: str, value: object, flat: dict[str, object], unread: dict) ->
         return {"actor.engine": ENGINES[str(value)]}
     if key == "actor_rollout_ref.actor.policy_loss.loss_mode":
         if value not in LOSSES:
-            raise ValueError(f"no policy loss here for verl's {value!r} (ours: ppo, gspo)")
+            raise ValueError(f"no policy loss here for verl's {value!r} (verl's we take: {', '.join(LOSSES)})")
         return {"actor.policy_loss": LOSSES[str(value)]}
     if key == "actor_rollout_ref.rollout.name" and value not in ("vllm", "hf"):
         raise ValueError(f"no rollout backend here for {value!r} (ours: vllm, hf)")
@@ -239,8 +247,10 @@ def checked(config: dict[str, tuple[str, object, object]]) -> tuple[list[str], l
     kept = [k for k in config if not alone[k]]
     out: list[tuple[str, str]] = []
     while why := refused(kept):
-        named = [k for k in kept if k in why] + [k for k in reversed(kept) if k not in why]
-        culprit = next((k for k in named if not refused([x for x in kept if x != k])), named[0])
+        named = [k for k in kept if k in why]  # a key the error names goes first, one at a time: a loss
+        others = [k for k in reversed(kept) if k not in why]  # refusing two unread settings keeps the loss
+        ends = [k for k in named + ([] if named else others) if not refused([x for x in kept if x != k])]
+        culprit = (ends or named or others)[0]
         kept.remove(culprit)
         out.append((culprit, why))
     for k in (k for k in config if alone[k]):

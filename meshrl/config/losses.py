@@ -14,7 +14,6 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "se
 ROLLOUT_IS = ("none", "token", "sequence")
 DPO_LOSSES = ("sigmoid", "ipo")
 OLD_LOGPROBS = ("actor_logprobs", "rollout_logprobs", "")
-POLICY_LOSSES = ("ppo", "gspo")
 MAX_EPOCHS = 100  # passes over one batch; verl's ppo_epochs is 1-4 in practice, a caller's 2**31 is not work
 
 
@@ -33,18 +32,90 @@ class Schedule(Checked):
         require(self.mini_batch_size >= 0, self, "mini_batch_size", "must be >= 0")
 
 
+@dataclasses.dataclass(frozen=True)
+class PolicyLoss:
+    """One policy-gradient loss as the run sees it (meshrl/algos/policy_losses.py holds its math under the
+    same name): its paper, the settings it reads with the paper's values where the run leaves them null,
+    and the aggregation its objective fixes (None: the run's loss_agg_mode, token-mean by default)."""
+
+    reference: str
+    defaults: dict
+    aggregation: str | None = None
+
+
+SEQ_MEAN = "seq-mean-token-mean"
+POLICY_LOSSES = {
+    "ppo": PolicyLoss(
+        "PPO's clipped ratio per token (arXiv:1707.06347), with DAPO's separate clip-higher (arXiv:2503.14476) "
+        "and dual clip for negative advantages (arXiv:1912.09729)",
+        {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2},
+    ),
+    "gspo": PolicyLoss(
+        "GSPO (arXiv:2507.18071): one ratio per sequence, the geometric mean of its tokens', clipped as a whole",
+        {"clip_ratio_low": 3e-4, "clip_ratio_high": 4e-4},
+        SEQ_MEAN,
+    ),
+    "cispo": PolicyLoss(
+        "CISPO (MiniMax-M1, arXiv:2506.13585): the clipped ratio as a stop-gradient weight on each token's "
+        "log-prob gradient, so no token loses its gradient; the paper bounds the ratio above only "
+        "(clip_ratio_low=1: no lower bound)",
+        {"clip_ratio_low": 1.0, "clip_ratio_high": 0.2},
+    ),
+    "gmpo": PolicyLoss(
+        "GMPO (arXiv:2507.20673): the geometric mean of the tokens' ratios per sequence, each token's log-ratio "
+        "clipped to [-clip_ratio_low, clip_ratio_high] on its advantage's side (the paper's e^-0.4..e^0.4)",
+        {"clip_ratio_low": 0.4, "clip_ratio_high": 0.4},
+        SEQ_MEAN,
+    ),
+    "sapo": PolicyLoss(
+        "SAPO (arXiv:2511.20347): a smooth gate 4/tau * sigmoid(tau (ratio - 1)) instead of a hard clip, "
+        "tau_neg > tau_pos damping negative-advantage tokens faster",
+        {"tau_pos": 1.0, "tau_neg": 1.05},
+        SEQ_MEAN,
+    ),
+    "clip_cov": PolicyLoss(
+        "Clip-Cov (arXiv:2505.22617): PPO's clip, and a random clip_cov_ratio share of the tokens whose "
+        "covariance of log-prob and advantage is in (clip_cov_lb, clip_cov_ub) lose their gradient",
+        {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0},
+    ),
+    "kl_cov": PolicyLoss(
+        "KL-Cov (arXiv:2505.22617): no clip; the kl_cov_ratio share of tokens with the largest covariance of "
+        "log-prob and advantage get a penalty ppo_kl_coef * |log ratio|",
+        {"kl_cov_ratio": 2e-4, "ppo_kl_coef": 0.1},
+    ),
+}
+
+
+def readers(setting: str) -> list[str]:
+    return [name for name, loss in POLICY_LOSSES.items() if setting in loss.defaults]
+
+
 @dataclasses.dataclass
 class PolicyLossSettings(Checked):
     policy_loss: str = "ppo"
-    """The policy-gradient loss: "ppo" (a clipped ratio per token) or "gspo" (GSPO, arXiv:2507.18071: one
-    ratio per sequence, the geometric mean of its tokens', clipped as a whole; wants tiny clip ranges,
-    the paper's 3e-4 / 4e-4, loss_agg_mode=seq-mean-token-mean, and no dual clip)."""
-    clip_ratio_low: float = 0.2
-    """PPO clip: ratio >= 1 - clip_ratio_low."""
-    clip_ratio_high: float = 0.2
-    """PPO clip: ratio <= 1 + clip_ratio_high (DAPO's clip-higher when larger)."""
+    """The policy-gradient loss, one of POLICY_LOSSES: ppo, gspo, cispo, gmpo, sapo, clip_cov, kl_cov (each
+    with its paper and defaults in docs/algorithms.md). The settings below that default to null take the
+    chosen loss's own values; one the loss does not read is refused rather than ignored."""
+    clip_ratio_low: float | None = None
+    """The ratio's lower clip (ppo: ratio >= 1 - clip_ratio_low); null: the loss's own (ppo 0.2)."""
+    clip_ratio_high: float | None = None
+    """The ratio's upper clip (ppo: ratio <= 1 + clip_ratio_high; DAPO's clip-higher when larger)."""
     clip_ratio_c: float | None = 3.0
-    """Dual-clip bound for negative advantages; null turns it off."""
+    """ppo's dual-clip bound for negative advantages; null turns it off."""
+    tau_pos: float | None = None
+    """sapo: the gate's temperature for positive advantages (1.0)."""
+    tau_neg: float | None = None
+    """sapo: the gate's temperature for negative advantages (1.05)."""
+    clip_cov_ratio: float | None = None
+    """clip_cov: the share of tokens whose gradient is cut (2e-4)."""
+    clip_cov_lb: float | None = None
+    """clip_cov: the covariance above which a token may be cut (1.0)."""
+    clip_cov_ub: float | None = None
+    """clip_cov: the covariance below which a token may be cut (5.0)."""
+    kl_cov_ratio: float | None = None
+    """kl_cov: the share of tokens, the largest covariances, that get the KL penalty (2e-4)."""
+    ppo_kl_coef: float | None = None
+    """kl_cov: the penalty's weight on |log ratio| (0.1)."""
     entropy_coeff: float = 0.0
     """Entropy bonus in the policy loss."""
     use_kl_loss: bool = False
@@ -53,21 +124,45 @@ class PolicyLossSettings(Checked):
     """Its weight."""
     kl_loss_type: str = "k3"
     """Its estimator: k1, k2, k3 (low-variance) or abs."""
-    loss_agg_mode: str = "token-mean"
-    """token-mean, seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm."""
+    loss_agg_mode: str | None = None
+    """token-mean, seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm; null: token-mean, or
+    the one the loss's objective fixes (gspo, gmpo, sapo: seq-mean-token-mean; another is refused)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        one_of(self, "loss_agg_mode", LOSS_AGG_MODES)
-        one_of(self, "kl_loss_type", KL_ESTIMATORS)
         one_of(self, "policy_loss", POLICY_LOSSES)
-        if self.policy_loss == "gspo":  # the paper's objective, said rather than silently changed
+        loss = POLICY_LOSSES[self.policy_loss]
+        for name in LOSS_SETTINGS:
+            if name in loss.defaults:
+                if getattr(self, name) is None:
+                    setattr(self, name, loss.defaults[name])
+            elif getattr(self, name) is not None:
+                require(
+                    False, self, name, f"is read by policy_loss {' or '.join(readers(name))}, not {self.policy_loss}"
+                )
+        if self.loss_agg_mode is None:
+            self.loss_agg_mode = loss.aggregation or "token-mean"
+        one_of(self, "loss_agg_mode", LOSS_AGG_MODES)
+        if loss.aggregation:  # the paper's objective, said rather than silently changed
             require(
-                self.loss_agg_mode == "seq-mean-token-mean",
+                self.loss_agg_mode == loss.aggregation,
                 self,
                 "loss_agg_mode",
-                "must be seq-mean-token-mean with policy_loss=gspo (each sequence's token mean, then their mean)",
+                f"must be {loss.aggregation} with policy_loss={self.policy_loss} (its objective's own)",
             )
+        one_of(self, "kl_loss_type", KL_ESTIMATORS)
+        for name in ("clip_ratio_low", "clip_ratio_high", "clip_cov_ratio", "kl_cov_ratio", "ppo_kl_coef"):
+            require(getattr(self, name) is None or getattr(self, name) >= 0, self, name, "must be >= 0")
+        for name in ("tau_pos", "tau_neg"):
+            require(getattr(self, name) is None or getattr(self, name) > 0, self, name, "must be > 0")
+        for name in ("clip_cov_ratio", "kl_cov_ratio"):
+            require(getattr(self, name) is None or getattr(self, name) <= 1, self, name, "must be <= 1 (a share)")
+        if self.clip_cov_lb is not None and self.clip_cov_ub is not None:
+            require(self.clip_cov_lb < self.clip_cov_ub, self, "clip_cov_lb", "must be < clip_cov_ub")
+
+
+LOSS_SETTINGS = sorted({name for loss in POLICY_LOSSES.values() for name in loss.defaults})
+"""The settings that are one loss's or another's: null in a run means the chosen loss's value."""
 
 
 @dataclasses.dataclass

@@ -13,14 +13,13 @@ import torch.distributed as dist
 from meshrl.algos.losses import (
     dpo_loss,
     entropy_from_logits,
-    gspo_policy_loss,
     kl_loss,
-    ppo_policy_loss,
     rollout_is_weights,
     sft_loss,
     value_loss,
 )
 from meshrl.algos.masked import agg_loss, masked_mean
+from meshrl.algos.policy_losses import policy_loss
 from meshrl.config.losses import Schedule
 from meshrl.dataproto import DataProto
 from services.actor.batches import BASE, micro_batches, minibatches, num_minibatches, restore, token_groups, trimmed
@@ -209,6 +208,7 @@ class ActorRole(PolicyRole):
                 part, own_first = self.with_old_logprobs(part, p, total_rows, step)
             keys = tuple(part.batch)  # the servicer sent exactly what this loss and its options read
             old_key = p.old_logprobs_key or OLD
+            rng = torch.Generator().manual_seed(p.seed * 1_000_003 + step)  # clip_cov's picks, the same on resume
 
             def ppo(model, mb):
                 logits = forward_response(model, mb, share_prompts=self.shared)
@@ -220,22 +220,7 @@ class ActorRole(PolicyRole):
                 m: dict[str, float] = {}
                 if p.rollout_is != "none":
                     weights, m = rollout_is_weights(old, mb["rollout_logprobs"], mask, p.rollout_is, p.rollout_is_cap)
-                if p.policy_loss == "gspo":
-                    total, pm = gspo_policy_loss(
-                        lp, old, mb["advantages"], mask, p.clip_ratio_low, p.clip_ratio_high, weights
-                    )
-                else:
-                    total, pm = ppo_policy_loss(
-                        lp,
-                        old,
-                        mb["advantages"],
-                        mask,
-                        p.clip_ratio_low,
-                        p.clip_ratio_high,
-                        p.clip_ratio_c,
-                        p.loss_agg_mode,
-                        weights,
-                    )
+                total, pm = policy_loss(p, lp, old, mb["advantages"], mask, weights, rng)
                 m.update(pm)
                 if not p.old_logprobs_key and "rollout_logprobs" in mb:
                     m["rollout/kl_to_actor"] = masked_mean((mb["rollout_logprobs"] - old).abs(), mask).item()

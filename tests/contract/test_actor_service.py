@@ -1,5 +1,6 @@
 """The actor service over real gRPC, each service a real process group (`meshrl serve actor`)."""
 
+import math
 import subprocess
 import sys
 import tempfile
@@ -187,6 +188,38 @@ def test_ppo_raises_the_logprob_of_a_positive_advantage(actor):
     assert again.already_applied and again.metrics == reply.metrics
     expect(grpc.StatusCode.FAILED_PRECONDITION, lambda: actor.update(step - 1, "ppo", data), "is older than")
     assert torch.equal(actor.logprobs(batch(seed=7)), after)
+
+
+@pytest.mark.parametrize(
+    "loss,metric",
+    [
+        ("gspo", "actor/seq_ratio_mean"),
+        ("cispo", "actor/pg_clipfrac"),
+        ("gmpo", "actor/pg_clipfrac_lower"),
+        ("sapo", "actor/pg_gate_mean"),
+        ("clip_cov", "actor/clip_cov_frac"),
+        ("kl_cov", "actor/kl_cov_frac"),
+    ],
+)
+def test_every_policy_loss_raises_the_logprob_of_a_positive_advantage(actor, loss, metric):
+    """Each loss of the table through the service's two ranks, with nothing but its name: its own defaults
+    (meshrl/config/losses.py POLICY_LOSSES) and metrics, and two epochs so the ratio leaves 1."""
+    data = batch(seed=8)
+    before = actor.logprobs(data)
+    data.batch["actor_logprobs"] = before
+    adv = torch.zeros(4, T)
+    adv[1] = 1.0
+    data.batch["advantages"] = adv
+    reply = actor.update(next_step(actor), "ppo", data, epochs=2, mini_batch_size=2, policy_loss=loss)
+    assert metric in reply.metrics and math.isfinite(reply.metrics["actor/pg_loss"])
+    assert seq_logprob(actor.logprobs(batch(seed=8)), data)[1] > seq_logprob(before, data)[1]
+    expect(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        lambda: actor.update(
+            next_step(actor), "ppo", data, policy_loss=loss, **{"ppo_kl_coef" if loss != "kl_cov" else "tau_pos": 1.0}
+        ),
+        "is read by policy_loss",
+    )
 
 
 @pytest.mark.parametrize(

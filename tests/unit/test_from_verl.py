@@ -101,8 +101,9 @@ def test_one_bad_key_leaves_out_only_itself_with_its_own_reason():
     assert reasons["trainer.total_training_steps"].startswith("trainer.total_steps: ")
     assert "rollout.temperature=-1.0 must be >= 0" in reasons["actor_rollout_ref.rollout.temperature"]
     clash = converted({"actor_rollout_ref": {"actor": {"policy_loss": {"loss_mode": "gspo"}}}})  # gspo + token-mean
-    assert "policy_loss" not in clash.config["actor"] and clash.config["actor"]["loss_agg_mode"] == "token-mean"
-    assert "must be seq-mean-token-mean" in why(clash)["actor_rollout_ref.actor.policy_loss.loss_mode"]
+    # the loss the file names is kept; verl's default aggregation, which GSPO's objective fixes, is left out
+    assert clash.config["actor"]["policy_loss"] == "gspo" and "loss_agg_mode" not in clash.config["actor"]
+    assert "must be seq-mean-token-mean" in why(clash)["actor_rollout_ref.actor.loss_agg_mode"]
 
 
 def test_values_verl_reads_its_own_way_are_translated():
@@ -252,3 +253,23 @@ def test_a_file_that_is_neither_is_refused(tmp_path, capsys):
     assert main(["config", "from-verl", str(bad)]) == 2
     assert "not a YAML mapping" in capsys.readouterr().err
     assert main(["config", "from-verl", str(tmp_path / "missing.yaml")]) == 2
+
+
+@pytest.mark.parametrize(
+    "mode,extra,ours",
+    [
+        ("geo_mean", {}, {"policy_loss": "gmpo"}),
+        ("cispo", {"clip_ratio_low": 10, "clip_ratio_high": 0.2}, {"policy_loss": "cispo", "clip_ratio_low": 10}),
+        ("sapo", {"tau_pos": 1.5, "tau_neg": 2.0}, {"policy_loss": "sapo", "tau_pos": 1.5, "tau_neg": 2.0}),
+        ("clip_cov", {"policy_loss": {"clip_cov_ratio": 0.002}}, {"policy_loss": "clip_cov", "clip_cov_ratio": 0.002}),
+        ("kl_cov", {"policy_loss": {"kl_cov_ratio": 0.002, "ppo_kl_coef": 1}}, {"kl_cov_ratio": 0.002}),
+    ],
+)
+def test_verls_policy_losses_and_their_settings_carry_over(mode, extra, ours):
+    actor = {**extra, "policy_loss": {"loss_mode": mode, **extra.get("policy_loss", {})}}
+    c = converted({"actor_rollout_ref": {"actor": actor}})
+    assert ours.items() <= c.config["actor"].items()
+    # verl's defaults that this loss does not read (sapo has no clip) or that its objective fixes (gmpo's
+    # aggregation) are left out, each with the reason; the loss the file names stays
+    reasons = [r for k, r in why(c).items() if k.startswith("actor_rollout_ref.actor.")]
+    assert all("is read by policy_loss" in r or "its objective's own" in r for r in reasons), reasons

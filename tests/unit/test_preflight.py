@@ -94,8 +94,13 @@ def checked(algorithm, overrides):
         ("grpo", ["algorithm.overlong_buffer=17"], r"must be at most rollout.max_new_tokens=16, the limit it"),
         ("grpo", ["algorithm.overlong_buffer=4", "rollout.multi_turn=true"], r"a multi-turn episode has no such"),
         ("grpo", ["algorithm.overlong_buffer=-1"], r"algorithm.overlong_buffer=-1 must be >= 0"),
-        ("grpo", ["actor.policy_loss=gspo"], r"actor.loss_agg_mode=token-mean must be seq-mean-token-mean with"),
-        ("grpo", ["actor.policy_loss=cispo"], r"actor.policy_loss=cispo must be one of \('ppo', 'gspo'\)"),
+        (
+            "grpo",
+            ["actor.policy_loss=gspo", "actor.loss_agg_mode=token-mean"],
+            r"actor.loss_agg_mode=token-mean must be seq-mean-token-mean with policy_loss=gspo",
+        ),
+        ("grpo", ["actor.policy_loss=dppo"], r"actor.policy_loss=dppo must be one of \('ppo', 'gspo', 'cispo'"),
+        ("grpo", ["actor.tau_pos=2"], r"actor.tau_pos=2.0 is read by policy_loss sapo, not ppo"),
         # a LoRA adapter the model cannot take: refused before any service starts
         ("grpo", ["actor.lora_rank=1000"], r"actor.lora_rank=1000 is larger than model.layers.0.\S+ \(\d+ x \d+\)"),
         ("grpo", ["actor.lora_rank=8", "actor.lora_target_modules=foo_proj"], r"actor.lora_target_modules: \w+ has no"),
