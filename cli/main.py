@@ -332,6 +332,7 @@ ALGORITHMS = {
     "grpo": "GRPO (group-normalised rewards)",
     "rloo": "RLOO (leave-one-out baseline)",
     "reinforce": "REINFORCE++",
+    "opd": "on-policy distillation from a teacher model (teacher.model=FOLDER)",
     "dpo": "online DPO (best vs worst of n samples)",
     "sft": "supervised fine-tuning",
 }

@@ -118,6 +118,25 @@ class RefSection(Checked):
 
 
 @dataclasses.dataclass
+class TeacherSection(Checked):
+    """On-policy distillation's teacher (docs/training.md "On-policy distillation"): a frozen model with the
+    student's tokenizer, served as the ref is (the actor's engine settings), that gives each sampled token
+    its log-prob. Naming one (model or address) turns distillation on in the policy-gradient loops."""
+
+    model: str = ""  # the teacher's HF model folder; empty with an empty address: no teacher
+    address: str = ""  # a running teacher (an actor service in the ref role); empty: start one from model
+    world_size: int | str = "auto"  # ranks of its process group (auto: one per GPU, or 1 on CPU)
+
+    def __post_init__(self) -> None:
+        self.world_size = hosts.world_size(self.world_size)
+        super().__post_init__()
+
+    @property
+    def given(self) -> bool:
+        return bool(self.model or self.address)
+
+
+@dataclasses.dataclass
 class CriticSection(Checked):
     """PPO's value model: the actor's engine and optimizer settings, with its own model and learning rate."""
 
@@ -241,6 +260,7 @@ class AlgorithmSection(RolloutISSettings):
     kl_coef: float = 0.001  # the penalty's (initial) coefficient
     kl_target: float = 0.1  # adaptive: the KL it steers to
     kl_horizon: int = 10000  # adaptive: samples over which it adjusts
+    distill_coef: float = 1.0  # with a teacher: x (teacher's - sampler's log-prob) per token, in the advantages
     dpo_beta: float = 0.1  # DPO's inverse temperature
     dpo_loss: str = "sigmoid"  # sigmoid or ipo
     overlong_buffer: int = 0  # DAPO's overlong reward shaping: a response's last this many tokens before
@@ -262,6 +282,7 @@ class AlgorithmSection(RolloutISSettings):
         require(self.overlong_penalty >= 0, self, "overlong_penalty", "must be >= 0 (a penalty's size)")
         one_of(self, "dynamic_sampling_metric", ("acc", "score"))
         require(self.max_sample_rounds >= 1, self, "max_sample_rounds", "must be >= 1")
+        require(self.distill_coef > 0, self, "distill_coef", "must be > 0 (no teacher: leave teacher.* empty)")
 
 
 @dataclasses.dataclass
@@ -347,6 +368,7 @@ class Config:
     data: DataSection = dataclasses.field(default_factory=DataSection)
     actor: ActorSection = dataclasses.field(default_factory=ActorSection)
     ref: RefSection = dataclasses.field(default_factory=RefSection)
+    teacher: TeacherSection = dataclasses.field(default_factory=TeacherSection)
     critic: CriticSection = dataclasses.field(default_factory=CriticSection)
     rollout: RolloutSection = dataclasses.field(default_factory=RolloutSection)
     reward: RewardSection = dataclasses.field(default_factory=RewardSection)
@@ -357,9 +379,14 @@ class Config:
 
 
 def ranks(cfg: Config, role: str) -> int:
-    """The world size of the actor, ref or critic (each section resolves "auto" when it is built); 1 for
-    the other services."""
-    world = {"actor": cfg.actor.world_size, "ref": cfg.ref.world_size, "critic": cfg.critic.world_size}.get(role, 1)
+    """The world size of the actor, ref, teacher or critic (each section resolves "auto" when it is built); 1
+    for the other services."""
+    world = {
+        "actor": cfg.actor.world_size,
+        "ref": cfg.ref.world_size,
+        "teacher": cfg.teacher.world_size,
+        "critic": cfg.critic.world_size,
+    }.get(role, 1)
     assert isinstance(world, int)  # "auto" -> a number in the section's __post_init__
     return world
 

@@ -18,6 +18,7 @@ LOOPS: dict[str, Callable[[], Algorithm]] = {
     "grpo": policy_gradient.grpo,
     "rloo": policy_gradient.rloo,
     "reinforce": policy_gradient.reinforce,
+    "opd": policy_gradient.opd,
     "dpo": dpo.OnlineDPO,
     "sft": sft.SFT,
 }

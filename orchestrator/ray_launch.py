@@ -40,7 +40,7 @@ from orchestrator import main as loops
 from orchestrator.config import Config, ranks
 from orchestrator.lifecycle import preflight
 from orchestrator.lifecycle.fleet import is_replica, replica_names, role_of
-from orchestrator.lifecycle.mesh import serve_args, service_roles
+from orchestrator.lifecycle.mesh import MODELS, serve_args, service_roles
 from orchestrator.lifecycle.services import DESCRIPTORS, launch
 from orchestrator.run import trainer
 
@@ -150,7 +150,7 @@ def place(cfg: Config, roles: set[str]) -> Placement:
                 pg, share = groups["actor"], colocated + 1
             else:
                 bundle = {"CPU": rc.cpus_per_rank, **({"GPU": rc.gpus_per_rank} if rc.gpus_per_rank else {})}
-                spread = role in TRAINED and ranks(cfg, role) > 1 and rc.rank_strategy != "STRICT_PACK"
+                spread = role in MODELS and ranks(cfg, role) > 1 and rc.rank_strategy != "STRICT_PACK"
                 strategy = rc.rank_strategy if spread else "STRICT_PACK"
                 pg = placement_group([dict(bundle) for _ in range(ranks(cfg, role))], strategy=strategy)
                 try:
@@ -211,9 +211,6 @@ def place(cfg: Config, roles: set[str]) -> Placement:
             )
             cfg.rollout.weight_transport = "stream"
     return Placement(groups, hosts, extra)
-
-
-TRAINED = ("actor", "ref", "critic")  # services whose ranks form a process group
 
 
 def service_host(pg, bundle: int, gpus: float):

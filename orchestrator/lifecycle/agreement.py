@@ -38,7 +38,7 @@ OWN = {
     "device",
     "cpus",
 }
-ROLE_SECTION = {"ref": "actor"}
+ROLE_SECTION = {"ref": "actor", "teacher": "actor"}  # served with the actor's engine settings
 KEYS = {
     ("critic", "lr"): "critic.lr",
     ("actor", "total_steps"): "trainer.total_steps",
@@ -118,3 +118,16 @@ def agree(cfg: Config, mesh: Mesh, given: set[str]) -> bool:
             value,
         )
     return True
+
+
+def same_tokenizer(mesh: Mesh) -> None:
+    """The teacher reads token ids as the actor does, from the fingerprints both report (a teacher given by
+    address has no folder here to read). One that reports none (another make of server) is not checked."""
+    if not mesh.has("teacher"):
+        return
+    actor, teacher = (mesh[role].describe().details.get("tokenizer", "") for role in ("actor", "teacher"))
+    if actor and teacher and actor != teacher:
+        raise ValueError(
+            f"the teacher at {mesh['teacher'].address} has another tokenizer than the actor's (fingerprints "
+            f"{teacher} and {actor}, meshrl.vocab): distillation needs the student's tokenizer"
+        )

@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 
 POLICY_INPUTS = ["input_ids", "attention_mask", "position_ids", "responses"]
 POLICY_TENSORS = [*POLICY_INPUTS, "response_mask"]  # what an update of the actor or critic takes
+MODELS = ("actor", "ref", "teacher", "critic")  # the roles an actor service serves, each its own process group
+FROZEN = ("ref", "teacher")  # served in the ref role: log-probs, no optimizer
 CONFIGS = {"rollout": RolloutConfig, "reward": RewardConfig, "env": EnvConfig}  # one config class: one flag set
 
 
@@ -80,8 +82,8 @@ def settings(cfg: Config, role: str) -> dict:
     if role == "env":  # a call beyond its workers would be RESOURCE_EXHAUSTED
         return {**values_of(EnvSettings, cfg.env), "workers": max(cfg.env.workers, cfg.rollout.concurrency)}
     engine = {**values_of(EngineSettings, a), "engine": engine_for(a.engine, ranks(cfg, role)), "seed": seed}
-    engine["lora_rank"] = {"ref": 0, "critic": cfg.critic.lora_rank}.get(role, a.lora_rank)  # the ref: the base
-    if role == "ref":
+    engine["lora_rank"] = {"ref": 0, "teacher": 0, "critic": cfg.critic.lora_rank}.get(role, a.lora_rank)
+    if role in FROZEN:  # the ref: the base model; the teacher: its own
         return engine
     lr = cfg.critic.lr if role == "critic" else a.lr
     steps = cfg.trainer.total_steps  # the schedule advances once per training step
@@ -94,8 +96,9 @@ def serve_args(cfg: Config, role: str) -> list[str]:
     values = settings(cfg, role)
     if role in CONFIGS:
         return [role, *dataclass_args(CONFIGS[role], values)]
-    model = cfg.critic.model or cfg.actor.model if role == "critic" else cfg.actor.model
-    args = ["actor", "--role", role, "--model", model, "--checkpoint-root", absolute(cfg.trainer.run_dir)]
+    model = {"critic": cfg.critic.model or cfg.actor.model, "teacher": cfg.teacher.model}.get(role, cfg.actor.model)
+    args = ["actor", "--role", "ref" if role in FROZEN else role, "--model", model]
+    args += ["--checkpoint-root", absolute(cfg.trainer.run_dir)]
     args += [
         "--world-size",
         str(ranks(cfg, role)),
@@ -103,7 +106,7 @@ def serve_args(cfg: Config, role: str) -> list[str]:
         str(cfg.actor.threads),
         *dataclass_args(EngineConfig, values),
     ]
-    return args + ([] if role == "ref" else dataclass_args(OptimConfig, values))
+    return args + ([] if role in FROZEN else dataclass_args(OptimConfig, values))
 
 
 INTERRUPTED_RESENDS = 3  # a Generate stopped by a weight push is sent again this many times at most
@@ -256,7 +259,7 @@ class Mesh:
         if not self.cfg.rollout.colocate:
             yield
             return
-        trained = [role for role in ("actor", "ref", "critic") if self.has(role)]
+        trained = [role for role in MODELS if self.has(role)]
         for role in trained:
             self[role].call("Offload", actor_pb2.OffloadRequest())
         for name in self.router.up():
@@ -333,8 +336,8 @@ class Mesh:
     # ---- actor, ref, critic -----------------------------------------------------------
 
     def logprobs(self, role: str, batch: DataProto) -> torch.Tensor:
-        """Per-token log-probs of the responses under the actor or the ref, (B, T)."""
-        key = "ref_logprobs" if role == "ref" else "actor_logprobs"
+        """Per-token log-probs of the responses under the actor, the ref or the teacher, (B, T)."""
+        key = "ref_logprobs" if role in FROZEN else "actor_logprobs"  # the teacher serves in the ref role
         base = role == "ref" and self.ref_in_actor  # the actor's base model answers it: ref_logprobs too
         message = actor_pb2.BatchRequest(temperature=self.cfg.rollout.temperature, without_adapter=base)
         request = Payload(message, batch.select(POLICY_INPUTS))
@@ -420,7 +423,7 @@ def prompt_text(messages) -> str:
 def wanted(cfg: Config, roles: set[str]) -> dict[str, tuple[str, list[str]]]:
     """{role: (its address, or "" to start it; its `meshrl serve` arguments)} for the roles in `roles`."""
     out = {}
-    for role in ("actor", "ref", "critic", "rollout", "reward", "env"):
+    for role in (*MODELS, "rollout", "reward", "env"):
         if role not in service_roles(cfg, roles):
             continue
         if role == "rollout":  # the fleet: each replica a service of its own, started with the same settings

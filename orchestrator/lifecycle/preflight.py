@@ -9,9 +9,9 @@ folder, the weight transport on this machine, the reward function's file (and
 its form, and what it takes from each row against the data: scorer_inputs) or
 that something listens at reward.url, engine, world and tensor-parallel sizes
 against the batch and the GPUs, a LoRA adapter against the model, sequence
-lengths across sections and against the model's positions, the chat template on the tool path (tool_template), and the
-loggers' packages. Services started elsewhere (an `address` given) are checked
-only where the config says what they must be.
+lengths across sections and against the model's positions, the chat template on the tool path
+(tool_template), a teacher's tokenizer against the student's, and the loggers' packages. Services started
+elsewhere (an `address` given) are checked only where the config says what they must be.
 """
 
 import ast
@@ -28,6 +28,7 @@ from meshrl import hosts
 from meshrl.config.actor import EngineSettings
 from meshrl.config.checked import values_of
 from meshrl.models import check_lora
+from meshrl.vocab import difference, folder_tokenizer
 from orchestrator.config import Config
 from orchestrator.data import check_inputs
 from orchestrator.lifecycle import scorer_inputs, tool_template
@@ -54,7 +55,9 @@ def check(cfg: Config, roles: set[str], local: bool = True) -> None:
         check_reward(cfg)
         if local and cfg.reward.url:  # Ray may place the service where other hosts can be reached
             check_reward_url(cfg.reward.url)
-    for role in ("actor", "ref", "critic"):
+    if "teacher" in roles and not cfg.teacher.address:
+        check_teacher(cfg)
+    for role in ("actor", "ref", "teacher", "critic"):
         if role in roles and not getattr(cfg, role).address:
             check_ranks(cfg, role, sampled="rollout" in roles)
             check_adapter(cfg, role)
@@ -66,6 +69,25 @@ def check(cfg: Config, roles: set[str], local: bool = True) -> None:
                 f"trainer.logger includes {name}, but the {package} package is not installed "
                 f"(pip install {'mlflow-skinny' if name == 'mlflow' else name})"
             )
+
+
+def check_teacher(cfg: Config) -> None:
+    """A teacher folder with the student's tokenizer: distillation compares their log-probs token id by
+    token id, which across two vocabularies would train on noise without an error anywhere."""
+    if not cfg.teacher.model:
+        raise ValueError("teacher.address is empty and teacher.model names no folder: name the teacher's model")
+    tokenizers = {}
+    for key, path in (("teacher.model", cfg.teacher.model), ("actor.model", cfg.actor.model)):
+        try:
+            tokenizers[key] = folder_tokenizer(path)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{key}={path}: no tokenizer read there ({str(e).splitlines()[0]})") from None
+    why = difference(tokenizers["actor.model"], tokenizers["teacher.model"])
+    if why:
+        raise ValueError(
+            f"teacher.model={cfg.teacher.model} has another tokenizer than actor.model={cfg.actor.model} ({why}): "
+            "distillation compares their log-probs of the same token ids, so the teacher needs the student's"
+        )
 
 
 def check_run_dir(cfg: Config) -> None:
@@ -115,7 +137,7 @@ def check_addresses(cfg: Config, roles: set[str]) -> None:
 
 def warn_unread(cfg: Config, roles: set[str]) -> None:
     """Settings of a section whose service this run does not use (rollout.* for sft) do nothing: say so."""
-    for section in ("ref", "critic", "rollout", "reward", "env"):
+    for section in ("ref", "teacher", "critic", "rollout", "reward", "env"):
         if section in roles:
             continue
         values, default = getattr(cfg, section), type(getattr(cfg, section))()

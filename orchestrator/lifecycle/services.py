@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 DESCRIPTORS = {
     "actor": actor_pb2.DESCRIPTOR.services_by_name["ActorService"],
     "ref": actor_pb2.DESCRIPTOR.services_by_name["ActorService"],
+    "teacher": actor_pb2.DESCRIPTOR.services_by_name["ActorService"],
     "critic": actor_pb2.DESCRIPTOR.services_by_name["ActorService"],
     "rollout": rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"],
     "reward": reward_pb2.DESCRIPTOR.services_by_name["RewardService"],

@@ -8,6 +8,9 @@
 - GRPO (Shao et al. 2024, arXiv:2402.03300): group-normalised scores; Dr.GRPO with norm_adv_by_std=false.
 - RLOO (Ahmadian et al. 2024, arXiv:2402.14740): leave-one-out baseline within the group.
 - REINFORCE++ (Hu 2025, arXiv:2501.03262): batch-whitened returns; `reinforce_plus_plus_baseline` too.
+- On-policy distillation (meshrl.algos.distill): with a teacher (teacher.model or teacher.address) every
+  loop adds algorithm.distill_coef x (the teacher's log-prob - the sampler's) to each token's advantage;
+  `meshrl opd` trains on that term alone, the task's scores only logged.
 """
 
 import dataclasses
@@ -17,6 +20,7 @@ import logging
 import torch
 
 from meshrl.algos.advantages import ADVANTAGE_ESTIMATORS
+from meshrl.algos.distill import distillation_advantages
 from meshrl.algos.kl import AdaptiveKLController, FixedKLController, KLController, apply_kl_penalty
 from meshrl.algos.masked import masked_mean, token_level
 from meshrl.algos.shaping import overlong_penalty
@@ -112,6 +116,7 @@ class PolicyGradient:
     name: str
     estimator: str  # default; algorithm.adv_estimator overrides
     critic: bool = False
+    distill_only: bool = False  # opd: the teacher's term is the whole advantage (no estimator, no reward)
     # the config's is made by setup(); its coefficient is part of a checkpoint
     kl_ctrl: KLController = dataclasses.field(default_factory=lambda: FixedKLController(0.0))
     scores_checked: bool = False  # the first step's scores were looked at (warn_if_flat: once a run)
@@ -128,6 +133,20 @@ class PolicyGradient:
             raise ValueError(
                 f"algorithm.adv_estimator must be one of {sorted(ADVANTAGE_ESTIMATORS)}, got {estimator!r}"
             )
+        if self.distill_only and not cfg.teacher.given:
+            raise ValueError(
+                f"meshrl {self.name} needs a teacher: teacher.model=FOLDER (a model with the student's tokenizer) "
+                "or teacher.address=HOST:PORT (an actor service in the ref role)"
+            )
+        if cfg.teacher.given and cfg.rollout.temperature == 0:
+            raise ValueError(
+                "a teacher grades the sampler's log-probs, which greedy sampling (rollout.temperature=0) has not"
+            )
+        if cfg.teacher.given and (cfg.rollout.top_p < 1 or cfg.rollout.top_k > 0):
+            log.warning(
+                "rollout.top_p/top_k truncate the sampler's distribution: its log-probs are of the truncated one, "
+                "and the distillation term compares the teacher's full distribution with it"
+            )
         if estimator == "gae" and not self.critic:
             raise ValueError("algorithm.adv_estimator=gae needs a critic: run `meshrl ppo`")
         if estimator in GROUP_BASELINES and cfg.rollout.n < 2:
@@ -140,6 +159,7 @@ class PolicyGradient:
         return (
             {"actor", "rollout", "reward"}
             | ({"ref"} if needs_ref else set())
+            | ({"teacher"} if cfg.teacher.given else set())
             | ({"critic"} if self.critic else set())
             | ({"env"} if cfg.rollout.multi_turn else set())
         )
@@ -188,18 +208,30 @@ class PolicyGradient:
             metrics.update({"actor/reward_kl_penalty": kl.item(), "actor/reward_kl_penalty_coeff": self.kl_ctrl.value})
             self.kl_ctrl.update(kl.item(), n_steps=len(batch))
         with t("adv"):
-            advantages, returns = compute_advantages(
-                cfg.algorithm.adv_estimator or self.estimator,
-                {
-                    "token_level_rewards": rewards,
-                    "response_mask": mask,
-                    "values": batch.batch.get("values"),
-                    "index": list(gen.non_tensor_batch["uid"]),
-                    "gamma": cfg.algorithm.gamma,
-                    "lam": cfg.algorithm.lam,
-                    "norm_by_std": cfg.algorithm.norm_adv_by_std,
-                },
+            if self.distill_only:
+                advantages = returns = torch.zeros_like(mask, dtype=torch.float32)
+            else:
+                advantages, returns = compute_advantages(
+                    cfg.algorithm.adv_estimator or self.estimator,
+                    {
+                        "token_level_rewards": rewards,
+                        "response_mask": mask,
+                        "values": batch.batch.get("values"),
+                        "index": list(gen.non_tensor_batch["uid"]),
+                        "gamma": cfg.algorithm.gamma,
+                        "lam": cfg.algorithm.lam,
+                        "norm_by_std": cfg.algorithm.norm_adv_by_std,
+                    },
+                )
+        if mesh.has("teacher"):
+            with t("teacher"):
+                teacher = mesh.logprobs("teacher", batch)
+            term, distilled = distillation_advantages(
+                teacher, gen.batch["rollout_logprobs"], mask, cfg.algorithm.distill_coef
             )
+            metrics.update(distilled)
+            advantages = advantages + term
+            returns = advantages if self.distill_only else returns
         batch.batch["advantages"], batch.batch["returns"] = advantages, returns
 
         if self.critic:
@@ -234,3 +266,7 @@ def rloo() -> PolicyGradient:
 
 def reinforce() -> PolicyGradient:
     return PolicyGradient("reinforce", "reinforce_plus_plus")
+
+
+def opd() -> PolicyGradient:
+    return PolicyGradient("opd", "grpo", distill_only=True)

@@ -25,7 +25,7 @@ from meshrl.rpc.token import PEER_VAR, forget_run_token, run_token
 from orchestrator.config import Config, save_config
 from orchestrator.data import dataset, prepare_run
 from orchestrator.lifecycle import preflight
-from orchestrator.lifecycle.agreement import agree
+from orchestrator.lifecycle.agreement import agree, same_tokenizer
 from orchestrator.lifecycle.mesh import start_mesh, wanted
 from orchestrator.lifecycle.services import Services
 from orchestrator.loops.algorithm import Algorithm
@@ -149,6 +149,7 @@ def start(cfg: Config, algorithm: Algorithm, roles: set[str], services: Services
     mesh = start_mesh(cfg, services, roles, tokenizer)
     if agree(cfg, mesh, given):
         save_config(cfg, run_dir / "config.yaml")  # what was really used
+    same_tokenizer(mesh)
     first = resume(run_dir, mesh, algorithm, sampler) + 1 if cfg.trainer.resume else 1
     check_not_ahead(mesh, algorithm.trained, first - 1)
     return RunState(cfg, services, mesh, algorithm, tokenizer, data, sampler, val, number=first, done=first - 1)

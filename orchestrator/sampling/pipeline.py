@@ -29,7 +29,7 @@ from meshrl.clients import Scores
 from meshrl.dataproto import DataProto
 from orchestrator.sampling.samples import sample
 
-ALGORITHMS = ("ppo", "grpo", "rloo", "reinforce")  # DPO pairs and SFT batches stay synchronous
+ALGORITHMS = ("ppo", "grpo", "rloo", "reinforce", "opd")  # DPO pairs and SFT batches stay synchronous
 Sampled = tuple[DataProto, Scores, dict[str, float], int]  # a step's (gen, scored, seconds by phase, version)
 
 

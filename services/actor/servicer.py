@@ -11,6 +11,7 @@ signed, checked before any rank reads it.
 """
 
 import json
+import logging
 import math
 import pathlib
 
@@ -26,12 +27,14 @@ from meshrl.hosts import is_address
 from meshrl.models import check_lora
 from meshrl.typed import build
 from meshrl.v1 import actor_pb2, common_pb2
+from meshrl.vocab import fingerprint, folder_tokenizer
 from services.actor import batches, integrity
 from services.actor.comm import Driver, RankError
 from services.actor.losses import parse_loss
 from services.actor.roles import KIND
 
 STATE_FILE = "actor_service.json"
+log = logging.getLogger(__name__)
 
 
 class ActorServicer:
@@ -64,8 +67,21 @@ class ActorServicer:
                 "last_step": str(self.last_step),
                 "partial": self.partial,
                 "settings": self._settings(),
+                "tokenizer": self._tokenizer(),
             },
         )
+
+    def _tokenizer(self) -> str:
+        """The model folder's tokenizer's fingerprint (meshrl.vocab), for a run to check that its teacher
+        reads token ids as its student does; "" before Init or where the folder has no tokenizer."""
+        model = (self.init_args or {}).get("model")
+        if not model:
+            return ""
+        try:
+            return fingerprint(folder_tokenizer(model))
+        except (OSError, ValueError) as e:
+            log.info("no tokenizer fingerprint for %s: %s", model, e)
+            return ""
 
     def _settings(self) -> str:
         """Engine and optimizer settings in effect, defaults filled in ("{}" before Init)."""

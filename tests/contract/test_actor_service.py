@@ -8,7 +8,7 @@ import tempfile
 import grpc
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from meshrl.codec import Payload
 from meshrl.codec.values import to_value
@@ -16,6 +16,7 @@ from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.rpc import Client
 from meshrl.v1 import actor_pb2
+from meshrl.vocab import fingerprint
 
 SERVICE = actor_pb2.DESCRIPTOR.services_by_name["ActorService"]
 P, T = 5, 6
@@ -121,6 +122,8 @@ def test_the_group_listens_on_loopback_only(actor):
 def test_describe_hides_nothing_but_the_ranks(actor, tiny_lm):
     info = actor.call("Describe")
     assert (info.role, info.world_size, info.backend, info.model) == ("actor", 2, "fsdp2", str(tiny_lm))
+    # what a run checks a teacher given by address against (meshrl.vocab)
+    assert info.details["tokenizer"] == fingerprint(AutoTokenizer.from_pretrained(tiny_lm))
 
 
 @pytest.mark.parametrize("rows", [4, 5])  # 5 rows are padded to 6 across the 2 ranks, then unpadded

@@ -15,7 +15,7 @@ from meshrl.errors import ServiceError
 from meshrl.flags import add_dataclass_flags, dataclass_from_args, settings_json
 from meshrl.v1 import common_pb2
 from orchestrator.config import load_config
-from orchestrator.lifecycle.agreement import agree
+from orchestrator.lifecycle.agreement import agree, same_tokenizer
 from orchestrator.lifecycle.mesh import Mesh, serve_args
 
 
@@ -103,3 +103,28 @@ def test_adopt_takes_the_services_values_and_unreported_settings_are_not_compare
     assert json.loads(started_from(placed, "rollout"))["kv_cache_gb"] == 4
     fresh = load_config(None, BASE)
     assert agree(fresh, Mesh(fresh, {"rollout": Reporting(started_from(placed, "rollout"))}), {"rollout"}) is False
+
+
+class Fingerprinted:
+    def __init__(self, tokenizer: str, address="10.0.0.3:50051"):
+        self.tokenizer, self.address = tokenizer, address
+
+    def describe(self, timeout=None):
+        return common_pb2.ServiceInfo(details={"tokenizer": self.tokenizer} if self.tokenizer else {})
+
+
+def test_a_teacher_given_by_address_with_another_tokenizer_stops_the_run():
+    cfg = load_config(None, ["teacher.address=10.0.0.3:50051"])
+    same = Mesh(cfg, {"actor": Fingerprinted("abc"), "teacher": Fingerprinted("abc")})
+    same_tokenizer(same)
+    other = Mesh(cfg, {"actor": Fingerprinted("abc"), "teacher": Fingerprinted("def")})
+    with pytest.raises(ValueError, match=r"the teacher at 10.0.0.3:50051 has another tokenizer than the actor's"):
+        same_tokenizer(other)
+    same_tokenizer(Mesh(cfg, {"actor": Fingerprinted("abc"), "teacher": Fingerprinted("")}))  # another make
+
+
+def test_the_teacher_is_served_frozen_from_its_own_folder():
+    cfg = load_config(None, ["actor.model=student", "teacher.model=teacher", "teacher.world_size=2"])
+    args = serve_args(cfg, "teacher")
+    assert args[:5] == ["actor", "--role", "ref", "--model", "teacher"] and "--lr" not in args
+    assert args[args.index("--world-size") + 1] == "2" and args[args.index("--lora-rank") + 1] == "0"

@@ -101,6 +101,10 @@ def checked(algorithm, overrides):
         ),
         ("grpo", ["actor.policy_loss=dppo"], r"actor.policy_loss=dppo must be one of \('ppo', 'gspo', 'cispo'"),
         ("grpo", ["actor.tau_pos=2"], r"actor.tau_pos=2.0 is read by policy_loss sapo, not ppo"),
+        ("opd", [], r"meshrl opd needs a teacher: teacher.model=FOLDER"),
+        ("opd", ["teacher.address=127.0.0.1:1", "rollout.temperature=0"], r"greedy sampling \(rollout.temperature=0\)"),
+        ("grpo", ["teacher.model=/no/such/folder"], r"teacher.model=/no/such/folder: no tokenizer read there"),
+        ("grpo", ["teacher.model=x", "algorithm.distill_coef=0"], r"algorithm.distill_coef=0.0 must be > 0"),
         # a LoRA adapter the model cannot take: refused before any service starts
         ("grpo", ["actor.lora_rank=1000"], r"actor.lora_rank=1000 is larger than model.layers.0.\S+ \(\d+ x \d+\)"),
         ("grpo", ["actor.lora_rank=8", "actor.lora_target_modules=foo_proj"], r"actor.lora_target_modules: \w+ has no"),
@@ -166,9 +170,17 @@ def test_the_reward_file_is_read_not_run(base, tmp_path):
     checked("grpo", [*base, "reward.function=/no/file.py:f", "reward.address=elsewhere:1"])  # not ours to check
 
 
-def test_a_good_config_passes(base):
+def test_a_good_config_passes(base, tiny_lm):
     for algorithm in LOOPS:
-        checked(algorithm, base)
+        checked(algorithm, [*base, *([f"teacher.model={tiny_lm}"] if algorithm == "opd" else [])])
+
+
+def test_a_teacher_with_another_tokenizer_is_refused_before_anything_starts(base, bpe_lm, tmp_path):
+    with pytest.raises(
+        ValueError, match=r"teacher.model=\S+ has another tokenizer than actor.model=\S+ \(\d+ tokens"
+    ) as e:
+        checked("opd", [*base, f"teacher.model={bpe_lm}"])
+    assert "\n" not in str(e.value)
 
 
 def test_the_cli_says_it_in_one_line_before_starting_anything(base, tmp_path):
