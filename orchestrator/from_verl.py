@@ -63,6 +63,8 @@ MINI = "actor_rollout_ref.actor.ppo_mini_batch_size"
 N = "actor_rollout_ref.rollout.n"
 FIRST = ("actor_rollout_ref.rollout.response_length",)  # verl generates this many; data's is its default
 NOTES = {  # why a common verl key has no equivalent
+    "algorithm.rollout_correction.bypass_mode": "the old log-probs are the actor's, the rollout's correct them",
+    "algorithm.rollout_correction.rollout_is_batch_normalize": "the weights are used as they are, not normalized",
     "data.filter_overlong_prompts": "always on here: longer prompts are dropped and counted",
     "data.gen_batch_size": "dynamic sampling here samples each round as data.train_batch_size prompts",
     "trainer.total_epochs": "set trainer.total_steps (steps, not epochs)",
@@ -165,6 +167,14 @@ def translate(key: str, value: object, flat: dict[str, object], unread: dict) ->
         if not taken:
             raise ValueError(f"verl's losses take clip_ratio_low and clip_ratio_high ({sides['low']}, {sides['high']})")
         return taken
+    if key == "algorithm.rollout_correction.rollout_is":
+        return {"algorithm.rollout_is": "none" if value is None else value}
+    if key == "algorithm.rollout_correction.rollout_is_threshold":  # TIS's cap, or IcePop's "lower_upper" band
+        lower, _, upper = str(value).rpartition("_")
+        band = {"algorithm.rollout_is_mode": "mask", "algorithm.rollout_is_floor": float(lower)} if lower else {}
+        return {"algorithm.rollout_is_cap": float(upper), **band}
+    if key in ("algorithm.rollout_correction.rollout_rs", "algorithm.rollout_correction.rollout_rs_threshold"):
+        return {f"algorithm.{key.rsplit('.', 1)[1]}": "" if value is None else str(value)}
     if key == "actor_rollout_ref.actor.optim.lr_warmup_steps" and isinstance(value, int) and value <= 0:
         ratio = flat.get("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio") or 0
         total = flat.get("trainer.total_training_steps")

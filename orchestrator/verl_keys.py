@@ -12,6 +12,10 @@ import re
 
 VERL_KEYS = {
     "actor_rollout_ref.model.path": "actor.model",
+    "algorithm.rollout_correction.rollout_is": "algorithm.rollout_is (token, sequence; null: none)",
+    "algorithm.rollout_correction.rollout_is_threshold": "algorithm.rollout_is_cap (lower_upper: rollout_is_mode=mask)",
+    "algorithm.rollout_correction.rollout_rs": "algorithm.rollout_rs",
+    "algorithm.rollout_correction.rollout_rs_threshold": "algorithm.rollout_rs_threshold",
     "algorithm.filter_groups.enable": "algorithm.dynamic_sampling",
     "algorithm.filter_groups.metric": "algorithm.dynamic_sampling_metric (acc or score: verl's seq_reward)",
     "algorithm.filter_groups.max_num_gen_batches": "algorithm.max_sample_rounds",

@@ -41,10 +41,9 @@ from meshrl.tiny.models import TinyModelConfig, make_model  # noqa: E402
 # Test files that take longest, first: on two workers (scripts/test.sh) the last file to start should be a
 # short one. Then the rest of e2e, contract, gpu and unit, each in its usual order.
 FIRST = (
-    "tests/e2e/test_tool_template_learning.py",  # the tool task in the model's own format, ~5 min
+    "tests/e2e/test_learning.py",  # one warm-up, then GRPO, ahead, LoRA, across Ray nodes and OPD, ~7 min
+    "tests/e2e/test_tool_template_learning.py",  # the tool task in the model's own format, ~6 min
     "tests/e2e/test_tool_learning.py",
-    "tests/e2e/test_learning.py",
-    "tests/e2e/test_ray_nodes.py",  # a learning run across nodes
     "tests/unit/test_types.py",  # mypy, about a minute cold
     "tests/e2e/test_compose.py",
     "tests/e2e/test_chaos.py",
@@ -52,6 +51,7 @@ FIRST = (
     "tests/e2e/test_grpo_loop.py",
     "tests/e2e/test_weight_sync.py",
     "tests/e2e/test_loops.py",
+    "tests/e2e/test_ray_nodes.py",
 )
 LAYERS = ("tests/e2e/", "tests/contract/", "tests/gpu/", "tests/unit/")
 

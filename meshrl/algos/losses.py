@@ -9,37 +9,7 @@ import torch.nn.functional as F
 
 from meshrl.algos.kl import kl_penalty
 from meshrl.algos.masked import agg_loss, masked_mean
-from meshrl.config.losses import DPO_LOSSES, ROLLOUT_IS
-
-
-def rollout_is_weights(
-    old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, response_mask: torch.Tensor, level: str, cap: float
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Truncated importance weights of the policy being trained (its old log-probs) against the one that
-    sampled (the rollout's log-probs), for the loss to correct by: the rollout is another engine, or
-    older weights (truncated IS, Yao et al. 2025; verl's rollout correction).
-
-    token: w_t = min(exp(old_t - rollout_t), cap); sequence: one w = min(exp(sum_t (old_t - rollout_t)),
-    cap) for every token of a response. No gradient flows through them. Metrics: their mean, and the
-    share of tokens (or responses) whose weight the cap cut.
-    """
-    if level not in ROLLOUT_IS or level == "none":
-        raise ValueError(f"rollout_is must be token or sequence here, got {level!r}")
-    log_w = (old_logprobs - rollout_logprobs).detach() * response_mask
-    if level == "sequence":
-        log_w = log_w.sum(-1, keepdim=True).expand_as(log_w)
-    raw = log_w.clamp(max=20.0).exp()  # exp() must not overflow; the cap is far below e^20
-    weights = raw.clamp(max=cap)
-    capped = (raw > cap).float()
-    if level == "sequence":
-        rows = response_mask.sum(-1) > 0
-        share = capped[:, 0][rows].mean().item() if rows.any() else 0.0
-    else:
-        share = masked_mean(capped, response_mask).item()
-    return weights, {
-        "actor/rollout_is_mean": masked_mean(weights, response_mask).item(),
-        "actor/rollout_is_capped_frac": share,
-    }
+from meshrl.config.losses import DPO_LOSSES
 
 
 def kl_loss(

@@ -11,7 +11,14 @@ from meshrl.config.checked import Checked, one_of, require
 
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-ROLLOUT_IS = ("none", "token", "sequence")
+ROLLOUT_IS = ("none", "token", "sequence", "geometric")
+ROLLOUT_IS_MODES = ("truncate", "mask")
+ROLLOUT_RS = tuple(
+    f"{scope}_{k}"
+    for scope in ("token", "seq_sum", "seq_mean", "seq_max")
+    for k in ("k1", "k2", "k3")
+    if (scope, k) != ("seq_max", "k1")
+)  # verl's rollout_rs options
 DPO_LOSSES = ("sigmoid", "ipo")
 OLD_LOGPROBS = ("actor_logprobs", "rollout_logprobs", "")
 MAX_EPOCHS = 100  # passes over one batch; verl's ppo_epochs is 1-4 in practice, a caller's 2**31 is not work
@@ -165,19 +172,80 @@ LOSS_SETTINGS = sorted({name for loss in POLICY_LOSSES.values() for name in loss
 """The settings that are one loss's or another's: null in a run means the chosen loss's value."""
 
 
+def rs_thresholds(options: str, thresholds: str) -> dict[str, tuple[float, float]]:
+    """{option: (lower, upper)} from verl's comma-separated rollout_rs and rollout_rs_threshold (one threshold
+    for every option or one each; a k1 option's is "lower_upper" or an upper u meaning 1/u_u, the others'
+    an upper bound alone, lower 0). ValueError naming what does not fit."""
+    names = [o.strip() for o in options.split(",") if o.strip()]
+    unknown = [o for o in names if o not in ROLLOUT_RS]
+    if unknown:
+        raise ValueError(f"rollout_rs option(s) {unknown} not known; known: {', '.join(ROLLOUT_RS)}")
+    specs = [t.strip() for t in str(thresholds).split(",") if t.strip()]
+    if len(specs) not in (1, len(names)):
+        raise ValueError(
+            f"rollout_rs_threshold gives {len(specs)} thresholds for {len(names)} options: one, or one each"
+        )
+    out = {}
+    for name, spec in zip(names, specs * len(names) if len(specs) == 1 else specs):
+        try:
+            parts = [float(x) for x in spec.split("_")]
+        except ValueError:
+            raise ValueError(f"rollout_rs_threshold {spec!r} for {name} is not a number (or lower_upper)") from None
+        if name.endswith("k1"):
+            lower, upper = parts if len(parts) == 2 else (1 / parts[0], parts[0])
+            if not 0 < lower <= upper or len(parts) > 2:
+                raise ValueError(f"rollout_rs_threshold {spec!r} for {name} must be 0 < lower <= upper")
+        elif len(parts) != 1 or parts[0] <= 0:
+            raise ValueError(f"rollout_rs_threshold {spec!r} for {name} must be one upper bound > 0")
+        else:
+            lower, upper = 0.0, parts[0]
+        out[name] = (lower, upper)
+    return out
+
+
 @dataclasses.dataclass
 class RolloutISSettings(Checked):
     rollout_is: str = "none"
     """Correct the loss for the rollout sampling from another policy than the one trained (another
-    engine's numerics, older weights): "token" or "sequence" truncated importance weights of the old
-    log-probs against the batch's rollout_logprobs scale each token's loss; "none": off."""
+    engine's numerics, older weights): importance weights of the old log-probs against the batch's
+    rollout_logprobs scale each token's loss, "token" (one per token), "sequence" (their product, one per
+    response) or "geometric" (their geometric mean, one per response); "none": off."""
     rollout_is_cap: float = 2.0
     """The weights' upper bound (verl's default threshold); below 1 it would shrink every update."""
+    rollout_is_mode: str = "truncate"
+    """What the bound does: "truncate" (TIS: min(w, cap)) or "mask" (IcePop / MIS: a weight outside
+    [rollout_is_floor, cap] is 0, its token out of the gradient)."""
+    rollout_is_floor: float = 0.0
+    """mask: the lower bound (IcePop's two-sided band; 0: none)."""
+    rollout_rs: str = ""
+    """Rejection sampling, verl's options, comma-separated: token_k1..3, seq_sum_k1..3, seq_mean_k1..3,
+    seq_max_k2/k3 (docs/training.md); a rejected token or response leaves the loss. "": off."""
+    rollout_rs_threshold: str = ""
+    """Their bounds, one or one each: a k1 option's "lower_upper" or an upper u (1/u_u), the others' an
+    upper bound."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         one_of(self, "rollout_is", ROLLOUT_IS)
+        one_of(self, "rollout_is_mode", ROLLOUT_IS_MODES)
         require(self.rollout_is_cap >= 1, self, "rollout_is_cap", "must be >= 1")
+        require(0 <= self.rollout_is_floor <= 1, self, "rollout_is_floor", "must be in [0, 1]")
+        require(
+            self.rollout_is_floor == 0 or self.rollout_is_mode == "mask",
+            self,
+            "rollout_is_floor",
+            "bounds the weights only with rollout_is_mode=mask (truncation has no lower side)",
+        )
+        if self.rollout_rs:  # a threshold without options is not read (verl's config keeps one so too)
+            try:
+                rs_thresholds(self.rollout_rs, self.rollout_rs_threshold)
+            except ValueError as e:
+                require(False, self, "rollout_rs", f"does not fit: {e}")
+
+    @property
+    def corrects(self) -> bool:
+        """The update reads the rollout's log-probs: weights or rejection."""
+        return self.rollout_is != "none" or bool(self.rollout_rs)
 
 
 @dataclasses.dataclass
@@ -195,10 +263,10 @@ class PPOParams(Schedule, PolicyLossSettings, RolloutISSettings):
         super().__post_init__()
         one_of(self, "old_logprobs_key", OLD_LOGPROBS)
         require(
-            self.rollout_is == "none" or self.old_logprobs_key != "rollout_logprobs",
+            not self.corrects or self.old_logprobs_key != "rollout_logprobs",
             self,
             "old_logprobs_key",
-            "cannot be the log-probs rollout_is weighs the old ones against (the weights would all be 1)",
+            "cannot be the log-probs rollout_is / rollout_rs weigh the old ones against (every ratio would be 1)",
         )
         require(self.temperature > 0, self, "temperature", "must be > 0")
 

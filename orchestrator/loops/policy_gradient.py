@@ -176,7 +176,7 @@ class PolicyGradient:
         batch = gen.select(POLICY_TENSORS)
         mask = batch.batch["response_mask"]
         reuse = own_old_logprobs(cfg)
-        if reuse or cfg.algorithm.rollout_is != "none":  # reuse: the update reports the rollout's distance
+        if reuse or cfg.algorithm.corrects:  # reuse: the update reports the rollout's distance
             batch.batch["rollout_logprobs"] = gen.batch["rollout_logprobs"]
         if not reuse:
             with t("old_log_prob"):

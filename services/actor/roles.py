@@ -14,12 +14,12 @@ from meshrl.algos.losses import (
     dpo_loss,
     entropy_from_logits,
     kl_loss,
-    rollout_is_weights,
     sft_loss,
     value_loss,
 )
 from meshrl.algos.masked import agg_loss, masked_mean
 from meshrl.algos.policy_losses import policy_loss
+from meshrl.algos.rollout_correction import rollout_is_weights, rollout_rejection_mask
 from meshrl.config.losses import Schedule
 from meshrl.dataproto import DataProto
 from services.actor.batches import BASE, micro_batches, minibatches, num_minibatches, restore, token_groups, trimmed
@@ -218,8 +218,22 @@ class ActorRole(PolicyRole):
                 old = mb[old_key] if old_key in mb else lp.detach()
                 weights: torch.Tensor | None = None
                 m: dict[str, float] = {}
+                if p.rollout_rs:  # rejected tokens leave this micro-batch's loss as padding does
+                    keep, rm = rollout_rejection_mask(
+                        old, mb["rollout_logprobs"], mask, p.rollout_rs, p.rollout_rs_threshold
+                    )
+                    mask, m = mask * keep, {**m, **rm}
                 if p.rollout_is != "none":
-                    weights, m = rollout_is_weights(old, mb["rollout_logprobs"], mask, p.rollout_is, p.rollout_is_cap)
+                    weights, wm = rollout_is_weights(
+                        old,
+                        mb["rollout_logprobs"],
+                        mask,
+                        p.rollout_is,
+                        p.rollout_is_cap,
+                        p.rollout_is_mode,
+                        p.rollout_is_floor,
+                    )
+                    m.update(wm)
                 total, pm = policy_loss(p, lp, old, mb["advantages"], mask, weights, rng)
                 m.update(pm)
                 if not p.old_logprobs_key and "rollout_logprobs" in mb:

@@ -391,7 +391,7 @@ def required_tensors(loss: str, params) -> tuple[str, ...]:
     base = (*batches.BASE, "response_mask")
     if loss == "ppo":
         old = (params.old_logprobs_key,) if params.old_logprobs_key else ()
-        rollout = ("rollout_logprobs",) if params.rollout_is != "none" else ()
+        rollout = ("rollout_logprobs",) if params.corrects else ()
         return (*base, "advantages", *old, *rollout) + (("ref_logprobs",) if params.use_kl_loss else ())
     if loss == "dpo":
         return (*base, "ref_logprobs")

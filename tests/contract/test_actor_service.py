@@ -225,6 +225,36 @@ def test_every_policy_loss_raises_the_logprob_of_a_positive_advantage(actor, los
     )
 
 
+def test_rejected_responses_leave_the_update_and_weights_follow_the_mode(actor, tmp_path):
+    """algorithm.rollout_rs through the service: the one response with a positive advantage was sampled by a
+    policy far from the actor's (rollout log-probs 2 nats below: -log r = -2, outside [ln 0.5, ln 2]), so
+    token_k1 rejects it and the update is the one with no advantage at all (the optimizer's moments still
+    move the weights); so is a geometric weight in mask mode (e^2 > the cap: 0), and a truncated one (2)
+    lets that response learn. Each update from the same checkpoint."""
+    data = batch(seed=9)
+    before = actor.logprobs(data)
+    data.batch["actor_logprobs"] = before
+    data.batch["rollout_logprobs"] = before - 2.0 * (torch.arange(4) == 1).float()[:, None]
+    adv = torch.zeros(4, T)
+    adv[1] = 1.0
+    step, saved = next_step(actor), actor_pb2.CheckpointRequest(path=str(tmp_path / "c"))
+    actor.call("SaveCheckpoint", saved)
+
+    def after(advantages, **params) -> tuple[torch.Tensor, dict]:
+        actor.call("LoadCheckpoint", saved)
+        reply = actor.update(step, "ppo", DataProto(dict(data.batch, advantages=advantages)), **params)
+        return actor.logprobs(batch(seed=9)), reply.metrics
+
+    still, _ = after(torch.zeros(4, T))
+    rejected, m = after(adv, rollout_rs="token_k1", rollout_rs_threshold="2")
+    # (the metrics are micro-batch figures averaged by their share of the batch's tokens: > 0, not 1/4)
+    assert m["actor/rollout_rs_seq_masked_frac"] > 0 and torch.allclose(rejected, still, atol=1e-6)
+    masked, m = after(adv, rollout_is="geometric", rollout_is_mode="mask")
+    assert m["actor/rollout_is_masked_frac"] > 0 and torch.allclose(masked, still, atol=1e-6)
+    truncated, m = after(adv, rollout_is="geometric")
+    assert m["actor/rollout_is_capped_frac"] > 0 and seq_logprob(truncated, data)[1] > seq_logprob(still, data)[1]
+
+
 @pytest.mark.parametrize(
     "schedule",
     [

@@ -1,6 +1,8 @@
 """The learning claim, end to end on the bundled task (the main job, shorter): the SFT warm-up, then GRPO
 through the mesh raises greedy accuracy on 500 held-out problems by several standard errors of the gain,
-and so does sampling a step ahead (trainer.max_staleness=1), by nearly as much as the synchronous run.
+and so does sampling a step ahead (trainer.max_staleness=1), by nearly as much as the synchronous run;
+so do a LoRA adapter, the same run placed by `meshrl ray` across nodes, and on-policy distillation from
+the GRPO run's model. One warm-up serves them all.
 
 The bar is a z-score, not a fixed number of points: a gain of GAIN_Z paired standard errors holds on any
 machine where the code is right (CPU kernels differ, so the exact accuracies do), and a run that cannot
@@ -11,12 +13,14 @@ learn misses it. The controls show the latter; they repeat the run, so they are 
 import json
 
 import pytest
+import yaml
 
 from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
 from meshrl.tiny.models import TinyModelConfig, make_model
 from orchestrator.config import load_config
 from orchestrator.main import run
 from orchestrator.output.report import gain_line, held_out_gain
+from orchestrator.ray_launch import run as ray_run
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 GAIN_Z = 4.0  # the gain in paired standard errors the test asks for
@@ -112,6 +116,37 @@ def test_a_lora_adapter_learns_by_the_same_bar(warm, tmp_path):
     assert all("actor/kl_loss" in r for r in rows if r["step"] >= 1)  # the ref's log-probs reached the loss
 
 
+@pytest.mark.slow
+def test_grpo_across_nodes_learns_by_the_same_bar(warm, nodes, tmp_path):
+    """`meshrl ray` on a three-node cluster on this machine (tests/e2e/conftest.py): the same GRPO run from
+    the same warm-up, with the actor's two ranks on two nodes and two rollout replicas each in a placement
+    group of its own, the weights pushed by stream down a chain: the gain reaches the same bar."""
+    data = warm["data"]
+    cfg = load_config(
+        str(ROOT / "configs/arithmetic_grpo.yaml"),
+        [
+            *COMMON,
+            f"data.train_files={data['train']}",
+            f"actor.model={warm['model']}",
+            f"data.val_files={data['test']}",
+            f"trainer.run_dir={tmp_path / 'grpo'}",
+            f"trainer.total_steps={GRPO_STEPS}",
+            f"trainer.val_every={GRPO_STEPS}",
+            "actor.engine=fsdp2",
+            "actor.world_size=2",
+            "ray.rank_strategy=STRICT_SPREAD",
+            "rollout.replicas=2",
+            "rollout.weight_transport=stream",
+        ],
+    )
+    run_dir = ray_run("grpo", cfg)
+    gain = held_out_gain(run_dir)
+    assert gain is not None and gain["n"] == 500
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    print(gain_line(gain), "| actor", saved["actor"]["address"], "| replicas", saved["rollout"]["address"])
+    assert learned(gain), f"{gain_line(gain)} (the bar: {GAIN_Z} standard errors)"
+
+
 OPD_STEPS = GRPO_STEPS // 4  # bench/RESULTS.md: +33.6 points by step 10 on the main job, as GRPO (+32.0)
 
 
@@ -125,7 +160,8 @@ def test_distillation_from_the_grpo_run_teaches_the_warm_up_without_a_reward(war
     assert learned(gain), gain_line(gain)
     rows = [json.loads(line) for line in (opd / "metrics.jsonl").read_text().splitlines() if '"distill/' in line]
     kl = [r["distill/reverse_kl"] for r in rows]
-    assert len(kl) == OPD_STEPS and sum(kl[-3:]) < sum(kl[:3]), kl
+    half = OPD_STEPS // 2  # one step's figure is noisy (0.21-0.62 seen): halves
+    assert len(kl) == OPD_STEPS and sum(kl[half:]) < sum(kl[:half]), (kl, gain_line(gain))
 
 
 SHUFFLED = [f"reward.function={ROOT / 'tests/e2e/shuffled_reward.py'}:compute_score", "reward.batched=true"]

@@ -10,13 +10,13 @@ from meshrl.algos.losses import (
     dpo_loss,
     entropy_from_logits,
     kl_loss,
-    rollout_is_weights,
     sft_loss,
     value_loss,
 )
 from meshrl.algos.masked import agg_loss
 from meshrl.algos.pairs import best_worst_pairs
 from meshrl.algos.policy_losses import gspo_policy_loss, ppo_policy_loss
+from meshrl.algos.rollout_correction import rollout_is_weights
 from meshrl.algos.shaping import overlong_penalty
 
 

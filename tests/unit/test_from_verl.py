@@ -273,3 +273,28 @@ def test_verls_policy_losses_and_their_settings_carry_over(mode, extra, ours):
     # aggregation) are left out, each with the reason; the loss the file names stays
     reasons = [r for k, r in why(c).items() if k.startswith("actor_rollout_ref.actor.")]
     assert all("is read by policy_loss" in r or "its objective's own" in r for r in reasons), reasons
+
+
+def test_verls_rollout_correction_carries_over():
+    c = converted(
+        {
+            "algorithm": {
+                "rollout_correction": {
+                    "rollout_is": "sequence",
+                    "rollout_is_threshold": "0.5_5.0",  # IcePop's band
+                    "rollout_rs": "token_k1,seq_max_k3",
+                    "rollout_rs_threshold": "2.0,0.01",
+                }
+            }
+        }
+    )
+    assert {
+        "rollout_is": "sequence",
+        "rollout_is_cap": 5.0,
+        "rollout_is_mode": "mask",
+        "rollout_is_floor": 0.5,
+        "rollout_rs": "token_k1,seq_max_k3",
+        "rollout_rs_threshold": "2.0,0.01",
+    }.items() <= c.config["algorithm"].items()
+    tis = converted({"algorithm": {"rollout_correction": {"rollout_is": "token", "rollout_is_threshold": 2.0}}})
+    assert tis.config["algorithm"]["rollout_is_cap"] == 2.0 and "rollout_is_mode" not in tis.config["algorithm"]
