@@ -21,6 +21,12 @@ def log_ratios(logprobs: torch.Tensor, old_logprobs: torch.Tensor) -> torch.Tens
     return (logprobs - old_logprobs).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
 
 
+def aggregate(losses, response_mask, mode: str, weights, metrics: dict) -> tuple[torch.Tensor, dict[str, float]]:
+    """Each token's loss times its rollout-correction weight (if any), reduced by `mode`; with pg_loss."""
+    loss = agg_loss(losses if weights is None else losses * weights, response_mask, mode)
+    return loss, {"actor/pg_loss": loss.item(), **metrics}
+
+
 def rows_mean(per_row: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """The mean of one value per sequence over the sequences with a response token."""
     rows = (response_mask.sum(-1) > 0).float()
@@ -63,11 +69,7 @@ def ppo_policy_loss(
             ((clipped > loss3) & (advantages < 0)).float(), response_mask
         ).item()
         clipped = torch.where(advantages < 0, dual, clipped)
-    if weights is not None:
-        clipped = clipped * weights
-    loss = agg_loss(clipped, response_mask, loss_agg_mode)
-    metrics["actor/pg_loss"] = loss.item()
-    return loss, metrics
+    return aggregate(clipped, response_mask, loss_agg_mode, weights, metrics)
 
 
 def gspo_policy_loss(
@@ -97,18 +99,13 @@ def gspo_policy_loss(
     loss1 = -advantages * ratio
     loss2 = -advantages * ratio.clamp(1 - clip_ratio_low, 1 + clip_ratio_high)
     clipped = torch.maximum(loss1, loss2)
-    if weights is not None:
-        clipped = clipped * weights
-    rows = (response_mask.sum(-1) > 0).float()  # a sequence with no response token is not counted
     seq_clipped = ((loss2 > loss1).float() * response_mask).amax(-1)  # the whole sequence or none of it
-    metrics = {
-        "actor/pg_clipfrac": ((seq_clipped * rows).sum() / rows.sum().clamp(min=1)).item(),
+    metrics = {  # a sequence with no response token is not counted
+        "actor/pg_clipfrac": rows_mean(seq_clipped, response_mask).item(),
         "actor/ppo_kl": masked_mean(-(logprobs - old_logprobs), response_mask).item(),
-        "actor/seq_ratio_mean": ((seq_log_ratio.exp() * rows).sum() / rows.sum().clamp(min=1)).item(),
+        "actor/seq_ratio_mean": rows_mean(seq_log_ratio.exp(), response_mask).item(),
     }
-    loss = agg_loss(clipped, response_mask, "seq-mean-token-mean")
-    metrics["actor/pg_loss"] = loss.item()
-    return loss, metrics
+    return aggregate(clipped, response_mask, SEQ_MEAN, weights, metrics)
 
 
 def cispo_policy_loss(
@@ -129,14 +126,16 @@ def cispo_policy_loss(
     ratio = log_ratios(logprobs, old_logprobs).exp()
     weight = ratio.clamp(1 - clip_ratio_low, 1 + clip_ratio_high).detach()
     losses = -weight * advantages * logprobs
-    if weights is not None:
-        losses = losses * weights
-    loss = agg_loss(losses, response_mask, loss_agg_mode)
-    return loss, {
-        "actor/pg_loss": loss.item(),
-        "actor/pg_clipfrac": masked_mean((weight != ratio.detach()).float(), response_mask).item(),
-        "actor/ppo_kl": masked_mean(-(logprobs - old_logprobs), response_mask).item(),
-    }
+    return aggregate(
+        losses,
+        response_mask,
+        loss_agg_mode,
+        weights,
+        {
+            "actor/pg_clipfrac": masked_mean((weight != ratio.detach()).float(), response_mask).item(),
+            "actor/ppo_kl": masked_mean(-(logprobs - old_logprobs), response_mask).item(),
+        },
+    )
 
 
 def gmpo_policy_loss(
@@ -191,14 +190,16 @@ def sapo_policy_loss(
     tau = torch.where(advantages > 0, tau_pos, tau_neg).to(ratio.dtype)
     s = torch.sigmoid(tau * (ratio - 1))
     losses = -(4 / tau) * s * advantages
-    if weights is not None:
-        losses = losses * weights
-    loss = agg_loss(losses, response_mask, SEQ_MEAN)
-    return loss, {
-        "actor/pg_loss": loss.item(),
-        "actor/pg_gate_mean": masked_mean((4 * s * (1 - s)).detach(), response_mask).item(),
-        "actor/ppo_kl": masked_mean(-(logprobs - old_logprobs), response_mask).item(),
-    }
+    return aggregate(
+        losses,
+        response_mask,
+        SEQ_MEAN,
+        weights,
+        {
+            "actor/pg_gate_mean": masked_mean((4 * s * (1 - s)).detach(), response_mask).item(),
+            "actor/ppo_kl": masked_mean(-(logprobs - old_logprobs), response_mask).item(),
+        },
+    )
 
 
 def covariances(logprobs: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -237,15 +238,17 @@ def clip_cov_policy_loss(
     keep = torch.ones_like(loss1)
     keep[chosen[:, 0], chosen[:, 1]] = 0
     losses = torch.maximum(loss1, loss2) * keep
-    if weights is not None:
-        losses = losses * weights
-    loss = agg_loss(losses, response_mask, loss_agg_mode)
-    return loss, {
-        "actor/pg_loss": loss.item(),
-        "actor/pg_clipfrac": masked_mean(clipped.float(), response_mask).item(),
-        "actor/clip_cov_frac": masked_mean(1 - keep, response_mask).item(),
-        "actor/ppo_kl": masked_mean(-(logprobs - old_logprobs), response_mask).item(),
-    }
+    return aggregate(
+        losses,
+        response_mask,
+        loss_agg_mode,
+        weights,
+        {
+            "actor/pg_clipfrac": masked_mean(clipped.float(), response_mask).item(),
+            "actor/clip_cov_frac": masked_mean(1 - keep, response_mask).item(),
+            "actor/ppo_kl": masked_mean(-(logprobs - old_logprobs), response_mask).item(),
+        },
+    )
 
 
 def kl_cov_policy_loss(
@@ -270,14 +273,16 @@ def kl_cov_policy_loss(
         where = torch.nonzero(valid)[torch.topk(cov, count).indices]
         penalised[where[:, 0], where[:, 1]] = 1
     losses = losses + ppo_kl_coef * log_ratio.abs() * penalised
-    if weights is not None:
-        losses = losses * weights
-    loss = agg_loss(losses, response_mask, loss_agg_mode)
-    return loss, {
-        "actor/pg_loss": loss.item(),
-        "actor/kl_cov_frac": masked_mean(penalised, response_mask).item(),
-        "actor/ppo_kl": masked_mean(-(logprobs - old_logprobs), response_mask).item(),
-    }
+    return aggregate(
+        losses,
+        response_mask,
+        loss_agg_mode,
+        weights,
+        {
+            "actor/kl_cov_frac": masked_mean(penalised, response_mask).item(),
+            "actor/ppo_kl": masked_mean(-(logprobs - old_logprobs), response_mask).item(),
+        },
+    )
 
 
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
