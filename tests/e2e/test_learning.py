@@ -148,16 +148,26 @@ def test_grpo_across_nodes_learns_by_the_same_bar(warm, nodes, tmp_path):
 
 
 OPD_STEPS = GRPO_STEPS // 2
+OPD_SHARE, OPD_Z = 0.5, 2.0  # of the teacher's own gain; in paired standard errors
+
+
+def distilled(gain: dict, teacher: dict) -> bool:
+    """A student cannot pass its teacher, so the bar is the teacher's: at least OPD_SHARE of the gain the
+    teacher made from the same start, and a gain of OPD_Z standard errors. (The learning bar itself, 4 s.e.,
+    would ask the student for most of a teacher that on this suite's pinned numerics gains 5.2 s.e.)"""
+    return gain["gain"] >= OPD_SHARE * teacher["gain"] and gain["gain"] >= OPD_Z * gain["gain_se"]
 
 
 @pytest.mark.slow
 def test_distillation_from_the_grpo_run_teaches_the_warm_up_without_a_reward(warm, synchronous, tmp_path):
     """meshrl opd: the student (the SFT warm-up) samples, the GRPO run's model grades each sampled token (the
     teacher's log-prob minus the student's is the advantage), and no score reaches the update; in half
-    GRPO's steps it learns by the same bar, and its reverse KL to the teacher falls."""
+    GRPO's steps it makes at least half the teacher's gain, and its reverse KL to the teacher falls. Here
+    (2 threads): +33.4 at step 10 against the teacher's +44.8; the suite's pinned numerics: +10.0 (4.2 s.e.)
+    at step 20 against the teacher's +12.4."""
     teacher = synchronous[1] / "hf"
     gain, opd = learn(warm, tmp_path, f"teacher.model={teacher}", command="opd", steps=OPD_STEPS)
-    assert learned(gain), gain_line(gain)
+    assert distilled(gain, synchronous[0]), (gain_line(gain), gain_line(synchronous[0]))
     rows = [json.loads(line) for line in (opd / "metrics.jsonl").read_text().splitlines() if '"distill/' in line]
     kl = [r["distill/reverse_kl"] for r in rows]
     half = OPD_STEPS // 2  # one step's figure is noisy (0.21-0.62 seen): halves
@@ -183,6 +193,7 @@ def test_a_run_that_cannot_learn_fails_the_bar(warm, tmp_path, broken):
 
 @pytest.mark.control
 def test_distillation_from_the_student_itself_teaches_nothing(warm, tmp_path):
-    """The teacher is the warm-up itself: every advantage is ~0 (the two log-probs of the same weights)."""
+    """The teacher is the warm-up itself: every advantage is ~0 (the two log-probs of the same weights), the
+    teacher's gain 0, and the student must not make OPD_Z standard errors."""
     gain, _ = learn(warm, tmp_path, f"teacher.model={warm['model']}", command="opd", steps=OPD_STEPS)
-    assert not learned(gain), gain_line(gain)
+    assert not distilled(gain, {"gain": 0.0}), gain_line(gain)
