@@ -3,11 +3,15 @@
 # (MESHRL_TEST_WORKERS; 0: one process), each on its own share of the cores (tests/conftest.py pin_worker;
 # MESHRL_TEST_PIN=0: not). A test file runs whole on one worker, the longest first
 # (tests/conftest.py orders them), so module fixtures (a vLLM engine, a service with several ranks) start once.
-# Extra arguments go to pytest, in one process, e.g. `bash scripts/test.sh tests/unit -k codec`.
+# The whole suite starts with ruff's format and lint checks (seconds). Extra arguments go to pytest, in one
+# process, without them, e.g. `bash scripts/test.sh tests/unit -k codec`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 if [ $# -eq 0 ]; then
+    # lint and format first: a failure shows in seconds, not after the suite (the unit tests check them too)
+    .venv/bin/ruff format --check --quiet . || { echo "ruff format: the files above need .venv/bin/ruff format" >&2; exit 1; }
+    .venv/bin/ruff check --quiet .
     set -- -n "${MESHRL_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder tests
 fi
 exec .venv/bin/python -m pytest "$@"
