@@ -22,9 +22,12 @@ class RewardConfig(Checked):
     """A HuggingFace sequence-classification model folder: it scores prompt + response through its own
     chat template, instead of a function or the built-in scorers."""
     url: str | None = None
-    """An OpenRLHF-style remote reward server, http(s)://HOST[:PORT]/PATH (OpenRLHF's --remote_rm_url): each
-    batch is POSTed as {"query", "prompts", "labels"} and scored by the reply's "rewards", instead of a
-    function, a model or the built-in scorers."""
+    """An OpenRLHF-style remote reward server, http(s)://HOST[:PORT]/PATH (OpenRLHF's --remote_rm_url), or
+    several, comma-separated (the requests go round the list): each batch is POSTed as {"query", "prompts",
+    "labels"} and scored by the reply's "rewards", instead of a function, a model or the built-in scorers."""
+    url_retries: int = 2
+    """url: a request that cannot connect, times out or gets HTTP 429 or 5xx is sent again this many times
+    (to the next server of the list), after 0.5 s, 1 s, 2 s ...; a 4xx or a malformed reply is not."""
     workers: int = 2
     """Worker processes for functions; 0 runs them in the service process (no timeout, no isolation)."""
     timeout: float = 10.0
@@ -49,7 +52,9 @@ class RewardConfig(Checked):
             both = "both" if len(given) == 2 else "all"
             raise FieldError(f"{' and '.join(given)} {both} set: a sample is scored by one of them")
         if self.url is not None:
-            check_url(self.url)
+            for one in urls(self.url):
+                check_url(one)
+        require(self.url_retries >= 0, self, "url_retries", "must be >= 0")
         require(
             not self.batched or bool(self.function), self, "batched", "applies to a user function: set function too"
         )
@@ -61,6 +66,11 @@ class RewardConfig(Checked):
     @property
     def backend(self) -> str:
         return "model" if self.model else "url" if self.url else "function" if self.function else "rule"
+
+
+def urls(url: str) -> list[str]:
+    """The servers reward.url names, in order."""
+    return [u.strip() for u in url.split(",") if u.strip()]
 
 
 def check_url(url: str) -> None:

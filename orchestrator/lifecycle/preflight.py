@@ -27,6 +27,7 @@ import urllib.parse
 from meshrl import hosts
 from meshrl.config.actor import EngineSettings
 from meshrl.config.checked import values_of
+from meshrl.config.reward import urls
 from meshrl.models import check_lora
 from meshrl.vocab import difference, folder_tokenizer
 from orchestrator.config import Config
@@ -54,7 +55,8 @@ def check(cfg: Config, roles: set[str], local: bool = True) -> None:
     if "reward" in roles and not cfg.reward.address:
         check_reward(cfg)
         if local and cfg.reward.url:  # Ray may place the service where other hosts can be reached
-            check_reward_url(cfg.reward.url)
+            for url in urls(cfg.reward.url):
+                check_reward_url(url)
     if "teacher" in roles and not cfg.teacher.address:
         check_teacher(cfg)
     for role in ("actor", "ref", "teacher", "critic"):

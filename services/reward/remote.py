@@ -12,8 +12,11 @@ orchestrator decodes the two texts from the token ids (prompt_rendered, sequence
 "rewards" is the score trained on. "scores" (OpenRLHF logs and filters on them) is kept per sample as
 remote_score, and each per-sample list in "extra_logs" under its own name; anything else there is left
 out. The batch goes in chunks of reward.batch_size, one request each, with reward.timeout seconds per
-request and no retry: a chunk whose request fails, or whose reply is not JSON, has no "rewards" or the
-wrong number of them, fails each of its samples, and a reward that is not a finite number fails its
+request; with several servers (reward.url a comma-separated list, as OpenRLHF's list of remote_rm_url)
+the chunks go round the list. A request that cannot connect, times out or gets HTTP 429 / 5xx is sent
+again, reward.url_retries times, to the next server, after 0.5 s, 1 s, ... (OpenRLHF retried its
+requests too); one still failing, an HTTP 4xx, or a reply that is not JSON, has no "rewards" or the wrong
+number of them, fails each of the chunk's samples, and a reward that is not a finite number fails its
 sample; reward.on_error decides what a failed sample does, as with any scorer.
 """
 
@@ -21,6 +24,7 @@ import http.client
 import json
 import logging
 import math
+import time
 import urllib.error
 import urllib.request
 
@@ -33,12 +37,14 @@ SHOWN = 200  # characters of a bad reply quoted in its error
 
 
 class UrlScorer:
-    """POST each chunk of samples to an OpenRLHF-style server; its "rewards" are the scores."""
+    """POST each chunk of samples to an OpenRLHF-style server (round the list); "rewards" are the scores."""
 
     none_ok = False  # every sample gets a number or an error
+    BACKOFF = 0.5  # seconds before the first retry, doubled for each next one
 
-    def __init__(self, url: str, batch_size: int, timeout: float):
-        self.url, self.batch_size, self.timeout = url, batch_size, timeout
+    def __init__(self, urls: list[str], batch_size: int, timeout: float, retries: int = 0):
+        self.urls, self.batch_size, self.timeout, self.retries = urls, batch_size, timeout, retries
+        self.turn = 0  # the next chunk's server
 
     def score(self, samples: list[Sample]) -> list[Outcome]:
         out: list[Outcome] = []
@@ -48,20 +54,34 @@ class UrlScorer:
 
     def post(self, chunk: list[Sample]) -> list[Outcome]:
         body = json.dumps(request_body(chunk)).encode()
-        request = urllib.request.Request(self.url, body, {"Content-Type": "application/json"}, method="POST")
-        where = f"reward.url={self.url}"
+        for attempt in range(self.retries + 1):
+            url = self.urls[self.turn % len(self.urls)]
+            self.turn += 1
+            text, outcomes, again = self.send(url, body, len(chunk))
+            if text is not None:
+                return read_reply(text, len(chunk), f"reward.url={url}")
+            if not again or attempt == self.retries:
+                return outcomes
+            log.warning("%s; sending it again (%d of %d)", outcomes[0].error, attempt + 1, self.retries)
+            time.sleep(self.BACKOFF * 2**attempt)
+        raise AssertionError("unreachable")
+
+    def send(self, url: str, body: bytes, n: int) -> tuple[str | None, list[Outcome], bool]:
+        """(the reply's text, or None with the chunk's failed outcomes and whether to send it again)."""
+        request = urllib.request.Request(url, body, {"Content-Type": "application/json"}, method="POST")
+        where = f"reward.url={url}"
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                text = response.read().decode("utf-8", "replace")
+                return response.read().decode("utf-8", "replace"), [], False
         except urllib.error.HTTPError as e:  # the server answered, with an error status
             said = e.read().decode("utf-8", "replace")[:SHOWN]
-            return failed(len(chunk), f"{where} answered HTTP {e.code} {e.reason}: {said!r}")
+            busy = e.code == 429 or e.code >= 500  # overloaded or broken for now, not a bad request
+            return None, failed(n, f"{where} answered HTTP {e.code} {e.reason}: {said!r}"), busy
         except (OSError, http.client.HTTPException) as e:  # refused, unknown host, timed out, cut off, TLS
             reason = e.reason if isinstance(e, urllib.error.URLError) else e
             if isinstance(reason, TimeoutError):
-                return failed(len(chunk), f"{where} did not answer within {self.timeout:g}s", timed_out=True)
-            return failed(len(chunk), f"{where} cannot be reached: {reason}")
-        return read_reply(text, len(chunk), where)
+                return None, failed(n, f"{where} did not answer within {self.timeout:g}s", timed_out=True), True
+            return None, failed(n, f"{where} cannot be reached: {reason}"), True
 
     def close(self):
         pass

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from meshrl.config.reward import RewardConfig
+from meshrl.config.reward import RewardConfig, urls
 from meshrl.errors import InvalidArgument
 from services.reward import functions
 from services.reward.pool import Outcome, WorkerPool
@@ -113,7 +113,7 @@ class ModelScorer:
 
 def make_scorer(cfg: RewardConfig):
     if cfg.url:
-        return UrlScorer(cfg.url, cfg.batch_size, cfg.timeout)
+        return UrlScorer(urls(cfg.url), cfg.batch_size, cfg.timeout, cfg.url_retries)
     if cfg.model:
         return ModelScorer(cfg.model, cfg.batch_size, cfg.max_length, cfg.device)
     return FunctionScorer(cfg.function or "builtin", cfg.batched, cfg.workers, cfg.timeout)

@@ -29,6 +29,7 @@ class OpenRLHFServer(http.server.BaseHTTPRequestHandler):
     after the prompt, right when the label is in it. Other paths answer the ways a server goes wrong."""
 
     received: list[dict] = []
+    busy = 0  # requests to /busyN so far
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -53,6 +54,12 @@ class OpenRLHFServer(http.server.BaseHTTPRequestHandler):
         if self.path == "/error":
             self.send_error(500, "scoring blew up")
             return
+        if self.path.startswith("/busy"):  # /busyN: 503 to the first N requests, then OpenRLHF's reply
+            OpenRLHFServer.busy += 1
+            if OpenRLHFServer.busy <= int(self.path[5:]):
+                self.send_error(503, "overloaded")
+                return
+            reply = {"rewards": rewards}
         data = b"<html>not json</html>" if reply is None else json.dumps(reply).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(data)))
@@ -202,3 +209,22 @@ def test_an_http1_server_given_as_reward_address_is_named_at_once(openrlhf):
         f"reward.address={address} answers HTTP/1, not gRPC: for an OpenRLHF-style reward server use "
         f"reward.url=http://{address}/... (OpenRLHF's serve_rm answers on /get_reward)"
     )
+
+
+def test_a_busy_server_is_asked_again_and_a_list_of_servers_shares_the_chunks(openrlhf, reward_url, received):
+    """A 503 (or a refused connection, a timeout, a 429) is sent again after a pause, reward.url_retries
+    times, to the next server of the list; chunks go round the list."""
+    batch = DataProto(
+        non_tensor_batch={"response_text": ["5", "6", "7"], "reward_model": [{"ground_truth": g} for g in "567"]}
+    )
+    OpenRLHFServer.busy = 0
+    out = reward_url(f"{openrlhf}/busy2", url_retries=2).score(batch)  # the third try is answered
+    assert list(out.scores) == [1.0, 1.0, 1.0] and OpenRLHFServer.busy == 3
+    OpenRLHFServer.busy = 0
+    out = reward_url(f"{openrlhf}/busy2", url_retries=1, on_error="score").score(batch)  # two tries: both 503
+    assert list(out.columns["reward_status"]) == ["error"] * 3 and "HTTP 503" in out.columns["reward_error"][0]
+    dead = f"http://127.0.0.1:{closed_port()}/get_reward"
+    received.clear()
+    out = reward_url(f"{dead},{openrlhf}/plain,{openrlhf}/get_reward", batch_size=1).score(batch)
+    assert list(out.scores) == [1.0, 1.0, 1.0]  # the first chunk's retry went to the next server
+    assert [r["path"] for r in received] == ["/plain", "/get_reward", "/plain"]  # then round the list
