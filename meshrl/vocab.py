@@ -1,6 +1,8 @@
-"""Whether two models read token ids the same way: a tokenizer's fingerprint (its vocabulary and special
-tokens) and the one-line difference between two. On-policy distillation compares a teacher's log-probs
-with the student's token by token, which means nothing across tokenizers; the run checks this first."""
+"""Whether two models read token ids the same way: a tokenizer's fingerprint (its vocabulary: every token's
+text and id) and how two differ. On-policy distillation compares a teacher's log-probs with the student's
+token by token, which means nothing across vocabularies; the run checks this first. Special tokens may
+differ (a base student and an instruct teacher of one family end on different tokens): that is said, not
+refused."""
 
 import functools
 import hashlib
@@ -9,13 +11,9 @@ import json
 SPECIAL = ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id")
 
 
-def identity(tokenizer) -> dict:
-    return {"vocab": tokenizer.get_vocab(), **{k: getattr(tokenizer, k, None) for k in SPECIAL}}
-
-
 def fingerprint(tokenizer) -> str:
-    """A short hash of the vocabulary (every token's text and id) and the special tokens' ids."""
-    text = json.dumps(identity(tokenizer), sort_keys=True, ensure_ascii=False)
+    """A short hash of the vocabulary: every token's text and id."""
+    text = json.dumps(tokenizer.get_vocab(), sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -27,15 +25,20 @@ def folder_tokenizer(path: str):
 
 
 def difference(a, b) -> str:
-    """How tokenizer b differs from a, in a few words ("" where they agree)."""
-    ia, ib = identity(a), identity(b)
-    if ia["vocab"] != ib["vocab"]:
-        va, vb = ia["vocab"], ib["vocab"]
-        if len(va) != len(vb):
-            return f"{len(va)} tokens against {len(vb)}"
-        token = next(t for t in sorted(va) if vb.get(t) != va[t])
-        return f"token {token!r} is id {va[token]} against {vb.get(token)}"
-    for key in SPECIAL:
-        if ia[key] != ib[key]:
-            return f"{key} {ia[key]} against {ib[key]}"
-    return ""
+    """How tokenizer b's vocabulary differs from a's, in a few words ("" where they agree)."""
+    va, vb = a.get_vocab(), b.get_vocab()
+    if va == vb:
+        return ""
+    if len(va) != len(vb):
+        return f"{len(va)} tokens against {len(vb)}"
+    token = next(t for t in sorted(va) if vb.get(t) != va[t])
+    return f"token {token!r} is id {va[token]} against {vb.get(token)}"
+
+
+def special_difference(a, b) -> str:
+    """The special tokens' ids that differ between a and b ("" where none do)."""
+    return ", ".join(
+        f"{k} {getattr(a, k, None)} against {getattr(b, k, None)}"
+        for k in SPECIAL
+        if getattr(a, k, None) != getattr(b, k, None)
+    )

@@ -40,7 +40,7 @@ from orchestrator import main as loops
 from orchestrator.config import Config, ranks
 from orchestrator.lifecycle import preflight
 from orchestrator.lifecycle.fleet import is_replica, replica_names, role_of
-from orchestrator.lifecycle.mesh import MODELS, serve_args, service_roles
+from orchestrator.lifecycle.mesh import MODELS, serve_args, served_role, service_roles
 from orchestrator.lifecycle.services import DESCRIPTORS, launch
 from orchestrator.run import trainer
 
@@ -179,7 +179,7 @@ def place(cfg: Config, roles: set[str]) -> Placement:
                 extra.append(service_host(groups[name], indices[0], 0))
                 ray.get(
                     extra[-1].start_ranks.remote(
-                        role_of(name),
+                        served_role(role_of(name)),
                         list(range(rank, rank + len(indices))),
                         ranks(cfg, role_of(name)),
                         group,

@@ -101,14 +101,14 @@ def readers(setting: str) -> list[str]:
 class PolicyLossSettings(Checked):
     policy_loss: str = "ppo"
     """The policy-gradient loss, one of POLICY_LOSSES: ppo, gspo, cispo, gmpo, sapo, clip_cov, kl_cov (each
-    with its paper and defaults in docs/algorithms.md). The settings below that default to null take the
+    with its paper and defaults in docs/training.md). The settings below that default to null take the
     chosen loss's own values; one the loss does not read is refused rather than ignored."""
     clip_ratio_low: float | None = None
     """The ratio's lower clip (ppo: ratio >= 1 - clip_ratio_low); null: the loss's own (ppo 0.2)."""
     clip_ratio_high: float | None = None
     """The ratio's upper clip (ppo: ratio <= 1 + clip_ratio_high; DAPO's clip-higher when larger)."""
     clip_ratio_c: float | None = 3.0
-    """ppo's dual-clip bound for negative advantages; null turns it off."""
+    """ppo's dual-clip bound for negative advantages; null turns it off (the other losses have none)."""
     tau_pos: float | None = None
     """sapo: the gate's temperature for positive advantages (1.0)."""
     tau_neg: float | None = None
@@ -192,8 +192,10 @@ def rs_thresholds(options: str, thresholds: str) -> dict[str, tuple[float, float
         except ValueError:
             raise ValueError(f"rollout_rs_threshold {spec!r} for {name} is not a number (or lower_upper)") from None
         if name.endswith("k1"):
+            if len(parts) > 2 or min(parts) <= 0:
+                raise ValueError(f"rollout_rs_threshold {spec!r} for {name} must be 0 < lower <= upper")
             lower, upper = parts if len(parts) == 2 else (1 / parts[0], parts[0])
-            if not 0 < lower <= upper or len(parts) > 2:
+            if not lower <= upper:
                 raise ValueError(f"rollout_rs_threshold {spec!r} for {name} must be 0 < lower <= upper")
         elif len(parts) != 1 or parts[0] <= 0:
             raise ValueError(f"rollout_rs_threshold {spec!r} for {name} must be one upper bound > 0")

@@ -75,10 +75,10 @@ def _guarded(handler: grpc.RpcMethodHandler, enter, leave=None) -> grpc.RpcMetho
 
 def _abort(context: grpc.ServicerContext, error: Exception, method: str):
     if not context.is_active():
-        # The caller cancelled or its deadline passed (Ctrl-C, a retry): nobody reads a status now, and
-        # grpc drops this error quietly when it is the one its request stream raised.
+        # The caller cancelled or its deadline passed (Ctrl-C, a retry): nobody reads a status now. An
+        # abort ends the call without grpc's own ERROR log of the exception.
         log.info("%s: the caller went away (%s)", method, type(error).__name__)
-        raise error
+        context.abort(grpc.StatusCode.CANCELLED, "the caller went away")
     if context.code() not in (None, grpc.StatusCode.OK):  # type: ignore[attr-defined]  # not in the stubs
         raise error  # the method already aborted with a status of its own
     code = status_for(error)

@@ -57,6 +57,13 @@ POLICY_INPUTS = ["input_ids", "attention_mask", "position_ids", "responses"]
 POLICY_TENSORS = [*POLICY_INPUTS, "response_mask"]  # what an update of the actor or critic takes
 MODELS = ("actor", "ref", "teacher", "critic")  # the roles an actor service serves, each its own process group
 FROZEN = ("ref", "teacher")  # served in the ref role: log-probs, no optimizer
+
+
+def served_role(role: str) -> str:
+    """The actor service's --role for a model role: the teacher is served as a ref (frozen, log-probs)."""
+    return "ref" if role in FROZEN else role
+
+
 CONFIGS = {"rollout": RolloutConfig, "reward": RewardConfig, "env": EnvConfig}  # one config class: one flag set
 
 
@@ -97,7 +104,7 @@ def serve_args(cfg: Config, role: str) -> list[str]:
     if role in CONFIGS:
         return [role, *dataclass_args(CONFIGS[role], values)]
     model = {"critic": cfg.critic.model or cfg.actor.model, "teacher": cfg.teacher.model}.get(role, cfg.actor.model)
-    args = ["actor", "--role", "ref" if role in FROZEN else role, "--model", model]
+    args = ["actor", "--role", served_role(role), "--model", model]
     args += ["--checkpoint-root", absolute(cfg.trainer.run_dir)]
     args += [
         "--world-size",

@@ -29,7 +29,7 @@ from meshrl.config.actor import EngineSettings
 from meshrl.config.checked import values_of
 from meshrl.config.reward import urls
 from meshrl.models import check_lora
-from meshrl.vocab import difference, folder_tokenizer
+from meshrl.vocab import difference, folder_tokenizer, special_difference
 from orchestrator.config import Config
 from orchestrator.data import check_inputs
 from orchestrator.lifecycle import scorer_inputs, tool_template
@@ -90,6 +90,9 @@ def check_teacher(cfg: Config) -> None:
             f"teacher.model={cfg.teacher.model} has another tokenizer than actor.model={cfg.actor.model} ({why}): "
             "distillation compares their log-probs of the same token ids, so the teacher needs the student's"
         )
+    special = special_difference(tokenizers["actor.model"], tokenizers["teacher.model"])
+    if special:  # one family's base and instruct models: the same ids, other end tokens
+        log.warning("teacher.model's special tokens differ from actor.model's (%s): the student's are used", special)
 
 
 def check_run_dir(cfg: Config) -> None:

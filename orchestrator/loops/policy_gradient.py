@@ -147,6 +147,18 @@ class PolicyGradient:
                 "rollout.top_p/top_k truncate the sampler's distribution: its log-probs are of the truncated one, "
                 "and the distillation term compares the teacher's full distribution with it"
             )
+        if cfg.actor.policy_loss == "gmpo" and (cfg.teacher.given or estimator == "gae"):
+            raise ValueError(
+                "actor.policy_loss=gmpo takes one advantage per response (the paper's, and verl's): "
+                + ("a teacher grades each token" if cfg.teacher.given else "GAE gives one per token")
+                + "; use another policy loss"
+            )
+        if self.distill_only:  # no estimator: the teacher's term is the advantage
+            return (
+                {"actor", "rollout", "reward", "teacher"}
+                | ({"ref"} if needs_ref else set())
+                | ({"env"} if cfg.rollout.multi_turn else set())
+            )
         if estimator == "gae" and not self.critic:
             raise ValueError("algorithm.adv_estimator=gae needs a critic: run `meshrl ppo`")
         if estimator in GROUP_BASELINES and cfg.rollout.n < 2:

@@ -28,6 +28,37 @@ from services.actor.engine import Engine
 from services.actor.model import forward_response, token_logprobs
 
 OLD = "old_logprobs"  # an update's own old log-probs (ActorRole.with_old_logprobs)
+IS_WEIGHTS = "rollout_is_weights"  # weights reject() computed over the response before rejection
+
+
+def reject(part: DataProto, p, old_key: str) -> dict[str, float]:
+    """Rejection sampling before the update (verl's way): the rejected tokens leave part's response_mask, so
+    every micro-batch's share of the mini-batch counts only what stays. Importance weights, if any, are
+    taken first, over the whole response (a sequence or geometric weight spans its rejected tokens too).
+    Returns the shares rejected over all ranks."""
+    mask, rollout = part.batch["response_mask"], part.batch["rollout_logprobs"]
+    old = part.batch[old_key]
+    sums = [0.0, 0.0]
+    if p.rollout_is != "none":
+        part.batch[IS_WEIGHTS], m = rollout_is_weights(
+            old, rollout, mask, p.rollout_is, p.rollout_is_cap, p.rollout_is_mode, p.rollout_is_floor
+        )
+        share = next(k for k in m if k.endswith("_frac"))  # capped (truncate) or masked (mask)
+        sums = [m["actor/rollout_is_mean"] * float(mask.sum()), float(mask.sum()), m[share] * float(mask.sum())]
+    keep, _ = rollout_rejection_mask(old, rollout, mask, p.rollout_rs, p.rollout_rs_threshold)
+    valid, rows = mask > 0, mask.sum(-1) > 0
+    out_rows = (valid & (keep == 0)).any(-1) & rows
+    counts = [float((valid & (keep == 0)).sum()), float(valid.sum()), float(out_rows.sum()), float(rows.sum())]
+    part.batch["response_mask"] = mask * keep
+    total = all_reduce_sum(counts + sums)
+    metrics = {
+        "actor/rollout_rs_masked_frac": total[0] / max(total[1], 1.0),
+        "actor/rollout_rs_seq_masked_frac": total[2] / max(total[3], 1.0),
+    }
+    if p.rollout_is != "none":  # token-weighted over the ranks
+        metrics["actor/rollout_is_mean"] = total[4] / max(total[5], 1.0)
+        metrics[share] = total[6] / max(total[5], 1.0)
+    return metrics
 
 
 def all_reduce_sum(values: list[float]) -> list[float]:
@@ -182,19 +213,23 @@ class PolicyRole:
 class ActorRole(PolicyRole):
     output_key = "actor_logprobs"
 
-    def with_old_logprobs(self, part: DataProto, p, total_rows: int, step: int) -> tuple[DataProto, bool]:
+    def with_old_logprobs(
+        self, part: DataProto, p, total_rows: int, step: int, every_row: bool = False
+    ) -> tuple[DataProto, bool]:
         """An update that finds its own old log-probs (old_logprobs_key empty), saving the caller a pass:
         the first mini-batch of a one-epoch update takes its own pass's (the weights are still the old
         ones then) and every other row gets them from a pass without gradients before the first optimizer
         step, in the OLD column. Returns the part and whether the first mini-batch goes without OLD. One
         mini-batch and one epoch: no such pass at all. More epochs: the pass covers every row, since later
-        epochs see the first mini-batch's rows again."""
+        epochs see the first mini-batch's rows again. every_row: the pass covers every row whatever the
+        schedule (rejection sampling decides on every row before the update starts)."""
         count = num_minibatches(total_rows, p.mini_batch_size)
-        if p.epochs == 1 and count == 1:
+        if p.epochs == 1 and count == 1 and not every_row:
             return part, True
         order = epoch_order(part, p, step, 0)
         rest = order[len(minibatches(part, count)[0]) :]  # the first's size does not depend on the order
-        own_first = p.epochs == 1 and all_reduce_min(len(rest)) > 0  # the pass is collective: all ranks or none
+        # the pass is collective: all ranks or none
+        own_first = p.epochs == 1 and not every_row and all_reduce_min(len(rest)) > 0
         rows = rest if own_first else order
         old = torch.zeros(part.batch["responses"].shape, dtype=torch.float32)
         old[rows] = self.logprobs(part.select_idxs(rows), p.temperature, False).batch[self.output_key].float()
@@ -205,9 +240,10 @@ class ActorRole(PolicyRole):
         if loss == "ppo":
             own_first = False
             if not p.old_logprobs_key:
-                part, own_first = self.with_old_logprobs(part, p, total_rows, step)
-            keys = tuple(part.batch)  # the servicer sent exactly what this loss and its options read
+                part, own_first = self.with_old_logprobs(part, p, total_rows, step, every_row=bool(p.rollout_rs))
             old_key = p.old_logprobs_key or OLD
+            rejected = reject(part, p, old_key) if p.rollout_rs else {}
+            keys = tuple(part.batch)  # the servicer sent exactly what this loss and its options read
             rng = torch.Generator().manual_seed(p.seed * 1_000_003 + step)  # clip_cov's picks, the same on resume
 
             def ppo(model, mb):
@@ -216,14 +252,9 @@ class ActorRole(PolicyRole):
                 mask = mb["response_mask"]
                 # none sent for these rows (with_old_logprobs): this pass's own, without their gradient
                 old = mb[old_key] if old_key in mb else lp.detach()
-                weights: torch.Tensor | None = None
+                weights: torch.Tensor | None = mb.get(IS_WEIGHTS)  # reject() weighed them before it rejected
                 m: dict[str, float] = {}
-                if p.rollout_rs:  # rejected tokens leave this micro-batch's loss as padding does
-                    keep, rm = rollout_rejection_mask(
-                        old, mb["rollout_logprobs"], mask, p.rollout_rs, p.rollout_rs_threshold
-                    )
-                    mask, m = mask * keep, {**m, **rm}
-                if p.rollout_is != "none":
+                if p.rollout_is != "none" and weights is None:
                     weights, wm = rollout_is_weights(
                         old,
                         mb["rollout_logprobs"],
@@ -248,7 +279,7 @@ class ActorRole(PolicyRole):
                     m.update(km)
                 return total, m
 
-            return train(
+            return rejected | train(
                 self.engine,
                 part,
                 p,

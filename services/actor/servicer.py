@@ -50,6 +50,7 @@ class ActorServicer:
         self.last_reply: actor_pb2.UpdateResponse | None = None
         self.weight_version = 0
         self.partial = ""  # why the weights are between two steps (a stopped Update); "" when they are not
+        self.vocab_fingerprint: str | None = None  # the model folder's tokenizer's (_tokenizer), once read
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -77,11 +78,13 @@ class ActorServicer:
         model = (self.init_args or {}).get("model")
         if not model:
             return ""
-        try:
-            return fingerprint(folder_tokenizer(model))
-        except (OSError, ValueError) as e:
-            log.info("no tokenizer fingerprint for %s: %s", model, e)
-            return ""
+        if self.vocab_fingerprint is None:  # once: hashing a 150k vocabulary is not for every Describe
+            try:
+                self.vocab_fingerprint = fingerprint(folder_tokenizer(model))
+            except Exception as e:  # noqa: BLE001 - a folder without a readable tokenizer: nothing to check
+                log.info("no tokenizer fingerprint for %s: %s", model, e)
+                self.vocab_fingerprint = ""
+        return self.vocab_fingerprint
 
     def _settings(self) -> str:
         """Engine and optimizer settings in effect, defaults filled in ("{}" before Init)."""

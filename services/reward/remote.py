@@ -21,6 +21,7 @@ sample; reward.on_error decides what a failed sample does, as with any scorer.
 """
 
 import http.client
+import itertools
 import json
 import logging
 import math
@@ -44,7 +45,7 @@ class UrlScorer:
 
     def __init__(self, urls: list[str], batch_size: int, timeout: float, retries: int = 0):
         self.urls, self.batch_size, self.timeout, self.retries = urls, batch_size, timeout, retries
-        self.turn = 0  # the next chunk's server
+        self.turns = itertools.count()  # each chunk's first server, round the list (next() is atomic in CPython)
 
     def score(self, samples: list[Sample]) -> list[Outcome]:
         out: list[Outcome] = []
@@ -54,9 +55,9 @@ class UrlScorer:
 
     def post(self, chunk: list[Sample]) -> list[Outcome]:
         body = json.dumps(request_body(chunk)).encode()
+        first = next(self.turns)
         for attempt in range(self.retries + 1):
-            url = self.urls[self.turn % len(self.urls)]
-            self.turn += 1
+            url = self.urls[(first + attempt) % len(self.urls)]
             text, outcomes, again = self.send(url, body, len(chunk))
             if text is not None:
                 return read_reply(text, len(chunk), f"reward.url={url}")

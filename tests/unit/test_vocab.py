@@ -1,11 +1,11 @@
 """A tokenizer's fingerprint and the difference between two (meshrl.vocab): what decides whether a teacher
-can grade a student token by token."""
+can grade a student token by token (the vocabulary; special tokens are only said)."""
 
 import copy
 
 from transformers import AutoTokenizer
 
-from meshrl.vocab import difference, fingerprint
+from meshrl.vocab import difference, fingerprint, special_difference
 
 
 def test_the_same_tokenizer_agrees_and_another_says_how_it_differs(tiny_lm, bpe_lm):
@@ -16,10 +16,11 @@ def test_the_same_tokenizer_agrees_and_another_says_how_it_differs(tiny_lm, bpe_
     assert difference(char, bpe) == f"{len(char.get_vocab())} tokens against {len(bpe.get_vocab())}"
 
 
-def test_another_end_token_over_the_same_vocabulary_is_another_tokenizer(tiny_lm):
+def test_another_end_token_over_the_same_vocabulary_is_said_not_refused(tiny_lm):
+    """A base student and an instruct teacher of one family: the same ids, other end tokens."""
     a = AutoTokenizer.from_pretrained(tiny_lm)
     b = copy.deepcopy(a)
     other = next(t for t in a.get_vocab() if t != a.eos_token)
-    b.eos_token = other  # the same ids, but generation ends at another one
-    assert difference(a, b).startswith("eos_token_id ")
-    assert fingerprint(a) != fingerprint(b)
+    b.eos_token = other
+    assert difference(a, b) == "" and fingerprint(a) == fingerprint(b)
+    assert special_difference(a, b).startswith("eos_token_id ")
