@@ -15,6 +15,12 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
     return masked_sum(x, mask, dim) / total.clamp(min=1)
 
 
+def rows_mean(per_row: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """The mean of one value per sequence over the sequences with a response token; 0 where none has."""
+    rows = (response_mask.sum(-1) > 0).float()
+    return (per_row * rows).sum() / rows.sum().clamp(min=1)
+
+
 def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
     mean = masked_mean(x, mask)
     var = masked_mean((x - mean) ** 2, mask)

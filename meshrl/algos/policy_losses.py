@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from meshrl.algos.masked import agg_loss, masked_mean
+from meshrl.algos.masked import agg_loss, masked_mean, rows_mean
 from meshrl.config.losses import POLICY_LOSSES, SEQ_MEAN
 
 MAX_LOG_RATIO = 20.0  # exp() must not overflow; every clip or gate is far inside e^20
@@ -25,12 +25,6 @@ def aggregate(losses, response_mask, mode: str, weights, metrics: dict) -> tuple
     """Each token's loss times its rollout-correction weight (if any), reduced by `mode`; with pg_loss."""
     loss = agg_loss(losses if weights is None else losses * weights, response_mask, mode)
     return loss, {"actor/pg_loss": loss.item(), **metrics}
-
-
-def rows_mean(per_row: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """The mean of one value per sequence over the sequences with a response token."""
-    rows = (response_mask.sum(-1) > 0).float()
-    return (per_row * rows).sum() / rows.sum().clamp(min=1)
 
 
 def ppo_policy_loss(

@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from meshrl.algos.masked import masked_mean
+from meshrl.algos.masked import masked_mean, rows_mean
 from meshrl.config.losses import ROLLOUT_IS, ROLLOUT_IS_MODES, rs_thresholds
 
 MAX_LOG = 20.0  # exp() must not overflow; every bound is far inside e^20
@@ -51,11 +51,8 @@ def rollout_is_weights(
         out = (raw > cap) | (raw < floor)
         weights = torch.where(out, torch.zeros_like(raw), raw)
     out = out.float()
-    if level == "token":
-        share = masked_mean(out, response_mask).item()
-    else:  # one weight a response: count responses
-        rows = response_mask.sum(-1) > 0
-        share = out[:, 0][rows].mean().item() if rows.any() else 0.0
+    # token: the share of tokens; sequence, geometric: of responses (one weight each)
+    share = (masked_mean(out, response_mask) if level == "token" else rows_mean(out[:, 0], response_mask)).item()
     return weights, {
         "actor/rollout_is_mean": masked_mean(weights, response_mask).item(),
         f"actor/rollout_is_{'capped' if mode == 'truncate' else 'masked'}_frac": share,
@@ -90,9 +87,8 @@ def rollout_rejection_mask(
                 seq = seq / response_mask.sum(-1).clamp(min=1)
         ok = (seq >= math.log(lower)) & (seq <= math.log(upper)) if kind == "k1" else seq <= upper
         keep &= ok.unsqueeze(-1)
-    rows = valid.any(-1)
-    rejected_rows = (valid & ~keep).any(-1) & rows
+    rejected = (valid & ~keep).float()
     return keep.float(), {
-        "actor/rollout_rs_masked_frac": masked_mean((valid & ~keep).float(), response_mask).item(),
-        "actor/rollout_rs_seq_masked_frac": (rejected_rows.sum() / rows.sum().clamp(min=1)).item(),
+        "actor/rollout_rs_masked_frac": masked_mean(rejected, response_mask).item(),
+        "actor/rollout_rs_seq_masked_frac": rows_mean(rejected.amax(-1), response_mask).item(),
     }

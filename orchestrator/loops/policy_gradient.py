@@ -153,12 +153,14 @@ class PolicyGradient:
                 + ("a teacher grades each token" if cfg.teacher.given else "GAE gives one per token")
                 + "; use another policy loss"
             )
+        roles = (
+            {"actor", "rollout", "reward"}
+            | ({"ref"} if needs_ref else set())
+            | ({"teacher"} if cfg.teacher.given else set())
+            | ({"env"} if cfg.rollout.multi_turn else set())
+        )
         if self.distill_only:  # no estimator: the teacher's term is the advantage
-            return (
-                {"actor", "rollout", "reward", "teacher"}
-                | ({"ref"} if needs_ref else set())
-                | ({"env"} if cfg.rollout.multi_turn else set())
-            )
+            return roles
         if estimator == "gae" and not self.critic:
             raise ValueError("algorithm.adv_estimator=gae needs a critic: run `meshrl ppo`")
         if estimator in GROUP_BASELINES and cfg.rollout.n < 2:
@@ -168,13 +170,7 @@ class PolicyGradient:
                 estimator,
                 cfg.rollout.n,
             )
-        return (
-            {"actor", "rollout", "reward"}
-            | ({"ref"} if needs_ref else set())
-            | ({"teacher"} if cfg.teacher.given else set())
-            | ({"critic"} if self.critic else set())
-            | ({"env"} if cfg.rollout.multi_turn else set())
-        )
+        return roles | ({"critic"} if self.critic else set())
 
     def step(self, mesh: Mesh, rollouts: Rollouts, number: int, data, indices, uids) -> dict[str, float]:
         cfg, t = mesh.cfg, Timer()
