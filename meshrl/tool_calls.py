@@ -52,4 +52,10 @@ def hermes(text: str) -> list[Call]:
     return calls
 
 
+def hermes_content(text: str) -> str:
+    """The text a turn says besides its calls (an OpenAI reply's `content`)."""
+    return HERMES.sub("", text).strip()
+
+
 PARSERS: dict[str, Callable[[str], list[Call]]] = {"hermes": hermes}
+CONTENT: dict[str, Callable[[str], str]] = {"hermes": hermes_content}  # each parser's text without the calls

@@ -185,10 +185,29 @@ class RolloutSection(RolloutSettings):
     tool_parser: str = ""  # multi-turn: "" the text protocol (turns end at the environment's stop strings,
     #   observations appended as text); "hermes": the model's own format (the chat template lists the
     #   environment's tools, turns end at the end token, <tool_call> JSON is parsed, results come back
-    #   through the template's tool role)
+    #   through the template's tool role); with an agent, how its replies' tool calls are read
+    agent: str = ""  # every sample is an episode of this agent, "path/file.py:function" or "module:function",
+    #   called as function(task, base_url, api_key) -> reward or {"reward": ..., ...} in worker processes; it
+    #   talks to the policy through the run's OpenAI-compatible endpoint (docs/agents.md)
+    agent_command: str = ""  # or an agent in any language: `sh -c` this per episode, with OPENAI_BASE_URL,
+    #   OPENAI_API_KEY and the task as JSON on stdin; it prints its result as JSON on its last line
+    agent_workers: int = 8  # agent episodes played at once (worker processes, or commands)
+    agent_timeout: float = 300.0  # seconds an agent episode may take; past it, it is killed and lost
     merge_lora: bool = False  # an actor training a LoRA adapter (actor.lora_rank) pushes the base weights with
     #   the adapter merged in, for a rollout without LoRA support; false: the adapter alone (megabytes), which
     #   a rollout the run starts takes (its max_lora_rank is raised to actor.lora_rank)
+
+    @property
+    def episodes(self) -> bool:
+        """Every sample is an episode of turns: the environment service's, or an agent's."""
+        return self.multi_turn or bool(self.agent or self.agent_command)
+
+    @property
+    def response_budget(self) -> int:
+        """Response tokens a sample may hold: an episode's turns and what came between them, or one turn."""
+        return (
+            (self.max_response_tokens or self.max_turns * self.max_new_tokens) if self.episodes else self.max_new_tokens
+        )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -212,11 +231,16 @@ class RolloutSection(RolloutSettings):
         one_of(self, "weight_transport", TRANSPORTS)
         one_of(self, "tool_parser", ("", *PARSERS))
         require(
-            not self.tool_parser or self.multi_turn,
+            not self.tool_parser or self.episodes,
             self,
             "tool_parser",
-            "parses multi-turn episodes' tool calls: set rollout.multi_turn=true",
+            "parses multi-turn episodes' tool calls: set rollout.multi_turn=true (or rollout.agent)",
         )
+        if self.agent or self.agent_command:
+            require(not (self.agent and self.agent_command), self, "agent", "or {agent_command}, not both")
+            require(not self.multi_turn, self, "agent", "plays its own episodes: leave {multi_turn} false")
+            require(self.agent_workers >= 1, self, "agent_workers", "must be >= 1")
+            require(self.agent_timeout > 0, self, "agent_timeout", "must be > 0 seconds")
         require(self.weight_bucket_mb >= 1, self, "weight_bucket_mb", "must be >= 1")
         require(
             1 <= self.chunks <= MAX_CHUNKS,

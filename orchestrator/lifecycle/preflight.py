@@ -49,7 +49,7 @@ def check(cfg: Config, roles: set[str], local: bool = True) -> None:
         check_rollout(cfg)
         if local:
             check_tensor_parallel(cfg, hosts.gpus())
-    if cfg.rollout.multi_turn:
+    if cfg.rollout.episodes:
         check_multi_turn(cfg, roles)
     tool_template.check(cfg, roles)  # on the tool path: the chat template renders tools, calls and results
     if "reward" in roles and not cfg.reward.address:
@@ -186,13 +186,13 @@ def check_rollout(cfg: Config) -> None:
             "groups of one, which never vary: use rollout.n >= 2"
         )
     buffer = cfg.algorithm.overlong_buffer
-    if buffer and (r.multi_turn or buffer > r.max_new_tokens):
+    if buffer and (r.episodes or buffer > r.max_new_tokens):
         raise ValueError(
             f"algorithm.overlong_buffer={buffer}: "
             + (
                 "the overlong penalty measures a single-turn response against rollout.max_new_tokens; "
                 "a multi-turn episode has no such limit (set it to 0)"
-                if r.multi_turn
+                if r.episodes
                 else f"must be at most rollout.max_new_tokens={r.max_new_tokens}, the limit it counts back from"
             )
         )
@@ -249,14 +249,15 @@ def check_tensor_parallel(cfg: Config, gpus: int) -> None:
 
 def check_multi_turn(cfg: Config, roles: set[str]) -> None:
     r = cfg.rollout
-    if "env" not in roles:
-        raise ValueError("rollout.multi_turn works with ppo, grpo, rloo and reinforce")
+    if "env" not in roles and r.multi_turn or "rollout" not in roles:
+        what = "rollout.multi_turn" if r.multi_turn else "rollout.agent"
+        raise ValueError(f"{what} works with ppo, grpo, rloo and reinforce")
     if r.max_turns < 1 or r.concurrency < 1 or r.max_response_tokens < 0:
         raise ValueError(
             f"rollout.max_turns={r.max_turns} and rollout.concurrency={r.concurrency} must be >= 1, "
             f"rollout.max_response_tokens={r.max_response_tokens} >= 0"
         )
-    budget = r.max_response_tokens or r.max_turns * r.max_new_tokens
+    budget = r.response_budget
     if cfg.data.max_prompt_length + budget > r.max_model_len:
         raise ValueError(
             f"data.max_prompt_length={cfg.data.max_prompt_length} + a multi-turn response of up to "

@@ -30,7 +30,7 @@ class Needs:
 
 def check(cfg: Config) -> None:
     """The rows of data.train_files and data.val_files give the scorer what it takes (see the module)."""
-    if cfg.rollout.multi_turn and cfg.env.reward == "env":  # the environment scores, not the reward service
+    if cfg.rollout.episodes and cfg.env.reward == "env":  # the environment (agent) scores, not the reward service
         return
     needs = scorer_needs(cfg)
     if needs is None:

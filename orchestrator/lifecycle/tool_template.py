@@ -50,7 +50,7 @@ def check(cfg: Config, roles: set[str]) -> None:
     """On the tool path, the template of actor.model renders the probe (the module's three points)."""
     r = cfg.rollout
     if "rollout" in roles:
-        if not (r.multi_turn and r.tool_parser):
+        if not (r.episodes and r.tool_parser):
             return
         path, parser, what = "rollout", r.tool_parser, f"rollout.tool_parser={r.tool_parser}"
     elif calls_in(cfg):  # no rollout: SFT, which trains the rows' conversations as written

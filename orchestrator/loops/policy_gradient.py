@@ -62,8 +62,7 @@ def kl_controller(cfg: Config) -> KLController:
 
 def response_limit(cfg: Config) -> int:
     """The tokens a response may have: rollout.max_new_tokens, or a multi-turn episode's whole budget."""
-    r = cfg.rollout
-    return (r.max_response_tokens or r.max_turns * r.max_new_tokens) if r.multi_turn else r.max_new_tokens
+    return cfg.rollout.response_budget
 
 
 def clip_ratio(gen, limit: int) -> float:

@@ -37,7 +37,7 @@ from orchestrator.run.interrupt import Interrupts
 from orchestrator.run.recovery import StepFailed, check_not_ahead, recover, snapshot
 from orchestrator.run.state import RunState
 from orchestrator.run.validation import validate
-from orchestrator.sampling import pipeline
+from orchestrator.sampling import agents, pipeline
 from orchestrator.sampling.samples import sample_rows
 
 __all__ = ["RunInterrupted", "StepFailed", "run"]
@@ -218,6 +218,7 @@ def stop_all(state: RunState | None, services: Services) -> None:
     producer = state.producer if state is not None else None
     if producer is not None:
         producer.stop(wait=0)
+    agents.close_runners()  # agent workers first: their calls would only wait on stopping services
     services.stop()
     if producer is not None:
         producer.stop(wait=5)
@@ -246,6 +247,7 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
 
     def kill() -> None:  # the stop of last resort: nothing waited for
         services.kill_all()
+        agents.close_runners(kill=True)
         forkserver.kill()
 
     stop = Interrupts(

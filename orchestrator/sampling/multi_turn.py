@@ -31,7 +31,6 @@ its turns (the prefix it has computed is there).
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import json
 import logging
 import threading
@@ -49,36 +48,13 @@ from meshrl.errors import ServiceError
 from meshrl.layout import rollout_tensors
 from meshrl.models import end_ids, generation_config
 from meshrl.tool_calls import PARSERS, Call
+from meshrl.trajectory import Trajectory
 from meshrl.v1 import env_pb2
 
 log = logging.getLogger(__name__)
 MAX_CALLS_IN_FLIGHT = 4  # Generate calls the batcher keeps going at once
 GATHER_S = 0.02  # how long the batcher waits for more turns, once one is waiting, before it sends
 Turn = tuple[list[int], list[float], str | None, int]  # what Batcher.generate returns
-
-
-@dataclasses.dataclass
-class Trajectory:
-    prompt: list[int]
-    task: dict
-    tools: list[dict] | None = None  # the tool schemas its prompt lists (rollout.tool_parser)
-    tokens: list[int] = dataclasses.field(default_factory=list)
-    mask: list[int] = dataclasses.field(default_factory=list)  # 1: the policy's token, 0: an observation's
-    logprobs: list[float] = dataclasses.field(default_factory=list)
-    spans: list[list[int]] = dataclasses.field(default_factory=list)  # [start, end) of each policy turn
-    versions: list[int] = dataclasses.field(default_factory=list)
-    env_reward: float = 0.0
-    info: dict = dataclasses.field(default_factory=dict)  # the environment's last info
-    done: bool = False
-    finish: str = "length"  # "stop": the episode ended; "length": a turn or token limit ended it
-    error: str = ""
-
-    def add(self, tokens: list[int], logprobs: list[float] | None, policy: bool) -> None:
-        if policy:
-            self.spans.append([len(self.tokens), len(self.tokens) + len(tokens)])
-        self.tokens += tokens
-        self.mask += [int(policy)] * len(tokens)
-        self.logprobs += logprobs if logprobs is not None else [0.0] * len(tokens)
 
 
 class Batcher:
@@ -97,13 +73,13 @@ class Batcher:
         self.thread = threading.Thread(target=self._run, name="meshrl-batcher", daemon=True)
         self.thread.start()
 
-    def generate(self, ids: list[int], max_new: int) -> Turn:
-        """(tokens, log-probs, text (None when cut to max_new), weight version) of one turn after `ids`."""
-        future: concurrent.futures.Future[Turn] = concurrent.futures.Future()
+    def generate(self, ids: list[int], max_new: int, n: int = 1) -> list[Turn]:
+        """n turns after `ids`, each (tokens, log-probs, text (None when cut to max_new), weight version)."""
+        futures: list[concurrent.futures.Future[Turn]] = [concurrent.futures.Future() for _ in range(n)]
         with self.cond:
-            self.waiting.append((ids, max_new, future))
+            self.waiting += [(ids, max_new, f) for f in futures]
             self.cond.notify_all()
-        return future.result()
+        return [f.result() for f in futures]
 
     def count(self, active: int = 0, in_tool: int = 0) -> None:
         """A trajectory starts or ends (active), or enters or leaves a tool call (in_tool)."""
@@ -228,7 +204,9 @@ def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int, parser,
             room = budget - len(traj.tokens)
             if room <= 0:
                 break
-            tokens, logprobs, text, version = batcher.generate(traj.prompt + traj.tokens, min(r.max_new_tokens, room))
+            [(tokens, logprobs, text, version)] = batcher.generate(
+                traj.prompt + traj.tokens, min(r.max_new_tokens, room)
+            )
             traj.add(tokens, logprobs, policy=True)
             traj.versions.append(version)
             if text is None:  # cut to the token budget: the text of what is kept

@@ -4,15 +4,16 @@
     metrics = score_metrics(scored)                                   # critic/score/mean, critic/acc/mean, ...
     rows = sample_rows(gen, scored, tokenizer, k)                     # prompt as rendered, messages, response, ...
 
-One Generate call, rollout.chunks concurrent calls (chunks), or multi-turn episodes (multi_turn), as the
-config says; each step samples with its own seed, so a resumed run samples what an uninterrupted one would.
+One Generate call, rollout.chunks concurrent calls (chunks), multi-turn episodes (multi_turn) or an
+agent's episodes (agents), as the config says; each step samples with its own seed, so a resumed run
+samples what an uninterrupted one would.
 """
 
 import logging
 
 from orchestrator.config import Config
 from orchestrator.lifecycle.mesh import Mesh, rendered_prompts
-from orchestrator.sampling import chunks, multi_turn
+from orchestrator.sampling import agents, chunks, multi_turn
 from orchestrator.timer import Timer
 
 log = logging.getLogger(__name__)
@@ -30,8 +31,8 @@ def sample(mesh: Mesh, tokenizer, number: int, prompts, on_generated=None, round
     """(gen, scored, timing_s/gen and timing_s/reward) of step `number` (its sampling round `round`);
     on_generated(number) in between. `tokenizer`: the actor's, for multi-turn observations."""
     seed = sampling_seed(mesh.cfg, number, round)
-    if mesh.cfg.rollout.multi_turn:  # episodes in the environment service
-        gen, scored, seconds = multi_turn.sample(mesh, prompts, seed, tokenizer)
+    if mesh.cfg.rollout.episodes:  # episodes in the environment service, or of an agent
+        gen, scored, seconds = episodes(mesh)(mesh, prompts, seed, tokenizer)
         if on_generated is not None:
             on_generated(number)
         return gen, scored, {f"timing_s/{k}": v for k, v in seconds.items()}
@@ -50,9 +51,14 @@ def sample(mesh: Mesh, tokenizer, number: int, prompts, on_generated=None, round
 
 def answers(mesh: Mesh, tokenizer, prompts, seed: int = 0, n: int | None = None, greedy: bool = False):
     """Scores of n answers to each prompt (greedy: one): one Generate, or with rollout.multi_turn episodes."""
-    if mesh.cfg.rollout.multi_turn:
-        return multi_turn.sample(mesh, prompts, seed, tokenizer, n=n, greedy=greedy)[1]
+    if mesh.cfg.rollout.episodes:
+        return episodes(mesh)(mesh, prompts, seed, tokenizer, n=n, greedy=greedy)[1]
     return mesh.score(mesh.generate(prompts, seed=seed, n=n, greedy=greedy))
+
+
+def episodes(mesh: Mesh):
+    """Who plays a step's episodes: the environment service (rollout.multi_turn) or an agent (rollout.agent)."""
+    return multi_turn.sample if mesh.cfg.rollout.multi_turn else agents.sample
 
 
 def accuracy(scored) -> float | None:

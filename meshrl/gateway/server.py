@@ -1,0 +1,246 @@
+"""The OpenAI-compatible HTTP endpoint: keys, routes, and one call from request body to reply.
+
+    POST /v1/chat/completions   messages (+ tools) rendered with the model's chat template
+    POST /v1/completions        a prompt as text or token ids
+    GET  /v1/models             the one model it serves
+    GET  /health                200 while it serves
+
+Every /v1 call needs `Authorization: Bearer KEY`, a key the gateway holds a Session for (meshrl/gateway/
+sessions.py): a run opens one per episode and closes it when the episode ends; `meshrl serve gateway`
+holds the keys it is given. A key reaches its own session only. The engine (who generates: the run's
+rollout fleet, or the rollout services `meshrl serve gateway` was pointed at) is handed in:
+
+    engine.generate(session, ids, n, max_new, request) -> [(tokens, logprobs, text or None, version)]
+
+Tool calls are read with the run's parser (meshrl/tool_calls.py, rollout.tool_parser), the prompt is
+rendered by meshrl/chat.py: the same code the multi-turn path runs. Bad requests get OpenAI's error
+object with a 4xx status naming the field; a failing engine a 503; nothing drops the connection.
+A stream (`stream: true`) is sent as server-sent events once the turn is whole.
+"""
+
+import http.server
+import json
+import logging
+import threading
+from typing import Any, Protocol
+
+from meshrl.gateway.protocol import (
+    Choice,
+    Limits,
+    Request,
+    RequestError,
+    chunks,
+    completion_id,
+    message,
+    normal_message,
+    read_request,
+    reply,
+)
+from meshrl.gateway.sessions import Session
+from meshrl.tool_calls import CONTENT, PARSERS
+
+log = logging.getLogger(__name__)
+
+Turn = tuple[list[int], list[float], str | None, int]  # tokens, log-probs, text (None: decode), version
+
+
+class Engine(Protocol):
+    def generate(self, session: Session, ids: list[int], n: int, max_new: int, request: Request) -> list[Turn]: ...
+
+
+class Gateway:
+    def __init__(
+        self,
+        engine: Engine,
+        tokenizer,
+        model: str,
+        ends: frozenset[int],
+        tool_parser: str = "",
+        limits: Limits | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ):
+        self.engine, self.tokenizer, self.model, self.ends = engine, tokenizer, model, ends
+        self.parse, self.content = PARSERS.get(tool_parser), CONTENT.get(tool_parser)
+        self.limits = limits or Limits()
+        self.sessions: dict[str, Session] = {}
+        self.lock = threading.Lock()
+        self.http = http.server.ThreadingHTTPServer((host, port), Handler)
+        self.http.daemon_threads = True  # a hung agent's connection must not hold the process at exit
+        self.http.gateway = self  # type: ignore[attr-defined]
+        self.thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.http.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> "Gateway":
+        self.thread = threading.Thread(target=self.http.serve_forever, name="meshrl-gateway", daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self.thread is not None:
+            self.http.shutdown()
+            self.thread.join(10)
+        self.http.server_close()
+
+    # ---- keys -----------------------------------------------------------------------------------
+
+    def open(self, session: Session | None = None) -> Session:
+        session = session or Session()
+        with self.lock:
+            self.sessions[session.key] = session
+        return session
+
+    def close(self, key: str) -> Session | None:
+        """End a key: its calls from now on are refused; its recording is returned."""
+        with self.lock:
+            session = self.sessions.pop(key, None)
+        if session is not None:
+            with session.lock:
+                session.closed = True
+        return session
+
+    def session(self, authorization: str | None) -> Session:
+        key = (authorization or "").removeprefix("Bearer ").strip()
+        with self.lock:
+            session = self.sessions.get(key) if key else None
+        if session is None:
+            message = "no API key given" if not key else "the API key is not valid (or its episode has ended)"
+            raise RequestError(message, status=401, code="invalid_api_key")
+        return session
+
+    # ---- one call -------------------------------------------------------------------------------
+
+    def complete(self, session: Session, body: Any, chat: bool) -> tuple[Request, dict]:
+        request = read_request(body, chat, self.limits)
+        plan = session.plan(request, self.tokenizer, self.ends)
+        ids = plan.base.prompt + plan.base.tokens
+        room = self.limits.max_model_len - len(ids)
+        if room <= 0:
+            raise RequestError(
+                f"the conversation is {len(ids)} tokens; the model takes {self.limits.max_model_len}",
+                "messages" if chat else "prompt",
+                code="context_length_exceeded",
+            )
+        budget = session.room(plan)
+        max_new = min(request.max_tokens or self.limits.max_tokens, room, self.limits.max_tokens)
+        max_new = max_new if budget is None else min(max_new, budget)
+        turns = self.engine.generate(session, ids, request.n, max_new, request) if max_new > 0 else []
+        if not turns:  # the episode's token budget is spent: an empty turn that says so
+            turns = [([], [], "", 0)] * request.n
+        choices = [self._choice(request, t, max_new) for t in turns]
+        said = [
+            normal_message(c.msg) if chat else (c.text if isinstance(request.prompt, str) else t[0])
+            for c, t in zip(choices, turns)
+        ]
+        session.record(plan, [(t[0], t[1], t[3], s) for t, s in zip(turns, said) if t[0]])
+        version = max(t[3] for t in turns)
+        return request, reply(request, choices, completion_id(chat), f"meshrl-v{version}", len(ids))
+
+    def _choice(self, request: Request, turn: Turn, max_new: int) -> Choice:
+        tokens, logprobs, text, _ = turn
+        if text is None:
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        ended = bool(tokens) and tokens[-1] in self.ends or len(tokens) < max_new
+        calls = []
+        if request.chat and request.parse_tools and self.parse is not None:
+            found = self.parse(text)
+            calls = [{"name": c.name, "arguments": c.arguments} for c in found if not c.error]
+            if calls and len(calls) == len(found):
+                text = self.content(text)  # type: ignore[misc]
+        finish = "tool_calls" if calls else "stop" if ended else "length"
+        pieces = [self.tokenizer.decode([t]) for t in tokens] if request.logprobs else []
+        choice = Choice(text, pieces, list(logprobs) if request.logprobs else [], finish, calls)
+        choice.msg = message(choice)
+        return choice
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the OpenAI SDK's client expects
+    server_version = "meshrl-gateway"
+
+    @property
+    def gateway(self) -> Gateway:
+        return self.server.gateway  # type: ignore[attr-defined]
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        path = self.path.split("?")[0].rstrip("/")
+        if path in ("/health", "/v1/health"):
+            return self._json(200, {"status": "ok"})
+        try:
+            self.gateway.session(self.headers.get("Authorization"))
+            if path == "/v1/models":
+                model = {"id": self.gateway.model, "object": "model", "created": 0, "owned_by": "meshrl"}
+                return self._json(200, {"object": "list", "data": [model]})
+            if path == f"/v1/models/{self.gateway.model}":
+                return self._json(
+                    200, {"id": self.gateway.model, "object": "model", "created": 0, "owned_by": "meshrl"}
+                )
+            raise RequestError(f"no route GET {path}", status=404)
+        except RequestError as e:
+            self._json(e.status, e.body())
+
+    def do_POST(self) -> None:  # noqa: N802
+        path = self.path.split("?")[0].rstrip("/")
+        try:
+            body = self._body()
+            if path not in ("/v1/chat/completions", "/v1/completions"):
+                raise RequestError(f"no route POST {path}", status=404)
+            session = self.gateway.session(self.headers.get("Authorization"))
+            request, whole = self.gateway.complete(session, body, path == "/v1/chat/completions")
+        except RequestError as e:
+            return self._json(e.status, e.body())
+        except Exception as e:  # noqa: BLE001 - the engine's failure: the agent gets an answer, not a drop
+            log.warning("a gateway call failed: %s: %s", type(e).__name__, e)
+            error = RequestError(f"the model could not answer: {type(e).__name__}: {e}", status=503)
+            return self._json(503, error.body())
+        if not request.stream:
+            return self._json(200, whole)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        for chunk in chunks(request, whole):
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._refuse()
+
+    do_DELETE = do_PATCH = do_PUT
+
+    def _refuse(self) -> None:
+        self._body(discard=True)
+        self._json(405, RequestError(f"{self.command} is not served here", status=405).body())
+
+    def _body(self, discard: bool = False) -> Any:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > self.gateway.limits.max_body_bytes:
+            self.close_connection = True  # the body is not read: the connection cannot be reused
+            raise RequestError(f"the body may be at most {self.gateway.limits.max_body_bytes} bytes", status=413)
+        data = self.rfile.read(length)
+        if discard:
+            return None
+        try:
+            return json.loads(data or b"null")
+        except ValueError as e:
+            raise RequestError(f"the body is not JSON: {e}") from None
+
+    def _json(self, status: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)

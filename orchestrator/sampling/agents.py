@@ -1,0 +1,175 @@
+"""rollout.agent / rollout.agent_command: every sample is an episode of an agent program that talks to the
+policy through an OpenAI-compatible endpoint (meshrl/gateway), as it would talk to any model server.
+
+For each step an endpoint starts on 127.0.0.1 in this process, in front of the run's rollout fleet. Each
+episode gets a key of its own (a gateway Session, valid for that episode only) and is played by the
+agent (orchestrator/agents/pool.py) with the task: the row's `prompt` (chat messages), its `tools`, its
+data_source, ground_truth and extra_info. Every call is recorded token for token; the episode's sample
+is the recording its last call extended (meshrl/gateway/sessions.py), trained on the model's tokens only.
+
+The score is the agent's: the number it returns, or the "reward" of the mapping it returns (whose other
+keys, e.g. "acc", are kept as the environment's info), as env.reward=env reads it; env.reward=service
+scores the final text with the reward service instead, sum adds both. An episode whose agent fails,
+hangs past rollout.agent_timeout or returns no reward where one is needed is lost: it scores
+env.error_score and counts in agent/episodes_lost, and the step goes on.
+
+Sampling settings are the run's (rollout.temperature, top_p, top_k): the log-probs the loss uses assume
+them, so an agent's own temperature is not honoured during training; its max_tokens (capped at
+rollout.max_new_tokens), stop strings and n are. Calls of concurrent episodes meet in the multi-turn
+path's batchers, one per replica; an episode stays on one replica.
+"""
+
+import concurrent.futures
+import json
+import logging
+import threading
+import time
+
+from meshrl.chat import as_tools
+from meshrl.clients.reward import Scores
+from meshrl.dataproto import DataProto
+from meshrl.gateway.protocol import Limits, Request
+from meshrl.gateway.server import Gateway
+from meshrl.gateway.sessions import Session
+from meshrl.models import end_ids, generation_config
+from meshrl.trajectory import Trajectory
+from orchestrator.agents.pool import AgentPool, CommandAgent, agent_runner
+from orchestrator.sampling.multi_turn import Batcher, cell, jsonable, layout, scores, task_of
+
+log = logging.getLogger(__name__)
+MODEL = "policy"  # the model's name on the endpoint (any name an agent sends is served by the policy)
+RUNNERS: dict[int, AgentPool | CommandAgent] = {}  # per run (its mesh): workers live for the whole run
+_lock = threading.Lock()
+
+
+def runner_for(mesh) -> AgentPool | CommandAgent:
+    with _lock:
+        if id(mesh) not in RUNNERS:
+            RUNNERS[id(mesh)] = agent_runner(mesh.cfg.rollout)
+        return RUNNERS[id(mesh)]
+
+
+def close_runners(kill: bool = False) -> None:
+    """Stop every agent worker (a run's way out); kill: SIGKILL, waiting for nothing."""
+    with _lock:
+        runners = list(RUNNERS.values())
+        if not kill:
+            RUNNERS.clear()
+    for r in runners:
+        r.kill() if kill else r.close()
+
+
+class FleetEngine:
+    """The gateway's engine in a run: a session's calls go to a batcher on its replica (one per replica
+    and stop list), sampled with the run's settings."""
+
+    def __init__(self, mesh, seed: int, greedy: bool):
+        self.mesh, self.seed, self.greedy = mesh, seed, greedy
+        self.batchers: dict[tuple[str, tuple[str, ...]], Batcher] = {}
+        self.started = 0
+        self.lock = threading.Lock()
+
+    def generate(self, session: Session, ids: list[int], n: int, max_new: int, request: Request) -> list:
+        with self.lock:
+            if session.replica is None:  # episode i on replica i mod R for all its calls (its prefix is there)
+                session.replica = self.mesh.replicas[self.started % len(self.mesh.replicas)]
+                self.started += 1
+            key = (session.replica, tuple(request.stop))
+            if key not in self.batchers:
+                seed = self.seed + 7919 * len(self.batchers)
+                self.batchers[key] = Batcher(self.mesh, list(request.stop), seed, self.greedy, session.replica)
+            batcher = self.batchers[key]
+        batcher.count(active=n)
+        try:
+            return batcher.generate(ids, max_new, n)
+        finally:
+            batcher.count(active=-n)
+
+    def close(self) -> None:
+        for batcher in self.batchers.values():
+            batcher.close()
+
+
+def agent_task(columns: dict, row: int) -> dict:
+    """What the agent is given: the row's prompt as chat messages, its tools, and its verl columns."""
+    prompt = cell(columns, "prompt", row)
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    task = {**task_of(columns, row), "prompt": messages, "tools": as_tools(cell(columns, "tools", row), f"row {row}")}
+    return json.loads(json.dumps(task, default=jsonable))  # parquet's arrays as lists
+
+
+def reward_error(reward, needed: bool) -> str:
+    if reward is None:
+        return "the agent returned no reward (env.reward=service scores its final answer instead)" if needed else ""
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+        return f"the agent's reward must be a number, got {reward!r:.60}"
+    return ""
+
+
+def play(gateway: Gateway, runner, task: dict, session: Session, fallback: list[int], needs_reward: bool):
+    """One episode: the agent's run against its own key, then its recording as a Trajectory."""
+    gateway.open(session)
+    try:
+        result, error = runner.play(task, gateway.base_url, session.key)
+    finally:
+        gateway.close(session.key)
+    traj = session.final() or Trajectory(fallback)
+    traj.task, traj.finish, traj.done = task, "stop", True
+    reward = result.get("reward") if isinstance(result, dict) else result
+    if isinstance(result, dict):
+        traj.info = {k: v for k, v in result.items() if k != "reward"}
+    made_no_call = "" if session.final() is not None else "the agent made no call to the model"
+    error = error or reward_error(reward, needs_reward) or made_no_call
+    traj.env_reward, traj.error = 0.0 if error else float(reward or 0.0), error
+    if error:
+        traj.done, traj.finish = False, "length"
+    return traj, session.calls, len(session.samples)
+
+
+def sample(
+    mesh, prompts: DataProto, seed: int, tokenizer, n: int | None = None, greedy: bool = False
+) -> tuple[DataProto, Scores, dict]:
+    """(gen, scored, {"gen": s, "reward": s}): n (default rollout.n; greedy: 1) agent episodes per prompt."""
+    r = mesh.cfg.rollout
+    start = time.perf_counter()
+    rows = prompts.repeat(n or (1 if greedy else r.n), interleave=True)
+    ids, attn = rows.batch["input_ids"], rows.batch["attention_mask"]
+    ends = frozenset(end_ids(tokenizer, generation_config(mesh.cfg.actor.model)))
+    engine = FleetEngine(mesh, seed, greedy)
+    limits = Limits(max_tokens=r.max_new_tokens, max_model_len=r.max_model_len)
+    gateway = Gateway(engine, tokenizer, MODEL, ends, r.tool_parser, limits)
+    runner, needs_reward = runner_for(mesh), mesh.cfg.env.reward in ("env", "sum")
+    gateway.start()
+    try:
+        with (
+            mesh.colocated_generation(),
+            concurrent.futures.ThreadPoolExecutor(r.agent_workers, thread_name_prefix="meshrl-agent") as pool,
+        ):
+            futures = [
+                pool.submit(
+                    play,
+                    gateway,
+                    runner,
+                    agent_task(rows.non_tensor_batch, i),
+                    Session(budget=r.response_budget, max_calls=r.max_turns),
+                    ids[i][attn[i].bool()].tolist(),
+                    needs_reward,
+                )
+                for i in range(len(rows))
+            ]
+            played = [f.result() for f in futures]
+    finally:
+        gateway.stop()
+        engine.close()
+    trajectories = [t for t, _, _ in played]
+    gen = layout(rows, trajectories, tokenizer)
+    generated = time.perf_counter()
+    scored = scores(mesh, gen, trajectories)
+    scored.metrics.update(
+        {
+            "agent/episodes_lost": float(sum(bool(t.error) for t in trajectories)),
+            "agent/calls/mean": sum(c for _, c, _ in played) / len(played),
+            "agent/samples/mean": sum(s for _, _, s in played) / len(played),  # > 1: the agent branched
+        }
+    )
+    return gen, scored, {"gen": generated - start, "reward": time.perf_counter() - generated}
