@@ -231,6 +231,7 @@ class Choice:
     finish: str  # stop, length, tool_calls
     calls: list[dict] = dataclasses.field(default_factory=list)  # [{name, arguments}]
     msg: dict = dataclasses.field(default_factory=dict)  # the chat reply's message, made once (its call ids)
+    count: int = 0  # tokens generated
 
 
 def completion_id(chat: bool) -> str:
@@ -270,7 +271,7 @@ def usage(prompt: int, completion: int) -> dict:
 
 def reply(request: Request, choices: list[Choice], ident: str, fingerprint: str, prompt_tokens: int) -> dict:
     """The whole chat.completion or text_completion object."""
-    done = sum(len(c.tokens) for c in choices)
+    done = sum(c.count for c in choices)
     head = {"id": ident, "created": int(time.time()), "model": request.model, "system_fingerprint": fingerprint}
     if request.chat:
         body = [

@@ -153,7 +153,7 @@ class Gateway:
                 text = self.content(text)  # type: ignore[misc]
         finish = "tool_calls" if calls else "stop" if ended else "length"
         pieces = [self.tokenizer.decode([t]) for t in tokens] if request.logprobs else []
-        choice = Choice(text, pieces, list(logprobs) if request.logprobs else [], finish, calls)
+        choice = Choice(text, pieces, list(logprobs) if request.logprobs else [], finish, calls, count=len(tokens))
         choice.msg = message(choice)
         return choice
 

@@ -49,7 +49,9 @@ class Plan:
 
 class Session:
     """One key's samples. `budget`: response tokens a sample may hold (None: no limit); `max_calls`: calls
-    the key may make (None: no limit); `keep`: samples kept (a long-lived key forgets its oldest)."""
+    the key may make (None: no limit; past it, as past the budget, a call gets an empty turn that ends for
+    "length", so an agent's loop ends as it would at a model's limit); `keep`: samples kept (a long-lived
+    key forgets its oldest)."""
 
     def __init__(
         self,
@@ -73,8 +75,6 @@ class Session:
         with self.lock:
             if self.closed:
                 raise RequestError("this key's episode has ended", status=401, code="invalid_api_key")
-            if self.max_calls is not None and self.calls >= self.max_calls:
-                raise RequestError(f"this key may make {self.max_calls} calls", status=429, code="calls_exhausted")
             self.calls += 1
             history = request.messages if request.chat else request.prompt
             for index in reversed(range(len(self.samples))):
@@ -139,7 +139,9 @@ class Session:
                 self.last = len(self.samples) - 1
 
     def room(self, plan: Plan) -> int | None:
-        """Response tokens the sample may still take (None: no budget)."""
+        """Response tokens the sample may still take (None: no budget); 0 once the key has made its calls."""
+        if self.max_calls is not None and self.calls > self.max_calls:
+            return 0
         return None if self.budget is None else self.budget - len(plan.base.tokens)
 
     def final(self) -> Trajectory | None:

@@ -6,8 +6,11 @@ policy's tokens kept as sampled, the template's text between turns masked out.
 (The real engines run this format in tests/e2e/test_tool_template_learning.py.)"""
 
 import json
+import pathlib
 
+import numpy as np
 import pytest
+import torch
 from transformers import AutoTokenizer
 
 from meshrl.chat import turns
@@ -19,11 +22,12 @@ from meshrl.tiny.arithmetic import CALCULATOR, conversation
 from meshrl.tiny.models import TinyModelConfig, make_model
 from orchestrator.config import load_config
 from orchestrator.lifecycle.mesh import Mesh
-from orchestrator.sampling import multi_turn
+from orchestrator.sampling import agents, multi_turn
 from services.env.servicer import EnvServicer
 from services.rollout.sampling import Completion
 from services.rollout.servicer import RolloutServicer
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 LOGPROB = -0.5  # every scripted token's
 CALL = '<tool_call>\n{{"name": "calculator", "arguments": {{"expression": "{}"}}}}\n</tool_call>'
 SCRIPTS = {  # question -> the policy's turns, in order
@@ -63,6 +67,16 @@ class ScriptedEngine:
         pass
 
 
+SETTINGS = [
+    "rollout.n=1",
+    "rollout.max_new_tokens=64",
+    "rollout.tool_parser=hermes",
+    "rollout.max_turns=4",
+    "rollout.max_response_tokens=300",
+]
+CONFIG: list[str] = []  # the module's run config (the fixture fills in the model and data)
+
+
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory, arithmetic_data):
     small = {"hidden_size": 32, "intermediate_size": 64, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1}
@@ -73,19 +87,8 @@ def mesh(tmp_path_factory, arithmetic_data):
     rollout = RolloutServicer(RolloutConfig(model=str(model), max_model_len=512), ScriptedEngine(tok))
     env = EnvServicer(EnvConfig(module="services.env.calculator:Calculator", processes=1))
     servers = [Server([rollout]).start(), Server([env]).start()]
-    cfg = load_config(
-        None,
-        [
-            f"data.train_files={arithmetic_data['train']}",
-            f"actor.model={model}",
-            "rollout.n=1",
-            "rollout.max_new_tokens=64",
-            "rollout.multi_turn=true",
-            "rollout.tool_parser=hermes",
-            "rollout.max_turns=4",
-            "rollout.max_response_tokens=300",
-        ],
-    )
+    CONFIG[:] = [f"data.train_files={arithmetic_data['train']}", f"actor.model={model}", *SETTINGS]
+    cfg = load_config(None, [*CONFIG, "rollout.multi_turn=true"])
     m = Mesh(
         cfg,
         {
@@ -172,3 +175,29 @@ def test_a_turn_ended_at_the_other_end_token_is_not_closed_again(mesh):
     after = gen.batch["responses"][0, spans[0][1] :].tolist()
     assert tok.decode(first[-1:]) == "<|endoftext|>" and gen.batch["response_mask"][0, spans[0][1] - 1] == 1
     assert tok.decode(after).startswith("\n<|im_start|>user\n<tool_response>\n12\n</tool_response>")
+
+
+def test_an_openai_agent_plays_the_same_episode_token_for_token(mesh):
+    """The calculator written as an OpenAI-SDK agent (examples/agents/calculator.py, rollout.agent) against
+    the run's endpoint records, token for token, the trajectory the environment service's path plays for
+    the same tasks: the same prompt, response, mask, log-probs and score. Only the model's turns are
+    trained; a turn cut before its end token and the other end token are handled as the env path does."""
+    tok = mesh.tokenizer
+    questions, truths = ["12*7=", "5*5=", "2*6="], ["84", "25", "12"]
+    data = batch(questions, truths)
+    data.batch["attention_mask"] = data.batch["input_ids"]
+    data.non_tensor_batch["tools"] = np.array([json.dumps([CALCULATOR])] * 3, dtype=object)
+    env_gen, env_scored, _ = multi_turn.sample(mesh, data, seed=4, tokenizer=tok)
+    spec = f"{ROOT / 'examples/agents/calculator.py'}:agent"
+    cfg = load_config(None, [*CONFIG, "rollout.multi_turn=false", f"rollout.agent={spec}", "rollout.agent_workers=2"])
+    agent_mesh = Mesh(cfg, {"rollout": mesh["rollout"]})
+    try:
+        gen, scored, _ = agents.sample(agent_mesh, data, seed=4, tokenizer=tok)
+    finally:
+        agents.close_runners()
+    for key in ("prompts", "responses", "response_mask", "rollout_logprobs", "attention_mask"):
+        assert torch.equal(gen.batch[key], env_gen.batch[key]), key
+    assert scored.scores.tolist() == env_scored.scores.tolist() == [1.0, 1.0, 1.0]
+    assert gen.non_tensor_batch["turn_spans"].tolist() == env_gen.non_tensor_batch["turn_spans"].tolist()
+    assert scored.metrics["agent/episodes_lost"] == 0 and scored.metrics["agent/calls/mean"] == 2
+    assert scored.columns["acc"].tolist() == [True, True, True]

@@ -1,0 +1,93 @@
+"""Where agents run (orchestrator/agents/pool.py), with real worker processes and commands: an episode
+that crashes, hangs, raises or prints garbage is lost with the reason said, and the next one plays."""
+
+import os
+import time
+
+import pytest
+
+from orchestrator.agents.pool import AgentPool, CommandAgent
+
+AGENTS = """
+import os, sys, time
+
+def good(task, base_url, api_key):
+    return {"reward": task["x"] * 2, "key": api_key, "url": base_url}
+
+def crash(task, base_url, api_key):
+    os._exit(3)
+
+def hang(task, base_url, api_key):
+    time.sleep(600)
+
+def raises(task, base_url, api_key):
+    raise RuntimeError("the tool is down")
+
+def odd(task, base_url, api_key):
+    print("chatter on stdout")  # goes to stderr, never into the frames
+    return object()
+"""
+
+
+@pytest.fixture
+def agents(tmp_path):
+    path = tmp_path / "agents.py"
+    path.write_text(AGENTS)
+    return str(path)
+
+
+def test_a_pool_loses_only_the_bad_episodes(agents):
+    pool = AgentPool(f"{agents}:good", workers=1, timeout=30)
+    try:
+        assert pool.play({"x": 2}, "http://u/v1", "k1") == ({"reward": 4, "key": "k1", "url": "http://u/v1"}, "")
+        assert pool.play({"x": 3}, "http://u/v1", "k2")[0]["reward"] == 6  # the same worker, again
+    finally:
+        pool.close()
+    for name, why in [
+        ("crash", "died (exit code 3)"),
+        ("raises", "raised RuntimeError: the tool is down"),
+        ("odd", "raised TypeError"),
+    ]:
+        pool = AgentPool(f"{agents}:{name}", workers=1, timeout=30)
+        try:
+            result, error = pool.play({"x": 1}, "u", "k")
+            assert result is None and why in error, error
+        finally:
+            pool.close()
+
+
+def test_a_hung_agent_is_killed_at_its_timeout_and_replaced(agents):
+    pool = AgentPool(f"{agents}:hang", workers=1, timeout=1)
+    try:
+        start = time.monotonic()
+        result, error = pool.play({}, "u", "k")
+        assert result is None and "agent_timeout=1" in error and time.monotonic() - start < 20
+        child = pool.idle.get_nowait()
+        assert child is None  # the hung worker is gone; the next episode starts a fresh one
+        pool.idle.put(child)
+    finally:
+        pool.close()
+
+
+def test_an_agent_that_cannot_load_is_said_before_any_episode(agents, tmp_path):
+    pool = AgentPool(f"{agents}:missing", workers=1, timeout=5)
+    with pytest.raises(ValueError, match="missing"):
+        pool.play({}, "u", "k")
+    pool.close()
+
+
+def test_a_command_gets_the_endpoint_and_the_task_and_prints_its_result(tmp_path):
+    agent = CommandAgent(
+        'python3 -c "import json,os,sys; t=json.load(sys.stdin); '
+        "print('log line'); print(json.dumps({'reward': t['x'], 'url': os.environ['OPENAI_BASE_URL'], "
+        "'key': os.environ['OPENAI_API_KEY']}))\"",
+        timeout=30,
+    )
+    assert agent.play({"x": 0.5}, "http://h/v1", "sk-1") == ({"reward": 0.5, "url": "http://h/v1", "key": "sk-1"}, "")
+    assert "not JSON" in CommandAgent("echo hello", 30).play({}, "u", "k")[1]
+    assert "exited with 2" in CommandAgent("echo oops >&2; exit 2", 30).play({}, "u", "k")[1]
+    marker = tmp_path / "still-running"
+    slow = CommandAgent(f"(sleep 3; touch {marker}) & sleep 600", timeout=1)
+    assert "agent_timeout=1" in slow.play({}, "u", "k")[1]
+    time.sleep(3.5)
+    assert not os.path.exists(marker)  # what the command started was killed with it
