@@ -61,7 +61,7 @@ def cmd_health(args) -> int:
     return 0 if status == "SERVING" else 1
 
 
-SERVICES = ("actor", "rollout", "reward", "env")
+SERVICES = ("actor", "rollout", "reward", "env", "gateway")
 
 
 def service_main(service: str):
@@ -72,6 +72,8 @@ def service_main(service: str):
         from services.rollout.main import main
     elif service == "reward":
         from services.reward.main import main
+    elif service == "gateway":
+        from services.gateway.main import main
     else:
         assert service == "env", service  # argparse allows only SERVICES
         from services.env.main import main

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible endpoint as a service of its own (`meshrl serve gateway`)."""
