@@ -181,7 +181,7 @@ class RolloutSection(RolloutSettings):
     max_turns: int = 4  # multi-turn: policy turns per episode at most (each up to max_new_tokens)
     max_response_tokens: int = 0  # multi-turn: the whole response (turns and observations); 0: max_turns
     #   x max_new_tokens
-    concurrency: int = 256  # multi-turn: episodes played at once
+    concurrency: int = 256  # multi-turn and agent episodes played at once
     tool_parser: str = ""  # multi-turn: "" the text protocol (turns end at the environment's stop strings,
     #   observations appended as text); "hermes": the model's own format (the chat template lists the
     #   environment's tools, turns end at the end token, <tool_call> JSON is parsed, results come back
@@ -191,7 +191,8 @@ class RolloutSection(RolloutSettings):
     #   talks to the policy through the run's OpenAI-compatible endpoint (docs/agents.md)
     agent_command: str = ""  # or an agent in any language: `sh -c` this per episode, with OPENAI_BASE_URL,
     #   OPENAI_API_KEY and the task as JSON on stdin; it prints its result as JSON on its last line
-    agent_workers: int = 8  # agent episodes played at once (worker processes, or commands)
+    agent_workers: int = 2  # rollout.agent: worker processes, each playing its share of rollout.concurrency
+    #   episodes at once on threads (agent_command: rollout.concurrency commands at once)
     agent_timeout: float = 300.0  # seconds an agent episode may take; past it, it is killed and lost
     merge_lora: bool = False  # an actor training a LoRA adapter (actor.lora_rank) pushes the base weights with
     #   the adapter merged in, for a rollout without LoRA support; false: the adapter alone (megabytes), which

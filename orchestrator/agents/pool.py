@@ -1,20 +1,23 @@
-"""Where agents run: a pool of worker processes for a Python agent (rollout.agent=FILE.py:function), or a
-process per episode for a command in any language (rollout.agent_command).
+"""Where agents run: a pool of worker processes for a Python agent (rollout.agent=FILE.py:function), each
+playing several episodes at once on threads, or a process per episode for a command in any language
+(rollout.agent_command).
 
     pool = agent_runner(cfg.rollout)           # AgentPool or CommandAgent
     result, error = pool.play(task, base_url, key)
     pool.close()
 
-An episode that overruns rollout.agent_timeout is killed with everything it started (its own process
-group) and its worker replaced; a crash, an exception or output that is not JSON loses that episode only,
-with `error` saying why. A worker starts when the first episode needs it and serves the run's every step.
+An episode that overruns rollout.agent_timeout stops its worker with everything it started (its own
+process group: a thread cannot be stopped, a process can), which loses the episodes in flight there too,
+as the environment service's workers do; the next episode starts a fresh worker. An exception or a
+result that is not JSON loses that episode only, a crash that worker's episodes, each with `error`
+saying why. Workers start when the first episode needs them and serve the run's every step.
 """
 
 import concurrent.futures
+import itertools
 import json
 import logging
 import os
-import queue
 import select
 import signal
 import subprocess
@@ -28,91 +31,122 @@ log = logging.getLogger(__name__)
 START_TIMEOUT = 120.0  # seconds a worker may take to import the agent
 
 
+class Worker:
+    """One worker process and the episodes in flight on it, answered by id on its reader thread."""
+
+    def __init__(self, spec: str, threads: int):
+        self.child = Child("orchestrator.agents.worker", [spec, str(threads)], env=child_env())
+        self.pending: dict[int, concurrent.futures.Future] = {}
+        self.ids = itertools.count(1)
+        self.lock = threading.Lock()
+        self.lost = ""  # why it is gone
+        try:
+            if not select.select([self.child.res_r], [], [], START_TIMEOUT)[0]:
+                raise RuntimeError(f"an agent worker did not start within {START_TIMEOUT:g} s")
+            msg = read_frame(self.child.res_r)
+            if msg is None:
+                raise RuntimeError(f"an agent worker exited while starting (exit code {self.child.proc.wait()})")
+            if not msg["ready"]:
+                raise ValueError(f"rollout.agent={spec}: {msg['error']}")
+        except BaseException:
+            self.child.kill()
+            raise
+        threading.Thread(target=self._read, name=f"meshrl-agent-{self.child.proc.pid}", daemon=True).start()
+
+    def send(self, request: dict) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self.lock:
+            if self.lost:
+                raise OSError(self.lost)
+            request_id = next(self.ids)
+            self.pending[request_id] = future
+            write_frame(self.child.task_w, {**request, "id": request_id})  # under the lock: one frame at a time
+        return future
+
+    def _read(self) -> None:
+        while (reply := read_frame(self.child.res_r)) is not None:
+            with self.lock:
+                future = self.pending.pop(reply.pop("id"), None)
+            if future is not None:
+                future.set_result(reply)
+        code = self.child.proc.wait()
+        self._fail(f"the agent's worker process died (exit code {code})")
+        for fd in (self.child.task_w, self.child.res_r):
+            os.close(fd)
+
+    def _fail(self, why: str) -> None:
+        with self.lock:
+            self.lost = self.lost or why
+            waiting, self.pending = list(self.pending.values()), {}
+        for future in waiting:
+            if not future.done():
+                future.set_result({"ok": False, "lost": self.lost})
+
+    def stop(self, why: str) -> None:
+        """Kill it: every episode in flight on it is lost with `why`; its reader closes the pipes."""
+        self._fail(why)
+        self.child.signal_kill()
+
+    @property
+    def load(self) -> int:
+        return len(self.pending)
+
+
 class AgentPool:
-    def __init__(self, spec: str, workers: int, timeout: float):
-        self.spec, self.timeout = spec, timeout
-        self.idle: queue.Queue[Child | None] = queue.Queue()
-        for _ in range(workers):
-            self.idle.put(None)  # started when first needed
-        self.busy: set[Child] = set()
+    """`workers` processes, each playing up to `threads` episodes at once on threads."""
+
+    def __init__(self, spec: str, workers: int, threads: int, timeout: float):
+        self.spec, self.threads, self.timeout = spec, threads, timeout
+        self.slots: list[Worker | None] = [None] * workers
         self.lock = threading.Lock()
         self.closed = False
         # workers die with the thread that started them (meshrl.lifeline's kernel signal follows the thread):
-        # they are started on threads that live as long as the pool, not on a step's short-lived ones
-        self.starter = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="meshrl-agent-start")
+        # they are started on a thread that lives as long as the pool, not on a step's short-lived ones
+        self.starter = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="meshrl-agent-start")
 
-    def _start(self) -> Child:
-        child = Child("orchestrator.agents.worker", [self.spec], env=child_env())
-        try:
-            if not select.select([child.res_r], [], [], START_TIMEOUT)[0]:
-                raise RuntimeError(f"an agent worker did not start within {START_TIMEOUT:g} s")
-            msg = read_frame(child.res_r)
-            if msg is None:
-                raise RuntimeError(f"an agent worker exited while starting (exit code {child.proc.wait()})")
-            if not msg["ready"]:
-                raise ValueError(f"rollout.agent={self.spec}: {msg['error']}")
-        except BaseException:
-            child.kill()
-            raise
-        return child
+    def _worker(self) -> Worker:
+        """The least loaded live worker, started (or started again) where a slot has none."""
+        with self.lock:
+            if self.closed:
+                raise RuntimeError("the agent pool is closed")
+            for i, w in enumerate(self.slots):
+                if w is None or w.lost:
+                    self.slots[i] = w = self.starter.submit(Worker, self.spec, self.threads).result()
+            return min((w for w in self.slots if w is not None), key=lambda w: w.load)
 
     def play(self, task: dict, base_url: str, key: str) -> tuple[Any, str]:
         """(the agent's result, "") or (None, why the episode is lost). ValueError if the agent cannot load."""
-        child = self.idle.get()
+        worker = self._worker()
         try:
-            if self.closed:
-                raise RuntimeError("the agent pool is closed")
-            child = child or self.starter.submit(self._start).result()
-            with self.lock:
-                self.busy.add(child)
-            write_frame(child.task_w, {"task_json": json.dumps(task), "base_url": base_url, "api_key": key})
-            if not select.select([child.res_r], [], [], self.timeout)[0]:
-                child = self._lose(child)
-                return None, f"the agent did not finish within rollout.agent_timeout={self.timeout:g} s"
-            reply = read_frame(child.res_r)
-            if reply is None:
-                code = child.proc.poll()
-                child = self._lose(child)
-                return None, f"the agent's process died (exit code {code})"
-            if not reply["ok"]:
-                log.debug("an agent failed: %s\n%s", reply["error"], reply.get("where", ""))
-                return None, f"the agent raised {reply['error']}"
-            return json.loads(reply["result_json"]), ""
-        except (BrokenPipeError, OSError) as e:
-            child = self._lose(child)
+            future = worker.send({"task_json": json.dumps(task), "base_url": base_url, "api_key": key})
+            reply = future.result(timeout=self.timeout)
+        except concurrent.futures.TimeoutError:
+            why = f"the agent did not finish within rollout.agent_timeout={self.timeout:g} s"
+            worker.stop(f"lost with its worker, stopped because another episode on it ran past {self.timeout:g} s")
+            return None, why
+        except OSError as e:
             return None, f"the agent's process went away: {e}"
-        finally:
-            with self.lock:
-                self.busy.discard(child)  # type: ignore[arg-type]
-            self.idle.put(child)
-
-    def _lose(self, child: Child | None) -> None:
-        if child is not None:
-            with self.lock:
-                self.busy.discard(child)
-            child.kill()
-        return None
+        if reply.get("lost"):
+            return None, reply["lost"]
+        if not reply["ok"]:
+            log.debug("an agent failed: %s\n%s", reply["error"], reply.get("where", ""))
+            return None, f"the agent raised {reply['error']}"
+        return json.loads(reply["result_json"]), ""
 
     def close(self) -> None:
-        """Stop every worker: idle ones at once, busy ones killed (their episodes are lost)."""
-        self.closed = True
+        """Stop every worker (episodes still in flight are lost)."""
         with self.lock:
-            for child in self.busy:
-                child.signal_kill()
+            self.closed = True
+            workers, self.slots = [w for w in self.slots if w is not None], []
+        for w in workers:
+            w.stop("the run is stopping")
         self.starter.shutdown(wait=False)
-        while True:
-            try:
-                child = self.idle.get_nowait()
-            except queue.Empty:
-                return
-            if child is not None:
-                child.kill()
 
     def kill(self) -> None:
         """SIGKILL to every worker, waiting for nothing (the stop of last resort)."""
-        with self.lock:
-            for child in self.busy:
-                child.signal_kill()
+        for w in list(self.slots):
+            if w is not None:
+                w.child.signal_kill()
 
 
 class CommandAgent:
@@ -175,5 +209,5 @@ def _killpg(proc: subprocess.Popen) -> None:
 def agent_runner(r) -> "AgentPool | CommandAgent":
     """The runner rollout.agent or rollout.agent_command names."""
     if r.agent:
-        return AgentPool(r.agent, r.agent_workers, r.agent_timeout)
+        return AgentPool(r.agent, r.agent_workers, -(-r.concurrency // r.agent_workers), r.agent_timeout)
     return CommandAgent(r.agent_command, r.agent_timeout)

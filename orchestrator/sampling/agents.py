@@ -143,7 +143,7 @@ def sample(
     try:
         with (
             mesh.colocated_generation(),
-            concurrent.futures.ThreadPoolExecutor(r.agent_workers, thread_name_prefix="meshrl-agent") as pool,
+            concurrent.futures.ThreadPoolExecutor(r.concurrency, thread_name_prefix="meshrl-agent") as pool,
         ):
             futures = [
                 pool.submit(

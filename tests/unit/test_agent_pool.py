@@ -1,6 +1,7 @@
 """Where agents run (orchestrator/agents/pool.py), with real worker processes and commands: an episode
 that crashes, hangs, raises or prints garbage is lost with the reason said, and the next one plays."""
 
+import concurrent.futures
 import os
 import time
 
@@ -18,7 +19,8 @@ def crash(task, base_url, api_key):
     os._exit(3)
 
 def hang(task, base_url, api_key):
-    time.sleep(600)
+    time.sleep(600 if task.get("hang") else 6 if task.get("slow") else 0)
+    return 1.0
 
 def raises(task, base_url, api_key):
     raise RuntimeError("the tool is down")
@@ -37,7 +39,7 @@ def agents(tmp_path):
 
 
 def test_a_pool_loses_only_the_bad_episodes(agents):
-    pool = AgentPool(f"{agents}:good", workers=1, timeout=30)
+    pool = AgentPool(f"{agents}:good", workers=1, threads=2, timeout=30)
     try:
         assert pool.play({"x": 2}, "http://u/v1", "k1") == ({"reward": 4, "key": "k1", "url": "http://u/v1"}, "")
         assert pool.play({"x": 3}, "http://u/v1", "k2")[0]["reward"] == 6  # the same worker, again
@@ -48,7 +50,7 @@ def test_a_pool_loses_only_the_bad_episodes(agents):
         ("raises", "raised RuntimeError: the tool is down"),
         ("odd", "raised TypeError"),
     ]:
-        pool = AgentPool(f"{agents}:{name}", workers=1, timeout=30)
+        pool = AgentPool(f"{agents}:{name}", workers=1, threads=1, timeout=30)
         try:
             result, error = pool.play({"x": 1}, "u", "k")
             assert result is None and why in error, error
@@ -57,20 +59,25 @@ def test_a_pool_loses_only_the_bad_episodes(agents):
 
 
 def test_a_hung_agent_is_killed_at_its_timeout_and_replaced(agents):
-    pool = AgentPool(f"{agents}:hang", workers=1, timeout=1)
+    """Episodes share a worker on threads; one that hangs stops the worker, losing the one beside it (said
+    so), and the next episode gets a fresh worker."""
+    pool = AgentPool(f"{agents}:hang", workers=1, threads=2, timeout=3)
     try:
-        start = time.monotonic()
-        result, error = pool.play({}, "u", "k")
-        assert result is None and "agent_timeout=1" in error and time.monotonic() - start < 20
-        child = pool.idle.get_nowait()
-        assert child is None  # the hung worker is gone; the next episode starts a fresh one
-        pool.idle.put(child)
+        with concurrent.futures.ThreadPoolExecutor(2) as threads:
+            hung = threads.submit(pool.play, {"hang": True}, "u", "k1")
+            time.sleep(0.5)
+            beside = threads.submit(pool.play, {"slow": True}, "u", "k2")
+            (result, error), (other, why) = hung.result(), beside.result()
+        assert result is None and "agent_timeout=3" in error
+        assert other is None and "lost with its worker" in why
+        first = pool.slots[0]
+        assert pool.play({}, "u", "k3") == (1.0, "") and pool.slots[0] is not first
     finally:
         pool.close()
 
 
 def test_an_agent_that_cannot_load_is_said_before_any_episode(agents, tmp_path):
-    pool = AgentPool(f"{agents}:missing", workers=1, timeout=5)
+    pool = AgentPool(f"{agents}:missing", workers=1, threads=1, timeout=5)
     with pytest.raises(ValueError, match="missing"):
         pool.play({}, "u", "k")
     pool.close()
