@@ -51,6 +51,8 @@ def check(cfg: Config, roles: set[str], local: bool = True) -> None:
             check_tensor_parallel(cfg, hosts.gpus())
     if cfg.rollout.episodes:
         check_multi_turn(cfg, roles)
+    if cfg.rollout.agent.partition(":")[0].endswith(".py"):
+        check_function_spec(cfg.rollout.agent, "rollout.agent")
     tool_template.check(cfg, roles)  # on the tool path: the chat template renders tools, calls and results
     if "reward" in roles and not cfg.reward.address:
         check_reward(cfg)
@@ -286,19 +288,19 @@ def check_reward_url(url: str, timeout: float = 5.0) -> None:
         raise ValueError(f"reward.url={url} cannot be reached: {e}") from None
 
 
-def check_function_spec(spec: str) -> None:
+def check_function_spec(spec: str, key: str = "reward.function") -> None:
     """The file exists, parses, and defines the function at top level (read, not run: running user code
-    is the reward service's job, in its own processes)."""
+    is the reward service's job, or the agent workers', in their own processes)."""
     path, sep, name = spec.rpartition(":")
     if not sep or not path or not name:
-        raise ValueError(f"reward.function={spec} must look like path/to/file.py:function_name")
+        raise ValueError(f"{key}={spec} must look like path/to/file.py:function_name")
     file = pathlib.Path(path).expanduser()
     if not file.is_file():
-        raise ValueError(f"reward.function={spec}: file {file} not found")
+        raise ValueError(f"{key}={spec}: file {file} not found")
     try:
         tree = ast.parse(file.read_text(), str(file))
     except SyntaxError as e:
-        raise ValueError(f"reward.function={spec}: {file} line {e.lineno}: {e.msg}") from None
+        raise ValueError(f"{key}={spec}: {file} line {e.lineno}: {e.msg}") from None
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     defined |= {
@@ -309,7 +311,7 @@ def check_function_spec(spec: str) -> None:
     }
     if name not in defined:
         functions = sorted(n.name for n in tree.body if isinstance(n, ast.FunctionDef))
-        raise ValueError(f"reward.function={spec}: {file} defines no {name!r} (functions there: {functions})")
+        raise ValueError(f"{key}={spec}: {file} defines no {name!r} (functions there: {functions})")
 
 
 def check_devices(cfg: Config, role: str, gpus: int) -> None:

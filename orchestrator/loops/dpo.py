@@ -28,6 +28,8 @@ class OnlineDPO:
             raise ValueError(
                 f"online DPO pairs responses to the same prompt: rollout.n must be >= 2, got {cfg.rollout.n}"
             )
+        if cfg.rollout.agent or cfg.rollout.agent_command:  # its pairs are single-turn answers
+            raise ValueError("rollout.agent works with ppo, grpo, rloo and reinforce")
         return {"actor", "ref", "rollout", "reward"}
 
     def step(self, mesh: Mesh, rollouts: Rollouts, number: int, data, indices, uids) -> dict[str, float]:
