@@ -7,7 +7,9 @@ Two formats. "text": the char-level llama writing <calc>12*7</calc> and reading 
 environment's stop strings ending a turn. "hermes": the model's own tool format, as a Qwen2.5 model is
 trained: a qwen2 with a byte-level BPE tokenizer and ChatML template (meshrl/tiny/bpe.py), the tool's
 schema listed in the system turn, SFT on the `messages` conversations (calls as <tool_call> JSON,
-results in the tool role), GRPO with rollout.tool_parser=hermes, turns ending at the end tokens.
+results in the tool role), GRPO with rollout.tool_parser=hermes, turns ending at the end tokens; with
+`agent`, GRPO's episodes are played by the calculator written as an OpenAI-SDK agent (rollout.agent,
+examples/agents/calculator.py) instead of the environment service.
 """
 
 import dataclasses
@@ -22,6 +24,7 @@ from orchestrator.output.report import gain_line, held_out_gain
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MORE_CALLS = 0.15  # tool calls per episode, last three steps against the first
+AGENT = ["rollout.multi_turn=false", f"rollout.agent={ROOT / 'examples/agents/calculator.py'}:agent"]
 
 
 @dataclasses.dataclass
@@ -35,6 +38,7 @@ class Recipe:
     grpo_steps: int = 20
     sft_overrides: tuple[str, ...] = ()
     grpo_overrides: tuple[str, ...] = ()
+    agent: bool = False  # hermes: GRPO's episodes played by the OpenAI-SDK agent (examples/agents/calculator.py)
 
 
 def model_config(recipe: Recipe) -> TinyModelConfig:
@@ -89,6 +93,7 @@ def warm_up_and_train(tmp: pathlib.Path, recipe: Recipe) -> tuple[pathlib.Path, 
                 f"trainer.val_every={recipe.grpo_steps}",
                 "data.train_batch_size=16",
                 *(["rollout.tool_parser=hermes", "rollout.max_new_tokens=32"] if hermes else []),
+                *(AGENT if recipe.agent else []),
                 *recipe.grpo_overrides,
             ],
         ),
