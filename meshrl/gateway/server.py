@@ -65,8 +65,7 @@ class Gateway:
         self.limits = limits or Limits()
         self.sessions: dict[str, Session] = {}
         self.lock = threading.Lock()
-        self.http = http.server.ThreadingHTTPServer((host, port), Handler)
-        self.http.daemon_threads = True  # a hung agent's connection must not hold the process at exit
+        self.http = Listener((host, port), Handler)
         self.http.gateway = self  # type: ignore[attr-defined]
         self.thread: threading.Thread | None = None
 
@@ -158,8 +157,14 @@ class Gateway:
         return choice
 
 
+class Listener(http.server.ThreadingHTTPServer):
+    request_queue_size = 1024  # hundreds of episodes connect at once; the default backlog (5) refuses them
+    daemon_threads = True  # a hung agent's connection must not hold the process at exit
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the OpenAI SDK's client expects
+    disable_nagle_algorithm = True  # headers and body go out as two writes: Nagle held the body 40 ms
     server_version = "meshrl-gateway"
 
     @property

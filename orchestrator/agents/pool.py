@@ -124,8 +124,8 @@ class AgentPool:
             why = f"the agent did not finish within rollout.agent_timeout={self.timeout:g} s"
             worker.stop(f"lost with its worker, stopped because another episode on it ran past {self.timeout:g} s")
             return None, why
-        except OSError as e:
-            return None, f"the agent's process went away: {e}"
+        except (OSError, concurrent.futures.CancelledError) as e:
+            return None, f"the agent's process went away: {e or 'the run is stopping'}"
         if reply.get("lost"):
             return None, reply["lost"]
         if not reply["ok"]:
@@ -140,7 +140,7 @@ class AgentPool:
             workers, self.slots = [w for w in self.slots if w is not None], []
         for w in workers:
             w.stop("the run is stopping")
-        self.starter.shutdown(wait=False)
+        self.starter.shutdown(wait=False, cancel_futures=True)
 
     def kill(self) -> None:
         """SIGKILL to every worker, waiting for nothing (the stop of last resort)."""

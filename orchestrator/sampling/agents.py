@@ -61,7 +61,11 @@ def close_runners(kill: bool = False) -> None:
 
 class FleetEngine:
     """The gateway's engine in a run: a session's calls go to a batcher on its replica (one per replica
-    and stop list), sampled with the run's settings."""
+    and stop list), sampled with the run's settings. An episode counts as playing on its replica's batcher
+    from its start to its end, so that a batcher holds a call while other episodes' turns keep joining it
+    (GATHER_S apart at most): one Generate for many turns, as on the multi-turn path. (An agent is never
+    counted as in a tool: what it does between calls is its own, and a pause longer than GATHER_S sends
+    the call anyway.)"""
 
     def __init__(self, mesh, seed: int, greedy: bool):
         self.mesh, self.seed, self.greedy = mesh, seed, greedy
@@ -69,21 +73,35 @@ class FleetEngine:
         self.started = 0
         self.lock = threading.Lock()
 
-    def generate(self, session: Session, ids: list[int], n: int, max_new: int, request: Request) -> list:
+    def _batcher(self, replica: str, stop: tuple[str, ...]) -> Batcher:
         with self.lock:
-            if session.replica is None:  # episode i on replica i mod R for all its calls (its prefix is there)
-                session.replica = self.mesh.replicas[self.started % len(self.mesh.replicas)]
-                self.started += 1
-            key = (session.replica, tuple(request.stop))
-            if key not in self.batchers:
+            if (replica, stop) not in self.batchers:
                 seed = self.seed + 7919 * len(self.batchers)
-                self.batchers[key] = Batcher(self.mesh, list(request.stop), seed, self.greedy, session.replica)
-            batcher = self.batchers[key]
-        batcher.count(active=n)
+                self.batchers[replica, stop] = Batcher(self.mesh, list(stop), seed, self.greedy, replica)
+            return self.batchers[replica, stop]
+
+    def begin(self, session: Session) -> None:
+        """An episode starts: episode i on replica i mod R for all its calls (its prefix is there)."""
+        with self.lock:
+            session.replica = self.mesh.replicas[self.started % len(self.mesh.replicas)]
+            self.started += 1
+        self._batcher(session.replica, ()).count(active=1)
+
+    def end(self, session: Session) -> None:
+        self._batcher(session.replica or "", ()).count(active=-1)
+
+    def generate(self, session: Session, ids: list[int], n: int, max_new: int, request: Request) -> list:
+        if session.replica is None:
+            raise RuntimeError("a call outside an episode")  # begin() gives every run session its replica
+        stop = tuple(request.stop)
+        batcher = self._batcher(session.replica, stop)
+        # n turns wait where the episode counted one; a call with its own stop strings counts on its own
+        change = n - 1 if not stop else n
+        batcher.count(active=change)
         try:
             return batcher.generate(ids, max_new, n)
         finally:
-            batcher.count(active=-n)
+            batcher.count(active=-change)
 
     def close(self) -> None:
         for batcher in self.batchers.values():
@@ -108,11 +126,14 @@ def reward_error(reward, needed: bool) -> str:
 
 def play(gateway: Gateway, runner, task: dict, session: Session, fallback: list[int], needs_reward: bool):
     """One episode: the agent's run against its own key, then its recording as a Trajectory."""
+    engine: FleetEngine = gateway.engine  # type: ignore[assignment]
+    engine.begin(session)
     gateway.open(session)
     try:
         result, error = runner.play(task, gateway.base_url, session.key)
     finally:
         gateway.close(session.key)
+        engine.end(session)
     traj = session.final() or Trajectory(fallback)
     traj.task, traj.finish, traj.done = task, "stop", True
     reward = result.get("reward") if isinstance(result, dict) else result
@@ -157,7 +178,13 @@ def sample(
                 )
                 for i in range(len(rows))
             ]
-            played = [f.result() for f in futures]
+            try:
+                played = [f.result() for f in futures]
+            except BaseException:  # Ctrl-C, or a failing rollout: the episodes in flight end now, lost
+                for f in futures:
+                    f.cancel()
+                close_runners()
+                raise
     finally:
         gateway.stop()
         engine.close()

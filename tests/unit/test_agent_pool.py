@@ -98,3 +98,18 @@ def test_a_command_gets_the_endpoint_and_the_task_and_prints_its_result(tmp_path
     assert "agent_timeout=1" in slow.play({}, "u", "k")[1]
     time.sleep(3.5)
     assert not os.path.exists(marker)  # what the command started was killed with it
+
+
+def test_closing_the_pool_ends_the_episodes_in_flight_at_once(agents):
+    """A run that stops (Ctrl-C) does not wait out its agents' episodes: they end lost, their workers killed."""
+    pool = AgentPool(f"{agents}:hang", workers=1, threads=2, timeout=600)
+    with concurrent.futures.ThreadPoolExecutor(1) as threads:
+        hung = threads.submit(pool.play, {"hang": True}, "u", "k")
+        deadline = time.monotonic() + 60
+        while not (pool.slots[0] and pool.slots[0].load) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        worker = pool.slots[0]
+        pool.close()
+        result, error = hung.result(timeout=30)
+    assert result is None and "the run is stopping" in error
+    assert worker.child.proc.wait(10) is not None
