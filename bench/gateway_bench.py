@@ -6,7 +6,9 @@
    `openai` client) against the same prompt's Generate sent straight to the same rollout service (hf
    backend, the Qwen2.5-shaped tiny model, 8 new tokens, one at a time): median and p99 of each, and the
    endpoint's added time.
-2. Episodes per second: EPISODES calculator episodes (two turns each: a tool call, then the answer) played
+2. The endpoint's own time: the same chat CALLS times with an engine that answers at once, through the
+   `openai` client, as one HTTP request by hand, and as Gateway.complete called directly.
+3. Episodes per second: EPISODES calculator episodes (two turns each: a tool call, then the answer) played
    at once by the OpenAI-SDK agent (rollout.agent, examples/agents/calculator.py) against the same tasks
    played through the environment service (rollout.multi_turn, rollout.tool_parser=hermes), over one
    rollout service whose engine writes each turn from a script (tests/contract/test_multi_turn_tools.py),
@@ -14,11 +16,15 @@
    a first round that is not timed.
 """
 
+import dataclasses
+import http.client
+import json
 import pathlib
 import statistics
 import sys
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 import openai
@@ -28,7 +34,7 @@ from transformers import AutoTokenizer
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "contract"))
 
-from test_multi_turn_tools import SETTINGS, ScriptedEngine, batch  # noqa: E402
+from test_multi_turn_tools import SETTINGS, ScriptedEngine, batch  # type: ignore[import-not-found]  # noqa: E402
 
 from meshrl.codec.payload import Payload  # noqa: E402
 from meshrl.config.env import EnvConfig  # noqa: E402
@@ -57,7 +63,7 @@ def latency(model: pathlib.Path, calls: int) -> None:
     servicer = RolloutServicer(RolloutConfig(model=str(model), backend="hf", max_model_len=512))
     server = Server([servicer]).start()
     tok = AutoTokenizer.from_pretrained(model)
-    messages = [{"role": "user", "content": "12*7="}]
+    messages: list[Any] = [{"role": "user", "content": "12*7="}]
     ids = tok(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))["input_ids"]
     client = Client(server.address, RolloutServicer.SERVICE)
     prompt = DataProto({"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long)})
@@ -93,9 +99,49 @@ def latency(model: pathlib.Path, calls: int) -> None:
     servicer.close()
 
 
+class Instant:
+    """An engine that answers every call at once with the same turn."""
+
+    def __init__(self, tok):
+        self.tokens = tok("84<|im_end|>", add_special_tokens=False)["input_ids"]
+
+    def generate(self, session, ids, n, max_new, request):
+        return [(self.tokens, [-0.5] * len(self.tokens), "84", 1)] * n
+
+
+def overhead(model: pathlib.Path, calls: int) -> None:
+    tok = AutoTokenizer.from_pretrained(model)
+    gateway = Gateway(Instant(tok), tok, "policy", frozenset([tok.eos_token_id]), "hermes").start()
+    session = gateway.open(Session(keep=4))
+    body: dict[str, Any] = {"model": "policy", "messages": [{"role": "user", "content": "12*7="}], "max_tokens": 8}
+    chat = openai.OpenAI(base_url=gateway.base_url, api_key=session.key, max_retries=0)
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.http.server_address[1])
+    headers = {"Authorization": f"Bearer {session.key}", "Content-Type": "application/json"}
+
+    def by_hand():
+        conn.request("POST", "/v1/chat/completions", json.dumps(body).encode(), headers)
+        conn.getresponse().read()
+
+    ways = {
+        "through the openai client": lambda: chat.chat.completions.create(**body),
+        "one HTTP request by hand": by_hand,
+        "Gateway.complete, no HTTP": lambda: gateway.complete(session, body, True),
+    }
+    print(f"the endpoint's own time, {calls} calls answered at once:")
+    for name, call in ways.items():
+        times = []
+        for i in range(calls + 10):
+            t = time.perf_counter()
+            call()
+            if i >= 10:
+                times.append(time.perf_counter() - t)
+        print(f"  {name}: {quantiles(times)}")
+    gateway.stop()
+
+
 def episodes_per_second(tmp: pathlib.Path, episodes: int) -> None:
-    small = {"hidden_size": 32, "intermediate_size": 64, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1}
-    model = make_model(tmp / "bpe", TinyModelConfig(family="qwen2", tokenizer="bpe", **small))
+    small = TinyModelConfig(family="qwen2", tokenizer="bpe", hidden_size=32, intermediate_size=64, num_layers=1)
+    model = make_model(tmp / "bpe", dataclasses.replace(small, num_heads=2, num_kv_heads=1))
     data = make_data(tmp / "data", ArithmeticConfig(num_train=8, num_test=1))
     tok = AutoTokenizer.from_pretrained(model)
     rollout = RolloutServicer(RolloutConfig(model=str(model), max_model_len=512), ScriptedEngine(tok))
@@ -144,6 +190,7 @@ def main() -> None:
     tmp = pathlib.Path(tempfile.mkdtemp())
     model = make_model(tmp / "lm", TinyModelConfig(family="qwen2", tokenizer="bpe"))
     latency(model, calls)
+    overhead(model, calls)
     print(f"episodes per second, {episodes} two-turn calculator episodes at once, scripted engine:")
     episodes_per_second(tmp, episodes)
 

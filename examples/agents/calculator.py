@@ -12,15 +12,14 @@ through the environment service (tests/contract/test_agent_gateway.py checks it)
 
 import json
 
-import httpx
-from openai import OpenAI
+from openai import DefaultHttpxClient, OpenAI
 
 from services.env.calculator import Calculator
 
 MAX_CALLS = 4  # the run's rollout.max_turns caps it too: past it the endpoint answers with an empty turn
 # One HTTP client for every episode this worker plays (its threads share it): an OpenAI client made with
 # its own would set up TLS and a connection pool each time, 33 ms of CPU an episode here.
-HTTP = httpx.Client(limits=httpx.Limits(max_connections=512, max_keepalive_connections=512), timeout=600)
+HTTP = DefaultHttpxClient()
 
 
 def agent(task: dict, base_url: str, api_key: str) -> dict:
@@ -36,6 +35,8 @@ def agent(task: dict, base_url: str, api_key: str) -> dict:
             return {"reward": reward, "acc": bool(info.get("acc")), "tool_calls": calculator.calls}
         messages.append(message.model_dump(exclude_none=True))
         for call in message.tool_calls:
+            if call.type != "function":  # a custom tool: not one this agent offers
+                continue
             try:
                 arguments = json.loads(call.function.arguments)
             except ValueError:

@@ -72,10 +72,11 @@ class Gateway:
     @property
     def base_url(self) -> str:
         host, port = self.http.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host!s}:{port}/v1"
 
     def start(self) -> "Gateway":
-        self.thread = threading.Thread(target=self.http.serve_forever, name="meshrl-gateway", daemon=True)
+        # a short poll: stop() waits for it (each step of a run starts and stops one)
+        self.thread = threading.Thread(target=self.http.serve_forever, args=(0.05,), name="meshrl-gateway", daemon=True)
         self.thread.start()
         return self
 
