@@ -42,7 +42,7 @@ from meshrl.tiny.models import TinyModelConfig, make_model  # noqa: E402
 # short one. Then the rest of e2e, contract, gpu and unit, each in its usual order.
 FIRST = (
     "tests/e2e/test_learning.py",  # one warm-up, then GRPO, ahead, LoRA, across Ray nodes and OPD, ~7 min
-    "tests/e2e/test_tool_template_learning.py",  # the tool task in the model's own format, ~6 min
+    "tests/e2e/test_tool_template_learning.py",  # the tool task in the model's own format, by an agent, ~7 min
     "tests/e2e/test_tool_learning.py",
     "tests/unit/test_types.py",  # mypy, about a minute cold
     "tests/e2e/test_compose.py",

@@ -7,7 +7,7 @@ whatever else the run should log ("acc", "tool_calls").
 
 The tool and the scoring are the bundled calculator environment's (services/env/calculator.py), so an
 episode here is, token for token, the episode `rollout.multi_turn=true rollout.tool_parser=hermes` plays
-through the environment service (tests/contract/test_agent_gateway.py checks it).
+through the environment service (tests/contract/test_multi_turn_tools.py checks it).
 """
 
 import json

@@ -4,7 +4,8 @@ object), and the chat.completion / text_completion objects and their stream chun
 
 Sampling fields the rollout cannot honour are refused, not ignored: `top_logprobs` above 0 (the rollout
 reports the sampled token's log-prob only), a `tool_choice` that forces a call (a model writes calls in
-its own format, nothing can force one), `response_format` other than text.
+its own format, nothing can force one), `response_format` other than text, `echo`, `logit_bias`,
+presence and frequency penalties, `best_of`, `suffix`. `max_tokens` above the cap is cut to it.
 """
 
 import dataclasses
@@ -91,7 +92,9 @@ def _messages(body: dict, limits: Limits) -> list[dict]:
             raise RequestError(f"'{where}' needs a role: system, developer, user, assistant or tool", where)
         content = m.get("content")
         if isinstance(content, list):  # content parts: text only
-            if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+            if not all(
+                isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
+            ):
                 raise RequestError(f"'{where}.content' may hold text parts only", f"{where}.content")
         elif content is not None and not isinstance(content, str):
             raise RequestError(f"'{where}.content' must be a string or an array of text parts", f"{where}.content")
@@ -146,7 +149,7 @@ def _tools(body: dict, limits: Limits) -> tuple[list[dict] | None, bool]:
             raise RequestError(f"'tools' must be an array of at most {limits.max_tools} tools", "tools")
         for i, t in enumerate(tools):
             fn = t.get("function") if isinstance(t, dict) else None
-            if t.get("type", "function") != "function" or not isinstance(fn, dict) or not fn.get("name"):
+            if not isinstance(fn, dict) or t.get("type", "function") != "function" or not fn.get("name"):
                 raise RequestError(f"'tools[{i}]' must be a function tool with function.name", f"tools[{i}]")
     choice = body.get("tool_choice", "auto")
     if choice not in ("auto", "none"):
@@ -175,16 +178,21 @@ def read_request(body: dict, chat: bool, limits: Limits) -> Request:
     model = _field(body, "model", (str,))
     if not model:
         raise RequestError("'model' is required", "model")
-    n = _field(body, "n", (int,), 1)
-    if n is None or not 1 <= n <= MAX_N:
+    n = _field(body, "n", (int,))
+    n = 1 if n is None else n  # null: OpenAI's default
+    if not 1 <= n <= MAX_N:
         raise RequestError(f"'n' must be in [1, {MAX_N}]", "n")
     name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
     max_tokens = _field(body, name, (int,)) or 0
-    if max_tokens < 0 or max_tokens > limits.max_tokens:
-        raise RequestError(f"'{name}' must be in [1, {limits.max_tokens}] (the gateway's cap)", name)
+    if max_tokens < 0:
+        raise RequestError(f"'{name}' must be >= 1", name)
+    max_tokens = min(max_tokens, limits.max_tokens)  # capped, as a harness asking for 4096 expects to be
     if _number(body, "top_logprobs", 0, 20):
         why = "the rollout reports the sampled token's log-prob only"
         raise RequestError(f"'top_logprobs' must be 0: {why}", "top_logprobs")
+    for unsupported in ("echo", "logit_bias", "presence_penalty", "frequency_penalty", "best_of", "suffix"):
+        if body.get(unsupported) not in (None, False, 0, 1 if unsupported == "best_of" else 0, {}):
+            raise RequestError(f"'{unsupported}' is not supported: the rollout samples without it", unsupported)
     fmt = body.get("response_format")
     if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
         raise RequestError("'response_format' may only be text", "response_format")

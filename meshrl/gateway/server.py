@@ -119,7 +119,7 @@ class Gateway:
         plan = session.plan(request, self.tokenizer, self.ends)
         ids = plan.base.prompt + plan.base.tokens
         room = self.limits.max_model_len - len(ids)
-        if room <= 0:
+        if room <= 0 and session.budget is None:  # a run's episode ends at its limit instead, as on a budget
             raise RequestError(
                 f"the conversation is {len(ids)} tokens; the model takes {self.limits.max_model_len}",
                 "messages" if chat else "prompt",
@@ -127,7 +127,7 @@ class Gateway:
             )
         budget = session.room(plan)
         max_new = min(request.max_tokens or self.limits.max_tokens, room, self.limits.max_tokens)
-        max_new = max_new if budget is None else min(max_new, budget)
+        max_new = max(0, max_new if budget is None else min(max_new, budget))
         turns = self.engine.generate(session, ids, request.n, max_new, request) if max_new > 0 else []
         if not turns:  # the episode's token budget is spent: an empty turn that says so
             turns = [([], [], "", 0)] * request.n
@@ -146,7 +146,7 @@ class Gateway:
             text = self.tokenizer.decode(tokens, skip_special_tokens=True)
         ended = bool(tokens) and tokens[-1] in self.ends or len(tokens) < max_new
         calls = []
-        if request.chat and request.parse_tools and self.parse is not None:
+        if request.chat and request.tools and request.parse_tools and self.parse is not None:
             found = self.parse(text)
             calls = [{"name": c.name, "arguments": c.arguments} for c in found if not c.error]
             if calls and len(calls) == len(found):
@@ -166,6 +166,7 @@ class Listener(http.server.ThreadingHTTPServer):
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the OpenAI SDK's client expects
     disable_nagle_algorithm = True  # headers and body go out as two writes: Nagle held the body 40 ms
+    timeout = 600  # seconds an idle keep-alive connection holds its thread
     server_version = "meshrl-gateway"
 
     @property
@@ -224,10 +225,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
     do_DELETE = do_PATCH = do_PUT
 
     def _refuse(self) -> None:
-        self._body(discard=True)
-        self._json(405, RequestError(f"{self.command} is not served here", status=405).body())
+        try:
+            self._body(discard=True)
+            raise RequestError(f"{self.command} is not served here", status=405)
+        except RequestError as e:
+            self._json(e.status, e.body())
 
     def _body(self, discard: bool = False) -> Any:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            self.close_connection = True  # its bytes are left unread: the connection cannot be reused
+            raise RequestError("a chunked body is not read here: send Content-Length", status=411)
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
@@ -248,5 +255,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)

@@ -12,8 +12,11 @@ When a call comes, its history is matched against the recorded samples at their 
   context, masked out of training;
 - from the sample's last mark the call extends that sample; from an earlier mark (a retry, an agent
   that went back) it branches: a new sample with the tokens up to that mark;
-- nothing matches (the agent edited a reply, or this is its first call): a new sample, its prompt the
-  whole history rendered by the chat template, nothing before the new turn trained.
+- where the agent edited a reply, the match stops before it: the sample branches at the last turn
+  that still matches, and the edited reply joins what the agent added, as context (the model's own
+  earlier turns stay trained, the edited one is not);
+- nothing matches (its first call, or the first reply edited): a new sample, its prompt the whole
+  history rendered by the chat template, nothing before the new turn trained.
 
 Only tokens the model produced are ever trained; each keeps the weight version that produced it.
 """
@@ -43,7 +46,7 @@ class Plan:
 
     base: Trajectory
     history: Any
-    extends: int | None
+    extends: Sample | None
     marks: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # the base's own, kept
 
 
@@ -64,7 +67,7 @@ class Session:
         self.budget, self.max_calls, self.keep = budget, max_calls, keep
         self.samples: list[Sample] = []
         self.calls = 0
-        self.last: int | None = None  # the sample the latest call wrote
+        self.last: Sample | None = None  # the sample the latest call wrote (its first choice's)
         self.closed = False
         self.replica: str | None = None  # where the engine serves it (its prefix is there)
         self.lock = threading.Lock()
@@ -77,14 +80,13 @@ class Session:
                 raise RequestError("this key's episode has ended", status=401, code="invalid_api_key")
             self.calls += 1
             history = request.messages if request.chat else request.prompt
-            for index in reversed(range(len(self.samples))):
-                s = self.samples[index]
+            for s in reversed(self.samples):
                 if request.chat and s.traj.tools != request.tools:
                     continue
                 for h, t in reversed(s.marks):
                     if len(history) >= h and _same(history[:h], s.history[:h]):
                         base = s.traj.cut(t)
-                        extends = index if t == len(s.traj.tokens) else None
+                        extends = s if t == len(s.traj.tokens) else None
                         break
                 else:
                     continue
@@ -120,23 +122,26 @@ class Session:
 
     def record(self, plan: Plan, turns: list[tuple[list[int], list[float], int, Any]]) -> None:
         """The call's choices, each (tokens, log-probs, weight version, what the agent gets back: the
-        reply message (chat) or its text) as samples: the first in place of the sample it extends."""
+        reply message (chat) or its text) as samples, each after the same context: the first in place of
+        the sample it extends (if no other call replaced it meanwhile), and the episode's sample from now
+        on, as an agent goes on with the first choice."""
+        start = len(plan.base.tokens)
         with self.lock:
             for k, (tokens, logprobs, version, said) in enumerate(turns):
-                traj = plan.base.cut(len(plan.base.tokens)) if k else plan.base
+                traj = plan.base.cut(start) if k else plan.base
                 traj.add(tokens, logprobs, policy=True)
                 traj.versions.append(version)
                 history = [*plan.history, said] if isinstance(said, dict) else plan.history + said
                 sample = Sample(traj, history, [*plan.marks, (len(history), len(traj.tokens))])
-                if plan.extends is not None and k == 0:
-                    self.samples[plan.extends] = sample
-                    self.last = plan.extends
+                place = next((i for i, s in enumerate(self.samples) if s is plan.extends), None) if k == 0 else None
+                if place is not None:
+                    self.samples[place] = sample
                 else:
                     self.samples.append(sample)
-                    self.last = len(self.samples) - 1
+                if k == 0:
+                    self.last = sample
             if self.keep is not None and len(self.samples) > self.keep:
                 del self.samples[: len(self.samples) - self.keep]
-                self.last = len(self.samples) - 1
 
     def room(self, plan: Plan) -> int | None:
         """Response tokens the sample may still take (None: no budget); 0 once the key has made its calls."""
@@ -147,7 +152,7 @@ class Session:
     def final(self) -> Trajectory | None:
         """The sample the episode ended in: the one its last call wrote."""
         with self.lock:
-            return None if self.last is None else self.samples[self.last].traj
+            return None if self.last is None else self.last.traj
 
 
 def _same(a: Sequence, b: Sequence) -> bool:

@@ -83,9 +83,10 @@ class Worker:
                 future.set_result({"ok": False, "lost": self.lost})
 
     def stop(self, why: str) -> None:
-        """Kill it: every episode in flight on it is lost with `why`; its reader closes the pipes."""
-        self._fail(why)
+        """Kill it: every episode in flight on it is lost with `why`; its reader closes the pipes. Killed
+        first: a send blocked on its full pipe (under the lock) then fails and lets go."""
         self.child.signal_kill()
+        self._fail(why)
 
     @property
     def load(self) -> int:
@@ -98,6 +99,9 @@ class AgentPool:
     def __init__(self, spec: str, workers: int, threads: int, timeout: float):
         self.spec, self.threads, self.timeout = spec, threads, timeout
         self.slots: list[Worker | None] = [None] * workers
+        # episodes sent at once are at most the workers' threads, so that an episode's clock starts when
+        # it starts (validation and sampling ahead may play at the same time)
+        self.room = threading.Semaphore(workers * threads)
         self.lock = threading.Lock()
         self.closed = False
         # workers die with the thread that started them (meshrl.lifeline's kernel signal follows the thread):
@@ -116,6 +120,10 @@ class AgentPool:
 
     def play(self, task: dict, base_url: str, key: str) -> tuple[Any, str]:
         """(the agent's result, "") or (None, why the episode is lost). ValueError if the agent cannot load."""
+        with self.room:
+            return self._play(task, base_url, key)
+
+    def _play(self, task: dict, base_url: str, key: str) -> tuple[Any, str]:
         worker = self._worker()
         try:
             future = worker.send({"task_json": json.dumps(task), "base_url": base_url, "api_key": key})

@@ -37,6 +37,8 @@ from orchestrator.agents.pool import AgentPool, CommandAgent, agent_runner
 from orchestrator.sampling.multi_turn import Batcher, cell, jsonable, layout, scores, task_of
 
 log = logging.getLogger(__name__)
+SPACING = 1 << 16  # apart, two calls' seeds: a group's episodes call at different times, and row i of a
+#   call samples with its seed + i, so calls one apart would give two of them the same seed
 MODEL = "policy"  # the model's name on the endpoint (any name an agent sends is served by the policy)
 RUNNERS: dict[int, AgentPool | CommandAgent] = {}  # per run (its mesh): workers live for the whole run
 _lock = threading.Lock()
@@ -71,13 +73,14 @@ class FleetEngine:
         self.mesh, self.seed, self.greedy = mesh, seed, greedy
         self.batchers: dict[tuple[str, tuple[str, ...]], Batcher] = {}
         self.started = 0
+        self.failure: BaseException | None = None  # the rollout's first failure: the step fails with it
         self.lock = threading.Lock()
 
     def _batcher(self, replica: str, stop: tuple[str, ...]) -> Batcher:
         with self.lock:
             if (replica, stop) not in self.batchers:
                 seed = self.seed + 7919 * len(self.batchers)
-                self.batchers[replica, stop] = Batcher(self.mesh, list(stop), seed, self.greedy, replica)
+                self.batchers[replica, stop] = Batcher(self.mesh, list(stop), seed, self.greedy, replica, SPACING)
             return self.batchers[replica, stop]
 
     def begin(self, session: Session) -> None:
@@ -100,6 +103,10 @@ class FleetEngine:
         batcher.count(active=change)
         try:
             return batcher.generate(ids, max_new, n)
+        except Exception as e:  # the agent gets a 503; the step is failed with it once its episodes end
+            with self.lock:
+                self.failure = self.failure or e
+            raise
         finally:
             batcher.count(active=-change)
 
@@ -188,6 +195,8 @@ def sample(
     finally:
         gateway.stop()
         engine.close()
+    if engine.failure is not None:  # as on the multi-turn path: a rollout failure fails the step (recovery)
+        raise engine.failure
     trajectories = [t for t, _, _ in played]
     gen = layout(rows, trajectories, tokenizer)
     generated = time.perf_counter()

@@ -62,8 +62,13 @@ class Batcher:
     MAX_CALLS_IN_FLIGHT at once. A call goes out once every trajectory that could ask for a turn is
     asking (those in a tool call are not waited for) or no turn has joined for GATHER_S."""
 
-    def __init__(self, mesh, stop: list[str], seed: int, greedy: bool = False, replica: str = "rollout"):
+    def __init__(
+        self, mesh, stop: list[str], seed: int, greedy: bool = False, replica: str = "rollout", spacing: int = 1
+    ):
+        """`spacing`: how far apart two calls' seeds are (row i of a call samples with its seed + i); 1, as
+        multi-turn runs have always sampled, lets row 1 of one call and row 0 of the next share a seed."""
         self.mesh, self.stop, self.seed, self.greedy, self.replica = mesh, stop, seed, greedy, replica
+        self.spacing = spacing
         self.waiting: list[tuple[list[int], int, concurrent.futures.Future[Turn]]] = []
         self.cond = threading.Condition()
         self.closed, self.calls = False, 0
@@ -110,7 +115,7 @@ class Batcher:
                 batch, self.waiting = self.waiting, []
                 self.generating += len(batch)
                 self.calls += 1
-                seed = self.seed * 1009 + self.calls
+                seed = self.seed * 1009 + self.calls * self.spacing
             self.pool.submit(self._call, batch, seed)
 
     def _call(self, batch: list, seed: int) -> None:

@@ -32,6 +32,8 @@ class RolloutEngine:
     def _replica(self, session: Session) -> str:
         with self.lock:
             if session.replica is None or session.replica in self.down:
+                if session.replica is not None:
+                    self.held[session.replica] -= 1
                 live = [a for a in self.clients if a not in self.down] or list(self.clients)
                 session.replica = min(live, key=lambda a: self.held[a])
                 self.held[session.replica] += 1

@@ -14,7 +14,9 @@ examples/agents/calculator.py) instead of the environment service.
 
 import dataclasses
 import json
+import os
 import pathlib
+import subprocess
 
 from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
 from meshrl.tiny.models import TinyModelConfig, make_model
@@ -24,6 +26,7 @@ from orchestrator.output.report import gain_line, held_out_gain
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MORE_CALLS = 0.15  # tool calls per episode, last three steps against the first
+PARITY = 1e-5  # rollout/kl_to_actor on these fp32 paths: ~1e-7 (see test_weight_sync.py)
 AGENT = ["rollout.multi_turn=false", f"rollout.agent={ROOT / 'examples/agents/calculator.py'}:agent"]
 
 
@@ -118,3 +121,34 @@ def check_learned(grpo, gain_z: float) -> None:
     late = sum(calls[-3:]) / 3
     print(f"tool calls per episode: {calls[0]:.2f} at the first step, {late:.2f} over the last three")
     assert late >= calls[0] + MORE_CALLS and per_step(grpo, "multi_turn/num_env_failed")[-1] == 0
+
+
+def check_agent_steps(out: pathlib.Path, steps: int) -> None:
+    """Every training step played all its episodes (none lost) through the endpoint, and the rollout's
+    log-probs of the recorded tokens agree with the actor's at the parity level."""
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    trained = [s for s in rows if "agent/episodes_lost" in s and "actor/pg_loss" in s]
+    assert len(trained) == steps
+    for s in trained:
+        assert s["agent/episodes_lost"] == 0 and s["agent/calls/mean"] >= 1
+        assert s["rollout/kl_to_actor"] < PARITY, s["rollout/kl_to_actor"]
+    assert any("val/acc/mean" in s for s in rows)
+
+
+def agent_workers_left() -> list[str]:
+    """Agent worker processes this test process started that are still there."""
+    found = subprocess.run(["pgrep", "-f", "orchestrator.agents.worker"], capture_output=True, text=True).stdout
+    return [p for p in found.split() if _child_of_us(p)]
+
+
+def _child_of_us(pid: str) -> bool:
+    """Whether process `pid` was started by this test process (its parent chain reaches us)."""
+    while pid not in ("0", "1"):
+        try:
+            status = pathlib.Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return False
+        pid = next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:"))
+        if pid == str(os.getpid()):
+            return True
+    return False

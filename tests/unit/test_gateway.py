@@ -106,8 +106,11 @@ def test_an_edited_history_branches_and_a_retry_forks_from_its_mark(gateway, tok
 def test_n_choices_stream_and_completions(gateway, tok):
     s = gateway.open()
     c = client(gateway, s)
-    many = ask(c, [{"role": "user", "content": "2*3="}], n=3)
+    many = ask(c, [{"role": "user", "content": "2*3="}], n=3, max_tokens=10**6)  # capped, not refused
     assert [ch.index for ch in many.choices] == [0, 1, 2] and len(s.samples) == 3
+    call = tok(CALL, add_special_tokens=False)["input_ids"]
+    # each choice follows the same prompt, none after another; the first is the episode's from now on
+    assert [x.traj.tokens for x in s.samples] == [call] * 3 and s.final() is s.samples[0].traj
     chunks = list(ask(c, [{"role": "user", "content": "1+1="}], stream=True, stream_options={"include_usage": True}))
     calls = [d.function.arguments for ch in chunks if ch.choices for d in ch.choices[0].delta.tool_calls or []]
     assert calls == ['{"expression": "2*3"}'] and chunks[-1].usage.completion_tokens > 0
@@ -156,7 +159,11 @@ BAD = [  # (body, the field the error names)
     ({"model": "p", "messages": [{"role": "user", "content": "x"}], "n": 99}, "n"),
     ({"model": "p", "messages": [{"role": "user", "content": "x"}], "temperature": 9}, "temperature"),
     ({"model": "p", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "temperature"),
-    ({"model": "p", "messages": [{"role": "user", "content": "x"}], "max_tokens": 10**9}, "max_tokens"),
+    ({"model": "p", "messages": [{"role": "user", "content": "x"}], "max_tokens": -1}, "max_tokens"),
+    ({"model": "p", "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}, "messages[0].content"),
+    ({"model": "p", "messages": [{"role": "user", "content": "x"}], "tools": ["x"]}, "tools[0]"),
+    ({"model": "p", "messages": [{"role": "user", "content": "x"}], "echo": True}, "echo"),
+    ({"model": "p", "messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": 100}}, "logit_bias"),
     ({"model": "p", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 5}, "top_logprobs"),
     ({"model": "p", "messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}, "tool_choice"),
     ({"model": "p", "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web"}]}, "tools[0]"),
@@ -200,3 +207,24 @@ def test_everything_else_is_answered_too(gateway):
     # and it still serves
     gateway.limits.max_body_bytes = 1 << 20
     assert ask(client(gateway, s), [{"role": "user", "content": "2*3="}]).choices
+
+
+class Failing:
+    def generate(self, session, ids, n, max_new, request):
+        raise ConnectionError("the rollout is gone")
+
+
+def test_a_failing_engine_is_a_503_and_the_connection_lives_on(tok):
+    g = Gateway(Failing(), tok, "policy", frozenset([tok.eos_token_id]), "hermes").start()
+    try:
+        s = g.open()
+        body = json.dumps({"model": "p", "messages": [{"role": "user", "content": "x"}]}).encode()
+        status, reply = raw(g, "POST", "/v1/chat/completions", body, s.key)
+        assert status == 503 and "the rollout is gone" in reply["error"]["message"] and not s.samples
+        conn = http.client.HTTPConnection(*g.http.server_address[:2], timeout=10)
+        headers = {"Authorization": f"Bearer {s.key}", "Transfer-Encoding": "chunked"}
+        conn.request("POST", "/v1/chat/completions", body=iter([body]), headers=headers)
+        r = conn.getresponse()
+        assert r.status == 411 and r.getheader("Connection") == "close"
+    finally:
+        g.stop()
