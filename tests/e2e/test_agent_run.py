@@ -22,7 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def agent_run(tmp_path, bpe_lm, agent: list[str]) -> pathlib.Path:
-    """A 2-step GRPO run on the hermes calculator task whose episodes `agent` (overrides) plays."""
+    """A 1-step GRPO run on the hermes calculator task whose episodes `agent` (overrides) plays."""
     data = make_data(
         tmp_path / "data",
         ArithmeticConfig(ops="*", max_operand=99, tool=True, tool_format="hermes", num_train=32, num_test=8),
@@ -32,8 +32,8 @@ def agent_run(tmp_path, bpe_lm, agent: list[str]) -> pathlib.Path:
         f"data.train_files={data['train']}",
         f"data.val_files={data['test']}",
         f"trainer.run_dir={tmp_path / 'grpo'}",
-        "trainer.total_steps=2",
-        "trainer.val_every=2",
+        "trainer.total_steps=1",
+        "trainer.val_every=1",
         "trainer.trace=",
         "data.train_batch_size=4",
         "rollout.n=2",
@@ -50,7 +50,7 @@ def agent_run(tmp_path, bpe_lm, agent: list[str]) -> pathlib.Path:
 
 
 def check_trained(out: pathlib.Path) -> None:
-    check_agent_steps(out, steps=2)
+    check_agent_steps(out, steps=1)
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert samples and all(s["response"] for s in samples)
 

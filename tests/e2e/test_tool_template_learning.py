@@ -20,8 +20,9 @@ seed 0 0.638 -> 0.788 (+15.0 points, 7.4 s.e.), seed 1 0.858 -> 0.988 (+13.0, 8.
 0.632 -> 0.748 (+11.6, 6.8 s.e.), seed 3 0.968 -> 0.988 (+2.0, 3.2 s.e.). Through the agent, seed 0: the
 same command with `rollout.multi_turn=false rollout.agent=$PWD/examples/agents/calculator.py:agent` gave
 0.486 -> 0.800 (+31.4, 14.1 s.e.); as this test runs it, pinned to one core on a pytest-xdist worker,
-300 warm-up steps gave 0.686 -> 0.782 in 447 s and the 200 it now takes (to keep the suite within its
-time) 0.414 -> 0.584 (+17.0 ± 1.9, 8.9 s.e.; tool calls per episode 0.41 -> 0.74) in 395 s. Another
+300 warm-up steps and 20 GRPO steps gave 0.686 -> 0.782 in 447 s, 200 and 20 gave 0.414 -> 0.584 (+17.0
+± 1.9, 8.9 s.e.; tool calls per episode 0.41 -> 0.74) in 395 s, and the 200 and 16 it now takes (to keep
+the suite within its time) 0.414 -> 0.510 (+9.6 ± 2.0, 4.8 s.e.; tool calls 0.28 -> 0.69) in 367 s. Another
 machine's numerics land the warm-up elsewhere, so the bar is the text format's 2 s.e."""
 
 import json
@@ -30,7 +31,7 @@ import pytest
 from tool_task import Recipe, agent_workers_left, check_agent_steps, check_learned, warm_up_and_train
 
 GAIN_Z = 2.0  # 3.2-8.6 standard errors over four seeds here; multi-turn runs are not bit-reproducible
-RECIPE = Recipe(fmt="hermes", width=128, sft_steps=200, tool_share=0.5, grpo_steps=20, agent=True)
+RECIPE = Recipe(fmt="hermes", width=128, sft_steps=200, tool_share=0.5, grpo_steps=16, agent=True)
 
 
 @pytest.mark.slow
@@ -40,8 +41,11 @@ def test_grpo_teaches_an_openai_agent_to_call_the_calculator_in_its_models_templ
     check_learned(grpo, GAIN_Z)
     # the episodes are in the template's format: a Hermes call, then its result in the tool role's tags
     samples = [json.loads(line) for line in (grpo / "samples.jsonl").read_text().splitlines()]
+    # (a call the parser cannot read is no call: the endpoint returns its text as the reply's content, as
+    # vLLM's server does, and the agent takes it for the answer, so only closed calls are asked about)
     right_with_the_tool = [s for s in samples if s["acc"] and '<tool_call>\n{"name": "calculator"' in s["response"]]
-    assert right_with_the_tool and all("<tool_response>\n" in s["response"] for s in right_with_the_tool)
+    closed = [s for s in right_with_the_tool if "</tool_call>" in s["response"]]
+    assert closed and all("<tool_response>\n" in s["response"] for s in closed)
     # every episode was played and recorded, and the rollout's log-probs of what was recorded are the
     # actor's at the parity level of every other path (test_agent_run.py's bar), step after step
     check_agent_steps(grpo, steps=RECIPE.grpo_steps)
