@@ -16,6 +16,14 @@ from typing import Any
 
 MAX_N = 16  # choices per request
 MAX_STOP = 8  # stop strings per request
+UNSUPPORTED = {  # fields refused unless they ask for nothing (their value that means "off")
+    "echo": False,
+    "logit_bias": {},
+    "presence_penalty": 0,
+    "frequency_penalty": 0,
+    "best_of": 1,
+    "suffix": "",
+}
 
 
 class RequestError(Exception):
@@ -190,9 +198,9 @@ def read_request(body: dict, chat: bool, limits: Limits) -> Request:
     if _number(body, "top_logprobs", 0, 20):
         why = "the rollout reports the sampled token's log-prob only"
         raise RequestError(f"'top_logprobs' must be 0: {why}", "top_logprobs")
-    for unsupported in ("echo", "logit_bias", "presence_penalty", "frequency_penalty", "best_of", "suffix"):
-        if body.get(unsupported) not in (None, False, 0, 1 if unsupported == "best_of" else 0, {}):
-            raise RequestError(f"'{unsupported}' is not supported: the rollout samples without it", unsupported)
+    for name, off in UNSUPPORTED.items():
+        if body.get(name) not in (None, off):
+            raise RequestError(f"'{name}' is not supported: the rollout samples without it", name)
     fmt = body.get("response_format")
     if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
         raise RequestError("'response_format' may only be text", "response_format")

@@ -182,13 +182,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self._json(200, {"status": "ok"})
         try:
             self.gateway.session(self.headers.get("Authorization"))
+            model = {"id": self.gateway.model, "object": "model", "created": 0, "owned_by": "meshrl"}
             if path == "/v1/models":
-                model = {"id": self.gateway.model, "object": "model", "created": 0, "owned_by": "meshrl"}
                 return self._json(200, {"object": "list", "data": [model]})
             if path == f"/v1/models/{self.gateway.model}":
-                return self._json(
-                    200, {"id": self.gateway.model, "object": "model", "created": 0, "owned_by": "meshrl"}
-                )
+                return self._json(200, model)
             raise RequestError(f"no route GET {path}", status=404)
         except RequestError as e:
             self._json(e.status, e.body())

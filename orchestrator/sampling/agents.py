@@ -31,10 +31,9 @@ from meshrl.dataproto import DataProto
 from meshrl.gateway.protocol import Limits, Request
 from meshrl.gateway.server import Gateway
 from meshrl.gateway.sessions import Session
-from meshrl.models import end_ids, generation_config
 from meshrl.trajectory import Trajectory
 from orchestrator.agents.pool import AgentPool, CommandAgent, agent_runner
-from orchestrator.sampling.multi_turn import Batcher, cell, jsonable, layout, scores, task_of
+from orchestrator.sampling.multi_turn import Batcher, cell, jsonable, layout, scores, task_of, turn_ends
 
 log = logging.getLogger(__name__)
 SPACING = 1 << 16  # apart, two calls' seeds: a group's episodes call at different times, and row i of a
@@ -131,9 +130,10 @@ def reward_error(reward, needed: bool) -> str:
     return ""
 
 
-def play(gateway: Gateway, runner, task: dict, session: Session, fallback: list[int], needs_reward: bool):
+def play(
+    gateway: Gateway, engine: FleetEngine, runner, task: dict, session: Session, fallback: list[int], needs_reward: bool
+):
     """One episode: the agent's run against its own key, then its recording as a Trajectory."""
-    engine: FleetEngine = gateway.engine  # type: ignore[assignment]
     engine.begin(session)
     gateway.open(session)
     try:
@@ -162,7 +162,7 @@ def sample(
     start = time.perf_counter()
     rows = prompts.repeat(n or (1 if greedy else r.n), interleave=True)
     ids, attn = rows.batch["input_ids"], rows.batch["attention_mask"]
-    ends = frozenset(end_ids(tokenizer, generation_config(mesh.cfg.actor.model)))
+    ends = turn_ends(mesh.cfg.actor.model, tokenizer)
     engine = FleetEngine(mesh, seed, greedy)
     limits = Limits(max_tokens=r.max_new_tokens, max_model_len=r.max_model_len)
     gateway = Gateway(engine, tokenizer, MODEL, ends, r.tool_parser, limits)
@@ -177,6 +177,7 @@ def sample(
                 pool.submit(
                     play,
                     gateway,
+                    engine,
                     runner,
                     agent_task(rows.non_tensor_batch, i),
                     Session(budget=r.response_budget, max_calls=r.max_turns),

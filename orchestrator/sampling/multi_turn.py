@@ -31,6 +31,7 @@ its turns (the prefix it has computed is there).
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import logging
 import threading
@@ -161,6 +162,13 @@ class Batcher:
             self.slots.release()
 
 
+@functools.lru_cache(maxsize=8)
+def turn_ends(model: str, tokenizer) -> frozenset[int]:
+    """Every token the engines end a turn at, as they read them (the tokenizer's eos and the model's
+    generation config's); read from the model folder once, not every step."""
+    return frozenset(end_ids(tokenizer, generation_config(model)))
+
+
 def cell(columns: dict, name: str, row: int):
     return columns[name][row] if name in columns else None
 
@@ -281,7 +289,7 @@ def sample(
     stop = [] if parser is not None else mesh.env_stop
     batchers = [Batcher(mesh, stop, seed + 7919 * k, greedy, name) for k, name in enumerate(mesh.replicas)]
     # every token the engines end a turn at, as they read them (the tokenizer's eos and the generation config's)
-    ends = frozenset(end_ids(tokenizer, generation_config(mesh.cfg.actor.model)))
+    ends = turn_ends(mesh.cfg.actor.model, tokenizer)
     try:  # rollout.colocate: the device goes to the rollout for the whole batch of episodes
         with (
             mesh.colocated_generation(),
