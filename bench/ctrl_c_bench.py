@@ -24,12 +24,10 @@ import time
 import psutil
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 sys.path.insert(0, str(ROOT))
-from small_run import grpo_command  # type: ignore[import-not-found]  # noqa: E402
-
 from meshrl.tiny.arithmetic import ArithmeticConfig, make_data  # noqa: E402
 from meshrl.tiny.models import TinyModelConfig, make_model  # noqa: E402
+from testkit.runs import grpo_command  # noqa: E402
 
 HUNG = 90.0  # seconds after SIGINT
 

@@ -32,9 +32,7 @@ import torch
 from transformers import AutoTokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "contract"))
-
-from test_multi_turn_tools import SETTINGS, ScriptedEngine, batch  # type: ignore[import-not-found]  # noqa: E402
+sys.path.insert(0, str(ROOT))
 
 from meshrl.codec.payload import Payload  # noqa: E402
 from meshrl.config.env import EnvConfig  # noqa: E402
@@ -52,6 +50,7 @@ from orchestrator.sampling import agents, multi_turn  # noqa: E402
 from services.env.servicer import EnvServicer  # noqa: E402
 from services.gateway.engine import RolloutEngine  # noqa: E402
 from services.rollout.servicer import RolloutServicer  # noqa: E402
+from testkit.scripted import SETTINGS, ScriptedEngine, batch  # noqa: E402
 
 
 def quantiles(xs: list[float]) -> str:
@@ -142,12 +141,12 @@ def overhead(model: pathlib.Path, calls: int) -> None:
 def episodes_per_second(tmp: pathlib.Path, episodes: int) -> None:
     small = TinyModelConfig(family="qwen2", tokenizer="bpe", hidden_size=32, intermediate_size=64, num_layers=1)
     model = make_model(tmp / "bpe", dataclasses.replace(small, num_heads=2, num_kv_heads=1))
-    data = make_data(tmp / "data", ArithmeticConfig(num_train=8, num_test=1))
+    files = make_data(tmp / "data", ArithmeticConfig(num_train=8, num_test=1))
     tok = AutoTokenizer.from_pretrained(model)
     rollout = RolloutServicer(RolloutConfig(model=str(model), max_model_len=512), ScriptedEngine(tok))
     env = EnvServicer(EnvConfig(module="services.env.calculator:Calculator", processes=2))
     servers = [Server([rollout]).start(), Server([env]).start()]
-    base = [f"data.train_files={data['train']}", f"actor.model={model}", *SETTINGS, "rollout.concurrency=256"]
+    base = [f"data.train_files={files['train']}", f"actor.model={model}", *SETTINGS, "rollout.concurrency=256"]
     rollout_client = Client(servers[0].address, RolloutServicer.SERVICE, timeout=600)
     env_mesh = Mesh(
         load_config(None, [*base, "rollout.multi_turn=true"]),
@@ -161,7 +160,7 @@ def episodes_per_second(tmp: pathlib.Path, episodes: int) -> None:
     truths = {"12*7=": "84", "5*5=": "25", "2*6=": "12"}
     data = batch(questions[:episodes], [truths[q] for q in questions[:episodes]])
     data.batch["attention_mask"] = data.batch["input_ids"]
-    data.non_tensor_batch["tools"] = np.array([f"[{__import__('json').dumps(CALCULATOR)}]"] * episodes, dtype=object)
+    data.non_tensor_batch["tools"] = np.array([f"[{json.dumps(CALCULATOR)}]"] * episodes, dtype=object)
     agents.sample(agent_mesh, data, seed=0, tokenizer=tok)  # the workers start (untimed)
     rates = {}
     for name, mesh, sample in [

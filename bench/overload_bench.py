@@ -29,15 +29,14 @@ import time
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "contract"))
-
-from echo_service import SERVICE, EchoScorer  # noqa: E402
+sys.path.insert(0, str(ROOT))
 
 from meshrl.codec import Payload  # noqa: E402
 from meshrl.dataproto import DataProto  # noqa: E402
 from meshrl.errors import ServiceError  # noqa: E402
 from meshrl.rpc import Client, serve  # noqa: E402
 from meshrl.v1 import reward_pb2  # noqa: E402
+from testkit.echo import SERVICE, EchoScorer  # noqa: E402
 
 
 def run_server(queue: int, port_file: str, wait: float) -> None:

@@ -22,12 +22,10 @@ import time
 import psutil
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 sys.path.insert(0, str(ROOT))
-from test_chaos import service, settings, steps_logged  # noqa: E402
-
 from meshrl.tiny.arithmetic import ArithmeticConfig, make_data  # noqa: E402
 from meshrl.tiny.models import TinyModelConfig, make_model  # noqa: E402
+from testkit.runs import chaos_settings, service, steps_logged  # noqa: E402
 
 
 def start_times(model: pathlib.Path, repeats: int = 3) -> None:
@@ -64,7 +62,7 @@ def main():
     run_dir, log = tmp / "run", tmp / "run.log"
     kills = {6: "rollout", 13: "reward", 21: "actor"}  # after this step is logged
     overrides = [
-        *settings(model, data, tmp, run_dir),
+        *chaos_settings(model, data, tmp, run_dir),
         f"trainer.total_steps={args.steps}",
         f"trainer.save_every={args.save_every}",
     ]

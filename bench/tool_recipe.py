@@ -1,4 +1,4 @@
-"""The tool task's learning recipe (tests/e2e/tool_task.py, as tests/e2e/test_tool_learning.py runs it)
+"""The tool task's learning recipe (testkit/tool_task.py, as tests/e2e/test_tool_learning.py runs it)
 with its knobs as arguments and environment variables, in a temporary folder; prints the held-out greedy
 gain, tool calls per episode and the training score by step, and the time of each part.
 
@@ -20,11 +20,10 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "e2e"))
-
-from tool_task import Recipe, per_step, warm_up_and_train  # noqa: E402
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from orchestrator.output.report import gain_line, held_out_gain  # noqa: E402
+from testkit.tool_task import Recipe, per_step, warm_up_and_train  # noqa: E402
 
 
 def main():

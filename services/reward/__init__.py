@@ -6,6 +6,6 @@
 - scoring: FunctionScorer (built-in or user function, in the worker pool) and ModelScorer.
 - remote: UrlScorer, an OpenRLHF-style reward server over HTTP (reward.url).
 - functions: load a function by spec, check what it returns.
-- pool / worker / frames: the isolated worker processes and how they talk.
+- pool / worker: the isolated worker processes (meshrl.pipes: how they are started and talk).
 - scorers/: the built-in rule scorers, by data_source.
 """

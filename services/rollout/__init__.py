@@ -1,9 +1,11 @@
 """Rollout service: generation on vLLM (HF generate for small models), and weight updates.
 
-- config, sampling: settings and sampling parameters, checked.
+- its settings: RolloutConfig in meshrl/config, shared with the run; sampling: the request's sampling
+  parameters, checked, and what a backend returns per sample.
 - backend_vllm, backend_hf: the engines; vllm_ext runs inside vLLM's workers; row_sampler gives
   backend_hf's samples a random stream each, so a prompt samples the same whatever else is in its call.
 - layout: prompts in, verl's rollout layout out.
-- weights: the receiving side of the weight-update protocol (meshrl.weights is the sender's).
+- weights: the receiving side of the weight-update protocol (meshrl.weights is the sender's); relay
+  passes a stream push's buckets down a chain of replicas.
 - servicer, main: the gRPC service and `meshrl serve rollout`.
 """

@@ -3,31 +3,18 @@ the log-probs peft itself gives (the reference every backend must match), an HF 
 
 import functools
 
-import pytest
 import torch
 from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 from transformers import AutoModelForCausalLM
 
 from meshrl import weights
 from meshrl.codec import Payload
-from meshrl.config.rollout import RolloutConfig
 from meshrl.dataproto import DataProto
-from meshrl.errors import ServiceError
-from meshrl.rpc import Client, Server
 from meshrl.v1 import rollout_pb2
-from services.rollout.servicer import RolloutServicer
 
-SERVICE = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
 ALL_LINEAR = ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"]
 TOLERANCE = 1e-4  # |peft - rollout| log-prob; the same model in float32 gives ~1e-6
 ADAPTER_EFFECT = 1e-2  # an adapter of make_adapter's moves the log-probs by far more than this (~1)
-
-
-def serve(model_dir, **settings):
-    """(servicer, server, client) of an HF rollout in this process; the caller stops and closes them."""
-    servicer = RolloutServicer(RolloutConfig(model=str(model_dir), backend="hf", max_model_len=64, **settings))
-    server = Server([servicer]).start()
-    return servicer, server, Client(server.address, SERVICE, timeout=120)
 
 
 @functools.cache
@@ -44,12 +31,6 @@ def generate(client, **sampling):
     sampling = {"n": 2, "temperature": 1.0, "max_new_tokens": 8, "logprobs": True, "seed": 7, **sampling}
     request = rollout_pb2.GenerateRequest(sampling=rollout_pb2.SamplingParams(**sampling))
     return client.call("Generate", Payload(request, prompts()))
-
-
-def expect(code, fn, match):
-    with pytest.raises(ServiceError) as e:
-        fn()
-    assert e.value.code == code and match in e.value.details, e.value
 
 
 def next_version(client) -> int:

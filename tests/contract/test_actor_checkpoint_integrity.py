@@ -7,19 +7,16 @@ import os
 import pathlib
 import pickle
 import shutil
-import sys
 import time
 
 import grpc
 import pytest
 import torch
+from actor_process import Service, batch
 
 from meshrl.errors import ServiceError
 from meshrl.v1 import actor_pb2
 from services.actor import integrity
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from test_actor_service import Service, batch  # noqa: E402
 
 
 class Planted:

@@ -3,33 +3,25 @@ log-probs from the actor with its adapter off, a push of the adapter alone (or m
 adapter, and bad adapters refused in one line."""
 
 import json
-import pathlib
 import subprocess
 import sys
 
 import grpc
 import pytest
 import torch
+from actor_process import Service, T, batch, hf_logprobs, hf_logprobs_of, next_step
+from calls import expect
+from recording_rollout import RecordingRollout
 from transformers import AutoModelForCausalLM
 
 from meshrl.codec.values import to_value
 from meshrl.rpc import serve
 from meshrl.v1 import actor_pb2
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from recording_rollout import RecordingRollout  # noqa: E402
-from test_actor_service import Service, T, batch, expect, hf_logprobs, hf_logprobs_of, next_step  # noqa: E402
-
 RANK, ALPHA = 8, 16.0
 TARGETS = ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"]  # all-linear, Llama
 LORA = ("--lora-rank", str(RANK), "--lr", "1e-3", "--micro-batch-size", "2")
-
-
-@pytest.fixture(scope="module")
-def actor(tiny_lm, tmp_path_factory):
-    s = Service("--role", "actor", "--model", str(tiny_lm), "--world-size", "2", *LORA)
-    yield s
-    s.stop()
+ACTOR_FLAGS = LORA  # the shared fixture's actor (conftest.py)
 
 
 @pytest.fixture(scope="module")

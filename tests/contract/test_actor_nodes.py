@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import torch
-from test_actor_service import Service, batch, hf_logprobs
+from actor_process import Service, batch, hf_logprobs
 
 from meshrl.group import GROUP_SECRET_VAR, free_port, node_env
 

@@ -6,30 +6,20 @@ import hashlib
 import os
 import pathlib
 import secrets
-import sys
 import threading
 import time
 
 import grpc
 import pytest
+from actor_process import Service
+from fake_rollout import FakeRollout
 
 from meshrl.errors import ServiceError
 from meshrl.rpc import serve
 from meshrl.shm import SHM_DIR, WEIGHT_PREFIX, Segment, seal
 from meshrl.v1 import actor_pb2
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from fake_rollout import FakeRollout  # noqa: E402
-from test_actor_service import Service  # noqa: E402
-
 VICTIM_BYTES = 16 << 20  # more than the tiny model's 11.8 MB: a push fits into it whole
-
-
-@pytest.fixture(scope="module")
-def actor(tiny_lm, tmp_path_factory):
-    s = Service("--role", "actor", "--model", str(tiny_lm), "--world-size", "2", root=str(tmp_path_factory.mktemp("r")))
-    yield s
-    s.stop()
 
 
 def push(actor, rollout_address: str, timeout: float = 60, **request):

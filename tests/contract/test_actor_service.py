@@ -1,106 +1,22 @@
 """The actor service over real gRPC, each service a real process group (`meshrl serve actor`)."""
 
 import math
-import subprocess
-import sys
-import tempfile
 
 import grpc
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from actor_process import P, Service, T, batch, hf_logprobs, next_step, seq_logprob
+from calls import expect
+from transformers import AutoTokenizer
 
 from meshrl.codec import Payload
 from meshrl.codec.values import to_value
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
-from meshrl.rpc import Client
 from meshrl.v1 import actor_pb2
 from meshrl.vocab import fingerprint
 
-SERVICE = actor_pb2.DESCRIPTOR.services_by_name["ActorService"]
-P, T = 5, 6
-
-
-class Service:
-    def __init__(self, *args: str, root: str = tempfile.gettempdir()):  # pytest's tmp_path lies under it
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cli", "serve", "actor", "--checkpoint-root", root, *args],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        line = self.proc.stdout.readline()
-        assert "listening on" in line, line
-        self.client = Client(line.split()[-1], SERVICE, timeout=300)
-
-    def call(self, method, msg=None, data=None):
-        return self.client.call(method, Payload(msg, data) if data is not None else msg)
-
-    def logprobs(self, data, key="actor_logprobs"):
-        return self.call("ComputeLogProbs", actor_pb2.BatchRequest(), data).data.batch[key]
-
-    def update(self, step, loss, data, **params):
-        spec = actor_pb2.LossSpec(name=loss, params={k: to_value(v, k) for k, v in params.items()})
-        return self.call("Update", actor_pb2.UpdateRequest(step=step, loss=spec), data)
-
-    def stop(self):
-        self.proc.terminate()
-        assert self.proc.wait(60) == 0
-
-
-def batch(rows=4, seed=0) -> DataProto:
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(4, 100, (rows, P + T), generator=g)
-    mask = torch.ones(rows, P + T, dtype=torch.long)
-    mask[0, :2] = 0
-    response_mask = torch.ones(rows, T)
-    response_mask[-1, 3:] = 0
-    return DataProto(
-        {
-            "input_ids": ids,
-            "attention_mask": mask,
-            "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
-            "responses": ids[:, P:],
-            "response_mask": response_mask,
-        }
-    )
-
-
-def hf_logprobs(model_dir, data: DataProto) -> torch.Tensor:
-    return hf_logprobs_of(AutoModelForCausalLM.from_pretrained(model_dir), data)
-
-
-def hf_logprobs_of(model, data: DataProto) -> torch.Tensor:
-    b = data.batch
-    with torch.no_grad():
-        logits = model(
-            input_ids=b["input_ids"], attention_mask=b["attention_mask"], position_ids=b["position_ids"]
-        ).logits[:, -T - 1 : -1]
-    return torch.log_softmax(logits, -1).gather(-1, b["responses"].unsqueeze(-1)).squeeze(-1)
-
-
-def next_step(service) -> int:
-    return int(service.call("Describe").details["last_step"]) + 1
-
-
-def seq_logprob(lp, data):
-    return (lp * data.batch["response_mask"]).sum(-1)
-
-
-@pytest.fixture(scope="module")
-def actor(tiny_lm):
-    s = Service(
-        "--role", "actor", "--model", str(tiny_lm), "--world-size", "2", "--lr", "1e-3", "--micro-batch-size", "2"
-    )
-    yield s
-    s.stop()
-
-
-def expect(code, fn, match):
-    with pytest.raises(ServiceError) as e:
-        fn()
-    assert e.value.code == code, e.value
-    assert match in e.value.details, e.value.details
+ACTOR_FLAGS = ("--lr", "1e-3", "--micro-batch-size", "2")  # the shared fixture's actor (conftest.py)
 
 
 def test_the_group_listens_on_loopback_only(actor):
@@ -600,7 +516,7 @@ def test_a_token_budget_gives_the_same_logprobs_and_updates(actor, tmp_path):
 def test_rows_that_share_a_prompt_run_it_once_with_the_same_results(actor, tmp_path):
     """The default (--share-prompts on): a GRPO-like batch, 3 prompts sampled 4 times each, gives the same
     log-probs and the same PPO update as a service where every row runs its whole sequence."""
-    from tests.unit.test_actor_model import grouped
+    from testkit.batches import grouped
 
     data = DataProto(grouped([5, 2, 4], [[6, 1, 3, 2], [6, 6, 1, 4], [1, 2, 3, 4]], width=(P, T), seed=3))
     actor.update(next_step(actor), "sft", batch(seed=5))

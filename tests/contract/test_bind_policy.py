@@ -4,7 +4,6 @@ token nor TLS says at start that any local user can call it."""
 
 import logging
 import os
-import pathlib
 import subprocess
 import sys
 
@@ -12,9 +11,7 @@ import pytest
 
 from meshrl.rpc import Client, Server, serve
 from meshrl.rpc.server import INSECURE_BIND_VAR, is_loopback
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from echo_service import SERVICE, EchoScorer  # noqa: E402
+from testkit.echo import SERVICE, EchoScorer
 
 
 @pytest.fixture

@@ -6,67 +6,14 @@ prompt sampled twice: with --share the rows run it once).
 """
 
 import json
-import os
 import pathlib
-import socket
-import subprocess
-import sys
 
 import pytest
 import torch
+from engine_ranks import P, T, batch
+from engine_runs import launch, run
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
-
-HELPER = pathlib.Path(__file__).parent / "engine_ranks.py"
-sys.path.insert(0, str(HELPER.parent))
-from engine_ranks import P, T, batch  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run(world: int, engine: str, model, out: pathlib.Path, *flags: str) -> dict:
-    launch(world, engine, model, out, *flags)
-    result = {"logprobs": load_file(out / "logprobs.safetensors")["logprobs"]}
-    if (out / "stats.json").exists():
-        result["stats"] = json.loads((out / "stats.json").read_text())
-        result["weights"] = load_file(out / "weights.safetensors")
-        result["pushed"] = load_file(out / "pushed.safetensors")
-        if (out / "shared.json").exists():
-            result["shared"] = json.loads((out / "shared.json").read_text())
-        if (out / "merged.safetensors").exists():  # a LoRA run (test_engines_lora.py)
-            result["merged"] = load_file(out / "merged.safetensors")
-            result["base_logprobs"] = load_file(out / "base_logprobs.safetensors")["logprobs"]
-    return result
-
-
-def launch(world: int, engine: str, model, out: pathlib.Path, *flags: str) -> None:
-    if torch.cuda.is_available() and world > torch.cuda.device_count():
-        pytest.skip(f"{world} NCCL ranks need {world} GPUs; this machine has {torch.cuda.device_count()}")
-    out.mkdir(parents=True, exist_ok=True)
-    port = str(free_port())
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(HELPER), engine, str(model), str(out), *flags],
-            env={
-                **os.environ,
-                "RANK": str(r),
-                "WORLD_SIZE": str(world),
-                "MASTER_ADDR": "127.0.0.1",
-                "MASTER_PORT": port,
-            },
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(world)
-    ]
-    logs = [p.communicate(timeout=300)[0] for p in procs]
-    for p, log in zip(procs, logs):
-        assert p.returncode == 0, log[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -87,9 +34,9 @@ def assert_same_step(a: dict, b: dict):
         total, off = total + diff.numel(), off + int((diff > 1e-5).sum())
     assert off / total < 1e-3, f"{off} of {total} weights differ by more than 1e-5"
     assert torch.allclose(a["logprobs"], b["logprobs"], atol=1e-5)
-    for run in (a, b):  # a push, gathering a block at a time, sends exactly the state dict's weights
-        assert run["pushed"].keys() == run["weights"].keys()
-        assert all(torch.equal(run["pushed"][k], run["weights"][k]) for k in run["weights"])
+    for one in (a, b):  # a push, gathering a block at a time, sends exactly the state dict's weights
+        assert one["pushed"].keys() == one["weights"].keys()
+        assert all(torch.equal(one["pushed"][k], one["weights"][k]) for k in one["weights"])
 
 
 def test_plain_engine_learns(reference):

@@ -6,16 +6,11 @@ base model's, a push carries the adapter alone under peft's names (or the merged
 and a checkpoint holds the adapter and its optimizer state only.
 """
 
-import pathlib
-import sys
-
 import pytest
 import torch
+from engine_ranks import P, batch
+from engine_runs import run
 from transformers import AutoModelForCausalLM
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from engine_ranks import P, batch  # noqa: E402
-from test_engines import run  # noqa: E402
 
 RANK, ALPHA = 8, 16.0
 PREFIX = "base_model.model."

@@ -4,12 +4,13 @@ episode ends, and a hung or dead worker process is replaced)."""
 
 import json
 import pathlib
-import sys
 import threading
 import time
 
 import grpc
 import pytest
+from calls import expect
+from env_scripted import Scripted
 
 from meshrl.config.env import EnvConfig
 from meshrl.errors import ServiceError
@@ -17,9 +18,6 @@ from meshrl.rpc import Client, Server
 from meshrl.v1 import env_pb2
 from orchestrator.lifecycle.services import launch
 from services.env.servicer import EnvServicer
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from env_scripted import Scripted  # noqa: E402
 
 SERVICE = env_pb2.DESCRIPTOR.services_by_name["EnvService"]
 SCRIPTED = f"{pathlib.Path(__file__).with_name('env_scripted.py')}:Scripted"  # loaded in the worker processes
@@ -46,12 +44,6 @@ def reset(client, task=None, **kw):
 
 def step(client, episode, action):
     return client.call("Step", env_pb2.StepRequest(episode_id=episode, action=action))
-
-
-def expect(code, fn, match):
-    with pytest.raises(ServiceError) as e:
-        fn()
-    assert e.value.code == code and match in e.value.details, e.value
 
 
 def test_a_calculator_episode():

@@ -1,9 +1,6 @@
 """An error's text reaches the caller with its status however long it is and whatever script it is in:
 the cap is in UTF-8 bytes (issue 27, item 15), over a real server on 127.0.0.1."""
 
-import pathlib
-import sys
-
 import grpc
 import pytest
 import torch
@@ -13,9 +10,7 @@ from meshrl.dataproto import DataProto
 from meshrl.errors import MAX_DETAILS, InvalidArgument, ServiceError, details_for
 from meshrl.rpc import Client, serve
 from meshrl.v1 import reward_pb2
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from echo_service import SERVICE, EchoScorer  # noqa: E402
+from testkit.echo import SERVICE, EchoScorer
 
 
 class Refuser(EchoScorer):

@@ -351,7 +351,7 @@ def reward():
 
 
 @pytest.fixture(scope="module")
-def rollout(tiny_lm):
+def rollout_address(tiny_lm):
     servicer = RolloutServicer(RolloutConfig(model=str(tiny_lm), backend="hf", max_model_len=64, max_samples=64))
     server = Server([servicer]).start()
     yield server.address
@@ -360,7 +360,7 @@ def rollout(tiny_lm):
 
 
 @pytest.fixture(scope="module")
-def actor(tiny_lm, tmp_path_factory):
+def actor_address(tiny_lm, tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz_ckpt")
     proc = subprocess.Popen(
         [sys.executable, "-m", "cli", "serve", "actor", "--model", str(tiny_lm), "--checkpoint-root", str(root)],
@@ -399,9 +399,9 @@ def test_the_reward_service_survives_any_request(reward):
     fuzz(reward, REWARD, healthy, examples=200)
 
 
-def test_the_rollout_service_survives_any_request(rollout):
+def test_the_rollout_service_survives_any_request(rollout_address):
     def healthy():
-        client = Client(rollout, ROLLOUT, timeout=60)
+        client = Client(rollout_address, ROLLOUT, timeout=60)
         client.call("WakeUp")
         out = client.call(
             "Generate",
@@ -414,19 +414,19 @@ def test_the_rollout_service_survives_any_request(rollout):
         )
         assert len(out.data) == 4
 
-    fuzz(rollout, ROLLOUT, healthy, examples=300)
+    fuzz(rollout_address, ROLLOUT, healthy, examples=300)
 
 
-def test_the_actor_service_survives_any_request(actor):
+def test_the_actor_service_survives_any_request(actor_address):
     def healthy():
-        client = Client(actor, ACTOR, timeout=120)
+        client = Client(actor_address, ACTOR, timeout=120)
         client.call("Reload")
         assert client.call("Describe").service == "actor"
 
-    fuzz(actor, ACTOR, healthy, examples=200)
+    fuzz(actor_address, ACTOR, healthy, examples=200)
 
 
-def test_the_issues_cases_are_the_callers_mistakes(rollout, reward, actor, tiny_lm):
+def test_the_issues_cases_are_the_callers_mistakes(rollout_address, reward, actor_address, tiny_lm):
     """The cases found by hand before the fuzzer: bad wire format, token ids past the vocabulary (they
     reached the model), a response mask of width 0, an error quoting a 10,000-character name."""
 
@@ -444,15 +444,15 @@ def test_the_issues_cases_are_the_callers_mistakes(rollout, reward, actor, tiny_
     past.tensors[0].data = pack(data_pb2.INT64, [4, 10**6, 5, 6, 7])
     sampling = rollout_pb2.SamplingParams(n=1, max_new_tokens=2, temperature=1.0)
     code, details = status(
-        rollout, generate, [rollout_pb2.GenerateRequest(data=past, sampling=sampling).SerializeToString()]
+        rollout_address, generate, [rollout_pb2.GenerateRequest(data=past, sampling=sampling).SerializeToString()]
     )
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "token id 1000000 is outside the vocabulary" in details
-    code, details = status(actor, logprobs, [actor_pb2.BatchRequest(data=past).SerializeToString()])
+    code, details = status(actor_address, logprobs, [actor_pb2.BatchRequest(data=past).SerializeToString()])
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "'input_ids' holds values outside" in details
     many = rollout_pb2.GenerateRequest(
         data=sound_batch(2, 3, 2), sampling=rollout_pb2.SamplingParams(n=2**31, max_new_tokens=2, temperature=1.0)
     )
-    code, details = status(rollout, generate, [many.SerializeToString()])
+    code, details = status(rollout_address, generate, [many.SerializeToString()])
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "exceeds the rollout's limit of 64 samples" in details
     empty = sound_batch(2, 3, 2)
     empty.tensors[4].CopyFrom(data_pb2.Tensor(name="response_mask", dtype=data_pb2.FLOAT32, shape=[2, 0]))

@@ -16,7 +16,6 @@ from transformers import AutoTokenizer
 from meshrl.chat import turns
 from meshrl.config.env import EnvConfig
 from meshrl.config.rollout import RolloutConfig
-from meshrl.dataproto import DataProto
 from meshrl.rpc import Client, Server
 from meshrl.tiny.arithmetic import CALCULATOR, conversation
 from meshrl.tiny.models import TinyModelConfig, make_model
@@ -24,56 +23,10 @@ from orchestrator.config import load_config
 from orchestrator.lifecycle.mesh import Mesh
 from orchestrator.sampling import agents, multi_turn
 from services.env.servicer import EnvServicer
-from services.rollout.sampling import Completion
 from services.rollout.servicer import RolloutServicer
+from testkit.scripted import LOGPROB, SETTINGS, ScriptedEngine, batch
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-LOGPROB = -0.5  # every scripted token's
-CALL = '<tool_call>\n{{"name": "calculator", "arguments": {{"expression": "{}"}}}}\n</tool_call>'
-SCRIPTS = {  # question -> the policy's turns, in order
-    "12*7=": [CALL.format("12*7") + "<|im_end|>", "84<|im_end|>"],
-    "3*3=": [  # a call that is not JSON, then two calls in one turn, then the answer
-        "<tool_call>{bad</tool_call><|im_end|>",
-        CALL.format("3*3") + "\n" + CALL.format("1+1") + "<|im_end|>",
-        "9<|im_end|>",
-    ],
-    "5*5=": [CALL.format("5*5"), "25<|im_end|>"],  # the first turn is cut before its end token
-    "2*6=": [CALL.format("2*6") + "<|endoftext|>", "12<|im_end|>"],  # ended at the model's other end token
-}
-
-
-class ScriptedEngine:
-    """A rollout backend that writes each question's script, turn by turn (which turn: the tool results
-    the prompt holds so far)."""
-
-    name, concurrent = "scripted", False
-
-    def __init__(self, tokenizer):
-        self.tok = tokenizer
-
-    def generate(self, prompts, s, alive=None):
-        out = []
-        for ids in prompts:
-            text = self.tok.decode(ids)
-            question = next(q for q in SCRIPTS if f"user\n{q}<|im_end|>" in text)
-            turn = SCRIPTS[question][text.count("<tool_response>") and text.count("<|im_start|>assistant") - 1]
-            tokens = self.tok(turn, add_special_tokens=False)["input_ids"][: s.max_new_tokens]
-            ended = self.tok.decode(tokens[-1:]) in ("<|im_end|>", "<|endoftext|>")
-            text_out = self.tok.decode(tokens, skip_special_tokens=True)
-            out.append([Completion(tokens, [LOGPROB] * len(tokens), text_out, "stop" if ended else "length")])
-        return out
-
-    def close(self):
-        pass
-
-
-SETTINGS = [
-    "rollout.n=1",
-    "rollout.max_new_tokens=64",
-    "rollout.tool_parser=hermes",
-    "rollout.max_turns=4",
-    "rollout.max_response_tokens=300",
-]
 CONFIG: list[str] = []  # the module's run config (the fixture fills in the model and data)
 
 
@@ -103,18 +56,6 @@ def mesh(tmp_path_factory, arithmetic_data):
         s.stop(0)
     rollout.close()
     env.close()
-
-
-def batch(questions: list[str], truths: list[str]) -> DataProto:
-    """Rows as the data gives them (the prompt ids are rendered again, with the tools, by the sampler)."""
-    return DataProto(
-        {"input_ids": __import__("torch").ones(len(questions), 1, dtype=__import__("torch").long)},
-        {
-            "prompt": [[{"role": "user", "content": q}] for q in questions],
-            "reward_model": [{"ground_truth": t} for t in truths],
-            "uid": [f"u{i}" for i in range(len(questions))],
-        },
-    )
 
 
 def test_a_tool_episode_is_the_templates_conversation_token_by_token(mesh):

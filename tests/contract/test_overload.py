@@ -2,8 +2,6 @@
 refusal carries a retry-after hint, and meshrl.rpc.Client retries such refusals with jittered backoff.
 Behaviour only; the goodput figures are in bench/RESULTS.md (bench/overload_bench.py)."""
 
-import pathlib
-import sys
 import threading
 import time
 
@@ -17,9 +15,7 @@ from meshrl.dataproto import DataProto
 from meshrl.errors import ResourceExhausted, ServiceError
 from meshrl.rpc import Client, serve
 from meshrl.v1 import reward_pb2
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from echo_service import SERVICE, EchoScorer  # noqa: E402
+from testkit.echo import SERVICE, EchoScorer
 
 SCORE = "/meshrl.v1.RewardService/Score"
 

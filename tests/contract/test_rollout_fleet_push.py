@@ -1,11 +1,13 @@
 """One push to a fleet of rollout replicas, on the receiving side (HF backend, real gRPC servers): over shm
 the sender writes each bucket once and the other replicas on the host read it (WeightBucket.shm_source);
-over stream it goes down a chain of replicas on several addresses (WeightBucket.relay_to)."""
+over stream it goes down a chain of replicas on several addresses (WeightBucket.relay_to). The shared
+rollout fixture (conftest.py) is the first replica of each fleet; the tests start the others."""
 
 import grpc
 import pytest
 import torch
-from test_rollout_service import SERVICE, chats, current_weights, expect, generate
+from calls import ROLLOUT as SERVICE
+from calls import chats, current_weights, expect, generate
 
 from meshrl import weights
 from meshrl.config.rollout import RolloutConfig
@@ -13,17 +15,6 @@ from meshrl.rpc import Client, Server
 from meshrl.shm import SEAL_BYTES
 from meshrl.v1 import rollout_pb2
 from services.rollout.servicer import RolloutServicer
-
-
-@pytest.fixture(scope="module")
-def rollout(tiny_lm):
-    """The first replica of each fleet here; the tests start the others."""
-    servicer = RolloutServicer(RolloutConfig(model=str(tiny_lm), backend="hf", max_model_len=64))
-    server = Server([servicer]).start()
-    with Client(server.address, SERVICE, timeout=120) as client:
-        yield client
-    server.stop(0)
-    servicer.close()
 
 
 @pytest.mark.parametrize("bucket", [1 << 20, 0], ids=["buckets", "whole"])

@@ -1,29 +1,14 @@
 """LoRA adapters pushed to the rollout service, HF backend (peft): generation follows the adapter in use,
 a later adapter replaces it, full weights drop it, and a bad adapter changes nothing."""
 
-import pathlib
-import sys
-
 import grpc
 import pytest
 import torch
+from calls import expect, serve
+from lora_adapters import ADAPTER_EFFECT, TOLERANCE, base_model, gap, generate, make_adapter, next_version, push_adapter
 
 from meshrl import weights
 from meshrl.v1 import rollout_pb2
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from lora_adapters import (  # noqa: E402
-    ADAPTER_EFFECT,
-    TOLERANCE,
-    base_model,
-    expect,
-    gap,
-    generate,
-    make_adapter,
-    next_version,
-    push_adapter,
-    serve,
-)
 
 
 @pytest.fixture(scope="module")

@@ -2,32 +2,17 @@
 gives the same greedy text as the HF backend with peft, and the log-probs peft gives; full weights drop it;
 a bad adapter changes nothing. One engine for the module (~25 s to start on CPU with LoRA on)."""
 
-import pathlib
-import sys
-
 import grpc
 import pytest
 import torch
+from calls import ROLLOUT as SERVICE
+from calls import expect, serve
+from lora_adapters import ADAPTER_EFFECT, TOLERANCE, base_model, gap, generate, make_adapter, next_version, push_adapter
 
 from meshrl import weights
 from meshrl.rpc import Client
 from meshrl.v1 import rollout_pb2
 from orchestrator.lifecycle.services import launch
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from lora_adapters import (  # noqa: E402
-    ADAPTER_EFFECT,
-    SERVICE,
-    TOLERANCE,
-    base_model,
-    expect,
-    gap,
-    generate,
-    make_adapter,
-    next_version,
-    push_adapter,
-    serve,
-)
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.slow

@@ -3,7 +3,8 @@
 import grpc
 import pytest
 import torch
-from safetensors.torch import load_file
+from calls import ROLLOUT as SERVICE
+from calls import chats, current_weights, expect, generate
 
 from meshrl import weights
 from meshrl.codec import Payload
@@ -14,40 +15,6 @@ from meshrl.rpc import Client, Server
 from meshrl.shm import SEAL_BYTES
 from meshrl.v1 import rollout_pb2
 from services.rollout.servicer import RolloutServicer
-
-SERVICE = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
-
-
-@pytest.fixture(scope="module")
-def rollout(tiny_lm):
-    servicer = RolloutServicer(RolloutConfig(model=str(tiny_lm), backend="hf", max_model_len=64))
-    server = Server([servicer]).start()
-    client = Client(server.address, SERVICE, timeout=120)
-    yield client
-    server.stop(0)
-    servicer.close()
-
-
-def chats(*questions):
-    return DataProto(
-        non_tensor_batch={
-            "prompt": [[{"role": "user", "content": q}] for q in questions],
-            "uid": [f"u{i}" for i in range(len(questions))],
-        }
-    )
-
-
-def generate(client, data, **sampling):
-    sampling = {"n": 1, "temperature": 1.0, "max_new_tokens": 8, "logprobs": True, **sampling}
-    return client.call(
-        "Generate", Payload(rollout_pb2.GenerateRequest(sampling=rollout_pb2.SamplingParams(**sampling)), data)
-    )
-
-
-def expect(code, fn, match):
-    with pytest.raises(ServiceError) as e:
-        fn()
-    assert e.value.code == code and match in e.value.details, e.value
 
 
 def test_generate_gives_verls_layout(rollout):
@@ -150,10 +117,6 @@ def test_a_string_prompt_is_one_user_message(rollout):
     as_text = generate(rollout, DataProto(non_tensor_batch={"prompt": ["3+4="]}), temperature=0.0).data
     as_chat = generate(rollout, chats("3+4="), temperature=0.0).data
     assert torch.equal(as_text.batch["prompts"], as_chat.batch["prompts"])
-
-
-def current_weights(tiny_lm, scale=1.0):
-    return {k: v * scale for k, v in load_file(tiny_lm / "model.safetensors").items()}
 
 
 @pytest.mark.parametrize("transport", ["shm", "stream"])

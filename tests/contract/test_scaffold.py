@@ -1,6 +1,5 @@
 """The service scaffolding over a real gRPC server on 127.0.0.1."""
 
-import pathlib
 import signal
 import socket
 import subprocess
@@ -18,9 +17,7 @@ from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.rpc import Client, serve
 from meshrl.v1 import common_pb2, reward_pb2
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from echo_service import SERVICE, EchoScorer  # noqa: E402
+from testkit.echo import SERVICE, EchoScorer
 
 TOKEN = "s3cret"
 
@@ -308,7 +305,7 @@ def test_busy_work_never_starves_health_or_describe():
 
 def test_sigterm_drains_in_flight_calls_then_exits(tmp_path):
     port_file = tmp_path / "port"
-    proc = subprocess.Popen([sys.executable, str(pathlib.Path(__file__).parent / "echo_service.py"), str(port_file)])
+    proc = subprocess.Popen([sys.executable, "-m", "testkit.echo", str(port_file)])
     try:
         deadline = time.monotonic() + 30
         while not port_file.exists() or not port_file.read_text():

@@ -4,7 +4,6 @@
 
 import pathlib
 import re
-import sys
 
 import grpc
 import pytest
@@ -15,9 +14,7 @@ from meshrl.codec.payload import MAX_BATCH_BYTES
 from meshrl.dataproto import DataProto
 from meshrl.rpc import serve
 from meshrl.v1 import reward_pb2
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from echo_service import EchoScorer  # noqa: E402
+from testkit.echo import EchoScorer
 
 
 def status_kib(field: str) -> int:

@@ -12,11 +12,11 @@ import subprocess
 
 import pytest
 from node_example import needs_node
-from tool_task import check_agent_steps
 
 from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
 from orchestrator.config import load_config
 from orchestrator.main import run
+from testkit.tool_task import check_agent_steps
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -17,61 +17,16 @@ from safetensors.torch import load_file
 
 from orchestrator.config import load_config
 from orchestrator.main import run
+from testkit.runs import chaos_settings, service, steps_logged
 
 KILLS = {3: "rollout", 6: "reward", 9: "actor"}  # after this step is logged, kill that service
-
-
-def settings(tiny_lm, arithmetic_data, tmp_path, run_dir) -> list[str]:
-    varied = tmp_path / "varied_reward.py"  # an untrained model scores 0 on the task: no advantages
-    varied.write_text(
-        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-        "    return float(len(solution_str) % 3)\n"
-    )
-    return [
-        f"actor.model={tiny_lm}",
-        f"data.train_files={arithmetic_data['train']}",
-        "data.train_batch_size=4",
-        "rollout.n=2",
-        "rollout.backend=hf",
-        "actor.engine=plain",
-        "reward.workers=1",
-        "trainer.save_every=5",
-        "actor.lr=1e-3",
-        f"reward.function={varied}:compute_score",
-        "trainer.total_steps=12",
-        "trainer.val_every=0",
-        "trainer.logger=[console]",
-        "trainer.trace=",
-        "trainer.max_restarts=3",
-        f"trainer.run_dir={run_dir}",
-    ]
-
-
-def service(orchestrator: psutil.Process, name: str) -> psutil.Process:
-    """The service's main process: `meshrl serve actor --role actor ...`, `meshrl serve rollout ...`."""
-    for p in orchestrator.children(recursive=True):
-        cmd = p.cmdline()
-        if (
-            "serve" in cmd
-            and cmd[cmd.index("serve") + 1] == ("actor" if name == "actor" else name)
-            and (name != "actor" or "--role" in cmd and cmd[cmd.index("--role") + 1] == "actor")
-        ):
-            return p
-    raise AssertionError(f"no {name} service under the orchestrator")
-
-
-def steps_logged(run_dir) -> list[int]:
-    """The steps metrics.jsonl holds; read while the run writes it, so a last line not yet whole is left out."""
-    path = run_dir / "metrics.jsonl"
-    text = path.read_text() if path.is_file() else ""
-    return [json.loads(line)["step"] for line in text[: text.rfind("\n") + 1].splitlines()]
 
 
 def test_killed_services_are_started_again_and_the_run_ends_as_if_untouched(tiny_lm, arithmetic_data, tmp_path):
     chaos, log = tmp_path / "chaos", tmp_path / "chaos.log"
     with open(log, "w") as f:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cli", "grpo", *settings(tiny_lm, arithmetic_data, tmp_path, chaos)],
+            [sys.executable, "-m", "cli", "grpo", *chaos_settings(tiny_lm, arithmetic_data, tmp_path, chaos)],
             stdout=f,
             stderr=f,
         )
@@ -95,7 +50,7 @@ def test_killed_services_are_started_again_and_the_run_ends_as_if_untouched(tiny
     assert any("left by the dead rollout service" in line for line in out)  # its staging segment, removed
     assert not [p for pid in pids for p in pathlib.Path("/dev/shm").glob(f"meshrl*-{pid}-*")]
 
-    whole = run("grpo", load_config(None, settings(tiny_lm, arithmetic_data, tmp_path, tmp_path / "whole")))
+    whole = run("grpo", load_config(None, chaos_settings(tiny_lm, arithmetic_data, tmp_path, tmp_path / "whole")))
     a = load_file(whole / "checkpoints" / "step_12" / "actor" / "hf" / "model.safetensors")
     b = load_file(chaos / "checkpoints" / "step_12" / "actor" / "hf" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -123,7 +78,7 @@ def test_a_service_given_by_address_is_waited_for(tiny_lm, arithmetic_data, tmp_
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     run_dir = tmp_path / "given"
-    overrides = [*settings(tiny_lm, arithmetic_data, tmp_path, run_dir), "trainer.total_steps=8"]
+    overrides = [*chaos_settings(tiny_lm, arithmetic_data, tmp_path, run_dir), "trainer.total_steps=8"]
     serve = [
         sys.executable,
         "-m",
@@ -163,7 +118,7 @@ def test_a_killed_fork_server_is_healed_like_its_services(tiny_lm, arithmetic_da
     """kill -9 of the run's fork server takes every service it forked with it (meshrl.lifeline); the run
     says so, starts them afresh without it (the actor from the start: no checkpoint yet) and finishes."""
     run_dir, log = tmp_path / "forkless", tmp_path / "forkless.log"
-    overrides = [*settings(tiny_lm, arithmetic_data, tmp_path, run_dir), "trainer.total_steps=4"]
+    overrides = [*chaos_settings(tiny_lm, arithmetic_data, tmp_path, run_dir), "trainer.total_steps=4"]
     with open(log, "w") as f:
         proc = subprocess.Popen([sys.executable, "-m", "cli", "grpo", *overrides], stdout=f, stderr=f)
     orchestrator, deadline = psutil.Process(proc.pid), time.monotonic() + 300

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from orchestrator.config import load_config
 from orchestrator.lifecycle.fleet import write_fleet
 from orchestrator.main import run
-from tests.e2e.test_chaos import settings, steps_logged
+from testkit.runs import chaos_settings, steps_logged
 
 STEPS = 8
 KILL_AFTER = 2  # steps logged
@@ -35,7 +35,7 @@ def fleet_settings(tiny_lm, arithmetic_data, tmp_path, run_dir) -> list[str]:
     reward = tmp_path / "held_reward.py"
     reward.write_text(REWARD.format(hold=str(tmp_path / "hold")))
     return [
-        *settings(tiny_lm, arithmetic_data, tmp_path, run_dir),
+        *chaos_settings(tiny_lm, arithmetic_data, tmp_path, run_dir),
         f"reward.function={reward}:compute_score",
         "reward.timeout=120",
         "rollout.replicas=2",

@@ -9,7 +9,8 @@ import time
 
 import psutil
 import pytest
-from small_run import grpo_command
+
+from testkit.runs import grpo_command
 
 
 def wait_for_step_one(orchestrator, run):

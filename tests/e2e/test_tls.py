@@ -5,7 +5,6 @@ over it."""
 
 import json
 import os
-import pathlib
 import stat
 import subprocess
 import sys
@@ -21,10 +20,8 @@ from meshrl.errors import ServiceError
 from meshrl.rpc import Client
 from meshrl.rpc.server import Server
 from meshrl.v1 import reward_pb2, rollout_pb2
-
-sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "contract"))
-from echo_service import EchoScorer  # noqa: E402
-from small_run import grpo_command
+from testkit.echo import EchoScorer
+from testkit.runs import grpo_command
 
 REWARD = reward_pb2.DESCRIPTOR.services_by_name["RewardService"]
 ROLLOUT = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]

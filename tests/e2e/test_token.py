@@ -9,7 +9,6 @@ from concurrent import futures
 import grpc
 import psutil
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from small_run import grpo_command
 
 from meshrl.config.reward import RewardConfig
 from meshrl.errors import ServiceError
@@ -17,6 +16,7 @@ from meshrl.rpc import Client
 from meshrl.rpc.methods import service_handler
 from meshrl.v1 import actor_pb2, reward_pb2
 from services.reward.servicer import RewardServicer
+from testkit.runs import grpo_command
 
 REWARD = reward_pb2.DESCRIPTOR.services_by_name["RewardService"]
 ACTOR = actor_pb2.DESCRIPTOR.services_by_name["ActorService"]

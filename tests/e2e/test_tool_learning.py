@@ -16,7 +16,8 @@ multi-turn run is wider than one figure showed, so the bar is 2 s.e. (a gain an 
 about 2% of the time), and the rise in tool calls per episode is the claim's second half."""
 
 import pytest
-from tool_task import Recipe, check_learned, warm_up_and_train
+
+from testkit.tool_task import Recipe, check_learned, warm_up_and_train
 
 GAIN_Z = 2.0  # a short run: 2.8-5.1 standard errors seen here (tests/e2e/test_learning.py asks 4 of a longer one)
 # the warm-up: 100 steps, part of the way (the call format is learned, not yet at 60 steps; accuracy ~0.6),

@@ -6,7 +6,7 @@ role, loss on the assistant turns alone), then GRPO whose episodes the calculato
 endpoint: `tools=[calculator]`, listed by the template in the system turn; calls parsed with
 rollout.tool_parser=hermes and returned as `tool_calls`; results sent back in the tool role; turns
 ending at the model's end tokens. Held-out greedy accuracy (500 problems, played by the agent too) must
-rise by GAIN_Z paired standard errors and tool calls per episode by MORE_CALLS (tests/e2e/tool_task.py).
+rise by GAIN_Z paired standard errors and tool calls per episode by MORE_CALLS (testkit/tool_task.py).
 
 The agent's recording is, token for token, what the environment service's path plays for the same task
 (tests/contract/test_multi_turn_tools.py), so this test stands for both paths; the text format's test
@@ -28,7 +28,8 @@ machine's numerics land the warm-up elsewhere, so the bar is the text format's 2
 import json
 
 import pytest
-from tool_task import Recipe, agent_workers_left, check_agent_steps, check_learned, warm_up_and_train
+
+from testkit.tool_task import Recipe, agent_workers_left, check_agent_steps, check_learned, warm_up_and_train
 
 GAIN_Z = 2.0  # 3.2-8.6 standard errors over four seeds here; multi-turn runs are not bit-reproducible
 RECIPE = Recipe(fmt="hermes", width=128, sft_steps=200, tool_share=0.5, grpo_steps=16, agent=True)

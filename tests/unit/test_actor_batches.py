@@ -85,7 +85,7 @@ def test_trimming_cuts_only_padding_and_restore_undoes_it():
 def test_a_shared_budget_keeps_a_prompts_rows_together_and_counts_the_prompt_once():
     """shared=True (the actor runs each distinct prompt once): a micro-batch costs distinct prompts x
     longest prompt + rows x longest response, and a prompt's rows are not scattered over micro-batches."""
-    from tests.unit.test_actor_model import grouped
+    from testkit.batches import grouped
 
     data = DataProto(grouped([6, 3, 4, 5], [[5, 1, 3, 2], [5, 5, 1, 4], [1, 2, 3, 4], [2, 2, 2, 2]]))
     prompt_of = [i // 4 for i in range(16)]

@@ -2,28 +2,21 @@
 the services report are the ones their flags set, a difference stops the run naming both values, and
 trainer.given_settings=adopt takes the service's values instead."""
 
-import argparse
 import json
 
 import grpc
 import pytest
+from service_flags import parsed
 
 from meshrl.config.actor import EngineConfig, OptimConfig
 from meshrl.config.reward import RewardConfig
 from meshrl.config.rollout import RolloutConfig
 from meshrl.errors import ServiceError
-from meshrl.flags import add_dataclass_flags, dataclass_from_args, settings_json
+from meshrl.flags import settings_json
 from meshrl.v1 import common_pb2
 from orchestrator.config import load_config
 from orchestrator.lifecycle.agreement import agree, same_tokenizer
 from orchestrator.lifecycle.mesh import Mesh, serve_args
-
-
-def parsed(cls, args, skip=()):
-    """What a service's own flags (meshrl.flags, as `meshrl serve` adds them) read from `args`."""
-    p = argparse.ArgumentParser()
-    add_dataclass_flags(p, cls, skip)
-    return dataclass_from_args(cls, p.parse_known_args(args)[0], skip)
 
 
 class Reporting:

@@ -3,7 +3,7 @@ the run starts takes the adapter, the critic has its own rank, and given service
 
 import json
 
-from test_orchestrator_agreement import parsed  # the services' own flag parsing
+from service_flags import parsed  # the services' own flag parsing
 
 from meshrl.config.actor import EngineConfig
 from meshrl.config.rollout import RolloutConfig

@@ -3,8 +3,9 @@ this with the suite, so nothing lands that the checker rejects. The pre-commit h
 script: the same check, without pytest.
 
 PACKAGES is the one list of what is checked, here and in the hook: the shared package, the services, the
-orchestrator and the CLI, and the scripts users run by hand (bench/, scripts/), which would otherwise
-rot unnoticed when an API they call changes. Only tests/ is left out (pytest runs it). mypy keeps its
+orchestrator and the CLI, the scripts users run by hand (bench/, scripts/) and what they share with the
+tests (testkit/), which would otherwise rot unnoticed when an API they call changes. Only tests/ is left
+out (pytest runs it). mypy keeps its
 cache in .mypy_cache at the checkout's root: a first run reads torch, transformers and vLLM (about a
 minute on 2 cores), later ones take seconds.
 """
@@ -15,7 +16,7 @@ import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PACKAGES = ("meshrl", "services", "orchestrator", "cli", "bench", "scripts")
+PACKAGES = ("meshrl", "services", "orchestrator", "cli", "bench", "scripts", "testkit")
 MYPY = [sys.executable, "-m", "mypy", *PACKAGES]
 
 

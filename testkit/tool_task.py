@@ -24,7 +24,7 @@ from orchestrator.config import load_config
 from orchestrator.main import run
 from orchestrator.output.report import gain_line, held_out_gain
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 MORE_CALLS = 0.15  # tool calls per episode, last three steps against the first
 PARITY = 1e-5  # rollout/kl_to_actor on these fp32 paths: ~1e-7 (see test_weight_sync.py)
 AGENT = ["rollout.multi_turn=false", f"rollout.agent={ROOT / 'examples/agents/calculator.py'}:agent"]

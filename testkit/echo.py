@@ -2,7 +2,7 @@
 
 Score returns `scores` = row sums of tensor `x` and echoes every tensor and column.
 meta `sleep` (seconds) delays the reply; meta `fail` = "invalid" / "crash" raises.
-Run as a module it serves until SIGTERM: python tests/contract/echo_service.py PORT_FILE [TOKEN]
+Run as a module it serves until SIGTERM: python -m testkit.echo PORT_FILE [TOKEN]
 """
 
 import pathlib
