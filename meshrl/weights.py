@@ -151,92 +151,62 @@ def stream_chunks(
             pieces, size = [], 0
 
 
+@dataclass
+class Push:
+    """One push's settings. version: what the rollouts take; rollback: even below their own (a run going
+    back to a checkpoint). deadline (time.monotonic()): when the sender's own caller stops waiting.
+    lora: the buckets hold this LoRA adapter (peft's tensor names, as peft.get_peft_model_state_dict gives
+    them), not the model's weights. share (cuda_ipc): share(bucket, tensors) gives the CudaIpcHandles of
+    the bucket's copies, one per GPU, the first this process's (by default: one copy, in this process's
+    reused CUDA bucket). relay (stream): down a chain of the replicas."""
+
+    version: int
+    transport: str
+    deadline: float | None = None
+    rollback: bool = False
+    lora: rollout_pb2.LoraAdapter | None = None
+    share: Callable[[Bucket, list[torch.Tensor]], list] | None = None
+    relay: bool = False
+
+    def __post_init__(self) -> None:
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
+
+
 def push_to_all(
-    clients: list,
-    buckets: list[Bucket],
-    tensors_of: Callable[[Bucket], list[torch.Tensor]],
-    version: int,
-    transport: str,
-    share: Callable[[Bucket, list[torch.Tensor]], list] | None = None,
-    deadline: float | None = None,
-    rollback: bool = False,
-    lora: rollout_pb2.LoraAdapter | None = None,
-    relay: bool = False,
+    clients: list, buckets: list[Bucket], tensors_of: Callable[[Bucket], list[torch.Tensor]], push: Push
 ) -> tuple[dict[str, float], dict[str, Exception]]:
     """Send the buckets to the rollout services behind `clients` (meshrl.rpc.Clients: one rollout, or the
-    replicas of a fleet), each bucket gathered once and sent to every replica side by side (shm: into each
-    one's segment; cuda_ipc: the same handles to each). tensors_of(bucket) gives a bucket's tensors in its
-    refs' order, on any device, when it is its turn. cuda_ipc: share(bucket, tensors) gives the
-    CudaIpcHandles of the bucket's copies, one per GPU, the first this process's (by default: one copy, in
-    this process's reused CUDA bucket). deadline (time.monotonic()): when the sender's own caller stops
-    waiting. rollback: the rollouts take `version` even below their own (a run going back to a
-    checkpoint). lora: the buckets hold this LoRA adapter (peft's tensor names, as
-    peft.get_peft_model_state_dict gives them), not the model's weights. relay: stream down a chain.
+    replicas of a fleet), each bucket gathered once and sent to every replica side by side, the way its
+    transport does (SENDERS). tensors_of(bucket) gives a bucket's tensors in its refs' order, on any
+    device, when it is its turn.
 
     A replica that fails is dropped from the rest of the push and its error returned by address; the push
     raises the first error only when every replica failed (with one rollout: its error). Returns
     (stats, {address: error})."""
-    if transport not in TRANSPORTS:
-        raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
     start = time.perf_counter()
     total, largest = sum(b.size for b in buckets), max((b.size for b in buckets), default=0)
     fleet = Fleet(clients)
-    begun = fleet.each(
-        lambda c: c.call(
-            "BeginWeightUpdate",
-            rollout_pb2.BeginWeightUpdateRequest(
-                version=version,
-                transport=transport,
-                total_bytes=total,
-                bucket_bytes=largest,
-                rollback=rollback,
-                lora=lora,
-            ),
-            timeout=call_timeout(largest, deadline),
-        )
+    begin = rollout_pb2.BeginWeightUpdateRequest(
+        version=push.version,
+        transport=push.transport,
+        total_bytes=total,
+        bucket_bytes=largest,
+        rollback=push.rollback,
+        lora=push.lora,
     )  # the rollout may make (fault in) a segment this large
-    if transport == "cuda_ipc" and share is None:
-        from meshrl.cuda_ipc import CudaBucket
-
-        staging = CudaBucket(max(b.size for b in buckets))
-        share = lambda b, tensors: [staging.fill(tensors, b)]  # noqa: E731
+    begun = fleet.each(lambda c: c.call("BeginWeightUpdate", begin, timeout=call_timeout(largest, push.deadline)))
+    sender = SENDERS[push.transport](push, fleet, begun, largest)
     gather = 0.0
     for b in buckets:
         t0 = time.perf_counter()
         tensors = tensors_of(b)
         gather += time.perf_counter() - t0
-        handles, source = None, ""
-        if transport == "shm":
-            source = _write_once(fleet, begun, b, tensors)
-        elif transport == "stream":
-            tensors = [t.detach().cpu() for t in tensors]
-            if relay and len(fleet.live) > 1:
-                _chain(fleet, version, b, tensors, call_timeout(b.size, deadline))
-                continue
-        elif transport == "cuda_ipc":
-            assert share is not None  # cuda_ipc: the caller's, or the default set above
-            first, *copies = share(b, tensors)
-            handles = rollout_pb2.WeightBucket(version=version, refs=b.refs, cuda_ipc=first, cuda_ipc_copies=copies)
-
-        def send(c, b=b, tensors=tensors, handles=handles, source=source) -> None:
-            if transport == "shm":  # the others read the bucket from the segment it was written into
-                there = begun[source] if c.address != source else None
-                shared = {"shm_source": there.shm_segment, "shm_source_nonce": there.shm_nonce} if there else {}
-                messages = iter([rollout_pb2.WeightBucket(version=version, refs=b.refs, **shared)])
-            else:
-                messages = _stream(version, b, tensors) if transport == "stream" else iter([handles])
-            c.call_stream("SendWeights", messages, timeout=call_timeout(b.size, deadline))
-
-        fleet.each(send)
+        sender.send(b, tensors)
     sent = time.perf_counter()
-    fleet.each(
-        lambda c: c.call(
-            "FinishWeightUpdate",
-            rollout_pb2.FinishWeightUpdateRequest(version=version),
-            timeout=call_timeout(total, deadline),
-        )
-    )  # one bucket is loaded whole here
-    done = time.perf_counter()
+    finish = rollout_pb2.FinishWeightUpdateRequest(version=push.version)
+    fleet.each(lambda c: c.call("FinishWeightUpdate", finish, timeout=call_timeout(total, push.deadline)))
+    done = time.perf_counter()  # one bucket is loaded whole at the finish
     stats = {
         "num_bytes": float(sum(ref_nbytes(r) for b in buckets for r in b.refs)),
         "seconds": done - start,
@@ -246,6 +216,69 @@ def push_to_all(
         "load_seconds": done - sent,
     }
     return stats, fleet.failed
+
+
+class Sender:
+    """How one transport sends a bucket to the fleet's live replicas (send_to: one SendWeights call each)."""
+
+    def __init__(self, push: Push, fleet: "Fleet", begun: dict, largest: int):
+        self.push, self.fleet, self.begun = push, fleet, begun
+
+    def send(self, b: Bucket, tensors: list[torch.Tensor]) -> None:
+        raise NotImplementedError
+
+    def send_to(self, b: Bucket, messages_for: Callable) -> None:
+        timeout = call_timeout(b.size, self.push.deadline)
+        self.fleet.each(lambda c: c.call_stream("SendWeights", messages_for(c), timeout=timeout))
+
+
+class ShmSender(Sender):
+    """shm: the bucket written once, into the first live replica's segment; the others read it from there
+    (WeightBucket.shm_source)."""
+
+    def send(self, b: Bucket, tensors: list[torch.Tensor]) -> None:
+        source = _write_once(self.fleet, self.begun, b, tensors)
+
+        def messages(c):
+            there = self.begun[source] if c.address != source else None
+            shared = {"shm_source": there.shm_segment, "shm_source_nonce": there.shm_nonce} if there else {}
+            return iter([rollout_pb2.WeightBucket(version=self.push.version, refs=b.refs, **shared)])
+
+        self.send_to(b, messages)
+
+
+class StreamSender(Sender):
+    """stream: the bucket's bytes in chunks to each replica, or (relay) down a chain of them."""
+
+    def send(self, b: Bucket, tensors: list[torch.Tensor]) -> None:
+        tensors = [t.detach().cpu() for t in tensors]
+        if self.push.relay and len(self.fleet.live) > 1:
+            _chain(self.fleet, self.push.version, b, tensors, call_timeout(b.size, self.push.deadline))
+        else:
+            self.send_to(b, lambda c: _stream(self.push.version, b, tensors))
+
+
+class CudaIpcSender(Sender):
+    """cuda_ipc: the same IPC handles of the bucket's copies (one per GPU) to every replica."""
+
+    def __init__(self, push: Push, fleet: "Fleet", begun: dict, largest: int):
+        super().__init__(push, fleet, begun, largest)
+        if push.share is None:
+            from meshrl.cuda_ipc import CudaBucket
+
+            staging = CudaBucket(largest)
+            self.share: Callable = lambda b, tensors: [staging.fill(tensors, b)]
+        else:
+            self.share = push.share
+
+    def send(self, b: Bucket, tensors: list[torch.Tensor]) -> None:
+        first, *copies = self.share(b, tensors)
+        msg = rollout_pb2.WeightBucket(version=self.push.version, refs=b.refs, cuda_ipc=first, cuda_ipc_copies=copies)
+        self.send_to(b, lambda c: iter([msg]))
+
+
+SENDERS: dict[str, type[Sender]] = {"shm": ShmSender, "stream": StreamSender, "cuda_ipc": CudaIpcSender}
+assert SENDERS.keys() == set(TRANSPORTS)
 
 
 class Fleet:
@@ -355,4 +388,4 @@ def push_state(
     rollout; its stats."""
     buckets = plan([(k, t.dtype, list(t.shape)) for k, t in named.items()], bucket_bytes)
     tensors_of = lambda b: [named[r.name] for r in b.refs]  # noqa: E731
-    return push_to_all([client], buckets, tensors_of, version, transport, rollback=rollback, lora=lora)[0]
+    return push_to_all([client], buckets, tensors_of, Push(version, transport, rollback=rollback, lora=lora))[0]

@@ -26,7 +26,14 @@ from meshrl import hosts
 from meshrl.config.actor import EngineSettings, OptimSettings
 from meshrl.config.checked import Checked, FieldError, one_of, require
 from meshrl.config.env import EnvSettings
-from meshrl.config.losses import DPO_LOSSES, KL_ESTIMATORS, MAX_EPOCHS, PolicyLossSettings, RolloutISSettings
+from meshrl.config.losses import (
+    DPO_LOSSES,
+    KL_CONTROLLERS,
+    KL_ESTIMATORS,
+    MAX_EPOCHS,
+    PolicyLossSettings,
+    RolloutISSettings,
+)
 from meshrl.config.reward import RewardConfig
 from meshrl.config.rollout import TRANSPORTS, RolloutSettings
 from meshrl.flags import field_docs
@@ -301,7 +308,7 @@ class AlgorithmSection(RolloutISSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         one_of(self, "kl_penalty", KL_ESTIMATORS)
-        one_of(self, "kl_ctrl", ("fixed", "adaptive"))
+        one_of(self, "kl_ctrl", KL_CONTROLLERS)
         one_of(self, "dpo_loss", DPO_LOSSES)
         require(self.overlong_buffer >= 0, self, "overlong_buffer", "must be >= 0 (0: off)")
         require(self.overlong_penalty >= 0, self, "overlong_penalty", "must be >= 0 (a penalty's size)")

@@ -24,9 +24,13 @@ listed with its reason, never dropped in silence.
 
 import dataclasses
 import re
+from collections.abc import Callable
 
 import yaml
 
+from meshrl.config.actor import ENGINE_NAMES
+from meshrl.config.losses import KL_ESTIMATORS
+from meshrl.config.rollout import BACKENDS
 from orchestrator.config import LOGGERS, SECTIONS, from_dict, read_yaml
 from orchestrator.verl_defaults import CRITIC_DEFAULTS, VERL_DEFAULTS
 from orchestrator.verl_keys import VERL_KEYS, hint
@@ -157,79 +161,141 @@ def mini_batch(value: object, flat: dict[str, object], unread: dict) -> dict[str
     return {"actor.mini_batch_size": value * n}
 
 
+def clip_ratio(value: object, flat: dict[str, object]) -> dict[str, object]:
+    """verl's losses take clip_ratio_low/high where they are not None, clip_ratio otherwise."""
+    sides = {s: flat.get(f"actor_rollout_ref.actor.clip_ratio_{s}") for s in ("low", "high")}
+    taken = {f"actor.clip_ratio_{s}": value for s, v in sides.items() if v is None or v == value}
+    if not taken:
+        raise ValueError(f"verl's losses take clip_ratio_low and clip_ratio_high ({sides['low']}, {sides['high']})")
+    return taken
+
+
+def rollout_is_threshold(value: object, flat: dict[str, object]) -> dict[str, object]:
+    """TIS's cap, or IcePop's "lower_upper" band (a mask)."""
+    lower, _, upper = str(value).rpartition("_")
+    band = {"algorithm.rollout_is_mode": "mask", "algorithm.rollout_is_floor": float(lower)} if lower else {}
+    return {"algorithm.rollout_is_cap": float(upper), **band}
+
+
+def warmup(value: object, flat: dict[str, object]) -> dict[str, object]:
+    """lr_warmup_steps <= 0: verl warms up lr_warmup_steps_ratio of its steps."""
+    if not isinstance(value, int) or value > 0:
+        return {"actor.warmup_steps": value}
+    ratio = flat.get("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio") or 0
+    total = flat.get("trainer.total_training_steps")
+    if ratio and not isinstance(total, int):
+        raise ValueError(f"verl warms up lr_warmup_steps_ratio={ratio} of its steps: set actor.warmup_steps")
+    fraction = float(ratio) if isinstance(ratio, int | float) else 0.0
+    return {"actor.warmup_steps": int(fraction * total) if fraction and isinstance(total, int) else 0}
+
+
+def token_budget(value: object, flat: dict[str, object]) -> dict[str, object]:
+    if not flat.get("actor_rollout_ref.actor.use_dynamic_bsz"):
+        raise ValueError("verl uses it only with actor_rollout_ref.actor.use_dynamic_bsz=true")
+    return {"actor.micro_batch_tokens": value}
+
+
+def every(ours: str) -> Callable[[object, dict], dict[str, object]]:
+    """save_freq / test_freq: <= 0 is verl's "never", ours 0."""
+    return lambda value, flat: {ours: max(value, 0) if isinstance(value, int) else value}
+
+
+def group_metric(value: object, flat: dict[str, object]) -> dict[str, object]:
+    if value == "seq_final_reward" and not flat.get("algorithm.use_kl_in_reward"):
+        value = "seq_reward"  # the same sums where no KL penalty is in the reward
+    if value is not None and value not in GROUP_METRICS:
+        raise ValueError(f"no group metric here for verl's {value!r} (verl's we take: {', '.join(GROUP_METRICS)})")
+    return {"algorithm.dynamic_sampling_metric": GROUP_METRICS.get(str(value))}
+
+
+def max_rounds(value: object, flat: dict[str, object]) -> dict[str, object]:
+    if isinstance(value, int) and value <= 0:
+        raise ValueError("verl's no limit: ours samples algorithm.max_sample_rounds rounds at most (default 8)")
+    return {"algorithm.max_sample_rounds": value}
+
+
+def loggers(value: object, flat: dict[str, object]) -> dict[str, object]:
+    names = [value] if isinstance(value, str) else list(value) if isinstance(value, list | tuple) else []
+    if not any(name in LOGGERS for name in names):
+        raise ValueError(f"no logger here for {names} (ours: {', '.join(LOGGERS)})")
+    return {"trainer.logger": [name for name in names if name in LOGGERS]}
+
+
+def reward_function(value: object, flat: dict[str, object]) -> dict[str, object]:
+    name = flat.get("custom_reward_function.name") or "compute_score"
+    return {"reward.function": f"{value}:{name}"} if value else {}
+
+
+def named(what: str, names: dict, key: str, ours: tuple = ()) -> Callable[[object, dict], dict[str, object]]:
+    """A verl name for one of ours (names: verl's -> ours); a refusal lists ours, or verl's names taken."""
+
+    def convert(value: object, flat: dict[str, object]) -> dict[str, object]:
+        if value not in names:
+            known = f"ours: {', '.join(ours)}" if ours else f"verl's we take: {', '.join(names)}"
+            raise ValueError(f"no {what} here for verl's {value!r} ({known})")
+        return {key: names[str(value)]}
+
+    return convert
+
+
+def rollout_name(value: object, flat: dict[str, object]) -> dict[str, object]:
+    if value not in BACKENDS:
+        raise ValueError(f"no rollout backend here for {value!r} (ours: {', '.join(BACKENDS)})")
+    return {"rollout.backend": value}
+
+
+def overlong(value: object, flat: dict[str, object]) -> dict[str, object]:
+    """DAPO's soft overlong penalty, on where verl enables it."""
+    if not flat.get("reward_model.overlong_buffer.enable"):
+        raise ValueError("verl's overlong buffer is off in this file (enable: false): ours stays off")
+    return {"algorithm.overlong_buffer": value}
+
+
+def one_file(key: str) -> Callable[[object, dict], dict[str, object]]:
+    def convert(value: object, flat: dict[str, object]) -> dict[str, object]:
+        if isinstance(value, list):
+            if len(value) != 1:
+                raise ValueError(f"{len(value)} files: {key} here names one data file (parquet, jsonl, json, a folder)")
+            value = value[0]
+        return {key: value}
+
+    return convert
+
+
+CONVERSIONS: dict[str, Callable[[object, dict], dict[str, object]]] = {  # verl keys read in verl's own way
+    "actor_rollout_ref.actor.clip_ratio": clip_ratio,
+    "algorithm.rollout_correction.rollout_is": lambda v, f: {"algorithm.rollout_is": "none" if v is None else v},
+    "algorithm.rollout_correction.rollout_is_threshold": rollout_is_threshold,
+    "algorithm.rollout_correction.rollout_rs": lambda v, f: {"algorithm.rollout_rs": "" if v is None else str(v)},
+    "algorithm.rollout_correction.rollout_rs_threshold": lambda v, f: {
+        "algorithm.rollout_rs_threshold": "" if v is None else str(v)
+    },
+    "actor_rollout_ref.actor.optim.lr_warmup_steps": warmup,
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": token_budget,
+    "trainer.save_freq": every("trainer.save_every"),
+    "trainer.test_freq": every("trainer.val_every"),
+    "algorithm.filter_groups.metric": group_metric,
+    "algorithm.filter_groups.max_num_gen_batches": max_rounds,
+    "trainer.logger": loggers,
+    "custom_reward_function.path": reward_function,
+    "reward_model.reward_manager": lambda v, f: {"reward.batched": v == "batch"},
+    "trainer.resume_mode": lambda v, f: {"trainer.resume": v != "disable"},
+    "actor_rollout_ref.actor.strategy": named("engine", ENGINES, "actor.engine", ENGINE_NAMES),
+    "actor_rollout_ref.actor.policy_loss.loss_mode": named("policy loss", LOSSES, "actor.policy_loss"),
+    "actor_rollout_ref.rollout.name": rollout_name,
+    **{key: named("KL estimate", KL, ours, KL_ESTIMATORS) for key, ours in KL_KEYS.items()},
+    "reward_model.overlong_buffer.len": overlong,
+    "data.train_files": one_file("data.train_files"),
+    "data.val_files": one_file("data.val_files"),
+}
+
+
 def translate(key: str, value: object, flat: dict[str, object], unread: dict) -> dict[str, object]:
     """{our key: value} for one verl key (empty: it has no equivalent); ValueError for a value that does."""
     if key == MINI:
         return mini_batch(value, flat, unread)
-    if key == "actor_rollout_ref.actor.clip_ratio":  # verl's losses take clip_ratio_low/high where not None
-        sides = {s: flat.get(f"actor_rollout_ref.actor.clip_ratio_{s}") for s in ("low", "high")}
-        taken = {f"actor.clip_ratio_{s}": value for s, v in sides.items() if v is None or v == value}
-        if not taken:
-            raise ValueError(f"verl's losses take clip_ratio_low and clip_ratio_high ({sides['low']}, {sides['high']})")
-        return taken
-    if key == "algorithm.rollout_correction.rollout_is":
-        return {"algorithm.rollout_is": "none" if value is None else value}
-    if key == "algorithm.rollout_correction.rollout_is_threshold":  # TIS's cap, or IcePop's "lower_upper" band
-        lower, _, upper = str(value).rpartition("_")
-        band = {"algorithm.rollout_is_mode": "mask", "algorithm.rollout_is_floor": float(lower)} if lower else {}
-        return {"algorithm.rollout_is_cap": float(upper), **band}
-    if key in ("algorithm.rollout_correction.rollout_rs", "algorithm.rollout_correction.rollout_rs_threshold"):
-        return {f"algorithm.{key.rsplit('.', 1)[1]}": "" if value is None else str(value)}
-    if key == "actor_rollout_ref.actor.optim.lr_warmup_steps" and isinstance(value, int) and value <= 0:
-        ratio = flat.get("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio") or 0
-        total = flat.get("trainer.total_training_steps")
-        if ratio and not isinstance(total, int):
-            raise ValueError(f"verl warms up lr_warmup_steps_ratio={ratio} of its steps: set actor.warmup_steps")
-        fraction = float(ratio) if isinstance(ratio, int | float) else 0.0
-        return {"actor.warmup_steps": int(fraction * total) if fraction and isinstance(total, int) else 0}
-    if key == "actor_rollout_ref.actor.ppo_max_token_len_per_gpu":
-        if not flat.get("actor_rollout_ref.actor.use_dynamic_bsz"):
-            raise ValueError("verl uses it only with actor_rollout_ref.actor.use_dynamic_bsz=true")
-        return {"actor.micro_batch_tokens": value}
-    if key in ("trainer.save_freq", "trainer.test_freq") and isinstance(value, int):  # <= 0: verl's "never"
-        return {"trainer.save_every" if key == "trainer.save_freq" else "trainer.val_every": max(value, 0)}
-    if key == "algorithm.filter_groups.metric":
-        if value == "seq_final_reward" and not flat.get("algorithm.use_kl_in_reward"):
-            value = "seq_reward"  # the same sums where no KL penalty is in the reward
-        if value is not None and value not in GROUP_METRICS:
-            raise ValueError(f"no group metric here for verl's {value!r} (ours: acc, score = verl's seq_reward)")
-        return {"algorithm.dynamic_sampling_metric": GROUP_METRICS.get(str(value))}
-    if key == "algorithm.filter_groups.max_num_gen_batches" and isinstance(value, int) and value <= 0:
-        raise ValueError("verl's no limit: ours samples algorithm.max_sample_rounds rounds at most (default 8)")
-    if key == "trainer.logger":
-        names = [value] if isinstance(value, str) else list(value) if isinstance(value, list | tuple) else []
-        if not any(name in LOGGERS for name in names):
-            raise ValueError(f"no logger here for {names} (ours: {', '.join(LOGGERS)})")
-        return {"trainer.logger": [name for name in names if name in LOGGERS]}
-    if key == "custom_reward_function.path":
-        name = flat.get("custom_reward_function.name") or "compute_score"
-        return {"reward.function": f"{value}:{name}"} if value else {}
-    if key == "reward_model.reward_manager":
-        return {"reward.batched": value == "batch"}
-    if key == "trainer.resume_mode":
-        return {"trainer.resume": value != "disable"}
-    if key == "actor_rollout_ref.actor.strategy":
-        if value not in ENGINES:
-            raise ValueError(f"no engine here for verl's strategy {value!r} (ours: fsdp2, fsdp1, plain)")
-        return {"actor.engine": ENGINES[str(value)]}
-    if key == "actor_rollout_ref.actor.policy_loss.loss_mode":
-        if value not in LOSSES:
-            raise ValueError(f"no policy loss here for verl's {value!r} (verl's we take: {', '.join(LOSSES)})")
-        return {"actor.policy_loss": LOSSES[str(value)]}
-    if key == "actor_rollout_ref.rollout.name" and value not in ("vllm", "hf"):
-        raise ValueError(f"no rollout backend here for {value!r} (ours: vllm, hf)")
-    if key in KL_KEYS:
-        if value not in KL:
-            raise ValueError(f"no KL estimate here for verl's {value!r} (ours: k1, k2, k3, abs)")
-        return {KL_KEYS[key]: KL[str(value)]}
-    if key == "reward_model.overlong_buffer.len":  # DAPO's soft overlong penalty, on where verl enables it
-        if not flat.get("reward_model.overlong_buffer.enable"):
-            raise ValueError("verl's overlong buffer is off in this file (enable: false): ours stays off")
-        return {"algorithm.overlong_buffer": value}
-    if key in ("data.train_files", "data.val_files") and isinstance(value, list):
-        if len(value) != 1:
-            raise ValueError(f"{len(value)} files: {key} here names one data file (parquet, jsonl, json, a folder)")
-        return {key: value[0]}
+    if key in CONVERSIONS:
+        return CONVERSIONS[key](value, flat)
     if key in WITH_ANOTHER:
         return {}
     target = VERL_KEYS.get(key, key if key in OURS else None)

@@ -6,6 +6,7 @@ one id per prompt (B,), e.g. the uid column the orchestrator assigns before
 sampling n responses per prompt.
 """
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
@@ -116,12 +117,33 @@ def compute_reinforce_plus_plus_baseline(
     return masked_whiten(tokens, mask) * mask, tokens
 
 
-# Which estimator an algorithm uses; the orchestrator passes the inputs each one names. Each returns
-# (advantages, returns), both (bs, response_length).
-ADVANTAGE_ESTIMATORS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
-    "gae": compute_gae,
-    "grpo": compute_grpo,
-    "rloo": compute_rloo,
-    "reinforce_plus_plus": compute_reinforce_plus_plus,
-    "reinforce_plus_plus_baseline": compute_reinforce_plus_plus_baseline,
+@dataclasses.dataclass
+class AdvantageInputs:
+    """What a step hands the estimators; each reads the fields it needs (ADVANTAGE_ESTIMATORS)."""
+
+    token_level_rewards: torch.Tensor
+    response_mask: torch.Tensor
+    index: Sequence  # one id per row: the rows of a prompt share it
+    values: torch.Tensor | None = None  # the critic's (gae)
+    gamma: float = 1.0
+    lam: float = 1.0
+    norm_by_std: bool = True
+
+
+def _gae(x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    if x.values is None:
+        raise ValueError("gae needs the critic's values")
+    return compute_gae(x.token_level_rewards, x.values, x.response_mask, x.gamma, x.lam)
+
+
+# Which estimator an algorithm uses (algorithm.adv_estimator), each with what it reads from the inputs.
+# Each returns (advantages, returns), both (bs, response_length).
+ADVANTAGE_ESTIMATORS: dict[str, Callable[[AdvantageInputs], tuple[torch.Tensor, torch.Tensor]]] = {
+    "gae": _gae,
+    "grpo": lambda x: compute_grpo(x.token_level_rewards, x.response_mask, x.index, x.norm_by_std),
+    "rloo": lambda x: compute_rloo(x.token_level_rewards, x.response_mask, x.index),
+    "reinforce_plus_plus": lambda x: compute_reinforce_plus_plus(x.token_level_rewards, x.response_mask, x.gamma),
+    "reinforce_plus_plus_baseline": lambda x: compute_reinforce_plus_plus_baseline(
+        x.token_level_rewards, x.response_mask, x.index
+    ),
 }

@@ -9,25 +9,33 @@ log r = ref_logprobs - logprobs for tokens sampled from the policy:
 """
 
 import dataclasses
+from collections.abc import Callable
 
 import torch
 
-from meshrl.config.losses import KL_ESTIMATORS
+from meshrl.config.losses import KL_CONTROLLERS, KL_ESTIMATORS
+
+
+def _k3(log_ratio: torch.Tensor) -> torch.Tensor:
+    neg = -log_ratio  # log r
+    return (neg.exp() - neg - 1).clamp(-10.0, 10.0)
+
+
+KL_ESTIMATOR_FNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {  # of log(pi / ref) per token; the
+    # names are meshrl/config/losses.py KL_ESTIMATORS
+    "k1": lambda log_ratio: log_ratio,
+    "abs": lambda log_ratio: log_ratio.abs(),
+    "k2": lambda log_ratio: 0.5 * log_ratio.square(),
+    "k3": _k3,
+}
+assert set(KL_ESTIMATOR_FNS) == set(KL_ESTIMATORS)
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str) -> torch.Tensor:
     """Per-token KL estimate, (B, T) from two (B, T) log-prob tensors."""
-    log_ratio = logprobs - ref_logprobs  # k1
-    if estimator == "k1":
-        return log_ratio
-    if estimator == "abs":
-        return log_ratio.abs()
-    if estimator == "k2":
-        return 0.5 * log_ratio.square()
-    if estimator == "k3":
-        neg = -log_ratio  # log r
-        return (neg.exp() - neg - 1).clamp(-10.0, 10.0)
-    raise ValueError(f"kl estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
+    if estimator not in KL_ESTIMATOR_FNS:
+        raise ValueError(f"kl estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
+    return KL_ESTIMATOR_FNS[estimator](logprobs - ref_logprobs)
 
 
 def apply_kl_penalty(
@@ -72,4 +80,16 @@ class AdaptiveKLController:
         self.value *= 1 + error * n_steps / self.horizon
 
 
-KLController = FixedKLController | AdaptiveKLController  # algorithm.kl_ctrl: fixed or adaptive
+KLController = FixedKLController | AdaptiveKLController
+
+
+def kl_controller(name: str, coef: float, target: float, horizon: float) -> KLController:
+    """algorithm.kl_ctrl's controller, one of KL_CONTROLLERS, starting at coef."""
+    made: dict[str, Callable[[], KLController]] = {
+        "fixed": lambda: FixedKLController(coef),
+        "adaptive": lambda: AdaptiveKLController(coef, target, horizon),
+    }
+    assert made.keys() == set(KL_CONTROLLERS)
+    if name not in made:
+        raise ValueError(f"algorithm.kl_ctrl must be one of {KL_CONTROLLERS}, got {name!r}")
+    return made[name]()

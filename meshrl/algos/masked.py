@@ -37,6 +37,14 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, 
     return out if shift_mean else out + mean
 
 
+PER_SEQUENCE = {  # the loss of each sequence, (B,), for the seq-mean modes; the names are LOSS_AGG_MODES
+    "seq-mean-token-sum": lambda loss, mask, horizon: masked_sum(loss, mask, -1),
+    "seq-mean-token-mean": lambda loss, mask, horizon: masked_mean(loss, mask, -1),
+    "seq-mean-token-sum-norm": lambda loss, mask, horizon: masked_sum(loss, mask, -1) / horizon,
+}
+assert {"token-mean", *PER_SEQUENCE} == set(LOSS_AGG_MODES)
+
+
 def agg_loss(loss: torch.Tensor, mask: torch.Tensor, mode: str, horizon: int | None = None) -> torch.Tensor:
     """Reduce a (B, T) per-token loss to a scalar.
 
@@ -47,17 +55,11 @@ def agg_loss(loss: torch.Tensor, mask: torch.Tensor, mode: str, horizon: int | N
     """
     if mode == "token-mean":
         return masked_mean(loss, mask)
-    has_tokens = (mask.sum(-1) > 0).float()
-    num_seqs = has_tokens.sum().clamp(min=1)
-    if mode == "seq-mean-token-sum":
-        per_seq = masked_sum(loss, mask, -1)
-    elif mode == "seq-mean-token-mean":
-        per_seq = masked_mean(loss, mask, -1)
-    elif mode == "seq-mean-token-sum-norm":
-        per_seq = masked_sum(loss, mask, -1) / (horizon or loss.shape[-1])
-    else:
+    if mode not in PER_SEQUENCE:
         raise ValueError(f"loss_agg_mode must be one of {LOSS_AGG_MODES}, got {mode!r}")
-    return (per_seq * has_tokens).sum() / num_seqs
+    has_tokens = (mask.sum(-1) > 0).float()
+    per_seq = PER_SEQUENCE[mode](loss, mask, horizon or loss.shape[-1])
+    return (per_seq * has_tokens).sum() / has_tokens.sum().clamp(min=1)
 
 
 def token_level(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

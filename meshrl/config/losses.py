@@ -6,10 +6,13 @@ also parts of the run config (`actor.*` and `algorithm.*`), so the run sends exa
 """
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 from meshrl.config.checked import Checked, one_of, require
 
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
+KL_CONTROLLERS = ("fixed", "adaptive")  # algorithm.kl_ctrl: how the KL penalty's coefficient moves
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 ROLLOUT_IS = ("none", "token", "sequence", "geometric")
 ROLLOUT_IS_MODES = ("truncate", "mask")
@@ -304,4 +307,44 @@ class ValueParams(Schedule):
         one_of(self, "loss_agg_mode", LOSS_AGG_MODES)
 
 
-PARAMS = {"ppo": PPOParams, "dpo": DPOParams, "sft": SFTParams, "value": ValueParams}
+RESPONSES = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
+"""What every update reads: the sequences (verl's layout) and which of their tokens are the response's."""
+
+
+def _ppo_reads(p: PPOParams) -> tuple[str, ...]:
+    old = (p.old_logprobs_key,) if p.old_logprobs_key else ()
+    return ("advantages", *old) + (("rollout_logprobs",) if p.corrects else ()) + (("ref_logprobs",) * p.use_kl_loss)
+
+
+def _nothing(p) -> tuple[str, ...]:
+    return ()
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateLoss:
+    """One loss an Update may name: its parameter set, the role that trains with it, the tensors it reads
+    beyond RESPONSES (given its parameters), those it reads when the batch has them (`also`), and how many
+    adjacent rows belong together (DPO's chosen and rejected)."""
+
+    params: type
+    role: str
+    reads: Callable[[Any], tuple[str, ...]]
+    also: Callable[[Any], tuple[str, ...]] = _nothing
+    unit: int = 1
+
+
+UPDATE_LOSSES = {
+    # an update that finds its own old log-probs reads the rollout's, if sent, for rollout/kl_to_actor
+    "ppo": UpdateLoss(PPOParams, "actor", _ppo_reads, lambda p: () if p.old_logprobs_key else ("rollout_logprobs",)),
+    "dpo": UpdateLoss(DPOParams, "actor", lambda p: ("ref_logprobs",), unit=2),
+    "sft": UpdateLoss(SFTParams, "actor", _nothing),
+    "value": UpdateLoss(ValueParams, "critic", lambda p: ("values", "returns")),
+}
+PARAMS = {name: loss.params for name, loss in UPDATE_LOSSES.items()}
+
+
+def update_inputs(loss: str, params, present) -> list[str]:
+    """The tensors an update with this loss and parameters reads, of those `present` for the optional ones:
+    what the orchestrator sends and the actor service checks and passes to its ranks."""
+    spec = UPDATE_LOSSES[loss]
+    return [*RESPONSES, *spec.reads(params), *(k for k in spec.also(params) if k in present)]

@@ -32,12 +32,14 @@ from meshrl.codec.values import to_value
 from meshrl.config.actor import EngineConfig, EngineSettings, OptimConfig, OptimSettings, engine_for
 from meshrl.config.checked import values_of
 from meshrl.config.env import EnvConfig, EnvSettings
+from meshrl.config.losses import PARAMS, update_inputs
 from meshrl.config.reward import RewardConfig
 from meshrl.config.rollout import RolloutConfig, RolloutSettings
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.flags import dataclass_args
 from meshrl.rpc import Client
+from meshrl.typed import build
 from meshrl.v1 import actor_pb2, rollout_pb2
 from orchestrator.config import Config, ranks
 from orchestrator.lifecycle.fleet import (
@@ -358,8 +360,12 @@ class Mesh:
         return out.batch["values"]
 
     def update(self, role: str, step: int, loss: str, params: dict, batch: DataProto) -> dict[str, float]:
+        """One update with this loss; only the tensors it reads travel (meshrl/config/losses.py
+        update_inputs), not the rest of the step's batch (its texts, scores, returns it does not use)."""
         spec = actor_pb2.LossSpec(name=loss, params={k: to_value(v, k) for k, v in params.items()})
-        request = Payload(actor_pb2.UpdateRequest(step=step, loss=spec), batch)
+        reads = update_inputs(loss, build(PARAMS[loss], params, f"loss {loss}"), batch.batch)
+        sent = batch.select([k for k in reads if k in batch.batch], [], [])  # a missing one: the actor says so
+        request = Payload(actor_pb2.UpdateRequest(step=step, loss=spec), sent)
         reply = self[role].call_message("Update", request, actor_pb2.UpdateResponse)
         return dict(reply.metrics)
 

@@ -14,14 +14,13 @@
 """
 
 import dataclasses
-import inspect
 import logging
 
 import torch
 
-from meshrl.algos.advantages import ADVANTAGE_ESTIMATORS
+from meshrl.algos.advantages import ADVANTAGE_ESTIMATORS, AdvantageInputs
 from meshrl.algos.distill import distillation_advantages
-from meshrl.algos.kl import AdaptiveKLController, FixedKLController, KLController, apply_kl_penalty
+from meshrl.algos.kl import FixedKLController, KLController, apply_kl_penalty, kl_controller
 from meshrl.algos.masked import masked_mean, token_level
 from meshrl.algos.shaping import overlong_penalty
 from orchestrator.config import Config
@@ -42,22 +41,6 @@ def own_old_logprobs(cfg: Config) -> bool:
     mini-batch's from its own pass, the others' from a pass inside the update), so the step makes no
     log-prob call before it; unless something needs them first (a KL penalty in the reward)."""
     return cfg.actor.reuse_logprobs and not cfg.algorithm.use_kl_in_reward
-
-
-def compute_advantages(name: str, inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """Call the named estimator with the inputs its signature asks for (see ADVANTAGE_ESTIMATORS)."""
-    fn = ADVANTAGE_ESTIMATORS[name]
-    wanted = inspect.signature(fn).parameters
-    return fn(**{k: v for k, v in inputs.items() if k in wanted})
-
-
-def kl_controller(cfg: Config) -> KLController:
-    al = cfg.algorithm
-    if al.kl_ctrl == "fixed":
-        return FixedKLController(al.kl_coef)
-    if al.kl_ctrl == "adaptive":
-        return AdaptiveKLController(al.kl_coef, al.kl_target, al.kl_horizon)
-    raise ValueError(f"algorithm.kl_ctrl must be fixed or adaptive, got {al.kl_ctrl!r}")
 
 
 def response_limit(cfg: Config) -> int:
@@ -126,7 +109,8 @@ class PolicyGradient:
 
     def setup(self, cfg: Config) -> set[str]:
         needs_ref = cfg.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
-        self.kl_ctrl = kl_controller(cfg)
+        al = cfg.algorithm
+        self.kl_ctrl = kl_controller(al.kl_ctrl, al.kl_coef, al.kl_target, al.kl_horizon)
         estimator = cfg.algorithm.adv_estimator or self.estimator
         if estimator not in ADVANTAGE_ESTIMATORS:
             raise ValueError(
@@ -218,18 +202,10 @@ class PolicyGradient:
             if self.distill_only:
                 advantages = returns = torch.zeros_like(mask, dtype=torch.float32)
             else:
-                advantages, returns = compute_advantages(
-                    cfg.algorithm.adv_estimator or self.estimator,
-                    {
-                        "token_level_rewards": rewards,
-                        "response_mask": mask,
-                        "values": batch.batch.get("values"),
-                        "index": list(gen.non_tensor_batch["uid"]),
-                        "gamma": cfg.algorithm.gamma,
-                        "lam": cfg.algorithm.lam,
-                        "norm_by_std": cfg.algorithm.norm_adv_by_std,
-                    },
-                )
+                al = cfg.algorithm
+                uids, values = list(gen.non_tensor_batch["uid"]), batch.batch.get("values")
+                inputs = AdvantageInputs(rewards, mask, uids, values, al.gamma, al.lam, al.norm_adv_by_std)
+                advantages, returns = ADVANTAGE_ESTIMATORS[al.adv_estimator or self.estimator](inputs)
         if mesh.has("teacher"):
             with t("teacher"):
                 teacher = mesh.logprobs("teacher", batch)

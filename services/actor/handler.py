@@ -174,18 +174,16 @@ def send_to_rollout(
             for a in args["rollout_addresses"]
         ]
         stack.enter_context(cut_when_caller_leaves(rollouts))
-        stats, failed = weights.push_to_all(
-            rollouts,
-            buckets,
-            tensors_of,
+        push = weights.Push(
             args["version"],
             args["transport"],
-            share,
             deadline,
             args.get("rollback", False),
             args.get("lora"),
+            share,
             args.get("relay", False),
         )
+        stats, failed = weights.push_to_all(rollouts, buckets, tensors_of, push)
     return stats, failed
 
 

@@ -7,6 +7,9 @@ is weighted by its share of the mini-batch's tokens or sequences, times the
 world size, since FSDP averages gradients over ranks.
 """
 
+import dataclasses
+from collections.abc import Callable
+
 import torch
 import torch.distributed as dist
 
@@ -20,7 +23,7 @@ from meshrl.algos.losses import (
 from meshrl.algos.masked import agg_loss, masked_mean
 from meshrl.algos.policy_losses import policy_loss
 from meshrl.algos.rollout_correction import rollout_is_weights, rollout_rejection_mask
-from meshrl.config.losses import Schedule
+from meshrl.config.losses import UPDATE_LOSSES, Schedule
 from meshrl.dataproto import DataProto
 from services.actor.batches import BASE, micro_batches, minibatches, num_minibatches, restore, token_groups, trimmed
 from services.actor.comm import Cancelled
@@ -29,6 +32,11 @@ from services.actor.model import forward_response, token_logprobs
 
 OLD = "old_logprobs"  # an update's own old log-probs (ActorRole.with_old_logprobs)
 IS_WEIGHTS = "rollout_is_weights"  # weights reject() computed over the response before rejection
+
+
+def is_weights(old, rollout, mask, p) -> tuple[torch.Tensor, dict[str, float]]:
+    """The rollout correction's importance weights with the update's settings (algorithm.rollout_is*)."""
+    return rollout_is_weights(old, rollout, mask, p.rollout_is, p.rollout_is_cap, p.rollout_is_mode, p.rollout_is_floor)
 
 
 def reject(part: DataProto, p, old_key: str) -> dict[str, float]:
@@ -40,9 +48,7 @@ def reject(part: DataProto, p, old_key: str) -> dict[str, float]:
     old = part.batch[old_key]
     sums = [0.0, 0.0]
     if p.rollout_is != "none":
-        part.batch[IS_WEIGHTS], m = rollout_is_weights(
-            old, rollout, mask, p.rollout_is, p.rollout_is_cap, p.rollout_is_mode, p.rollout_is_floor
-        )
+        part.batch[IS_WEIGHTS], m = is_weights(old, rollout, mask, p)
         share = next(k for k in m if k.endswith("_frac"))  # capped (truncate) or masked (mask)
         sums = [m["actor/rollout_is_mean"] * float(mask.sum()), float(mask.sum()), m[share] * float(mask.sum())]
     keep, _ = rollout_rejection_mask(old, rollout, mask, p.rollout_rs, p.rollout_rs_threshold)
@@ -101,9 +107,15 @@ def forward_rows(engine: Engine, part: DataProto, fn) -> list[torch.Tensor]:
     return [restore([o[i].cpu() for o in outs], groups, T) for i in range(len(outs[0]))]
 
 
-def loss_units(mask: torch.Tensor, mode: str) -> float:
-    """What a loss averages over: valid tokens (token-mean) or sequences with any token."""
-    return float(mask.sum() if mode == "token-mean" else (mask.sum(-1) > 0).sum())
+def loss_units(mode: str) -> Callable[[dict], float]:
+    """What a loss with this aggregation averages over in a micro-batch: its valid tokens (token-mean) or
+    its sequences with any token."""
+
+    def units(mb: dict) -> float:
+        mask = mb["response_mask"]
+        return float(mask.sum() if mode == "token-mean" else (mask.sum(-1) > 0).sum())
+
+    return units
 
 
 class MetricSum:
@@ -130,35 +142,41 @@ class MetricSum:
         return out
 
 
-def train(
-    engine: Engine,
-    part: DataProto,
-    p: Schedule,
-    total_rows: int,
-    step: int,
-    prefix: str,
-    keys: tuple[str, ...],
-    loss_fn,
-    units_fn,
-    unit: int = 1,
-    own_first: bool = False,
-) -> dict[str, float]:
+@dataclasses.dataclass
+class Pass:
+    """One update's walk over this rank's part: epochs of mini-batches (schedule) over total_rows rows on
+    all ranks, loss_fn(model, micro) -> (loss, metrics) on each micro-batch, units_fn(micro) what its loss
+    averages over, unit rows kept together (DPO's pairs), metrics under prefix. own_first: the first
+    mini-batch goes without the OLD column (its loss takes its own pass's log-probs, see with_old_logprobs).
+    Every tensor of the part goes to the micro-batches: the servicer sent what the loss reads."""
+
+    part: DataProto
+    schedule: Schedule
+    total_rows: int
+    step: int
+    prefix: str
+    loss_fn: Callable
+    units_fn: Callable
+    unit: int = 1
+    own_first: bool = False
+
+
+def train(engine: Engine, job: Pass) -> dict[str, float]:
     """Epochs of mini-batches over this rank's part; one optimizer step per mini-batch. Cancelled (every
     rank at the same micro-batch) drops the unfinished mini-batch's gradients and says how many optimizer
-    steps were taken before it. own_first: the first mini-batch goes without the OLD column (its loss
-    takes its own pass's log-probs, see with_old_logprobs)."""
+    steps were taken before it."""
     metrics = MetricSum()
     try:
-        _train(engine, part, p, total_rows, step, prefix, keys, loss_fn, units_fn, unit, own_first, metrics)
+        _train(engine, job, metrics)
     except Cancelled as e:
         engine.drop_gradients()
-        planned = p.epochs * num_minibatches(total_rows, p.mini_batch_size)
+        planned = job.schedule.epochs * num_minibatches(job.total_rows, job.schedule.mini_batch_size)
         raise Cancelled(
             f"{e} after {metrics.steps} of {planned} optimizer steps",
             {"optimizer_steps": metrics.steps, "planned_steps": planned},
         ) from None
     engine.end_update()
-    return metrics.result(prefix)
+    return metrics.result(job.prefix)
 
 
 def epoch_order(part: DataProto, p, step: int, epoch: int, unit: int = 1) -> torch.Tensor:
@@ -170,19 +188,19 @@ def epoch_order(part: DataProto, p, step: int, epoch: int, unit: int = 1) -> tor
     return (order[:, None] * unit + torch.arange(unit)).flatten()
 
 
-def _train(engine, part, p, total_rows, step, prefix, keys, loss_fn, units_fn, unit, own_first, metrics) -> None:
-    world = dist.get_world_size()
-    count = num_minibatches(total_rows, p.mini_batch_size)
+def _train(engine: Engine, job: Pass, metrics: MetricSum) -> None:
+    world, p, keys = dist.get_world_size(), job.schedule, tuple(job.part.batch)
+    count = num_minibatches(job.total_rows, p.mini_batch_size)
     for epoch in range(p.epochs):
-        data = part.select_idxs(epoch_order(part, p, step, epoch, unit)) if p.shuffle else part
-        for i, mini in enumerate(minibatches(data, count, unit)):
-            first = own_first and epoch == 0 and i == 0
-            micros, _ = split(engine, mini, tuple(k for k in keys if k != OLD) if first else keys, unit)
-            local = [units_fn(mb) for mb in micros]
+        data = job.part.select_idxs(epoch_order(job.part, p, job.step, epoch, job.unit)) if p.shuffle else job.part
+        for i, mini in enumerate(minibatches(data, count, job.unit)):
+            first = job.own_first and epoch == 0 and i == 0
+            micros, _ = split(engine, mini, tuple(k for k in keys if k != OLD) if first else keys, job.unit)
+            local = [job.units_fn(mb) for mb in micros]
             total = all_reduce_sum([sum(local)])[0]
             shares = [u / total if total else 0.0 for u in local]
-            micro_metrics = engine.forward_backward(micros, loss_fn, [s * world for s in shares])
-            metrics.add_step(list(zip(shares, micro_metrics)), engine.step(), prefix)
+            micro_metrics = engine.forward_backward(micros, job.loss_fn, [s * world for s in shares])
+            metrics.add_step(list(zip(shares, micro_metrics)), engine.step(), job.prefix)
 
 
 class PolicyRole:
@@ -236,92 +254,67 @@ class ActorRole(PolicyRole):
         part.batch[OLD] = old
         return part, own_first
 
+    def update_ppo(self, part: DataProto, p, total_rows: int, step: int) -> dict[str, float]:
+        own_first = False
+        if not p.old_logprobs_key:
+            part, own_first = self.with_old_logprobs(part, p, total_rows, step, every_row=bool(p.rollout_rs))
+        old_key = p.old_logprobs_key or OLD
+        rejected = reject(part, p, old_key) if p.rollout_rs else {}
+        rng = torch.Generator().manual_seed(p.seed * 1_000_003 + step)  # clip_cov's picks, the same on resume
+
+        def ppo(model, mb):
+            logits = forward_response(model, mb, share_prompts=self.shared)
+            lp = token_logprobs(logits, mb["responses"], p.temperature)
+            mask = mb["response_mask"]
+            # none sent for these rows (with_old_logprobs): this pass's own, without their gradient
+            old = mb[old_key] if old_key in mb else lp.detach()
+            weights: torch.Tensor | None = mb.get(IS_WEIGHTS)  # reject() weighed them before it rejected
+            m: dict[str, float] = {}
+            if p.rollout_is != "none" and weights is None:
+                weights, wm = rollout_is_weights(
+                    old,
+                    mb["rollout_logprobs"],
+                    mask,
+                    p.rollout_is,
+                    p.rollout_is_cap,
+                    p.rollout_is_mode,
+                    p.rollout_is_floor,
+                )
+                m.update(wm)
+            total, pm = policy_loss(p, lp, old, mb["advantages"], mask, weights, rng)
+            m.update(pm)
+            if not p.old_logprobs_key and "rollout_logprobs" in mb:
+                m["rollout/kl_to_actor"] = masked_mean((mb["rollout_logprobs"] - old).abs(), mask).item()
+            if p.entropy_coeff:
+                entropy = agg_loss(entropy_from_logits(logits.float() / p.temperature), mask, p.loss_agg_mode)
+                total = total - p.entropy_coeff * entropy
+                m["actor/entropy"] = entropy.item()
+            if p.use_kl_loss:
+                kl, km = kl_loss(lp, mb["ref_logprobs"], mask, p.kl_loss_type, p.loss_agg_mode)
+                total = total + p.kl_loss_coef * kl
+                m.update(km)
+            return total, m
+
+        job = Pass(part, p, total_rows, step, "actor", ppo, loss_units(p.loss_agg_mode), own_first=own_first)
+        return rejected | train(self.engine, job)
+
+    def update_sft(self, part: DataProto, p, total_rows: int, step: int) -> dict[str, float]:
+        def sft(model, mb):
+            lp = token_logprobs(forward_response(model, mb, share_prompts=self.shared), mb["responses"])
+            return sft_loss(lp, mb["response_mask"], p.loss_agg_mode)
+
+        return train(self.engine, Pass(part, p, total_rows, step, "actor", sft, loss_units(p.loss_agg_mode)))
+
+    def update_dpo(self, part: DataProto, p, total_rows: int, step: int) -> dict[str, float]:
+        def dpo(model, mb):
+            return self._dpo(model, mb, p, self.shared)
+
+        return train(self.engine, Pass(part, p, total_rows, step, "actor", dpo, _valid_pairs, unit=2))
+
+    UPDATES = {"ppo": update_ppo, "sft": update_sft, "dpo": update_dpo}
+
     def update(self, part: DataProto, loss: str, p, total_rows: int, step: int) -> dict[str, float]:
-        if loss == "ppo":
-            own_first = False
-            if not p.old_logprobs_key:
-                part, own_first = self.with_old_logprobs(part, p, total_rows, step, every_row=bool(p.rollout_rs))
-            old_key = p.old_logprobs_key or OLD
-            rejected = reject(part, p, old_key) if p.rollout_rs else {}
-            keys = tuple(part.batch)  # the servicer sent exactly what this loss and its options read
-            rng = torch.Generator().manual_seed(p.seed * 1_000_003 + step)  # clip_cov's picks, the same on resume
-
-            def ppo(model, mb):
-                logits = forward_response(model, mb, share_prompts=self.shared)
-                lp = token_logprobs(logits, mb["responses"], p.temperature)
-                mask = mb["response_mask"]
-                # none sent for these rows (with_old_logprobs): this pass's own, without their gradient
-                old = mb[old_key] if old_key in mb else lp.detach()
-                weights: torch.Tensor | None = mb.get(IS_WEIGHTS)  # reject() weighed them before it rejected
-                m: dict[str, float] = {}
-                if p.rollout_is != "none" and weights is None:
-                    weights, wm = rollout_is_weights(
-                        old,
-                        mb["rollout_logprobs"],
-                        mask,
-                        p.rollout_is,
-                        p.rollout_is_cap,
-                        p.rollout_is_mode,
-                        p.rollout_is_floor,
-                    )
-                    m.update(wm)
-                total, pm = policy_loss(p, lp, old, mb["advantages"], mask, weights, rng)
-                m.update(pm)
-                if not p.old_logprobs_key and "rollout_logprobs" in mb:
-                    m["rollout/kl_to_actor"] = masked_mean((mb["rollout_logprobs"] - old).abs(), mask).item()
-                if p.entropy_coeff:
-                    entropy = agg_loss(entropy_from_logits(logits.float() / p.temperature), mask, p.loss_agg_mode)
-                    total = total - p.entropy_coeff * entropy
-                    m["actor/entropy"] = entropy.item()
-                if p.use_kl_loss:
-                    kl, km = kl_loss(lp, mb["ref_logprobs"], mask, p.kl_loss_type, p.loss_agg_mode)
-                    total = total + p.kl_loss_coef * kl
-                    m.update(km)
-                return total, m
-
-            return rejected | train(
-                self.engine,
-                part,
-                p,
-                total_rows,
-                step,
-                "actor",
-                keys,
-                ppo,
-                lambda mb: loss_units(mb["response_mask"], p.loss_agg_mode),
-                own_first=own_first,
-            )
-        if loss == "sft":
-
-            def sft(model, mb):
-                lp = token_logprobs(forward_response(model, mb, share_prompts=self.shared), mb["responses"])
-                return sft_loss(lp, mb["response_mask"], p.loss_agg_mode)
-
-            return train(
-                self.engine,
-                part,
-                p,
-                total_rows,
-                step,
-                "actor",
-                (*BASE, "response_mask"),
-                sft,
-                lambda mb: loss_units(mb["response_mask"], p.loss_agg_mode),
-            )
-        if loss == "dpo":
-            return train(
-                self.engine,
-                part,
-                p,
-                total_rows,
-                step,
-                "actor",
-                (*BASE, "response_mask", "ref_logprobs"),
-                lambda model, mb: self._dpo(model, mb, p, self.shared),
-                _valid_pairs,
-                unit=2,
-            )
-        raise ValueError(f"the actor role has no loss {loss!r}")
+        return self.UPDATES[loss](self, part, p, total_rows, step)
 
     @staticmethod
     def _dpo(model, mb, p, shared: bool):
@@ -364,29 +357,23 @@ class CriticRole:
         (values,) = forward_rows(self.engine, part, lambda model, mb: forward_response(model, mb)[..., 0].float())
         return DataProto({"values": values})
 
-    def update(self, part: DataProto, loss: str, p, total_rows: int, step: int) -> dict[str, float]:
+    def update_value(self, part: DataProto, p, total_rows: int, step: int) -> dict[str, float]:
         def vf(model, mb):
             vpred = forward_response(model, mb)[..., 0].float()
-            total, m = value_loss(
-                vpred, mb["values"], mb["returns"], mb["response_mask"], p.clip_range_value, p.loss_agg_mode
-            )
-            m["critic/vpred_mean"] = (vpred * mb["response_mask"]).sum().item() / max(
-                1.0, mb["response_mask"].sum().item()
-            )
+            mask = mb["response_mask"]
+            total, m = value_loss(vpred, mb["values"], mb["returns"], mask, p.clip_range_value, p.loss_agg_mode)
+            m["critic/vpred_mean"] = (vpred * mask).sum().item() / max(1.0, mask.sum().item())
             return total, m
 
-        return train(
-            self.engine,
-            part,
-            p,
-            total_rows,
-            step,
-            "critic",
-            (*BASE, "response_mask", "values", "returns"),
-            vf,
-            lambda mb: loss_units(mb["response_mask"], p.loss_agg_mode),
-        )
+        return train(self.engine, Pass(part, p, total_rows, step, "critic", vf, loss_units(p.loss_agg_mode)))
+
+    UPDATES = {"value": update_value}
+
+    def update(self, part: DataProto, loss: str, p, total_rows: int, step: int) -> dict[str, float]:
+        return self.UPDATES[loss](self, part, p, total_rows, step)
 
 
 ROLES: dict[str, type[PolicyRole] | type[CriticRole]] = {"actor": ActorRole, "ref": PolicyRole, "critic": CriticRole}
 KIND = {"actor": "causal", "ref": "causal", "critic": "value"}
+for _name, _role in ROLES.items():  # each loss of the table (meshrl/config/losses.py) has its update in its role
+    assert getattr(_role, "UPDATES", {}).keys() == {n for n, u in UPDATE_LOSSES.items() if u.role == _name}, _name

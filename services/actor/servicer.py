@@ -19,6 +19,7 @@ from meshrl import weights
 from meshrl.codec import Payload
 from meshrl.codec.values import from_value
 from meshrl.config.actor import EngineConfig, OptimConfig, engine_for
+from meshrl.config.losses import UPDATE_LOSSES, update_inputs
 from meshrl.config.rollout import DTYPES
 from meshrl.dataproto import DataProto, unpad
 from meshrl.errors import MAX_STEP_ADVANCE, Aborted, FailedPrecondition, InvalidArgument, ServiceError, check_counter
@@ -174,13 +175,9 @@ class ActorServicer:
         params_dict = _values(msg.loss.params, "loss.params")
         params = parse_loss(self.role, name, params_dict)
         data = _data(request)
-        batches.validate(data, required_tensors(name, params), self.world_size, pairs=name == "dpo", **self.limits)
-        keys = list(required_tensors(name, params))
-        if name == "ppo" and not params.old_logprobs_key:  # the update finds its own old log-probs
-            if "rollout_logprobs" in data.batch and "rollout_logprobs" not in keys:  # for rollout/kl_to_actor
-                batches.validate(data, (*keys, "rollout_logprobs"), self.world_size)
-                keys.append("rollout_logprobs")
-        parts, _ = batches.shard(data.select(keys), self.world_size, unit=2 if name == "dpo" else 1)
+        keys, unit = update_inputs(name, params, data.batch), UPDATE_LOSSES[name].unit
+        batches.validate(data, tuple(keys), self.world_size, pairs=unit == 2, **self.limits)
+        parts, _ = batches.shard(data.select(keys), self.world_size, unit=unit)
         try:
             results = self._call(
                 "update",
@@ -388,19 +385,6 @@ def check_init(role: str, model: str, engine: dict, optim: dict) -> None:
             check_lora(model, KIND[role], engine_cfg)
         except ValueError as e:
             raise InvalidArgument(str(e)) from None
-
-
-def required_tensors(loss: str, params) -> tuple[str, ...]:
-    base = (*batches.BASE, "response_mask")
-    if loss == "ppo":
-        old = (params.old_logprobs_key,) if params.old_logprobs_key else ()
-        rollout = ("rollout_logprobs",) if params.corrects else ()
-        return (*base, "advantages", *old, *rollout) + (("ref_logprobs",) if params.use_kl_loss else ())
-    if loss == "dpo":
-        return (*base, "ref_logprobs")
-    if loss == "value":
-        return (*base, "values", "returns")
-    return base
 
 
 def _trained(lora_rank: int) -> str:

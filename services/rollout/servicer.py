@@ -21,6 +21,7 @@ SendWeights then passes each bucket on to the next replica while this one loads 
 
 import contextlib
 import dataclasses
+import importlib
 import threading
 
 import grpc
@@ -29,7 +30,7 @@ from transformers import AutoConfig, AutoTokenizer
 from meshrl import telemetry
 from meshrl.codec import Payload
 from meshrl.codec.rawbytes import decode_bytes_field
-from meshrl.config.rollout import RolloutConfig
+from meshrl.config.rollout import BACKENDS, RolloutConfig
 from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument
 from meshrl.flags import settings_json
 from meshrl.rpc.methods import raw_request
@@ -53,14 +54,16 @@ class Call:
         return self.interrupted is None and (self.context is None or self.context.is_active())
 
 
+BACKEND_CLASSES = {  # rollout.backend -> (module, class); imported when chosen (vLLM takes seconds to import)
+    "vllm": ("services.rollout.backend_vllm", "VLLMBackend"),
+    "hf": ("services.rollout.backend_hf", "HFBackend"),
+}
+assert BACKEND_CLASSES.keys() == set(BACKENDS)
+
+
 def make_backend(cfg: RolloutConfig):
-    if cfg.backend == "vllm":
-        from services.rollout.backend_vllm import VLLMBackend
-
-        return VLLMBackend(cfg)
-    from services.rollout.backend_hf import HFBackend
-
-    return HFBackend(cfg)
+    module, name = BACKEND_CLASSES[cfg.backend]
+    return getattr(importlib.import_module(module), name)(cfg)
 
 
 class RolloutServicer:

@@ -31,7 +31,7 @@ def test_replicas_on_one_host_read_the_bucket_the_sender_wrote_once(rollout, tin
             v = max(rollout.call("Describe").weight_version, 1) + 1
             buckets = weights.plan([(k, t.dtype, list(t.shape)) for k, t in named.items()], bucket or (1 << 30))
             tensors_of = lambda b: [named[r.name] for r in b.refs]  # noqa: E731
-            _, failed = weights.push_to_all([rollout, second], buckets, tensors_of, v, "shm")
+            _, failed = weights.push_to_all([rollout, second], buckets, tensors_of, weights.Push(v, "shm"))
             assert not failed
             own = other.receiver.segment
             assert own is not None and own.map[: own.size - SEAL_BYTES] == bytes(own.size - SEAL_BYTES)  # unwritten
@@ -100,7 +100,8 @@ def test_a_chained_stream_push_is_sent_once_and_reaches_every_replica(rollout, t
         v = max(c.call("Describe").weight_version for c in clients) + 1
         buckets = weights.plan([(k, t.dtype, list(t.shape)) for k, t in named.items()], 1 << 20)
         tensors_of = lambda b: [named[r.name] for r in b.refs]  # noqa: E731
-        _, failed = weights.push_to_all(clients, buckets, tensors_of, v, "stream", rollback=True, relay=True)
+        push = weights.Push(v, "stream", rollback=True, relay=True)
+        _, failed = weights.push_to_all(clients, buckets, tensors_of, push)
         assert not failed
         assert clients[0].sent > sum(b.size for b in buckets) * 0.9 and clients[1].sent == clients[2].sent == 0
         got = [generate(c.client, probe, temperature=0.0) for c in clients]

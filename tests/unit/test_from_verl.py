@@ -298,3 +298,23 @@ def test_verls_rollout_correction_carries_over():
     }.items() <= c.config["algorithm"].items()
     tis = converted({"algorithm": {"rollout_correction": {"rollout_is": "token", "rollout_is_threshold": 2.0}}})
     assert tis.config["algorithm"]["rollout_is_cap"] == 2.0 and "rollout_is_mode" not in tis.config["algorithm"]
+
+
+def test_every_key_the_tables_name_is_one_of_ours():
+    """The hint table's targets (verl's and OpenRLHF's keys) and the conversions' are keys of our config, so
+    a renamed setting cannot leave a conversion pointing at nothing."""
+    from orchestrator.from_verl import CONVERSIONS, KL_KEYS, OURS
+    from orchestrator.verl_keys import VERL_KEYS
+
+    targets = {target.split(" ")[0] for target in VERL_KEYS.values()} | set(KL_KEYS.values())
+    assert not targets - OURS, sorted(targets - OURS)
+    flat = {"actor_rollout_ref.actor.use_dynamic_bsz": True, "reward_model.overlong_buffer.enable": True}
+    samples = {"actor_rollout_ref.actor.strategy": "fsdp", "actor_rollout_ref.actor.policy_loss.loss_mode": "vanilla"}
+    samples |= {
+        "trainer.logger": "console",
+        "algorithm.filter_groups.metric": "acc",
+        "actor_rollout_ref.rollout.name": "hf",
+    }
+    samples |= {key: "k3" for key in KL_KEYS}
+    made = {k for key, convert in CONVERSIONS.items() for k in convert(samples.get(key, 1), flat)}
+    assert not made - OURS, sorted(made - OURS)
