@@ -226,37 +226,49 @@ def cmd_trace(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from meshrl.tiny.arithmetic import ArithmeticConfig
-    from meshrl.tiny.models import TinyModelConfig
-
     parser = argparse.ArgumentParser(prog="meshrl", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    add_making_parsers(sub)
+    p = sub.add_parser("serve", help="start a service: meshrl serve reward --help")
+    p.add_argument("service", choices=SERVICES)
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the service's own flags")
+    p.set_defaults(fn=cmd_serve)
+    for algorithm, what in ALGORITHMS.items():  # listed for --help; main() hands them on before parsing
+        sub.add_parser(algorithm, help=f"train with {what}: meshrl {algorithm} --config FILE section.key=value ...")
+    sub.add_parser(
+        "ray",
+        help="place the services on a Ray cluster, then train: meshrl ray grpo --config FILE ray.address=auto ...",
+    )
+    add_health_parser(sub)
+    add_certs_parser(sub)
+    add_run_dir_parsers(sub)
+    p = sub.add_parser("config", help="configs from elsewhere: `meshrl config from-verl VERL.yaml|run.sh`")
+    which_config = p.add_subparsers(dest="config_command", required=True)
+    q = which_config.add_parser(
+        "from-verl", help="our config for a verl PPO/GRPO YAML or launch script, and what has no equivalent"
+    )
+    q.add_argument("file", help="a verl YAML, or a script running python3 -m verl.trainer.main_ppo key=value ...")
+    q.add_argument("--out", default=None, help="write it here instead of printing it")
+    q.set_defaults(fn=cmd_config_from_verl)
+    return parser
+
+
+def add_making_parsers(sub) -> None:
+    """make-model and make-data: the tiny models and data, built here."""
+    from meshrl.tiny.arithmetic import ArithmeticConfig
+    from meshrl.tiny.models import TinyModelConfig
 
     p = sub.add_parser("make-model", help="write a tiny HF model folder (no download)")
     p.add_argument("out", help="output folder")
     add_dataclass_flags(p, TinyModelConfig)
     p.set_defaults(fn=cmd_make_model)
-
     p = sub.add_parser("make-data", help="write the arithmetic task as parquet (verl schema)")
     p.add_argument("out", help="output folder for train.parquet and test.parquet")
     add_dataclass_flags(p, ArithmeticConfig)
     p.set_defaults(fn=cmd_make_data)
 
-    p = sub.add_parser("serve", help="start a service: meshrl serve reward --help")
-    p.add_argument("service", choices=SERVICES)
-    p.add_argument("args", nargs=argparse.REMAINDER, help="the service's own flags")
-    p.set_defaults(fn=cmd_serve)
 
-    for algorithm, what in ALGORITHMS.items():  # listed for --help; main() hands them on before parsing
-        sub.add_parser(algorithm, help=f"train with {what}: meshrl {algorithm} --config FILE section.key=value ...")
-
-    sub.add_parser(
-        "ray",
-        help="place the services on a Ray cluster, then train: meshrl ray grpo --config FILE ray.address=auto ...",
-    )
-
-    add_health_parser(sub)
-
+def add_certs_parser(sub) -> None:
     p = sub.add_parser("certs", help="make a private CA and a TLS certificate per role (MESHRL_TLS_DIR)")
     p.add_argument("out", help="output folder")
     p.add_argument(
@@ -272,6 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(fn=cmd_certs)
 
+
+def add_run_dir_parsers(sub) -> None:
+    """What reads or steers a run by its folder: report, export, fleet, trace."""
     p = sub.add_parser("report", help="a run's summary table and curves.png, written again from its files")
     p.add_argument("run_dir", help="a run folder (trainer.run_dir)")
     p.add_argument(
@@ -280,20 +295,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="only the held-out accuracy by step and the gain from first to last validation, with standard errors",
     )
     p.set_defaults(fn=cmd_report)
-
     p = sub.add_parser("export", help="a checkpoint's actor as a HF folder (LoRA: merged, and its peft adapter)")
     p.add_argument("run_dir", help="a run folder (trainer.run_dir) with checkpoints/")
     p.add_argument("--step", type=int, default=None, help="which checkpoint; default: the latest")
     p.add_argument("--out", default=None, help="output folder for hf/ (and hf_adapter/); default RUN_DIR/export/step_N")
     p.set_defaults(fn=cmd_export)
-    p = sub.add_parser("config", help="configs from elsewhere: `meshrl config from-verl VERL.yaml|run.sh`")
-    which_config = p.add_subparsers(dest="config_command", required=True)
-    q = which_config.add_parser(
-        "from-verl", help="our config for a verl PPO/GRPO YAML or launch script, and what has no equivalent"
-    )
-    q.add_argument("file", help="a verl YAML, or a script running python3 -m verl.trainer.main_ppo key=value ...")
-    q.add_argument("--out", default=None, help="write it here instead of printing it")
-    q.set_defaults(fn=cmd_config_from_verl)
     p = sub.add_parser("fleet", help="resize a running run's rollout fleet (read before every step)")
     p.add_argument("run_dir")
     which = p.add_mutually_exclusive_group(required=True)
@@ -302,7 +308,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     which.add_argument("--address", help="HOST:PORT,... of running replicas, for a run given them by address")
     p.set_defaults(fn=cmd_fleet)
-
     p = sub.add_parser("trace", help="show one training step's spans (every service) as a timeline")
     p.add_argument("run_dir", help="a run folder (trainer.run_dir) with traces/")
     p.add_argument("--step", type=int, default=None, help="which step; default: the last traced")
@@ -313,7 +318,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="a step done more than once: which time (1, 2, ...); default: the last",
     )
     p.set_defaults(fn=cmd_trace)
-    return parser
 
 
 def add_health_parser(sub) -> None:

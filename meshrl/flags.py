@@ -12,8 +12,11 @@ import dataclasses
 import inspect
 import io
 import json
+import re
 import textwrap
 import tokenize
+
+from meshrl.config.checked import FieldError
 
 
 def field_docs(cls) -> dict[str, str]:
@@ -110,6 +113,13 @@ def dataclass_args(cls, values: dict, skip: tuple[str, ...] = ()) -> list[str]:
 
 def dataclass_from_args(cls, args: argparse.Namespace, skip: tuple[str, ...] = ()):
     return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.name not in skip})
+
+
+def as_flags(error: ValueError) -> str:
+    """A settings class's refusal as its command line says it: `--world-size=0 must be ...`."""
+    if isinstance(error, FieldError):
+        return re.sub(r"\{(\w+)\}", lambda m: "--" + m.group(1).replace("_", "-"), error.template)
+    return str(error)
 
 
 def add_server_flags(parser: argparse.ArgumentParser) -> None:

@@ -42,14 +42,13 @@ import torch
 from meshrl.codec.dtypes import TO_TORCH, wire_dtype
 from meshrl.codec.frame import tensor_bytes
 from meshrl.codec.rawbytes import encode_bytes_field
-from meshrl.config.rollout import TRANSPORTS
+from meshrl.config.rollout import DEFAULT_BUCKET_BYTES, TRANSPORTS
 from meshrl.shm import open_sealed
 from meshrl.v1 import rollout_pb2
 
 ALIGN = 64
 log = logging.getLogger(__name__)
 CHUNK_BYTES = 4 << 20
-DEFAULT_BUCKET_BYTES = 512 << 20
 # A call to the rollout may take CALL_BASE_SECONDS beyond its bytes (Begin waits for the generations in
 # flight with rollout.on_update=wait), and its bytes may move as slowly as FLOOR_BYTES_PER_SECOND: far
 # below what was measured (stream 0.6 GB/s, shm 3.7 GB/s; shared NOTES).

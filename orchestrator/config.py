@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import yaml
 
 from meshrl import hosts
-from meshrl.config.actor import EngineSettings, OptimSettings
+from meshrl.config.actor import EngineSettings, OptimSettings, RankSettings
 from meshrl.config.checked import Checked, FieldError, one_of, require
 from meshrl.config.env import EnvSettings
 from meshrl.config.losses import (
@@ -35,7 +35,7 @@ from meshrl.config.losses import (
     RolloutISSettings,
 )
 from meshrl.config.reward import RewardConfig
-from meshrl.config.rollout import TRANSPORTS, RolloutSettings
+from meshrl.config.rollout import DEFAULT_BUCKET_BYTES, MAX_CALLS, TRANSPORTS, RolloutSettings
 from meshrl.flags import field_docs
 from meshrl.tool_calls import PARSERS
 from meshrl.typed import build
@@ -43,7 +43,7 @@ from orchestrator import verl_keys
 
 LOGGERS = ("console", "tensorboard", "wandb", "mlflow")
 ENV_REWARDS = ("env", "service", "sum")
-MAX_CHUNKS = 16  # the rollout serves 16 calls at once (meshrl.rpc.server's max_workers)
+MAX_CHUNKS = MAX_CALLS  # the rollout serves this many calls at once
 
 
 class NumbersLoader(yaml.SafeLoader):
@@ -86,16 +86,12 @@ class DataSection(Checked):
 
 
 @dataclasses.dataclass
-class ActorSection(PolicyLossSettings, OptimSettings, EngineSettings):
-    """The policy. Its engine, optimizer and policy-loss keys are the actor service's own settings
+class ActorSection(PolicyLossSettings, OptimSettings, EngineSettings, RankSettings):
+    """The policy. Its ranks, engine, optimizer and policy-loss keys are the actor service's own settings
     (meshrl/config), sent to it as they are."""
 
     model: str = ""  # HuggingFace folder
     address: str = ""  # a running actor service; empty: start one
-    world_size: int | str = "auto"  # ranks of the actor's process group; auto: one per visible GPU, or
-    #   1 on CPU (one rank with every core trains faster there than FSDP over several)
-    threads: int = 0  # torch threads per rank; 0: the cores shared out over the ranks (never more
-    #   threads than cores)
     ppo_epochs: int = 1  # passes over each batch
     mini_batch_size: int = 0  # rows per optimizer step; 0: the whole batch
     reuse_logprobs: bool = True  # the update finds its own old log-probs instead of a log-prob call
@@ -105,9 +101,7 @@ class ActorSection(PolicyLossSettings, OptimSettings, EngineSettings):
     #   reward (it needs them first). false: always the separate call
 
     def __post_init__(self) -> None:
-        self.world_size = hosts.world_size(self.world_size)
         super().__post_init__()
-        require(self.threads >= 0, self, "threads", "must be >= 0 (0: the cores shared out over the ranks)")
         require(1 <= self.ppo_epochs <= MAX_EPOCHS, self, "ppo_epochs", f"must be in 1..{MAX_EPOCHS}")
         require(self.mini_batch_size >= 0, self, "mini_batch_size", "must be >= 0")
 
@@ -177,7 +171,8 @@ class RolloutSection(RolloutSettings):
     top_k: int = -1  # -1: off
     max_new_tokens: int = 16  # response tokens at most
     weight_transport: str = "shm"  # actor -> rollout: shm (same host), stream (any host), cuda_ipc (same GPU)
-    weight_bucket_mb: int = 512  # weights are gathered, sent and loaded this many MiB at a time
+    weight_bucket_mb: int = DEFAULT_BUCKET_BYTES >> 20  # weights are gathered, sent and loaded this many MiB
+    #   at a time
     weight_relay: bool = True  # stream to a fleet: the actor sends each bucket to the first replica, which
     #   passes it on to the next while it loads it, and so on (one send per bucket, not one per replica);
     #   false: the actor sends it to each replica itself
@@ -295,6 +290,8 @@ class AlgorithmSection(RolloutISSettings):
     distill_coef: float = 1.0  # with a teacher: x (teacher's - sampler's log-prob) per token, in the advantages
     dpo_beta: float = 0.1  # DPO's inverse temperature
     dpo_loss: str = "sigmoid"  # sigmoid or ipo
+    dpo_label_smoothing: float = 0.0  # sigmoid: the share of preferences taken as flipped (conservative DPO;
+    #   TRL's and OpenRLHF's label_smoothing), in [0, 0.5)
     overlong_buffer: int = 0  # DAPO's overlong reward shaping: a response's last this many tokens before
     #   rollout.max_new_tokens cost a penalty growing linearly to overlong_penalty at the limit; 0: off
     overlong_penalty: float = 1.0  # the penalty at the limit (DAPO's penalty factor)
@@ -310,6 +307,7 @@ class AlgorithmSection(RolloutISSettings):
         one_of(self, "kl_penalty", KL_ESTIMATORS)
         one_of(self, "kl_ctrl", KL_CONTROLLERS)
         one_of(self, "dpo_loss", DPO_LOSSES)
+        require(0 <= self.dpo_label_smoothing < 0.5, self, "dpo_label_smoothing", "must be in [0, 0.5)")
         require(self.overlong_buffer >= 0, self, "overlong_buffer", "must be >= 0 (0: off)")
         require(self.overlong_penalty >= 0, self, "overlong_penalty", "must be >= 0 (a penalty's size)")
         one_of(self, "dynamic_sampling_metric", ("acc", "score"))

@@ -59,63 +59,79 @@ class PromptDataset:
     ):
         """dataset_columns: each row also keeps its dataset columns as they are (the prompt under "prompt",
         as a TRL-form reward function is passed them), as `dataset_columns`."""
+        self.key, self.prompt_key, self.answer_key = key, prompt_key, answer_key
+        self.system_prompt, self.dataset_columns = system_prompt, dataset_columns
+        frame = self.read(files)
+        self.rows, self.prompt_ids = [], []
+        lengths = []
+        for number, record in enumerate(frame.to_dict("records")):
+            row, ids = self.row(record, number, tokenizer)
+            lengths.append(len(ids))
+            if len(ids) <= max_prompt_length:
+                self.rows.append(row)
+                self.prompt_ids.append(ids)
+        self.num_filtered = len(lengths) - len(self.rows)
+        self.report(lengths, max_prompt_length)
+        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.tokenizer = tokenizer
+
+    def read(self, files: str | list[str]) -> pd.DataFrame:
+        """The files' rows, one frame; refused (one line) when a file is missing, empty or lacks the prompts."""
         paths = [files] if isinstance(files, (str, pathlib.Path)) else list(files)
         missing = [str(p) for p in paths if not pathlib.Path(p).exists()]
         if missing:
             raise ValueError(f"data file(s) not found: {missing}")
+        key = self.key
         frame = pd.concat([read_rows(pathlib.Path(p), key) for p in paths], ignore_index=True)
         if len(frame) == 0:  # before the columns: an empty JSON lines file has none
             raise ValueError(f"{key}: {', '.join(map(str, paths))} {'has' if len(paths) == 1 else 'have'} no rows")
-        if prompt_key not in frame.columns:
+        if self.prompt_key not in frame.columns:
             raise ValueError(
-                f"{key}: column {prompt_key!r} is missing from {paths} (data.prompt_key names the "
+                f"{key}: column {self.prompt_key!r} is missing from {paths} (data.prompt_key names the "
                 f"prompt column); columns: {list(frame.columns)}"
             )
-        self.rows, self.prompt_ids = [], []
-        lengths = []
-        for number, record in enumerate(frame.to_dict("records")):
-            where = f"{key} row {number} ({prompt_key!r})"
-            messages = as_messages(plain(record[prompt_key]), where)
-            if system_prompt and messages[0]["role"] != "system":
-                messages = [{"role": "system", "content": system_prompt}, *messages]
-            tools = as_tools(plain(record.get("tools")), f"{key} row {number} ('tools')")
-            text = render(tokenizer, messages, where, tools)
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-            lengths.append(len(ids))
-            if len(ids) > max_prompt_length:
-                continue
-            row = {"prompt": messages, **{k: plain(record[k]) for k in COLUMNS if k in record}}
-            if answer_key:  # the reward's ground truth and SFT's target, where verl keeps them
-                answer = dig(record, answer_key, f"{key} row {number}")
-                row["reward_model"] = {**(row.get("reward_model") or {}), "ground_truth": answer}
-                row["extra_info"] = {**(row.get("extra_info") or {}), "answer": answer}
-            if dataset_columns:
-                row["dataset_columns"] = {
-                    "prompt" if k == prompt_key else k: plain(v) for k, v in record.items() if k not in KEPT
-                }
-            self.rows.append({**row, "tools": tools} if tools else row)
-            self.prompt_ids.append(ids)
-        self.num_filtered = len(lengths) - len(self.rows)
+        return frame
+
+    def row(self, record: dict, number: int, tokenizer) -> tuple[dict, list[int]]:
+        """One record as the sampler's row (verl's columns, the prompt as messages) and its prompt's ids."""
+        key, prompt_key = self.key, self.prompt_key
+        where = f"{key} row {number} ({prompt_key!r})"
+        messages = as_messages(plain(record[prompt_key]), where)
+        if self.system_prompt and messages[0]["role"] != "system":
+            messages = [{"role": "system", "content": self.system_prompt}, *messages]
+        tools = as_tools(plain(record.get("tools")), f"{key} row {number} ('tools')")
+        ids = tokenizer(render(tokenizer, messages, where, tools), add_special_tokens=False)["input_ids"]
+        row = {"prompt": messages, **{k: plain(record[k]) for k in COLUMNS if k in record}}
+        if self.answer_key:  # the reward's ground truth and SFT's target, where verl keeps them
+            answer = dig(record, self.answer_key, f"{key} row {number}")
+            row["reward_model"] = {**(row.get("reward_model") or {}), "ground_truth": answer}
+            row["extra_info"] = {**(row.get("extra_info") or {}), "answer": answer}
+        if self.dataset_columns:
+            row["dataset_columns"] = {
+                "prompt" if k == prompt_key else k: plain(v) for k, v in record.items() if k not in KEPT
+            }
+        return ({**row, "tools": tools} if tools else row), ids
+
+    def report(self, lengths: list[int], max_prompt_length: int) -> None:
+        """Refuse a dataset none of whose prompts fit; say how many were dropped."""
         spread = (
             f"prompts are {min(lengths, default=0)}-{max(lengths, default=0)} tokens with the chat template, "
             f"median {sorted(lengths)[len(lengths) // 2] if lengths else 0}"
         )
         if not self.rows:
             raise ValueError(
-                f"{key}: no prompt fits {max_prompt_length} tokens (data.max_prompt_length, or "
+                f"{self.key}: no prompt fits {max_prompt_length} tokens (data.max_prompt_length, or "
                 f"rollout.max_model_len - rollout.max_new_tokens): {spread}"
             )
         if self.num_filtered:
             (log.warning if self.num_filtered > len(lengths) // 10 else log.info)(
                 "%s: dropped %d of %d prompts longer than %d tokens (%s)",
-                key,
+                self.key,
                 self.num_filtered,
                 len(lengths),
                 max_prompt_length,
                 spread,
             )
-        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        self.tokenizer = tokenizer
 
     def __len__(self) -> int:
         return len(self.rows)

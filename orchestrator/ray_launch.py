@@ -119,19 +119,46 @@ class Placement:
 
 def place(cfg: Config, roles: set[str]) -> Placement:
     """Reserve a placement group per service (colocated roles join the actor's) and start the services."""
-    roles = service_roles(cfg, roles)
     import ray
-    from ray.util.placement_group import placement_group, remove_placement_group
 
+    roles = service_roles(cfg, roles)
     rc = cfg.ray
     unknown = sorted(set(rc.colocate) - (roles - {"actor"}))
     if unknown:
         raise ValueError(
             f"ray.colocate names {unknown}, not services of this run besides the actor: {sorted(roles - {'actor'})}"
         )
-    groups: dict[str, PlacementGroup] = {}
-    hosts: dict[str, Any] = {}  # as Placement.hosts
-    # environment the services need from this process (tracing, vLLM's CPU cache size)
+    env = service_env()
+    names = [n for r in sorted(roles) for n in (replica_names(cfg) if r == "rollout" else [r])]  # the fleet's too
+    colocated = sum(role_of(n) in rc.colocate for n in names)
+    placement = Placement({}, {})
+    nodes: dict[str, list[list[int]]] = {}  # a trained service whose ranks span nodes: its bundles by node
+    try:
+        for name in sorted(names, key=lambda n: n != "actor"):  # the actor first: others may join its group
+            if role_of(name) in rc.colocate:
+                pg, share = placement.groups["actor"], colocated + 1
+            else:
+                pg, spread = reserve(cfg, name)
+                placement.groups[name], share = pg, 1
+                if spread:
+                    nodes[name] = by_node(pg)
+            # the host itself takes a slice of the first bundle (rank 0's); the service's ranks use the rest
+            placement.hosts[name] = service_host(pg, 0, rc.gpus_per_rank / (share + 1) if rc.gpus_per_rank else 0)
+        args = {n: serve_args(cfg, role_of(n)) for n in placement.hosts}
+        own_env = {n: env for n in placement.hosts}
+        for name, bundles in nodes.items():  # ranks on other nodes join rank 0's group there
+            args[name], own_env[name] = start_far_ranks(cfg, placement, name, bundles, env, args[name])
+        starts = [h.start.remote(args[n], own_env[n], role_certs(role_of(n))) for n, h in placement.hosts.items()]
+        addresses = ray.get(starts)
+    except BaseException:
+        release(placement)
+        raise
+    record(cfg, roles, dict(zip(placement.hosts, addresses)))
+    return placement
+
+
+def service_env() -> dict[str, str]:
+    """The environment the services need from this process (tracing, vLLM's CPU cache size, TLS's choice)."""
     env = {k: v for k, v in os.environ.items() if k.startswith(("MESHRL_", "OTEL_", "VLLM_"))}
     if not tls.enabled():  # ray.tls=false is the user's explicit choice of plain gRPC beyond loopback
         env["MESHRL_INSECURE_BIND"] = "1"
@@ -139,78 +166,77 @@ def place(cfg: Config, roles: set[str]) -> Placement:
             "ray.tls=false: the services listen on their nodes' addresses without TLS (the run's token "
             "travels in clear text)"
         )
-    names = [n for r in sorted(roles) for n in (replica_names(cfg) if r == "rollout" else [r])]  # the fleet's too
-    colocated = sum(role_of(n) in rc.colocate for n in names)
-    nodes: dict[str, list[list[int]]] = {}  # a trained service whose ranks span nodes: its bundles by node
-    extra: list[Any] = []  # the hosts of its ranks on the other nodes
+    return env
+
+
+def reserve(cfg: Config, name: str):
+    """(the service's own placement group, ready; whether its ranks may spread over nodes)."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    rc, role = cfg.ray, role_of(name)
+    bundle = {"CPU": rc.cpus_per_rank, **({"GPU": rc.gpus_per_rank} if rc.gpus_per_rank else {})}
+    spread = role in MODELS and ranks(cfg, role) > 1 and rc.rank_strategy != "STRICT_PACK"
+    strategy = rc.rank_strategy if spread else "STRICT_PACK"
+    pg = placement_group([dict(bundle) for _ in range(ranks(cfg, role))], strategy=strategy)
     try:
-        for name in sorted(names, key=lambda n: n != "actor"):  # the actor first: others may join its group
-            role = role_of(name)
-            if role in rc.colocate:
-                pg, share = groups["actor"], colocated + 1
-            else:
-                bundle = {"CPU": rc.cpus_per_rank, **({"GPU": rc.gpus_per_rank} if rc.gpus_per_rank else {})}
-                spread = role in MODELS and ranks(cfg, role) > 1 and rc.rank_strategy != "STRICT_PACK"
-                strategy = rc.rank_strategy if spread else "STRICT_PACK"
-                pg = placement_group([dict(bundle) for _ in range(ranks(cfg, role))], strategy=strategy)
-                try:
-                    ray.get(pg.ready(), timeout=rc.placement_timeout)
-                except ray.exceptions.GetTimeoutError:
-                    remove_placement_group(pg)
-                    raise RuntimeError(
-                        f"the Ray cluster cannot place the {name} service: it needs {ranks(cfg, role)} bundle(s) of "
-                        f"{bundle} {'as ' + strategy if spread else 'on one node'}; available now: "
-                        f"{ray.available_resources()} (waited {rc.placement_timeout:.0f} s; lower "
-                        "ray.cpus_per_rank/gpus_per_rank or add nodes)"
-                    ) from None
-                groups[name], share = pg, 1
-                if spread:
-                    nodes[name] = by_node(pg)
-            # the host itself takes a slice of the first bundle (rank 0's); the service's ranks use the rest
-            hosts[name] = service_host(pg, 0, rc.gpus_per_rank / (share + 1) if rc.gpus_per_rank else 0)
-        args = {n: serve_args(cfg, role_of(n)) for n in hosts}
-        own_env = {n: env for n in hosts}
-        for name, bundles in nodes.items():  # ranks on other nodes join rank 0's group there
-            secret, host0 = secrets.token_hex(16), hosts[name]
-            group = f"{ray.get(host0.node_address.remote())}:{ray.get(host0.free_port.remote())}"
-            rank = len(bundles[0])
-            threads = {"OMP_NUM_THREADS": str(max(1, int(rc.cpus_per_rank)))}  # a rank's bundle
-            for indices in bundles[1:]:
-                extra.append(service_host(groups[name], indices[0], 0))
-                ray.get(
-                    extra[-1].start_ranks.remote(
-                        served_role(role_of(name)),
-                        list(range(rank, rank + len(indices))),
-                        ranks(cfg, role_of(name)),
-                        group,
-                        {**env, **threads, GROUP_SECRET_VAR: secret},
-                    )
-                )
-                rank += len(indices)
-            args[name] += ["--local-ranks", str(len(bundles[0])), "--group-port", group.rpartition(":")[2]]
-            own_env[name] = {**env, GROUP_SECRET_VAR: secret}
-            log.info("%s: %d ranks on %d nodes, meeting at %s", name, ranks(cfg, role_of(name)), len(bundles), group)
-        addresses = ray.get([h.start.remote(args[n], own_env[n], role_certs(role_of(n))) for n, h in hosts.items()])
-    except BaseException:
-        release(Placement(groups, hosts, extra))
-        raise
-    placed = dict(zip(hosts, addresses))
+        ray.get(pg.ready(), timeout=rc.placement_timeout)
+    except ray.exceptions.GetTimeoutError:
+        remove_placement_group(pg)
+        raise RuntimeError(
+            f"the Ray cluster cannot place the {name} service: it needs {ranks(cfg, role)} bundle(s) of "
+            f"{bundle} {'as ' + strategy if spread else 'on one node'}; available now: "
+            f"{ray.available_resources()} (waited {rc.placement_timeout:.0f} s; lower "
+            "ray.cpus_per_rank/gpus_per_rank or add nodes)"
+        ) from None
+    return pg, spread
+
+
+def start_far_ranks(cfg: Config, placement: Placement, name: str, bundles: list[list[int]], env: dict, args: list):
+    """Start the ranks of `name` on nodes other than rank 0's (a host each, placement.extra), to join rank
+    0's group behind a fresh secret; (rank 0's service arguments, its environment)."""
+    import ray
+
+    secret, host0 = secrets.token_hex(16), placement.hosts[name]
+    group = f"{ray.get(host0.node_address.remote())}:{ray.get(host0.free_port.remote())}"
+    rank, role = len(bundles[0]), role_of(name)
+    threads = {"OMP_NUM_THREADS": str(max(1, int(cfg.ray.cpus_per_rank)))}  # a rank's bundle
+    for indices in bundles[1:]:
+        placement.extra.append(service_host(placement.groups[name], indices[0], 0))
+        ray.get(
+            placement.extra[-1].start_ranks.remote(
+                served_role(role),
+                list(range(rank, rank + len(indices))),
+                ranks(cfg, role),
+                group,
+                {**env, **threads, GROUP_SECRET_VAR: secret},
+            )
+        )
+        rank += len(indices)
+    log.info("%s: %d ranks on %d nodes, meeting at %s", name, ranks(cfg, role), len(bundles), group)
+    more = ["--local-ranks", str(len(bundles[0])), "--group-port", group.rpartition(":")[2]]
+    return [*args, *more], {**env, GROUP_SECRET_VAR: secret}
+
+
+def record(cfg: Config, roles: set[str], placed: dict[str, str]) -> None:
+    """The placed services' addresses into the run's config (the fleet as a list, in its order); a fleet
+    with replicas off the actor's node takes the weights by stream."""
     for name, address in placed.items():
         if not is_replica(name):
             getattr(cfg, name).address = address
         log.info("placed %s at %s", name, address)
-    if "rollout" in roles:  # the fleet as a list of running replicas, in their order
-        cfg.rollout.address = ",".join(placed[n] for n in replica_names(cfg))
-        far = [n for n in replica_names(cfg) if host_of(placed[n]) != host_of(placed.get("actor", placed[n]))]
-        if far and cfg.rollout.weight_transport == "shm":
-            log.warning(
-                "rollout replicas %s are on other nodes than the actor, which shm cannot reach: the weights go "
-                "by stream (rollout.weight_relay=%s) in this run",
-                far,
-                cfg.rollout.weight_relay,
-            )
-            cfg.rollout.weight_transport = "stream"
-    return Placement(groups, hosts, extra)
+    if "rollout" not in roles:
+        return
+    cfg.rollout.address = ",".join(placed[n] for n in replica_names(cfg))
+    far = [n for n in replica_names(cfg) if host_of(placed[n]) != host_of(placed.get("actor", placed[n]))]
+    if far and cfg.rollout.weight_transport == "shm":
+        log.warning(
+            "rollout replicas %s are on other nodes than the actor, which shm cannot reach: the weights go "
+            "by stream (rollout.weight_relay=%s) in this run",
+            far,
+            cfg.rollout.weight_relay,
+        )
+        cfg.rollout.weight_transport = "stream"
 
 
 def service_host(pg, bundle: int, gpus: float):

@@ -16,13 +16,17 @@ def grpo_command(tiny_lm, arithmetic_data, run_dir, steps: int, *extra: str) -> 
             "rollout.backend=hf", "reward.workers=1", "data.train_batch_size=4", "rollout.n=2", *extra]  # fmt: skip
 
 
-def chaos_settings(tiny_lm, arithmetic_data, tmp_path, run_dir) -> list[str]:
-    """A 12-step GRPO run that checkpoints every 5 steps and may restart its services 3 times."""
-    varied = tmp_path / "varied_reward.py"  # an untrained model scores 0 on the task: no advantages
-    varied.write_text(
-        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-        "    return float(len(solution_str) % 3)\n"
-    )
+VARIED = (  # an untrained model scores 0 on the task, and equal scores teach nothing: vary them by length
+    "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+    "    return float(len(solution_str) % 3)\n"
+)
+
+
+def small_settings(tiny_lm, arithmetic_data, folder) -> list[str]:
+    """4 prompts x 2 samples on the HF rollout and a plain actor (lr 1e-3), one reward worker scoring by
+    length (VARIED, written into folder), so that every step trains."""
+    varied = folder / "varied_reward.py"
+    varied.write_text(VARIED)
     return [
         f"actor.model={tiny_lm}",
         f"data.train_files={arithmetic_data['train']}",
@@ -31,9 +35,16 @@ def chaos_settings(tiny_lm, arithmetic_data, tmp_path, run_dir) -> list[str]:
         "rollout.backend=hf",
         "actor.engine=plain",
         "reward.workers=1",
-        "trainer.save_every=5",
         "actor.lr=1e-3",
         f"reward.function={varied}:compute_score",
+    ]
+
+
+def chaos_settings(tiny_lm, arithmetic_data, tmp_path, run_dir) -> list[str]:
+    """A 12-step small run that checkpoints every 5 steps and may restart its services 3 times."""
+    return [
+        *small_settings(tiny_lm, arithmetic_data, tmp_path),
+        "trainer.save_every=5",
         "trainer.total_steps=12",
         "trainer.val_every=0",
         "trainer.logger=[console]",

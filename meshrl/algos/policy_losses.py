@@ -4,7 +4,9 @@ resolved settings. Adding a loss is one function, one entry here and one there.
 
 Inputs are per-token (B, T) tensors over the response: the log-probs being trained, the old (sampling)
 ones, the advantages and response_mask. `weights` (rollout_is_weights) scale each token's loss. Each returns
-a scalar loss and a dict of metrics (floats).
+a scalar loss and a dict of metrics (floats). Each function takes its paper's settings as keyword
+arguments with the paper's values as defaults, in verl's order (verl/trainer/ppo/core_algos.py), rather
+than one settings object: so each can be called and unit-tested alone, and read beside verl's.
 """
 
 from collections.abc import Callable

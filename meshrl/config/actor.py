@@ -7,8 +7,10 @@ or leaves at its default (AdamW's betas).
 
 import dataclasses
 
+from meshrl import hosts
 from meshrl.config.checked import Checked, FieldError, one_of, require
 
+ROLES = ("actor", "ref", "critic")  # what an actor service serves: a trained policy, a frozen one, values
 ENGINE_NAMES = ("fsdp2", "fsdp1", "plain")
 ENGINES = ("auto", *ENGINE_NAMES)
 LR_SCHEDULES = ("constant", "cosine")
@@ -136,3 +138,43 @@ class OptimConfig(OptimSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.lr_schedule != "cosine" or self.total_steps > 0, self, "total_steps", "must be > 0 with cosine")
+
+
+@dataclasses.dataclass
+class RankSettings(Checked):
+    """How many ranks a trained service runs and how many threads each (a run's `actor.*`, and
+    `meshrl serve actor`'s flags)."""
+
+    world_size: int | str = "auto"  # ranks of the service's process group; auto: one per visible GPU, or
+    #   1 on CPU (one rank with every core trains faster there than FSDP over several)
+    threads: int = 0  # torch threads per rank; 0: the cores shared out over the ranks on this machine
+    #   (never more threads than cores)
+
+    def __post_init__(self) -> None:
+        try:
+            self.world_size = hosts.world_size(self.world_size)
+        except ValueError:
+            require(False, self, "world_size", f"must be a number of ranks >= 1 or {hosts.AUTO!r}")
+        super().__post_init__()
+        require(self.threads >= 0, self, "threads", "must be >= 0 (0: the cores shared out over the ranks)")
+
+
+@dataclasses.dataclass
+class ActorServiceConfig(RankSettings):
+    """`meshrl serve actor`'s own flags, beside its engine and optimizer settings."""
+
+    role: str = "actor"  # actor (trained), ref (frozen log-probs) or critic (values)
+    model: str = ""  # HF folder; given, the service initializes itself; empty: the run sends Init
+    checkpoint_root: str = "."  # SaveCheckpoint and LoadCheckpoint paths must lie under this folder
+    #   (default: the working directory); relative paths are taken from it
+    local_ranks: int = 0  # ranks this process starts here (0: all); fewer: the group spans nodes, the
+    #   other ranks are started on theirs (`python -m services.actor.rank ROLE` with node_env), and they
+    #   meet in a TCP store on --host at --group-port, each key behind MESHRL_GROUP_SECRET
+    group_port: int = 0  # the group's TCP store (with --local-ranks); 0: a free one
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        one_of(self, "role", ROLES)
+        assert isinstance(self.world_size, int)  # RankSettings made it one
+        require(0 <= self.local_ranks <= self.world_size, self, "local_ranks", f"must be in 0..{self.world_size}")
+        require(0 <= self.group_port < 65536, self, "group_port", "must be a port number (0: a free one)")

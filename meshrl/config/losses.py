@@ -286,6 +286,7 @@ class DPOParams(Schedule):
     def __post_init__(self) -> None:
         super().__post_init__()
         one_of(self, "loss_type", DPO_LOSSES)
+        require(0 <= self.label_smoothing < 0.5, self, "label_smoothing", "must be in [0, 0.5)")
 
 
 @dataclasses.dataclass

@@ -12,6 +12,8 @@ ON_UPDATE = ("wait", "interrupt")
 TRANSPORTS = ("shm", "stream", "cuda_ipc")  # how the actor's weights reach the rollout
 DTYPES = ("float32", "bfloat16", "float16")  # an engine's, and what the actor's weights may be sent as
 MAX_LORA_RANK = 512  # the largest vLLM (0.32) serves
+DEFAULT_BUCKET_BYTES = 512 << 20  # a weight push's bucket: gathered, sent and loaded at a time (meshrl.weights)
+MAX_CALLS = 16  # Generate calls a rollout serves at once (meshrl.rpc.server's MAX_WORKERS: every server's)
 
 
 @dataclasses.dataclass

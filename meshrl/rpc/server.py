@@ -24,6 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from meshrl import telemetry, tls
+from meshrl.config.rollout import MAX_CALLS
 from meshrl.rpc.interceptors import (
     CapacityInterceptor,
     ErrorInterceptor,
@@ -43,6 +44,7 @@ QUEUE_WAIT = 5.0  # seconds a call past the limit waits for a slot before RESOUR
 # refused (with a queue of 16 and 1.5 s, 75% of 100 callers' calls were refused and goodput halved;
 # with 8 x 16 and 5 s none were, at the 16-caller rate: bench/RESULTS.md, issue 42)
 QUEUE_PER_SLOT = 8
+MAX_WORKERS = MAX_CALLS  # work calls a server serves at once
 
 
 INSECURE_BIND_VAR = "MESHRL_INSECURE_BIND"  # =1: serve beyond loopback without TLS (as --insecure-bind)
@@ -81,7 +83,7 @@ class Server:
         host: str = "127.0.0.1",
         port: int = 0,
         token: str | None = None,
-        max_workers: int = 16,
+        max_workers: int = MAX_WORKERS,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         queue: int | None = None,
         queue_wait: float = QUEUE_WAIT,

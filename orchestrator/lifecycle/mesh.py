@@ -29,7 +29,14 @@ from meshrl import hosts
 from meshrl.clients import RewardClient
 from meshrl.codec import Payload
 from meshrl.codec.values import to_value
-from meshrl.config.actor import EngineConfig, EngineSettings, OptimConfig, OptimSettings, engine_for
+from meshrl.config.actor import (
+    ActorServiceConfig,
+    EngineConfig,
+    EngineSettings,
+    OptimConfig,
+    OptimSettings,
+    engine_for,
+)
 from meshrl.config.checked import values_of
 from meshrl.config.env import EnvConfig, EnvSettings
 from meshrl.config.losses import PARAMS, update_inputs
@@ -106,15 +113,10 @@ def serve_args(cfg: Config, role: str) -> list[str]:
     if role in CONFIGS:
         return [role, *dataclass_args(CONFIGS[role], values)]
     model = {"critic": cfg.critic.model or cfg.actor.model, "teacher": cfg.teacher.model}.get(role, cfg.actor.model)
-    args = ["actor", "--role", served_role(role), "--model", model]
-    args += ["--checkpoint-root", absolute(cfg.trainer.run_dir)]
-    args += [
-        "--world-size",
-        str(ranks(cfg, role)),
-        "--threads",
-        str(cfg.actor.threads),
-        *dataclass_args(EngineConfig, values),
-    ]
+    what = dataclass_args(ActorServiceConfig, {"role": served_role(role), "model": model})  # said first
+    where: dict[str, object] = {"world_size": ranks(cfg, role), "threads": cfg.actor.threads}
+    where["checkpoint_root"] = absolute(cfg.trainer.run_dir)
+    args = ["actor", *what, *dataclass_args(ActorServiceConfig, where), *dataclass_args(EngineConfig, values)]
     return args + ([] if role in FROZEN else dataclass_args(OptimConfig, values))
 
 

@@ -30,7 +30,8 @@ def value_params(cfg: Config) -> dict:
 
 def dpo_params(cfg: Config) -> dict:
     al = cfg.algorithm
-    return {**schedule(cfg), "beta": al.dpo_beta, "loss_type": al.dpo_loss, "temperature": cfg.rollout.temperature}
+    dpo = {"beta": al.dpo_beta, "loss_type": al.dpo_loss, "label_smoothing": al.dpo_label_smoothing}
+    return {**schedule(cfg), **dpo, "temperature": cfg.rollout.temperature}
 
 
 def sft_params(cfg: Config) -> dict:

@@ -23,6 +23,7 @@ from meshrl.algos.distill import distillation_advantages
 from meshrl.algos.kl import FixedKLController, KLController, apply_kl_penalty, kl_controller
 from meshrl.algos.masked import masked_mean, token_level
 from meshrl.algos.shaping import overlong_penalty
+from meshrl.dataproto import DataProto
 from orchestrator.config import Config
 from orchestrator.lifecycle.mesh import POLICY_TENSORS, Mesh
 from orchestrator.loops.params import ppo_params, value_params
@@ -164,9 +165,28 @@ class PolicyGradient:
         metrics: dict[str, float] = {}
         if cfg.algorithm.dynamic_sampling:  # DAPO: groups that all scored the same out, more rounds in
             gen, scored, metrics = dynamic.fill(rollouts, t, number, data, gen, scored, len(indices))
-        batch = gen.select(POLICY_TENSORS)
-        mask = batch.batch["response_mask"]
         reuse = own_old_logprobs(cfg)
+        batch = self.passes(mesh, t, gen, reuse)
+        mask = batch.batch["response_mask"]
+        rewards = self.rewards(cfg, scored, batch, metrics)
+        advantages, returns = self.advantages(mesh, t, gen, batch, rewards, metrics)
+        batch.batch["advantages"], batch.batch["returns"] = advantages, returns
+        if self.critic:
+            with t("update_critic"):
+                metrics.update(mesh.update("critic", number, "value", value_params(cfg), batch))
+        with t("update_actor"):
+            metrics.update(mesh.update("actor", number, "ppo", ppo_params(cfg, reuse), batch))
+        with t("update_weights"):
+            rollouts.push_weights(number)
+        metrics.update(rollout_metrics(gen, scored, batch, advantages, response_limit(cfg)))
+        metrics["perf/tokens_per_s"] = mask.sum().item() / max(1e-9, sum(t.values()))
+        return {**metrics, **t}
+
+    def passes(self, mesh: Mesh, t: Timer, gen: DataProto, reuse: bool) -> DataProto:
+        """The step's batch with the log-probs and values the update needs: the actor's old ones unless the
+        update finds them itself (reuse), the ref's, the critic's values."""
+        cfg = mesh.cfg
+        batch = gen.select(POLICY_TENSORS)
         if reuse or cfg.algorithm.corrects:  # reuse: the update reports the rollout's distance
             batch.batch["rollout_logprobs"] = gen.batch["rollout_logprobs"]
         if not reuse:
@@ -178,55 +198,42 @@ class PolicyGradient:
         if self.critic:
             with t("values"):
                 batch.batch["values"] = mesh.values(batch)
+        return batch
 
-        rewards = scored.token_level_scores
+    def rewards(self, cfg, scored, batch: DataProto, metrics: dict) -> torch.Tensor:
+        """Token-level rewards: the scores, DAPO's overlong penalty, the KL penalty (InstructGPT's)."""
+        rewards, mask, al = scored.token_level_scores, batch.batch["response_mask"], cfg.algorithm
         assert rewards is not None  # the Score request carries the response_mask: Scores has token scores
-        if cfg.algorithm.overlong_buffer:
-            a = cfg.algorithm
-            penalty = overlong_penalty(mask, cfg.rollout.max_new_tokens, a.overlong_buffer, a.overlong_penalty)
+        if al.overlong_buffer:
+            penalty = overlong_penalty(mask, cfg.rollout.max_new_tokens, al.overlong_buffer, al.overlong_penalty)
             rewards = rewards + token_level(penalty, mask)  # with the score, on the last response token
             metrics["critic/overlong_penalty/mean"] = penalty.mean().item()
             metrics["critic/overlong_penalty/share"] = (penalty < 0).float().mean().item()
-        if cfg.algorithm.use_kl_in_reward:
-            rewards, kl = apply_kl_penalty(
-                rewards,
-                batch.batch["actor_logprobs"],
-                batch.batch["ref_logprobs"],
-                mask,
-                self.kl_ctrl.value,
-                cfg.algorithm.kl_penalty,
-            )
+        if al.use_kl_in_reward:
+            actor, ref = batch.batch["actor_logprobs"], batch.batch["ref_logprobs"]
+            rewards, kl = apply_kl_penalty(rewards, actor, ref, mask, self.kl_ctrl.value, al.kl_penalty)
             metrics.update({"actor/reward_kl_penalty": kl.item(), "actor/reward_kl_penalty_coeff": self.kl_ctrl.value})
             self.kl_ctrl.update(kl.item(), n_steps=len(batch))
+        return rewards
+
+    def advantages(self, mesh: Mesh, t: Timer, gen, batch, rewards, metrics: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """(advantages, returns): the estimator's, plus a teacher's distillation term."""
+        al, mask = mesh.cfg.algorithm, batch.batch["response_mask"]
         with t("adv"):
             if self.distill_only:
                 advantages = returns = torch.zeros_like(mask, dtype=torch.float32)
             else:
-                al = cfg.algorithm
                 uids, values = list(gen.non_tensor_batch["uid"]), batch.batch.get("values")
                 inputs = AdvantageInputs(rewards, mask, uids, values, al.gamma, al.lam, al.norm_adv_by_std)
                 advantages, returns = ADVANTAGE_ESTIMATORS[al.adv_estimator or self.estimator](inputs)
         if mesh.has("teacher"):
             with t("teacher"):
                 teacher = mesh.logprobs("teacher", batch)
-            term, distilled = distillation_advantages(
-                teacher, gen.batch["rollout_logprobs"], mask, cfg.algorithm.distill_coef
-            )
+            term, distilled = distillation_advantages(teacher, gen.batch["rollout_logprobs"], mask, al.distill_coef)
             metrics.update(distilled)
             advantages = advantages + term
             returns = advantages if self.distill_only else returns
-        batch.batch["advantages"], batch.batch["returns"] = advantages, returns
-
-        if self.critic:
-            with t("update_critic"):
-                metrics.update(mesh.update("critic", number, "value", value_params(cfg), batch))
-        with t("update_actor"):
-            metrics.update(mesh.update("actor", number, "ppo", ppo_params(cfg, reuse), batch))
-        with t("update_weights"):
-            rollouts.push_weights(number)
-        metrics.update(rollout_metrics(gen, scored, batch, advantages, response_limit(cfg)))
-        metrics["perf/tokens_per_s"] = mask.sum().item() / max(1e-9, sum(t.values()))
-        return {**metrics, **t}
+        return advantages, returns
 
     def state_dict(self) -> dict:
         return {"kl_coef": self.kl_ctrl.value}

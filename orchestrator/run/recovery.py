@@ -54,22 +54,10 @@ def recover(error: StepFailed, state: RunState) -> tuple[int, tuple | None]:
     lost = (dead | down | partial) & set(algorithm.trained)
     if not dead | down | partial | torn:
         raise error
-    log.warning(
-        "%s; %s: restart %d of %d",
-        error,
-        "; ".join(
-            f"{', '.join(sorted(names))} {why}"
-            for names, why in (
-                (dead, "died"),
-                (down, "not answering"),
-                (partial, "stopped between two steps"),
-                (torn, "holding half a weight update"),
-            )
-            if names
-        ),
-        restarts,
-        cfg.trainer.max_restarts,
-    )
+    found = [(dead, "died"), (down, "not answering"), (partial, "stopped between two steps")]
+    found.append((torn, "holding half a weight update"))
+    what = "; ".join(f"{', '.join(sorted(names))} {why}" for names, why in found if names)
+    log.warning("%s; %s: restart %d of %d", error, what, restarts, cfg.trainer.max_restarts)
     stateful = set(services.ours) & {*algorithm.trained, *mesh.replicas} if lost else set()
     if dead | stateful:
         mesh.clients.update(services.restart(dead | stateful))
@@ -87,15 +75,25 @@ def recover(error: StepFailed, state: RunState) -> tuple[int, tuple | None]:
             #   off): give it the actor's
             push_again(mesh, number - 1, error, back)
         return number, state.batch
+    step = go_back(error, state)
+    assert state.log is not None  # open while train() runs the steps
+    state.log.forget_after(step)
+    return step + 1, None
+
+
+def go_back(error: StepFailed, state: RunState) -> int:
+    """The whole mesh back to the last checkpoint, or to the start when there is none (if every service is
+    where it started); the step it holds."""
+    mesh, algorithm = state.mesh, state.algorithm
     try:
         step = resume(state.run_dir, mesh, algorithm, state.sampler)
     except ServiceError as e:  # e.g. a given rollout refuses weights older than its own
         raise StepFailed(f"{error}; going back to the last checkpoint failed: {e}") from None
-    if step == 0:  # no checkpoint: from the start, if every service is where it started
+    if step == 0:
         moved = [
             name
             for name in (*algorithm.trained, *mesh.replicas)
-            if name in mesh.clients and name not in services.ours and mesh[name].describe().weight_version != 0
+            if name in mesh.clients and name not in state.services.ours and mesh[name].describe().weight_version != 0
         ]
         if moved:
             raise StepFailed(
@@ -105,9 +103,7 @@ def recover(error: StepFailed, state: RunState) -> tuple[int, tuple | None]:
         state.sampler.load_state_dict(state.start["sampler"])
         algorithm.load_state_dict(state.start["algorithm"])
         torch.set_rng_state(state.start["rng"])
-    assert state.log is not None  # open while train() runs the steps
-    state.log.forget_after(step)
-    return step + 1, None
+    return step
 
 
 def check_not_ahead(mesh: Mesh, trained: tuple[str, ...], step: int) -> None:

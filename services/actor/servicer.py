@@ -275,6 +275,39 @@ class ActorServicer:
         if self.role == "critic":
             raise InvalidArgument("a critic's weights are not a policy: push from the actor")
         self._require_whole()
+        targets, version, transport = self._push_request(request)
+        reply = self._call(
+            "push_weights",
+            {
+                "dtype": request.dtype,
+                "rollout_addresses": targets,
+                "transport": transport,
+                "version": version,
+                "rollback": request.rollback,
+                "merge_lora": request.merge_lora,  # without an adapter: the full weights, as always
+                "relay": request.relay,
+                "bucket_bytes": request.bucket_bytes or weights.DEFAULT_BUCKET_BYTES,
+                "seconds_left": context.time_remaining() if context is not None else None,
+            },
+            None,
+            context,
+        )[0].meta_info
+        if self.driver.handler.push_failure is not None:
+            raise self.driver.handler.push_failure  # as the rollout said it (a refused version stays refused)
+        failed = [
+            actor_pb2.PushFailure(
+                address=address,
+                code=e.code.name if isinstance(e, ServiceError) else "INTERNAL",
+                details=(e.details or "") if isinstance(e, ServiceError) else f"{type(e).__name__}: {e}",
+            )
+            for address, e in self.driver.handler.push_failed.items()
+        ]
+        return actor_pb2.PushWeightsResponse(
+            version=version, num_bytes=int(reply["num_bytes"]), seconds=reply["seconds"], failed=failed
+        )
+
+    def _push_request(self, request: actor_pb2.PushWeightsRequest) -> tuple[list[str], int, str]:
+        """(the rollouts' addresses, the version, the transport) of a push, each checked before any rank works."""
         targets = [request.rollout_address, *request.more_rollout_addresses]
         for address in targets:
             if not is_address(address):
@@ -305,35 +338,7 @@ class ActorServicer:
             raise InvalidArgument(
                 f"PushWeightsRequest.dtype must be one of {list(DTYPES)} or empty, got {request.dtype[:50]!r}"
             )
-        reply = self._call(
-            "push_weights",
-            {
-                "dtype": request.dtype,
-                "rollout_addresses": targets,
-                "transport": transport,
-                "version": version,
-                "rollback": request.rollback,
-                "merge_lora": request.merge_lora,  # without an adapter: the full weights, as always
-                "relay": request.relay,
-                "bucket_bytes": request.bucket_bytes or weights.DEFAULT_BUCKET_BYTES,
-                "seconds_left": context.time_remaining() if context is not None else None,
-            },
-            None,
-            context,
-        )[0].meta_info
-        if self.driver.handler.push_failure is not None:
-            raise self.driver.handler.push_failure  # as the rollout said it (a refused version stays refused)
-        failed = [
-            actor_pb2.PushFailure(
-                address=address,
-                code=e.code.name if isinstance(e, ServiceError) else "INTERNAL",
-                details=(e.details or "") if isinstance(e, ServiceError) else f"{type(e).__name__}: {e}",
-            )
-            for address, e in self.driver.handler.push_failed.items()
-        ]
-        return actor_pb2.PushWeightsResponse(
-            version=version, num_bytes=int(reply["num_bytes"]), seconds=reply["seconds"], failed=failed
-        )
+        return targets, version, transport
 
     def Offload(self, request, context) -> actor_pb2.OffloadResponse:
         self._require_init()

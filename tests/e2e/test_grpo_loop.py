@@ -14,6 +14,7 @@ import yaml
 
 from orchestrator.config import load_config
 from orchestrator.main import run
+from testkit.runs import VARIED, small_settings
 
 
 def test_grpo_runs_steps_and_logs_them(tiny_lm, arithmetic_data, tmp_path):
@@ -91,22 +92,9 @@ def killed_after_step_2(whole, cut) -> None:
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(algorithm, extra, tiny_lm, arithmetic_data, tmp_path):
     from safetensors.torch import load_file
 
-    varied = tmp_path / "varied_reward.py"  # an untrained model scores 0 on the task: no advantages, no change
-    varied.write_text(
-        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-        "    return float(len(solution_str) % 3)\n"
-    )
     base = [
-        f"actor.model={tiny_lm}",
-        f"data.train_files={arithmetic_data['train']}",
-        "data.train_batch_size=4",
-        "rollout.n=2",
-        "rollout.backend=hf",
-        "actor.engine=plain",
-        "reward.workers=1",
+        *small_settings(tiny_lm, arithmetic_data, tmp_path),  # no advantages (no change) without a varied reward
         "trainer.save_every=2",
-        "actor.lr=1e-3",
-        f"reward.function={varied}:compute_score",
         *extra,
     ]
     whole = run(algorithm, load_config(None, [*base, f"trainer.run_dir={tmp_path / 'whole'}", "trainer.total_steps=4"]))
@@ -155,10 +143,7 @@ def test_multi_turn_grpo_through_the_calculator(extra, tiny_lm, arithmetic_data,
     started with the mesh), scored by the environment and the reward service together (env.reward=sum).
     With a LoRA actor the rollout generates with the pushed adapter: the same log-probs as the actor's."""
     varied = tmp_path / "varied_reward.py"  # the untrained model never answers right: a signal to train on
-    varied.write_text(
-        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-        "    return float(len(solution_str) % 3)\n"
-    )
+    varied.write_text(VARIED)
     cfg = load_config(
         None,
         [

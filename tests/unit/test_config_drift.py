@@ -3,14 +3,16 @@ every setting of a service is reachable from the run config under the same name 
 here as set another way; and what the run would give a service is what the service parses back."""
 
 import dataclasses
+import importlib
+import pkgutil
 
 import pytest
 
-from meshrl.config.actor import EngineConfig, EngineSettings, OptimConfig, OptimSettings
-from meshrl.config.env import EnvConfig, EnvSettings
-from meshrl.config.losses import DPOParams, PolicyLossSettings, PPOParams, RolloutISSettings, SFTParams, ValueParams
-from meshrl.config.reward import RewardConfig
-from meshrl.config.rollout import RolloutConfig, RolloutSettings
+from meshrl.config.actor import ActorServiceConfig, EngineConfig, OptimConfig
+from meshrl.config.checked import Checked
+from meshrl.config.env import EnvConfig
+from meshrl.config.losses import DPOParams, PPOParams, SFTParams, ValueParams
+from meshrl.config.rollout import RolloutConfig
 from orchestrator import config as run_config
 
 # service setting -> how the run sets it, where not by the same name in the section
@@ -24,24 +26,61 @@ SET_ELSEWHERE = {
     (EnvConfig, "max_episodes"): "service-only: a limit of the service's own",
     (EnvConfig, "idle_timeout"): "service-only",
     (EnvConfig, "max_action_chars"): "service-only",
+    (ActorServiceConfig, "role"): "the run's roles (actor, ref, critic, a teacher in the ref role)",
+    (ActorServiceConfig, "model"): "actor.model (critic.model, teacher.model)",
+    (ActorServiceConfig, "checkpoint_root"): "trainer.run_dir",
+    (ActorServiceConfig, "local_ranks"): "meshrl ray's placement (ray.rank_strategy)",
+    (ActorServiceConfig, "group_port"): "meshrl ray's placement",
 }
-# service config -> (the settings class the run's section is made of, the section)
-SECTIONS = [
-    (EngineConfig, EngineSettings, run_config.ActorSection),
-    (OptimConfig, OptimSettings, run_config.ActorSection),
-    (RolloutConfig, RolloutSettings, run_config.RolloutSection),
-    (RewardConfig, RewardConfig, run_config.RewardSection),
-    (EnvConfig, EnvSettings, run_config.EnvSection),
-    (PPOParams, PolicyLossSettings, run_config.ActorSection),
-    (PPOParams, RolloutISSettings, run_config.AlgorithmSection),
-]
+# service config -> (the settings class the run's section is made of, the section), found below
+
+
+def service_settings() -> list[tuple[type, type, type]]:
+    """(service config, settings class, run section) for each settings class of meshrl/config a run section
+    is made of and each config of meshrl/config built on it (a service's flags or an update's parameters):
+    found from the classes themselves, so a new section or service cannot be left out of this test."""
+    import inspect
+
+    import meshrl.config as package
+
+    modules = [importlib.import_module(f"meshrl.config.{m.name}") for m in pkgutil.iter_modules(package.__path__)]
+    configs = [
+        c
+        for m in modules
+        for _, c in inspect.getmembers(m, inspect.isclass)
+        if dataclasses.is_dataclass(c) and c.__module__ == m.__name__ and c.__name__.endswith(("Config", "Params"))
+    ]
+    found = []
+    for section in run_config.SECTIONS.values():
+        for settings in section.__mro__[1:]:
+            if settings.__module__.startswith("meshrl.config.") and settings is not Checked:
+                if settings in configs or any(settings in c.__mro__[1:] for c in configs):
+                    found += [(c, settings, section) for c in configs if issubclass(c, settings)]
+    return sorted(set(found), key=lambda t: (t[0].__name__, t[1].__name__))
+
+
+SECTIONS = service_settings()
+SERVICES = [t for t in SECTIONS if not t[0].__name__.endswith("Params")]  # an update's are set by params.py
+
+
+def test_the_tables_are_found_not_listed():
+    """The classes this file checks are found (service_settings), and include the ones each role's service
+    and each update are built from."""
+    pairs = {(c.__name__, s.__name__) for c, s, _ in SECTIONS}
+    assert {("EngineConfig", "EngineSettings"), ("OptimConfig", "OptimSettings")} <= pairs
+    assert {
+        ("RolloutConfig", "RolloutSettings"),
+        ("RewardConfig", "RewardConfig"),
+        ("EnvConfig", "EnvSettings"),
+    } <= pairs
+    assert {("PPOParams", "PolicyLossSettings"), ("PPOParams", "RolloutISSettings")} <= pairs
 
 
 def default(field: dataclasses.Field):
     return field.default if field.default is not dataclasses.MISSING else field.default_factory()
 
 
-@pytest.mark.parametrize("service, settings, section", SECTIONS[:5], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("service, settings, section", SERVICES, ids=lambda c: c.__name__)
 def test_every_service_setting_is_reachable_with_the_services_default(service, settings, section):
     run_fields = {f.name: f for f in dataclasses.fields(section)}
     for f in dataclasses.fields(service):
