@@ -35,7 +35,7 @@ def start_times(model: pathlib.Path, repeats: int = 3) -> None:
     for name, args in [
         ("rollout (hf)", ["rollout", "--backend", "hf", "--model", str(model), "--max-model-len", "64"]),
         ("reward", ["reward", "--workers", "1"]),
-        ("actor (plain, 1 rank)", ["actor", "--model", str(model), "--engine", "plain"]),
+        ("actor (plain, 1 rank)", ["actor", "--model", str(model), "--engine", "plain", "--world-size", "1"]),
     ]:
         seconds = []
         for _ in range(repeats):

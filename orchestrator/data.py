@@ -65,9 +65,9 @@ class PromptDataset:
         self.rows, self.prompt_ids = [], []
         lengths = []
         for number, record in enumerate(frame.to_dict("records")):
-            row, ids = self.row(record, number, tokenizer)
+            row, ids = self.row(record, number, tokenizer, max_prompt_length)
             lengths.append(len(ids))
-            if len(ids) <= max_prompt_length:
+            if row is not None:
                 self.rows.append(row)
                 self.prompt_ids.append(ids)
         self.num_filtered = len(lengths) - len(self.rows)
@@ -92,8 +92,9 @@ class PromptDataset:
             )
         return frame
 
-    def row(self, record: dict, number: int, tokenizer) -> tuple[dict, list[int]]:
-        """One record as the sampler's row (verl's columns, the prompt as messages) and its prompt's ids."""
+    def row(self, record: dict, number: int, tokenizer, max_length: int) -> tuple[dict | None, list[int]]:
+        """One record as the sampler's row (verl's columns, the prompt as messages) and its prompt's ids; no
+        row for a prompt over max_length tokens (dropped before its other columns are read)."""
         key, prompt_key = self.key, self.prompt_key
         where = f"{key} row {number} ({prompt_key!r})"
         messages = as_messages(plain(record[prompt_key]), where)
@@ -101,6 +102,8 @@ class PromptDataset:
             messages = [{"role": "system", "content": self.system_prompt}, *messages]
         tools = as_tools(plain(record.get("tools")), f"{key} row {number} ('tools')")
         ids = tokenizer(render(tokenizer, messages, where, tools), add_special_tokens=False)["input_ids"]
+        if len(ids) > max_length:
+            return None, ids
         row = {"prompt": messages, **{k: plain(record[k]) for k in COLUMNS if k in record}}
         if self.answer_key:  # the reward's ground truth and SFT's target, where verl keeps them
             answer = dig(record, self.answer_key, f"{key} row {number}")

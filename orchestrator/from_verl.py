@@ -204,7 +204,7 @@ def group_metric(value: object, flat: dict[str, object]) -> dict[str, object]:
     if value == "seq_final_reward" and not flat.get("algorithm.use_kl_in_reward"):
         value = "seq_reward"  # the same sums where no KL penalty is in the reward
     if value is not None and value not in GROUP_METRICS:
-        raise ValueError(f"no group metric here for verl's {value!r} (verl's we take: {', '.join(GROUP_METRICS)})")
+        raise ValueError(f"no group metric here for verl's {value!r} (ours: acc, score = verl's seq_reward)")
     return {"algorithm.dynamic_sampling_metric": GROUP_METRICS.get(str(value))}
 
 
@@ -226,13 +226,15 @@ def reward_function(value: object, flat: dict[str, object]) -> dict[str, object]
     return {"reward.function": f"{value}:{name}"} if value else {}
 
 
-def named(what: str, names: dict, key: str, ours: tuple = ()) -> Callable[[object, dict], dict[str, object]]:
+def named(
+    what: str, names: dict, key: str, ours: tuple = (), of: str = ""
+) -> Callable[[object, dict], dict[str, object]]:
     """A verl name for one of ours (names: verl's -> ours); a refusal lists ours, or verl's names taken."""
 
     def convert(value: object, flat: dict[str, object]) -> dict[str, object]:
         if value not in names:
             known = f"ours: {', '.join(ours)}" if ours else f"verl's we take: {', '.join(names)}"
-            raise ValueError(f"no {what} here for verl's {value!r} ({known})")
+            raise ValueError(f"no {what} here for verl's {of}{value!r} ({known})")
         return {key: names[str(value)]}
 
     return convert
@@ -280,7 +282,7 @@ CONVERSIONS: dict[str, Callable[[object, dict], dict[str, object]]] = {  # verl 
     "custom_reward_function.path": reward_function,
     "reward_model.reward_manager": lambda v, f: {"reward.batched": v == "batch"},
     "trainer.resume_mode": lambda v, f: {"trainer.resume": v != "disable"},
-    "actor_rollout_ref.actor.strategy": named("engine", ENGINES, "actor.engine", ENGINE_NAMES),
+    "actor_rollout_ref.actor.strategy": named("engine", ENGINES, "actor.engine", ENGINE_NAMES, "strategy "),
     "actor_rollout_ref.actor.policy_loss.loss_mode": named("policy loss", LOSSES, "actor.policy_loss"),
     "actor_rollout_ref.rollout.name": rollout_name,
     **{key: named("KL estimate", KL, ours, KL_ESTIMATORS) for key, ours in KL_KEYS.items()},

@@ -365,8 +365,11 @@ class Mesh:
         """One update with this loss; only the tensors it reads travel (meshrl/config/losses.py
         update_inputs), not the rest of the step's batch (its texts, scores, returns it does not use)."""
         spec = actor_pb2.LossSpec(name=loss, params={k: to_value(v, k) for k, v in params.items()})
-        reads = update_inputs(loss, build(PARAMS[loss], params, f"loss {loss}"), batch.batch)
-        sent = batch.select([k for k in reads if k in batch.batch], [], [])  # a missing one: the actor says so
+        try:
+            reads = update_inputs(loss, build(PARAMS[loss], params, f"loss {loss}"), batch.batch)
+            sent = batch.select([k for k in reads if k in batch.batch], [], [])  # a missing one: the actor says so
+        except ValueError:  # parameters the loss refuses: the actor's refusal (InvalidArgument) names them
+            sent = batch
         request = Payload(actor_pb2.UpdateRequest(step=step, loss=spec), sent)
         reply = self[role].call_message("Update", request, actor_pb2.UpdateResponse)
         return dict(reply.metrics)

@@ -191,6 +191,11 @@ def test_the_answer_column_and_a_system_prompt_are_as_the_data_section_says(toke
     assert "reward_model" not in ds.rows[0]  # unset: where verl keeps it, and these rows have none
     with pytest.raises(ValueError, match=r"row 1: no 'meta.label' \(data.answer_key"):
         PromptDataset(str(path), tokenizer, 128, "question", answer_key="meta.label")
+    # a prompt too long to sample is dropped before its other columns are read: no answer needed there
+    rows.append({"question": "9+" * 200 + "9="})
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    ds = PromptDataset(str(path), tokenizer, 128, "question", answer_key="solution")
+    assert len(ds) == 2 and ds.num_filtered == 1
 
 
 @pytest.mark.parametrize("name, text", [("empty.jsonl", ""), ("blank.jsonl", "\n"), ("empty.json", "[]")])
