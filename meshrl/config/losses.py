@@ -348,4 +348,5 @@ def update_inputs(loss: str, params, present) -> list[str]:
     """The tensors an update with this loss and parameters reads, of those `present` for the optional ones:
     what the orchestrator sends and the actor service checks and passes to its ranks."""
     spec = UPDATE_LOSSES[loss]
-    return [*RESPONSES, *spec.reads(params), *(k for k in spec.also(params) if k in present)]
+    also = (k for k in spec.also(params) if k in present)  # may repeat one it reads (rollout_logprobs)
+    return list(dict.fromkeys([*RESPONSES, *spec.reads(params), *also]))
