@@ -24,6 +24,12 @@ from meshrl.config.losses import ROLLOUT_IS, ROLLOUT_IS_MODES, rs_thresholds
 MAX_LOG = 20.0  # exp() must not overflow; every bound is far inside e^20
 
 
+def kl_to_actor(rollout_logprobs: torch.Tensor, actor_logprobs: torch.Tensor, response_mask: torch.Tensor) -> float:
+    """rollout/kl_to_actor: the mean |rollout - actor| log-prob over response tokens, how far the sampling
+    engine is from the policy (~1e-7 in fp32 when the weight push worked)."""
+    return masked_mean((rollout_logprobs - actor_logprobs).abs(), response_mask).item()
+
+
 def rollout_is_weights(
     old_logprobs: torch.Tensor,
     rollout_logprobs: torch.Tensor,

@@ -37,7 +37,8 @@ class RewardClient:
         return self.client.describe()
 
     def score(self, batch: DataProto) -> Scores:
-        request = Payload(reward_pb2.ScoreRequest(), batch)
+        # plain tensors: a reward server may be written in any language against data.proto's `tensors`
+        request = Payload(reward_pb2.ScoreRequest(), batch, packed=False)
         reply, scored = self.client.call_batch("Score", request, reward_pb2.ScoreResponse)
         return check_reply(self.address, batch, scored, dict(reply.metrics))
 

@@ -21,6 +21,7 @@ import torch
 
 from meshrl.codec import protowire as w
 from meshrl.codec.dtypes import torch_dtype, wire_dtype
+from meshrl.codec.packing import pack, unpack
 from meshrl.codec.values import from_column, from_value, to_column, to_value
 from meshrl.dataproto import DataProto, object_array
 from meshrl.v1 import data_pb2 as pb
@@ -30,25 +31,48 @@ if sys.byteorder != "little":  # the wire is little-endian and we view bytes in 
 
 ALIGN = 64
 _TENSORS = pb.DataProto.DESCRIPTOR.fields_by_name["tensors"].number
+_PACKED = pb.DataProto.DESCRIPTOR.fields_by_name["packed"].number
 _PAD = pb.Tensor.DESCRIPTOR.fields_by_name["pad"].number
 _DATA = pb.Tensor.DESCRIPTOR.fields_by_name["data"].number
 
 Buffer = bytes | bytearray | memoryview
 
 
-def encode_dataproto(
-    data: DataProto, *, base_offset: int = 0, row_offset: int = 0, total_rows: int = 0
-) -> list[Buffer]:
-    """The message as buffers to join; base_offset is where it will start in the final buffer."""
-    parts: list[Buffer] = [_small_fields(data, row_offset, total_rows).SerializeToString()]
-    pos = base_offset + len(parts[0])
+Packed = tuple[dict[str, torch.Tensor], pb.Packing | None, dict[str, torch.Tensor]]
+
+
+def packed_tensors(data: DataProto, packed: bool = True) -> Packed:
+    """(plain tensors, Packing or None, packed arrays): what encode_dataproto writes; packed=False writes
+    every tensor plain (for readers that know only `tensors`)."""
     for name, t in data.batch.items():
-        header, raw = _tensor_header(name, t), tensor_bytes(t, name)
-        pad = _pad_for(pos, header, len(raw))
-        body = header + pad + w.len_prefix(_DATA, len(raw))
-        prefix = w.len_prefix(_TENSORS, len(body) + len(raw))
-        parts += [prefix + body, raw]
-        pos += len(prefix) + len(body) + len(raw)
+        _tensor_header(name, t)  # a bad name or type is refused by name before packing looks at it
+    return pack(data.batch) if packed else (data.batch, None, {})
+
+
+def encode_dataproto(
+    data: DataProto,
+    *,
+    base_offset: int = 0,
+    row_offset: int = 0,
+    total_rows: int = 0,
+    packed: bool | Packed = True,
+) -> list[Buffer]:
+    """The message as buffers to join; base_offset is where it will start in the final buffer. `packed`:
+    as packed_tensors, or what it returned for this batch."""
+    plain, packing, arrays = packed if isinstance(packed, tuple) else packed_tensors(data, packed)
+    small = _small_fields(data, row_offset, total_rows)
+    if packing is not None:
+        small.packing.CopyFrom(packing)
+    parts: list[Buffer] = [small.SerializeToString()]
+    pos = base_offset + len(parts[0])
+    for field, tensors in ((_TENSORS, plain), (_PACKED, arrays)):
+        for name, t in tensors.items():
+            header, raw = _tensor_header(name, t), tensor_bytes(t, name)
+            pad = _pad_for(pos, header, len(raw))
+            body = header + pad + w.len_prefix(_DATA, len(raw))
+            prefix = w.len_prefix(field, len(body) + len(raw))
+            parts += [prefix + body, raw]
+            pos += len(prefix) + len(body) + len(raw)
     return parts
 
 
@@ -56,21 +80,22 @@ def decode_dataproto(buf: Buffer, start: int = 0, end: int | None = None) -> tup
     """Parse buf[start:end]; returns (data, row_offset, total_rows). ValueError names the bad field."""
     mv = memoryview(buf).cast("B") if not isinstance(buf, memoryview) or buf.format != "B" else buf
     end = len(mv) if end is None else end
-    small, tensor_spans = [], []
+    small: list[memoryview] = []
+    spans: dict[int, list[tuple[int, int]]] = {_TENSORS: [], _PACKED: []}
     for f in w.scan(mv, start, end):
-        if f.number == _TENSORS and f.wire_type == w.LEN:
-            tensor_spans.append((f.value_start, f.end))
+        if f.number in spans and f.wire_type == w.LEN:
+            spans[f.number].append((f.value_start, f.end))
         else:
             small.append(mv[f.start : f.end])
     msg = pb.DataProto.FromString(b"".join(small))
-    tensors: dict[str, torch.Tensor] = {}
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*buffer is not writable.*")
-        for i, (a, b) in enumerate(tensor_spans):
-            name, t = _decode_tensor(mv, a, b, i)
+    tensors, arrays = _decode_tensors(mv, spans[_TENSORS], "tensor"), _decode_tensors(mv, spans[_PACKED], "packed")
+    if msg.HasField("packing"):
+        for name, t in unpack(msg.packing, arrays, msg.num_rows, end - start).items():
             if name in tensors:
-                raise ValueError(f"tensor {name!r} appears twice")
+                raise ValueError(f"tensor {name!r} appears twice (plain and packed)")
             tensors[name] = t
+    elif arrays:
+        raise ValueError(f"packed arrays {sorted(arrays)} without a `packing` to read them by")
     non_tensors = {k: from_column(col, f"non_tensor {k!r}") for k, col in msg.non_tensors.items()}
     meta = {k: from_value(v, f"meta {k!r}") for k, v in msg.meta.items()}
     _check_rows(msg.num_rows, tensors, non_tensors)
@@ -79,6 +104,18 @@ def decode_dataproto(buf: Buffer, start: int = 0, end: int | None = None) -> tup
         raise ValueError(f"field(s) {sorted(clash)} are both tensors and non-tensors")
     columns = {k: object_array(v) for k, v in non_tensors.items()}
     return DataProto(tensors, columns, meta), msg.row_offset, msg.total_rows
+
+
+def _decode_tensors(mv: memoryview, spans: list[tuple[int, int]], what: str) -> dict[str, torch.Tensor]:
+    tensors: dict[str, torch.Tensor] = {}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*buffer is not writable.*")
+        for i, (a, b) in enumerate(spans):
+            name, t = _decode_tensor(mv, a, b, i)
+            if name in tensors:
+                raise ValueError(f"{what} {name!r} appears twice")
+            tensors[name] = t
+    return tensors
 
 
 def to_proto(data: DataProto) -> pb.DataProto:

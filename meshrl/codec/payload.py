@@ -21,7 +21,7 @@ import torch
 from google.protobuf.message import Message
 
 from meshrl.codec import protowire as w
-from meshrl.codec.frame import decode_dataproto, encode_dataproto
+from meshrl.codec.frame import decode_dataproto, encode_dataproto, packed_tensors
 from meshrl.codec.values import to_value
 from meshrl.dataproto import DataProto, merge_meta
 
@@ -30,12 +30,16 @@ CHUNK_BYTES = 4 << 20  # 1-4 MB chunks measured fastest on loopback here
 # A streamed batch whose declared rows would take more is refused at its first part (INVALID_ARGUMENT):
 # real batches here are a few GiB; memory follows the rows received in any case (Assembler).
 MAX_BATCH_BYTES = 64 << 30
+PACK_SAMPLE = 256  # rows packed to learn a packed batch's bytes per row
 
 
 @dataclasses.dataclass
 class Payload:
     msg: Message
     data: DataProto | None = None
+    # Write the batch's token layout and response-aligned tensors unpadded (codec/packing.py); False for a
+    # peer that may read only plain `tensors` (a reward server in any language).
+    packed: bool = True
 
 
 def data_field_number(cls: type[Message]) -> int | None:
@@ -46,8 +50,10 @@ def data_field_number(cls: type[Message]) -> int | None:
     return f.number
 
 
-def encode_message(msg: Message, data: DataProto | None = None, *, row_offset: int = 0, total_rows: int = 0) -> bytes:
-    """msg's bytes with `data` written into its DataProto field."""
+def encode_message(
+    msg: Message, data: DataProto | None = None, *, row_offset: int = 0, total_rows: int = 0, packed: bool = True
+) -> bytes:
+    """msg's bytes with `data` written into its DataProto field (packed: frame.encode_dataproto)."""
     prefix = msg.SerializeToString()
     if data is None:
         return prefix
@@ -58,9 +64,14 @@ def encode_message(msg: Message, data: DataProto | None = None, *, row_offset: i
         raise ValueError(f"{msg.DESCRIPTOR.full_name}: pass the batch as data=, not in msg.data")
     tag = w.tag(number, w.LEN)
     size = 1  # bytes of the length varint; the tensors' alignment depends on it
+    tensors = packed_tensors(data, packed)  # once: only the alignment changes between the rounds
     for _ in range(3):
         parts = encode_dataproto(
-            data, base_offset=len(prefix) + len(tag) + size, row_offset=row_offset, total_rows=total_rows
+            data,
+            base_offset=len(prefix) + len(tag) + size,
+            row_offset=row_offset,
+            total_rows=total_rows,
+            packed=tensors,
         )
         n = sum(len(p) for p in parts)
         if w.varint_size(n) == size:
@@ -93,20 +104,20 @@ def decode_message(cls: type[Message], buf: bytes | memoryview) -> tuple[Payload
 def split_rows(payload: Payload, chunk_bytes: int | None = None) -> Iterator[bytes]:
     """The payload as one message, or as row-range messages of about chunk_bytes (default CHUNK_BYTES) each."""
     chunk_bytes = chunk_bytes or CHUNK_BYTES
-    msg, data = payload.msg, payload.data
+    msg, data, packed = payload.msg, payload.data, payload.packed
     if data is None or len(data) <= 1:
-        yield encode_message(msg, data)
+        yield encode_message(msg, data, packed=packed)
         return
-    rows = max(1, chunk_bytes // max(1, _row_bytes(data)))
+    rows = max(1, chunk_bytes // max(1, _row_bytes(data, packed)))
     if rows >= len(data):
-        yield encode_message(msg, data)
+        yield encode_message(msg, data, packed=packed)
         return
     empty = type(msg)()
     for start in range(0, len(data), rows):
         part = data.slice(start, start + rows)
         if start:
             part = DataProto(part.batch, part.non_tensor_batch)  # meta travels once, in the first part
-        yield encode_message(msg if start == 0 else empty, part, row_offset=start, total_rows=len(data))
+        yield encode_message(msg if start == 0 else empty, part, row_offset=start, total_rows=len(data), packed=packed)
 
 
 class Assembler:
@@ -234,9 +245,13 @@ def _allocate(first: DataProto, total: int) -> DataProto:
     return out
 
 
-def _row_bytes(data: DataProto, samples: int = 32) -> int:
-    """Bytes per row on the wire: exact for tensors; for columns, the largest of up to
-    `samples` rows spread over the batch (rows of text vary, and a chunk must not balloon)."""
+def _row_bytes(data: DataProto, packed: bool, samples: int = 32) -> int:
+    """Bytes per row on the wire: for tensors, exact when plain, and when packed the bytes per row of the
+    first PACK_SAMPLE rows packed; for columns, the largest of up to `samples` rows spread over the batch
+    (rows of text vary, and a chunk must not balloon)."""
     n = sum(t[0].numel() * t.element_size() for t in data.batch.values())
+    if packed and data.batch:
+        head = DataProto(data.slice(0, PACK_SAMPLE).batch)
+        n = min(n, -(-sum(map(len, encode_dataproto(head))) // len(head)))
     picks = range(0, len(data), max(1, len(data) // samples))
     return n + sum(max(to_value(v[i], k).ByteSize() for i in picks) + 4 for k, v in data.non_tensor_batch.items())

@@ -98,7 +98,7 @@ class Column(_message.Message):
     def __init__(self, values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., strings: _Optional[_Iterable[str]] = ..., ints: _Optional[_Iterable[int]] = ..., floats: _Optional[_Iterable[float]] = ..., bools: _Optional[_Iterable[bool]] = ...) -> None: ...
 
 class DataProto(_message.Message):
-    __slots__ = ("tensors", "non_tensors", "meta", "num_rows", "row_offset", "total_rows")
+    __slots__ = ("tensors", "non_tensors", "meta", "num_rows", "row_offset", "total_rows", "packing", "packed")
     class NonTensorsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -119,10 +119,45 @@ class DataProto(_message.Message):
     NUM_ROWS_FIELD_NUMBER: _ClassVar[int]
     ROW_OFFSET_FIELD_NUMBER: _ClassVar[int]
     TOTAL_ROWS_FIELD_NUMBER: _ClassVar[int]
+    PACKING_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
     tensors: _containers.RepeatedCompositeFieldContainer[Tensor]
     non_tensors: _containers.MessageMap[str, Column]
     meta: _containers.MessageMap[str, Value]
     num_rows: int
     row_offset: int
     total_rows: int
-    def __init__(self, tensors: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., non_tensors: _Optional[_Mapping[str, Column]] = ..., meta: _Optional[_Mapping[str, Value]] = ..., num_rows: _Optional[int] = ..., row_offset: _Optional[int] = ..., total_rows: _Optional[int] = ...) -> None: ...
+    packing: Packing
+    packed: _containers.RepeatedCompositeFieldContainer[Tensor]
+    def __init__(self, tensors: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., non_tensors: _Optional[_Mapping[str, Column]] = ..., meta: _Optional[_Mapping[str, Value]] = ..., num_rows: _Optional[int] = ..., row_offset: _Optional[int] = ..., total_rows: _Optional[int] = ..., packing: _Optional[_Union[Packing, _Mapping]] = ..., packed: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
+
+class Packing(_message.Message):
+    __slots__ = ("prompt_width", "response_width", "pad", "layout", "ragged")
+    class LayoutEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: DType
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[DType, str]] = ...) -> None: ...
+    PROMPT_WIDTH_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_WIDTH_FIELD_NUMBER: _ClassVar[int]
+    PAD_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_FIELD_NUMBER: _ClassVar[int]
+    RAGGED_FIELD_NUMBER: _ClassVar[int]
+    prompt_width: int
+    response_width: int
+    pad: int
+    layout: _containers.ScalarMap[str, DType]
+    ragged: _containers.RepeatedCompositeFieldContainer[Ragged]
+    def __init__(self, prompt_width: _Optional[int] = ..., response_width: _Optional[int] = ..., pad: _Optional[int] = ..., layout: _Optional[_Mapping[str, DType]] = ..., ragged: _Optional[_Iterable[_Union[Ragged, _Mapping]]] = ...) -> None: ...
+
+class Ragged(_message.Message):
+    __slots__ = ("name", "dtype", "per_row")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    PER_ROW_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dtype: DType
+    per_row: bool
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[_Union[DType, str]] = ..., per_row: _Optional[bool] = ...) -> None: ...

@@ -22,6 +22,7 @@ from meshrl.algos.advantages import ADVANTAGE_ESTIMATORS, AdvantageInputs
 from meshrl.algos.distill import distillation_advantages
 from meshrl.algos.kl import FixedKLController, KLController, apply_kl_penalty, kl_controller
 from meshrl.algos.masked import masked_mean, token_level
+from meshrl.algos.rollout_correction import kl_to_actor
 from meshrl.algos.shaping import overlong_penalty
 from meshrl.dataproto import DataProto
 from orchestrator.config import Config
@@ -88,9 +89,7 @@ def rollout_metrics(gen, scored, batch, advantages, limit: int) -> dict[str, flo
     }
     if "actor_logprobs" in batch.batch:  # else the update reported it from its own pass
         # how far the rollout's sampling distribution is from the actor's: ~0 when the push worked
-        out["rollout/kl_to_actor"] = masked_mean(
-            (gen.batch["rollout_logprobs"] - batch.batch["actor_logprobs"]).abs(), mask
-        ).item()
+        out["rollout/kl_to_actor"] = kl_to_actor(gen.batch["rollout_logprobs"], batch.batch["actor_logprobs"], mask)
     return out
 
 

@@ -20,9 +20,9 @@ from meshrl.algos.losses import (
     sft_loss,
     value_loss,
 )
-from meshrl.algos.masked import agg_loss, masked_mean
+from meshrl.algos.masked import agg_loss
 from meshrl.algos.policy_losses import policy_loss
-from meshrl.algos.rollout_correction import rollout_is_weights, rollout_rejection_mask
+from meshrl.algos.rollout_correction import kl_to_actor, rollout_is_weights, rollout_rejection_mask
 from meshrl.config.losses import UPDATE_LOSSES, Schedule
 from meshrl.dataproto import DataProto
 from services.actor.batches import BASE, micro_batches, minibatches, num_minibatches, restore, token_groups, trimmed
@@ -284,7 +284,7 @@ class ActorRole(PolicyRole):
             total, pm = policy_loss(p, lp, old, mb["advantages"], mask, weights, rng)
             m.update(pm)
             if not p.old_logprobs_key and "rollout_logprobs" in mb:
-                m["rollout/kl_to_actor"] = masked_mean((mb["rollout_logprobs"] - old).abs(), mask).item()
+                m["rollout/kl_to_actor"] = kl_to_actor(mb["rollout_logprobs"], old, mask)
             if p.entropy_coeff:
                 entropy = agg_loss(entropy_from_logits(logits.float() / p.temperature), mask, p.loss_agg_mode)
                 total = total - p.entropy_coeff * entropy
