@@ -30,9 +30,10 @@ from meshrl.config.losses import (
     DPO_LOSSES,
     KL_CONTROLLERS,
     KL_ESTIMATORS,
-    MAX_EPOCHS,
+    EpochSettings,
     PolicyLossSettings,
     RolloutISSettings,
+    ValueLossSettings,
 )
 from meshrl.config.reward import RewardConfig
 from meshrl.config.rollout import DEFAULT_BUCKET_BYTES, MAX_CALLS, TRANSPORTS, RolloutSettings
@@ -86,24 +87,17 @@ class DataSection(Checked):
 
 
 @dataclasses.dataclass
-class ActorSection(PolicyLossSettings, OptimSettings, EngineSettings, RankSettings):
-    """The policy. Its ranks, engine, optimizer and policy-loss keys are the actor service's own settings
-    (meshrl/config), sent to it as they are."""
+class ActorSection(PolicyLossSettings, EpochSettings, OptimSettings, EngineSettings, RankSettings):
+    """The policy. Its ranks, engine, optimizer, epochs and policy-loss keys are the actor service's own
+    settings (meshrl/config), sent to it as they are."""
 
     model: str = ""  # HuggingFace folder
     address: str = ""  # a running actor service; empty: start one
-    ppo_epochs: int = 1  # passes over each batch
-    mini_batch_size: int = 0  # rows per optimizer step; 0: the whole batch
     reuse_logprobs: bool = True  # the update finds its own old log-probs instead of a log-prob call
     #   before it: the first mini-batch's from its own pass (the weights are still the old ones; TRL and
     #   verl do so with one mini-batch), the other rows' from a pass inside the update before its first
     #   optimizer step; same gradients, 1/mini-batches of that pass saved. Not with a KL penalty in the
     #   reward (it needs them first). false: always the separate call
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        require(1 <= self.ppo_epochs <= MAX_EPOCHS, self, "ppo_epochs", f"must be in 1..{MAX_EPOCHS}")
-        require(self.mini_batch_size >= 0, self, "mini_batch_size", "must be >= 0")
 
 
 @dataclasses.dataclass
@@ -138,14 +132,13 @@ class TeacherSection(Checked):
 
 
 @dataclasses.dataclass
-class CriticSection(Checked):
+class CriticSection(ValueLossSettings):
     """PPO's value model: the actor's engine and optimizer settings, with its own model and learning rate."""
 
     model: str = ""  # empty: the actor's model with a value head
     address: str = ""  # a running critic service; empty: start one (ppo)
     world_size: int | str = "auto"  # ranks of the critic's process group (auto: as the actor's)
     lr: float = 1e-5  # the critic's learning rate
-    clip_range_value: float = 0.5  # value clipping around the old values
     lora_rank: int = 0  # > 0: the critic trains a LoRA adapter of this rank (actor.lora_alpha, lora_dropout and
     #   lora_target_modules) and its value head in full; 0: the whole critic trains
 

@@ -28,18 +28,43 @@ MAX_EPOCHS = 100  # passes over one batch; verl's ppo_epochs is 1-4 in practice,
 
 
 @dataclasses.dataclass
-class Schedule(Checked):
-    """How an update walks over the batch: epochs of mini-batches, one optimizer step each."""
+class EpochSettings(Checked):
+    """How many passes an update makes over its batch, in mini-batches of how many rows: the run's
+    actor.ppo_epochs / actor.mini_batch_size (verl's names) and every update's parameters alike."""
 
-    epochs: int = 1
+    ppo_epochs: int = 1  # passes over each batch
     mini_batch_size: int = 0  # rows per optimizer step over all ranks; 0: the whole batch
-    shuffle: bool = False
-    seed: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(1 <= self.epochs <= MAX_EPOCHS, self, "epochs", f"must be in 1..{MAX_EPOCHS}")
+        require(1 <= self.ppo_epochs <= MAX_EPOCHS, self, "ppo_epochs", f"must be in 1..{MAX_EPOCHS}")
         require(self.mini_batch_size >= 0, self, "mini_batch_size", "must be >= 0")
+
+
+@dataclasses.dataclass
+class Schedule(EpochSettings):
+    """How an update walks over the batch: epochs of mini-batches, one optimizer step each."""
+
+    shuffle: bool = False
+    seed: int = 0
+
+
+@dataclasses.dataclass
+class Aggregation(Checked):
+    """How a loss averages its tokens (verl's loss_agg_mode; masked.PER_SEQUENCE)."""
+
+    loss_agg_mode: str = "token-mean"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        one_of(self, "loss_agg_mode", LOSS_AGG_MODES)
+
+
+@dataclasses.dataclass
+class ValueLossSettings(Checked):
+    """The critic's value loss: the run's critic.clip_range_value and a value update's parameter."""
+
+    clip_range_value: float = 0.5  # value clipping around the old values
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,7 +286,7 @@ class PPOParams(Schedule, PolicyLossSettings, RolloutISSettings):
     """The batch's old log-probs: "actor_logprobs", "rollout_logprobs", or "" when the update finds them
     itself: the first mini-batch of the first epoch takes the detached log-probs of its own pass (the
     weights are still the old ones then, as TRL and verl do with one mini-batch), and the other rows get
-    theirs from a pass without gradients before the first optimizer step (every row with epochs > 1).
+    theirs from a pass without gradients before the first optimizer step (every row with ppo_epochs > 1).
     The caller then needs no log-prob pass of its own."""
 
     def __post_init__(self) -> None:
@@ -290,22 +315,13 @@ class DPOParams(Schedule):
 
 
 @dataclasses.dataclass
-class SFTParams(Schedule):
-    loss_agg_mode: str = "token-mean"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        one_of(self, "loss_agg_mode", LOSS_AGG_MODES)
+class SFTParams(Schedule, Aggregation):
+    pass
 
 
 @dataclasses.dataclass
-class ValueParams(Schedule):
-    clip_range_value: float = 0.5
-    loss_agg_mode: str = "token-mean"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        one_of(self, "loss_agg_mode", LOSS_AGG_MODES)
+class ValueParams(Schedule, ValueLossSettings, Aggregation):
+    pass
 
 
 RESPONSES = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")

@@ -1,16 +1,16 @@
 """The loss parameters an update sends the actor or critic (meshrl/config/losses.py defines each set), taken
 from the run config: the policy loss's and rollout correction's keys are the same classes in the config,
-so only the keys named differently in a run (verl's ppo_epochs, the DPO knobs under algorithm.*) and the
-values the run decides are written here."""
+so only the keys named differently in a run (the DPO knobs under algorithm.*) and the values the run
+decides are written here."""
 
 from meshrl.config.checked import values_of
-from meshrl.config.losses import PolicyLossSettings, RolloutISSettings
+from meshrl.config.losses import EpochSettings, PolicyLossSettings, RolloutISSettings, ValueLossSettings
 from orchestrator.config import Config
 
 
 def schedule(cfg: Config) -> dict:
     """How every update walks over its batch: actor.ppo_epochs passes of actor.mini_batch_size rows."""
-    return {"epochs": cfg.actor.ppo_epochs, "mini_batch_size": cfg.actor.mini_batch_size}
+    return values_of(EpochSettings, cfg.actor)
 
 
 def ppo_params(cfg: Config, reuse: bool = False) -> dict:
@@ -25,7 +25,7 @@ def ppo_params(cfg: Config, reuse: bool = False) -> dict:
 
 
 def value_params(cfg: Config) -> dict:
-    return {**schedule(cfg), "clip_range_value": cfg.critic.clip_range_value, "loss_agg_mode": cfg.actor.loss_agg_mode}
+    return {**schedule(cfg), **values_of(ValueLossSettings, cfg.critic), "loss_agg_mode": cfg.actor.loss_agg_mode}
 
 
 def dpo_params(cfg: Config) -> dict:

@@ -170,7 +170,7 @@ def train(engine: Engine, job: Pass) -> dict[str, float]:
         _train(engine, job, metrics)
     except Cancelled as e:
         engine.drop_gradients()
-        planned = job.schedule.epochs * num_minibatches(job.total_rows, job.schedule.mini_batch_size)
+        planned = job.schedule.ppo_epochs * num_minibatches(job.total_rows, job.schedule.mini_batch_size)
         raise Cancelled(
             f"{e} after {metrics.steps} of {planned} optimizer steps",
             {"optimizer_steps": metrics.steps, "planned_steps": planned},
@@ -191,7 +191,7 @@ def epoch_order(part: DataProto, p, step: int, epoch: int, unit: int = 1) -> tor
 def _train(engine: Engine, job: Pass, metrics: MetricSum) -> None:
     world, p, keys = dist.get_world_size(), job.schedule, tuple(job.part.batch)
     count = num_minibatches(job.total_rows, p.mini_batch_size)
-    for epoch in range(p.epochs):
+    for epoch in range(p.ppo_epochs):
         data = job.part.select_idxs(epoch_order(job.part, p, job.step, epoch, job.unit)) if p.shuffle else job.part
         for i, mini in enumerate(minibatches(data, count, job.unit)):
             first = job.own_first and epoch == 0 and i == 0
@@ -242,12 +242,12 @@ class ActorRole(PolicyRole):
         epochs see the first mini-batch's rows again. every_row: the pass covers every row whatever the
         schedule (rejection sampling decides on every row before the update starts)."""
         count = num_minibatches(total_rows, p.mini_batch_size)
-        if p.epochs == 1 and count == 1 and not every_row:
+        if p.ppo_epochs == 1 and count == 1 and not every_row:
             return part, True
         order = epoch_order(part, p, step, 0)
         rest = order[len(minibatches(part, count)[0]) :]  # the first's size does not depend on the order
         # the pass is collective: all ranks or none
-        own_first = p.epochs == 1 and not every_row and all_reduce_min(len(rest)) > 0
+        own_first = p.ppo_epochs == 1 and not every_row and all_reduce_min(len(rest)) > 0
         rows = rest if own_first else order
         old = torch.zeros(part.batch["responses"].shape, dtype=torch.float32)
         old[rows] = self.logprobs(part.select_idxs(rows), p.temperature, False).batch[self.output_key].float()

@@ -45,7 +45,7 @@ def test_without_adapter_the_actor_gives_the_ref_services_logprobs(actor, ref):
         assert torch.allclose(actor.logprobs(data), from_ref, atol=1e-6)
     assert torch.allclose(base_logprobs(actor, data), from_ref, atol=1e-6)
     before = actor.logprobs(data)
-    actor.update(next_step(actor), "sft", batch(seed=2), epochs=2)
+    actor.update(next_step(actor), "sft", batch(seed=2), ppo_epochs=2)
     after = actor.logprobs(data)
     assert (after - before).abs().max() > 1e-4  # the adapter trained
     assert torch.allclose(base_logprobs(actor, data), from_ref, atol=1e-6)  # the base did not
@@ -158,7 +158,7 @@ def test_a_critic_trains_its_adapter_and_its_value_head(tiny_lm):
         data.batch["returns"] = torch.ones(4, T)
         mask = data.batch["response_mask"]
         err = lambda v: ((v - 1).abs() * mask).sum()  # noqa: E731
-        critic.update(1, "value", data, epochs=4, clip_range_value=10.0)
+        critic.update(1, "value", data, ppo_epochs=4, clip_range_value=10.0)
         after = critic.call("ComputeValues", actor_pb2.BatchRequest(), batch()).data.batch["values"]
         assert err(after) < err(values)
     finally:

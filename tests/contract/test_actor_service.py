@@ -70,8 +70,8 @@ def test_bad_requests_are_refused_and_change_nothing(actor):
     expect(bad, lambda: actor.update(100, "ppx", ppo), "unknown loss 'ppx'")
     expect(bad, lambda: actor.update(100, "value", ppo), "the actor role does not train with loss 'value'")
     expect(bad, lambda: actor.update(100, "ppo", ppo, clip_ratio=0.2), "unknown key(s) ['clip_ratio']")
-    expect(bad, lambda: actor.update(100, "ppo", ppo, epochs="two"), "loss ppo.epochs: expected int")
-    expect(bad, lambda: actor.update(100, "ppo", ppo, epochs=2**31), "ppo.epochs=2147483648 must be in 1..100")
+    expect(bad, lambda: actor.update(100, "ppo", ppo, ppo_epochs="two"), "loss ppo.ppo_epochs: expected int")
+    expect(bad, lambda: actor.update(100, "ppo", ppo, ppo_epochs=2**31), "ppo.ppo_epochs=2147483648 must be in 1..100")
     expect(
         bad,
         lambda: actor.update(100, "ppo", ppo, clip_ratio_low=float("nan")),
@@ -97,7 +97,7 @@ def test_ppo_raises_the_logprob_of_a_positive_advantage(actor):
     adv[1] = 1.0
     data.batch["advantages"] = adv
     step = next_step(actor) + 1  # skip one: the skipped step is then older than the last applied
-    reply = actor.update(step, "ppo", data, epochs=2, mini_batch_size=2, clip_ratio_high=0.28, entropy_coeff=0.01)
+    reply = actor.update(step, "ppo", data, ppo_epochs=2, mini_batch_size=2, clip_ratio_high=0.28, entropy_coeff=0.01)
     assert reply.metrics["actor/num_optimizer_steps"] == 4 and reply.metrics["actor/grad_norm"] > 0
     assert "actor/pg_clipfrac" in reply.metrics and "actor/entropy" in reply.metrics
     after = actor.logprobs(batch(seed=7))
@@ -129,7 +129,7 @@ def test_every_policy_loss_raises_the_logprob_of_a_positive_advantage(actor, los
     adv = torch.zeros(4, T)
     adv[1] = 1.0
     data.batch["advantages"] = adv
-    reply = actor.update(next_step(actor), "ppo", data, epochs=2, mini_batch_size=2, policy_loss=loss)
+    reply = actor.update(next_step(actor), "ppo", data, ppo_epochs=2, mini_batch_size=2, policy_loss=loss)
     assert metric in reply.metrics and math.isfinite(reply.metrics["actor/pg_loss"])
     assert seq_logprob(actor.logprobs(batch(seed=8)), data)[1] > seq_logprob(before, data)[1]
     expect(
@@ -177,7 +177,7 @@ def test_rejected_responses_leave_the_update_and_weights_follow_the_mode(actor, 
         {},
         {"mini_batch_size": 2},
         {"mini_batch_size": 2, "shuffle": True, "seed": 3},
-        {"epochs": 2, "mini_batch_size": 2},
+        {"ppo_epochs": 2, "mini_batch_size": 2},
     ],
     ids=["one-step", "mini-batches", "shuffled", "two-epochs"],
 )
@@ -225,7 +225,7 @@ def test_sft_lowers_the_nll(actor):
     data = batch(seed=13)
     before = seq_logprob(actor.logprobs(data), data).sum()
     step = next_step(actor)
-    reply = actor.update(step, "sft", data, epochs=3)
+    reply = actor.update(step, "sft", data, ppo_epochs=3)
     assert reply.metrics["actor/sft_loss"] > 0
     assert seq_logprob(actor.logprobs(batch(seed=13)), data).sum() > before
 
@@ -289,7 +289,8 @@ def test_checkpoints_stay_under_the_root_and_counters_are_bounded(tiny_lm, tmp_p
 def long_update(service, step, **call):
     """An SFT update of 100 epochs x 16 mini-batches (1,600 optimizer steps): a minute or more here."""
     spec = actor_pb2.LossSpec(
-        name="sft", params={"epochs": to_value(100, "epochs"), "mini_batch_size": to_value(8, "mini_batch_size")}
+        name="sft",
+        params={"ppo_epochs": to_value(100, "ppo_epochs"), "mini_batch_size": to_value(8, "mini_batch_size")},
     )
     return service.client.call(
         "Update", Payload(actor_pb2.UpdateRequest(step=step, loss=spec), batch(rows=128)), **call
@@ -435,7 +436,7 @@ def test_init_over_rpc_ref_and_critic(tiny_lm):
         data.batch["returns"] = torch.ones(4, T)
         mask = data.batch["response_mask"]
         err = lambda v: ((v - 1).abs() * mask).sum()  # noqa: E731
-        reply = critic.update(1, "value", data, epochs=4, clip_range_value=10.0)
+        reply = critic.update(1, "value", data, ppo_epochs=4, clip_range_value=10.0)
         assert reply.metrics["critic/num_optimizer_steps"] == 4 and "critic/vf_loss" in reply.metrics
         after = critic.call("ComputeValues", actor_pb2.BatchRequest(), batch()).data.batch["values"]
         assert err(after) < err(values)

@@ -115,6 +115,6 @@ def test_the_loss_parameters_a_run_sends_are_the_actors_classes():
         None, ["actor.clip_ratio_high=0.28", "algorithm.rollout_is=token", "actor.ppo_epochs=2"]
     )
     ppo = PPOParams(**ppo_params(cfg))  # every key a PPOParams field, every value in range
-    assert (ppo.clip_ratio_high, ppo.rollout_is, ppo.epochs) == (0.28, "token", 2)
+    assert (ppo.clip_ratio_high, ppo.rollout_is, ppo.ppo_epochs) == (0.28, "token", 2)
     assert {f.name for f in dataclasses.fields(PPOParams)} - set(ppo_params(cfg)) == {"shuffle", "seed"}
     ValueParams(**value_params(cfg)), DPOParams(**dpo_params(cfg)), SFTParams(**sft_params(cfg))
