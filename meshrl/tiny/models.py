@@ -5,10 +5,11 @@ embeddings by default; --tie-word-embeddings shares the input embedding with the
 output head, as Qwen2.5-0.5B, GPT-2 and many small checkpoints do). `reward`: the same
 body with a one-logit sequence-classification head, for reward-model tests.
 
-`family` picks the architecture of a real model family (llama, qwen2, qwen3, mistral, gemma2, gpt2) at
-the same sizes; `tokenizer` picks the char-level tokenizer (meshrl/tiny/tokenizer.py, the main job's) or
-a byte-level BPE trained here on the arithmetic task's text, with a ChatML template, tool calls and two
-end tokens (meshrl/tiny/bpe.py). A reward model is a Llama.
+`family` picks the architecture of a real model family (llama, qwen2, qwen3, mistral, gemma2, gpt2, and
+the mixtures of experts qwen3_moe, mixtral and qwen2_moe) at the same sizes; `tokenizer` picks the
+char-level tokenizer (meshrl/tiny/tokenizer.py, the main job's) or a byte-level BPE trained here on the
+arithmetic task's text, with a ChatML template, tool calls and two end tokens (meshrl/tiny/bpe.py).
+A reward model is a Llama.
 """
 
 import dataclasses
@@ -16,7 +17,9 @@ import pathlib
 from typing import Any
 
 KINDS = ("causal", "reward")
-FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gpt2")
+DENSE = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gpt2")
+MOE = ("qwen3_moe", "mixtral", "qwen2_moe")  # mixtures of experts; qwen2_moe with a shared expert
+FAMILIES = DENSE + MOE
 TOKENIZERS = ("char", "bpe")
 
 
@@ -35,7 +38,11 @@ class TinyModelConfig:
     tie_word_embeddings: bool = False
     """One matrix for the input embedding and the output head (lm_head.weight is not saved)."""
     seed: int = 0  # the random initialization
-    family: str = "llama"  # the architecture: llama, qwen2, qwen3, mistral, gemma2, gpt2 (causal only)
+    family: str = "llama"  # the architecture: llama, qwen2, qwen3, mistral, gemma2, gpt2, or a mixture of
+    #   experts: qwen3_moe, mixtral, qwen2_moe (with a shared expert) (causal only)
+    num_experts: int = 8  # mixtures of experts: experts per layer
+    experts_per_token: int = 2  # mixtures of experts: the experts each token is routed to (top-k); each
+    #   expert is intermediate_size / experts_per_token wide, so a token's active width is the dense model's
     tokenizer: str = "char"  # "char" (one token per character) or "bpe" (byte-level BPE, ChatML template)
     bpe_vocab: int = 512  # tokenizer=bpe: the vocabulary it is trained to
     bpe_corpus: str = ""  # tokenizer=bpe: a data file (parquet, jsonl, json, a `datasets` folder) whose
@@ -115,6 +122,8 @@ def hf_config(cfg: TinyModelConfig, vocab: int, bos: int | None, ends: list[int]
         "max_position_embeddings": cfg.max_position_embeddings,
     }
     head_dim = cfg.hidden_size // cfg.num_heads
+    if cfg.family in MOE:
+        return moe_config(cfg, sizes, common, head_dim)
     if cfg.family == "qwen2":
         return transformers.Qwen2Config(**sizes, **common, use_sliding_window=False)
     if cfg.family == "qwen3":
@@ -125,6 +134,34 @@ def hf_config(cfg: TinyModelConfig, vocab: int, bos: int | None, ends: list[int]
         return transformers.Gemma2Config(**sizes, **common, head_dim=head_dim, query_pre_attn_scalar=head_dim)
     # num_labels: PreTrainedConfig takes it; LlamaConfig's signature does not list it
     return transformers.LlamaConfig(**sizes, **common, num_labels=1)  # type: ignore[call-arg]
+
+
+def moe_config(cfg: TinyModelConfig, sizes: dict, common: dict, head_dim: int):
+    """A mixture of experts at cfg's sizes: num_experts experts of intermediate_size / experts_per_token, top
+    experts_per_token routing, probabilities renormalized over the chosen (Qwen3-MoE's and Mixtral's way)."""
+    import transformers
+
+    if not 1 <= cfg.experts_per_token <= cfg.num_experts:
+        raise ValueError(f"experts_per_token {cfg.experts_per_token} must be in 1..num_experts ({cfg.num_experts})")
+    width = max(1, cfg.intermediate_size // cfg.experts_per_token)
+    if cfg.family == "mixtral":
+        experts: dict[str, Any] = {"num_local_experts": cfg.num_experts, "num_experts_per_tok": cfg.experts_per_token}
+        return transformers.MixtralConfig(
+            **{**sizes, "intermediate_size": width}, **common, **experts, sliding_window=None
+        )
+    experts = {  # the same annotation as above: dict[str, Any]
+        "num_experts": cfg.num_experts,
+        "num_experts_per_tok": cfg.experts_per_token,
+        "moe_intermediate_size": width,
+        "norm_topk_prob": True,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "use_sliding_window": False,
+    }
+    if cfg.family == "qwen3_moe":
+        experts["head_dim"] = head_dim  # as Qwen3-MoE's checkpoints write it (an extra attribute to the class)
+        return transformers.Qwen3MoeConfig(**sizes, **common, **experts)
+    return transformers.Qwen2MoeConfig(**sizes, **common, **experts, shared_expert_intermediate_size=width)
 
 
 def num_parameters(model) -> int:

