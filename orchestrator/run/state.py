@@ -20,6 +20,7 @@ from orchestrator.lifecycle.mesh import Mesh
 from orchestrator.lifecycle.services import Services
 from orchestrator.loops.algorithm import Algorithm
 from orchestrator.output.loggers import RunLog
+from orchestrator.run.parity import Parity
 from orchestrator.sampling import pipeline
 from orchestrator.sampling.rollouts import Rollouts
 
@@ -44,6 +45,7 @@ class RunState:
     producer: pipeline.Producer | None = None  # trainer.max_staleness >= 1: samples the next steps ahead
     before_producer: dict = dataclasses.field(default_factory=dict)  # the sampler's state when it started
     fleet: dict | None = None  # the last RUN_DIR/fleet.json acted on (run.fleet.resize)
+    parity: Parity = dataclasses.field(default_factory=Parity)  # stops a run whose push broke the rollout
 
     @property
     def run_dir(self) -> pathlib.Path:

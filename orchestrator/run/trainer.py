@@ -34,6 +34,7 @@ from orchestrator.output.report import finish_report
 from orchestrator.run import fleet
 from orchestrator.run.checkpoints import DiskFull, link_final_model, resume, save
 from orchestrator.run.interrupt import Interrupts
+from orchestrator.run.parity import Parity
 from orchestrator.run.recovery import StepFailed, check_not_ahead, recover, snapshot
 from orchestrator.run.state import RunState
 from orchestrator.run.validation import validate
@@ -76,6 +77,7 @@ def one_step(state: RunState) -> dict[str, float]:
         with telemetry.span("step", step=number, algorithm=algorithm.name, prompts=len(indices)) as s:
             metrics = algorithm.step(state.mesh, rollouts, number, state.data, indices, uids)
             metrics.update(rollouts.metrics)
+            state.parity.check(number, metrics)  # a push that broke the rollout stops the run here
             if len(state.mesh.replicas) > 1:
                 metrics.update(state.mesh.fleet_metrics())
             s.set_attribute("meshrl.weight_version", number)
@@ -192,6 +194,7 @@ def train(state: RunState) -> None:
                 save_if_due(state)
             except StepFailed as e:
                 state.restarts += 1
+                state.parity = Parity()  # the pushes recovery makes start the comparison again
                 state.stop_sampling_ahead()  # nothing sampled ahead survives: drawn again from this step
                 state.number, state.batch = recover(e, state)
                 bar.n = state.number - 1
