@@ -150,11 +150,13 @@ def tensor_bytes(t: torch.Tensor, name: str = "tensor") -> memoryview:
     """The tensor's bytes without copying when it is already contiguous on the CPU."""
     if t.is_sparse or t.is_quantized:
         raise ValueError(f"tensor {name!r}: only dense tensors can travel")
-    t = t.detach().to("cpu").contiguous()
+    t = t.detach().to("cpu").contiguous().view(-1)
     if t.numel() == 0:
         return memoryview(b"")
+    if t.stride(0) != 1:  # one element at any stride counts as contiguous to torch; bytes need stride 1
+        t = t.clone(memory_format=torch.contiguous_format)
     # numpy's stubs give ndarray its buffer protocol (__buffer__) only for Python 3.12 on
-    return memoryview(t.view(-1).view(torch.uint8).numpy())  # type: ignore[arg-type]
+    return memoryview(t.view(torch.uint8).numpy())  # type: ignore[arg-type]
 
 
 def _pad_for(pos: int, header: bytes, nbytes: int) -> bytes:

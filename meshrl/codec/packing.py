@@ -82,7 +82,9 @@ def _one(dtype: torch.dtype) -> int:
 
 
 def _tensor(bits: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    t = torch.from_numpy(np.ascontiguousarray(bits))
+    if bits.ndim and bits.strides[-1] != bits.itemsize:  # a column view (one row's is "contiguous" to numpy)
+        bits = bits.copy()
+    t = torch.from_numpy(bits)
     return t.view(dtype) if dtype.is_floating_point or dtype == torch.bool else t.to(dtype)
 
 

@@ -10,7 +10,15 @@ from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from meshrl.codec import Assembler, Payload, decode_dataproto, decode_message, encode_dataproto, split_rows
+from meshrl.codec import (
+    Assembler,
+    Payload,
+    decode_dataproto,
+    decode_message,
+    encode_dataproto,
+    encode_message,
+    split_rows,
+)
 from meshrl.dataproto import DataProto
 from meshrl.layout import rollout_tensors
 from meshrl.v1 import data_pb2 as pb
@@ -133,6 +141,18 @@ def test_a_batch_off_the_rules_travels_plain_and_unchanged(spoil):
     assert_exact(data, back)
     layout = {"input_ids", "attention_mask", "position_ids", "responses"}
     assert layout <= {x.name for x in msg.tensors}, "the layout should have travelled plain"
+
+
+def test_one_long_row_comes_back_exactly():
+    """A multi-turn episode is one row: its per-row values are one element of a column, which must still
+    travel as bytes (a strided one-element tensor)."""
+    data = rollout_batch(1, 1, 20, 200, seed=9, multi_turn=True)
+    data.batch["response_mask"][0, :] = (data.batch["response_mask"][0] > 0).float()
+    back = decode_message(reward_pb2.ScoreRequest, encode_message(reward_pb2.ScoreRequest(), data))[0].data
+    assert back is not None
+    assert_exact(data, back)
+    column = torch.randn(1, 23)[:, 0]  # shape (1,), stride (23,)
+    assert torch.equal(decode_dataproto(b"".join(encode_dataproto(DataProto({"x": column}))))[0].batch["x"], column)
 
 
 def test_a_tensor_with_values_past_the_responses_travels_plain():
