@@ -102,6 +102,17 @@ def layer_classes(model: torch.nn.Module) -> set[type]:
     return classes
 
 
+def fused_experts(model: torch.nn.Module) -> list[str]:
+    """The names of a mixture of experts' fused expert tensors (3-d: one slice per expert, as transformers
+    holds them in memory), e.g. ["down_proj", "gate_up_proj"]; [] for a dense model."""
+    return sorted({n.rsplit(".", 1)[-1] for n, p in model.named_parameters() if p.dim() == 3 and ".experts" in n})
+
+
+def is_moe(config) -> bool:
+    """Whether a transformers config is a mixture of experts' (it names a number of experts)."""
+    return any(getattr(config, k, 0) for k in ("num_experts", "num_local_experts", "n_routed_experts"))
+
+
 def lora_target_modules(model: torch.nn.Module, cfg: EngineSettings) -> list[str]:
     """The names (as peft matches them: the end of a module's name) of the linear layers that get an
     adapter; ValueError in one line for targets the model lacks, layers that are not linear, or a rank
@@ -112,6 +123,14 @@ def lora_target_modules(model: torch.nn.Module, cfg: EngineSettings) -> list[str
     spec = lora_targets(cfg.lora_target_modules)
     linear = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     if spec == [ALL_LINEAR]:
+        experts = fused_experts(model)
+        if experts:
+            raise ValueError(
+                f"lora_target_modules=all-linear: {type(model).__name__}'s experts ({', '.join(experts)}) are not "
+                "linear layers, and neither is its router: an adapter would train its attention alone. Name the "
+                "layers to adapt to train those alone (e.g. q_proj,k_proj,v_proj,o_proj); LoRA on a mixture of "
+                "experts' experts is not built yet (issue 45)"
+            )
         blocks = layer_classes(model)  # ValueError when the model's blocks cannot be found
         in_blocks = (b for b in model.modules() if type(b) in blocks)
         names = sorted(

@@ -22,13 +22,14 @@ import logging
 import os
 import pathlib
 import socket
+import types
 import urllib.parse
 
 from meshrl import hosts
 from meshrl.config.actor import EngineSettings
 from meshrl.config.checked import values_of
 from meshrl.config.reward import urls
-from meshrl.models import check_lora
+from meshrl.models import check_lora, is_moe
 from meshrl.vocab import difference, folder_tokenizer, special_difference
 from orchestrator.config import Config
 from orchestrator.data import check_inputs
@@ -113,6 +114,18 @@ def check_run_dir(cfg: Config) -> None:
         )
 
 
+def moe_model(path: str) -> bool:
+    """Whether the model folder's config.json is a mixture of experts' (False where there is none to read)."""
+    config = pathlib.Path(path) / "config.json"
+    if not path or not config.is_file():
+        return False
+    try:
+        values = json.loads(config.read_text())
+    except ValueError:
+        return False
+    return is_moe(types.SimpleNamespace(**values)) if isinstance(values, dict) else False
+
+
 def check_adapter(cfg: Config, role: str) -> None:
     """A LoRA adapter the model can take (its target layers exist, are linear and are wider than the rank),
     read from the model folder on the meta device: the actor service would refuse it only after the
@@ -159,6 +172,12 @@ def warn_unread(cfg: Config, roles: set[str]) -> None:
 
 def check_rollout(cfg: Config) -> None:
     r = cfg.rollout
+    if r.backend == "vllm" and cfg.actor.lora_rank and not r.merge_lora and moe_model(cfg.actor.model):
+        raise ValueError(
+            f"actor.lora_rank={cfg.actor.lora_rank} pushes an adapter to vLLM, whose LoRA fails on a mixture of "
+            f"experts ({cfg.actor.model}) at the first Generate: set rollout.merge_lora=true (the base weights "
+            "with the adapter merged in) or rollout.backend=hf"
+        )
     if r.weight_transport == "cuda_ipc" and not (cfg.actor.address and r.address):
         import torch
 

@@ -1,5 +1,6 @@
-"""meshrl/file_layout.py: a mixture of experts' tensors between the model folder's layout (per expert) and
-transformers' in memory (fused), both ways, by transformers' own conversions; dense models untouched."""
+"""Mixtures of experts, the parts without services: meshrl/file_layout.py moves their tensors between the
+model folder's layout (per expert) and transformers' in memory (fused), both ways, by transformers' own
+conversions (dense models untouched); LoRA settings that would miss the experts are refused."""
 
 import pytest
 import torch
@@ -7,7 +8,11 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from meshrl import file_layout
+from meshrl.config.actor import EngineSettings
+from meshrl.models import check_lora
 from meshrl.tiny.models import MOE, TinyModelConfig, make_model
+from orchestrator.config import load_config
+from orchestrator.lifecycle.preflight import check_rollout
 
 SMALL = {
     "hidden_size": 32,
@@ -57,3 +62,18 @@ def test_a_dense_model_is_untouched(folders):
     assert not file_layout.converts(shell)
     sd = model.state_dict()
     assert file_layout.to_files(shell, sd) is sd and file_layout.to_memory(model, sd) is sd
+
+
+def test_lora_on_an_moe_is_refused_where_it_would_silently_miss_the_experts(folders):
+    """all-linear would adapt attention alone (the experts are 3-d tensors, the router no nn.Linear), and
+    vLLM's LoRA fails on an MoE at its first Generate: both refused before anything starts, in one line."""
+    folder = str(folders["qwen3_moe"])
+    with pytest.raises(ValueError, match=r"all-linear: Qwen3MoeForCausalLM's experts \(down_proj, gate_up_proj\)"):
+        check_lora(folder, "causal", EngineSettings(lora_rank=8))
+    assert check_lora(folder, "causal", EngineSettings(lora_rank=8, lora_target_modules="q_proj,v_proj"))
+    run = ["actor.model=" + folder, "actor.lora_rank=8", "actor.lora_target_modules=q_proj,v_proj"]
+    with pytest.raises(ValueError, match="set rollout.merge_lora=true"):
+        check_rollout(load_config(None, [*run, "rollout.backend=vllm"]))
+    check_rollout(load_config(None, [*run, "rollout.backend=vllm", "rollout.merge_lora=true"]))
+    check_rollout(load_config(None, [*run, "rollout.backend=hf"]))
+    check_rollout(load_config(None, ["actor.model=" + str(folders["qwen2"]), "actor.lora_rank=8"]))
