@@ -162,10 +162,17 @@ class PolicyLossSettings(Checked):
     loss_agg_mode: str | None = None
     """token-mean, seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm; null: token-mean, or
     the one the loss's objective fixes (gspo, gmpo, sapo: seq-mean-token-mean; another is refused)."""
+    router_aux_loss_coef: float = 0.0
+    """A mixture of experts: the weight of the router's load-balancing loss (Switch Transformer's; Qwen3-MoE
+    and Mixtral pretrain with 0.001-0.02). Every update of an MoE reports its expert load either way."""
+    router_z_loss_coef: float = 0.0
+    """A mixture of experts: the weight of the router's z-loss (ST-MoE's; 0.001 there)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         one_of(self, "policy_loss", POLICY_LOSSES)
+        require(self.router_aux_loss_coef >= 0, self, "router_aux_loss_coef", "must be >= 0")
+        require(self.router_z_loss_coef >= 0, self, "router_z_loss_coef", "must be >= 0")
         loss = POLICY_LOSSES[self.policy_loss]
         for name in LOSS_SETTINGS:
             if name in loss.defaults:

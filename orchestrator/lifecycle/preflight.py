@@ -62,6 +62,7 @@ def check(cfg: Config, roles: set[str], local: bool = True) -> None:
                 check_reward_url(url)
     if "teacher" in roles and not cfg.teacher.address:
         check_teacher(cfg)
+    check_router(cfg)
     for role in ("actor", "ref", "teacher", "critic"):
         if role in roles and not getattr(cfg, role).address:
             check_ranks(cfg, role, sampled="rollout" in roles)
@@ -112,6 +113,14 @@ def check_run_dir(cfg: Config) -> None:
             f"{checkpoints} is a link to {checkpoints.resolve()}: the services write checkpoints only "
             "inside trainer.run_dir; remove the link (or point trainer.run_dir where they should go)"
         )
+
+
+def check_router(cfg: Config) -> None:
+    """A router loss asked of a model without a router would be ignored: refused instead."""
+    coefs = {k: getattr(cfg.actor, k) for k in ("router_aux_loss_coef", "router_z_loss_coef")}
+    if any(coefs.values()) and not cfg.actor.address and not moe_model(cfg.actor.model):
+        name = next(k for k, v in coefs.items() if v)
+        raise ValueError(f"actor.{name}={coefs[name]}: {cfg.actor.model} is not a mixture of experts (no router)")
 
 
 def moe_model(path: str) -> bool:

@@ -21,6 +21,7 @@ from meshrl.algos.losses import (
     value_loss,
 )
 from meshrl.algos.masked import agg_loss
+from meshrl.algos.moe import RouterCapture, router_terms
 from meshrl.algos.policy_losses import policy_loss
 from meshrl.algos.rollout_correction import kl_to_actor, rollout_is_weights, rollout_rejection_mask
 from meshrl.config.losses import UPDATE_LOSSES, Schedule
@@ -261,8 +262,10 @@ class ActorRole(PolicyRole):
         old_key = p.old_logprobs_key or OLD
         rejected = reject(part, p, old_key) if p.rollout_rs else {}
         rng = torch.Generator().manual_seed(p.seed * 1_000_003 + step)  # clip_cov's picks, the same on resume
+        capture = RouterCapture(self.engine.module)  # a mixture of experts' routers; none for a dense model
 
         def ppo(model, mb):
+            capture.clear()
             logits = forward_response(model, mb, share_prompts=self.shared)
             lp = token_logprobs(logits, mb["responses"], p.temperature)
             mask = mb["response_mask"]
@@ -293,10 +296,13 @@ class ActorRole(PolicyRole):
                 kl, km = kl_loss(lp, mb["ref_logprobs"], mask, p.kl_loss_type, p.loss_agg_mode)
                 total = total + p.kl_loss_coef * kl
                 m.update(km)
-            return total, m
+            router, rm = router_terms(capture, p.router_aux_loss_coef, p.router_z_loss_coef)
+            m.update(rm)
+            return total + router, m
 
         job = Pass(part, p, total_rows, step, "actor", ppo, loss_units(p.loss_agg_mode), own_first=own_first)
-        return rejected | train(self.engine, job)
+        with capture:
+            return rejected | train(self.engine, job)
 
     def update_sft(self, part: DataProto, p, total_rows: int, step: int) -> dict[str, float]:
         def sft(model, mb):

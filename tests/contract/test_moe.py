@@ -46,6 +46,13 @@ def test_a_trained_moe_pushes_exactly_to_the_hf_rollout(folders, family):
         assert kl_to_actor(out.batch["rollout_logprobs"], actor_lp, mask) < PARITY
         moved = generate(client, chats("1+1=", "12*3="), temperature=0.0, seed=1).data
         assert not torch.equal(moved.batch["rollout_logprobs"], before.batch["rollout_logprobs"])
+        # a PPO update with the router's load-balancing and z-losses reports them and the expert load
+        out.batch["advantages"] = torch.ones_like(mask) * mask
+        coefs = {"router_aux_loss_coef": 0.01, "router_z_loss_coef": 0.001, "old_logprobs_key": ""}
+        metrics = actor.update(2, "ppo", out, **coefs).metrics  # old_logprobs_key "": from its own pass
+        assert 0 < metrics["actor/moe/aux_loss"] <= 4  # E * sum f_e P_e: k (2) when balanced, E (4) at worst
+        assert metrics["actor/moe/load_max_over_mean_worst"] >= metrics["actor/moe/load_max_over_mean"] >= 1.0
+        assert metrics["actor/moe/z_loss"] > 0
     finally:
         client.close()
         server.stop(0)

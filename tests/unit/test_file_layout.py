@@ -12,7 +12,7 @@ from meshrl.config.actor import EngineSettings
 from meshrl.models import check_lora
 from meshrl.tiny.models import MOE, TinyModelConfig, make_model
 from orchestrator.config import load_config
-from orchestrator.lifecycle.preflight import check_rollout
+from orchestrator.lifecycle.preflight import check_rollout, check_router
 
 SMALL = {
     "hidden_size": 32,
@@ -77,3 +77,10 @@ def test_lora_on_an_moe_is_refused_where_it_would_silently_miss_the_experts(fold
     check_rollout(load_config(None, [*run, "rollout.backend=vllm", "rollout.merge_lora=true"]))
     check_rollout(load_config(None, [*run, "rollout.backend=hf"]))
     check_rollout(load_config(None, ["actor.model=" + str(folders["qwen2"]), "actor.lora_rank=8"]))
+
+
+def test_a_router_loss_on_a_dense_model_is_refused(folders):
+    dense = "actor.model=" + str(folders["qwen2"])
+    with pytest.raises(ValueError, match="router_z_loss_coef=0.001: .* is not a mixture of experts"):
+        check_router(load_config(None, [dense, "actor.router_z_loss_coef=0.001"]))
+    check_router(load_config(None, ["actor.model=" + str(folders["mixtral"]), "actor.router_aux_loss_coef=0.01"]))
