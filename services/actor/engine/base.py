@@ -228,9 +228,10 @@ class Engine:
         """weight_view's tensors (HF names, as transformers holds them) under the model files' names and in
         their layout, what a push sends (meshrl/file_layout.py: a mixture of experts' fused expert tensors
         split per expert; the identity for dense models)."""
-        if self._files is None:
-            self._files = file_layout.shell(self.config)
-        return file_layout.to_files(self._files, named)
+        if self._files is None:  # once: the conversions are the model's (False: it has none, a dense model)
+            shell = file_layout.shell(self.config)
+            self._files = shell if file_layout.converts(shell) else False
+        return file_layout.to_files(self._files, named) if self._files is not False else named
 
     def adapter_message(self) -> rollout_pb2.LoraAdapter | None:
         """BeginWeightUpdateRequest.lora of an adapter push (None without an adapter)."""
