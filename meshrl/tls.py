@@ -108,66 +108,71 @@ def make_certs(out: pathlib.Path, hosts: list[str], days: int = 365) -> list[pat
     """A CA and a certificate per role under `out` (keys readable by their owner only). Each names its
     role, `meshrl`, localhost, 127.0.0.1 and `hosts` (the names or addresses services are reached by)."""
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     out.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.UTC)
-    written = []
-
-    def save(name: str, data: bytes, secret: bool) -> None:
-        path = out / name
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if secret else 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        written.append(path)
-
-    def pem_key(k) -> bytes:
-        return k.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-
+    written: list[pathlib.Path] = []
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "meshrl CA")])
-    ca = (
+    ca = _certificate(
+        ca_name, ca_name, ca_key.public_key(), ca_key, days, x509.BasicConstraints(ca=True, path_length=0)
+    )
+    _save(out / "ca.pem", ca.public_bytes(serialization.Encoding.PEM), False, written)  # its key is not kept: rerun
+    usage = x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH])
+    for role in ROLES:
+        key = ec.generate_private_key(ec.SECP256R1())
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, role)])
+        cert = _certificate(subject, ca_name, key.public_key(), ca_key, days, _alt_names(role, hosts), usage)
+        _save(out / f"{role}.pem", cert.public_bytes(serialization.Encoding.PEM), False, written)
+        pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        _save(out / f"{role}.key", pem, True, written)
+    return written
+
+
+def _save(path: pathlib.Path, data: bytes, secret: bool, written: list[pathlib.Path]) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if secret else 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    written.append(path)
+
+
+def _alt_names(role: str, hosts: list[str]):
+    """The names a role's certificate answers to: its role, `meshrl`, localhost, 127.0.0.1 and hosts."""
+    from cryptography import x509
+
+    names: list[x509.GeneralName] = [x509.DNSName(n) for n in (role, ANY_NAME, "localhost")]
+    for h in ["127.0.0.1", *hosts]:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(h)))
+        except ValueError:
+            names.append(x509.DNSName(h))
+    return x509.SubjectAlternativeName(names)
+
+
+def _certificate(subject, issuer, public_key, sign_key, days: int, *extensions):
+    """A certificate valid from five minutes ago for `days`, signed with SHA-256; the first extension
+    (the CA's basic constraints) is critical, the others not."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
         x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .sign(ca_key, hashes.SHA256())
     )
-    save("ca.pem", ca.public_bytes(serialization.Encoding.PEM), secret=False)  # its key is not kept: rerun to add
-    for role in ROLES:
-        key = ec.generate_private_key(ec.SECP256R1())
-        names: list[x509.GeneralName] = [x509.DNSName(n) for n in (role, ANY_NAME, "localhost")]
-        for h in ["127.0.0.1", *hosts]:
-            try:
-                names.append(x509.IPAddress(ipaddress.ip_address(h)))
-            except ValueError:
-                names.append(x509.DNSName(h))
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, role)]))
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=days))
-            .add_extension(x509.SubjectAlternativeName(names), critical=False)
-            .add_extension(
-                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-                critical=False,
-            )
-            .sign(ca_key, hashes.SHA256())
-        )
-        save(f"{role}.pem", cert.public_bytes(serialization.Encoding.PEM), secret=False)
-        save(f"{role}.key", pem_key(key), secret=True)
-    return written
+    for i, extension in enumerate(extensions):
+        critical = i == 0 and isinstance(extension, x509.BasicConstraints)
+        builder = builder.add_extension(extension, critical=critical)
+    return builder.sign(sign_key, hashes.SHA256())
 
 
 def split_by_role(out: pathlib.Path) -> list[pathlib.Path]:

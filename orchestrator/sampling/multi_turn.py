@@ -31,11 +31,13 @@ its turns (the prefix it has computed is there).
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import functools
 import json
 import logging
 import threading
 import time
+from typing import Any
 
 import grpc
 import numpy as np
@@ -192,51 +194,17 @@ def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int, parser,
     With a tool-call parser (rollout.tool_parser), a turn's calls go to the environment and their results
     come back through the chat template (tool_results); without one, the turn's text is the action. `ends`:
     the tokens that end a turn (the model's end tokens: Qwen's <|im_end|> and <|endoftext|>)."""
-    r, env = mesh.cfg.rollout, mesh["env"]
-    budget = r.max_response_tokens or r.max_turns * r.max_new_tokens
-    episode = None
-
-    def observe(text: str) -> None:
-        if text:
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-            traj.add(ids[: budget - len(traj.tokens)], None, policy=False)
-
-    def call(method: str, request) -> env_pb2.EnvReply:  # Reset, Step
-        batcher.count(in_tool=1)
-        try:
-            return env.call_message(method, request, env_pb2.EnvReply)
-        finally:
-            batcher.count(in_tool=-1)
-
+    episode = Episode(traj, mesh.cfg.rollout, mesh["env"], batcher, tokenizer, parser, ends)
     batcher.count(active=1)
     try:
-        first = call("Reset", env_pb2.ResetRequest(task_json=json.dumps(traj.task, default=jsonable), seed=seed))
-        episode = first.episode_id
-        observe(first.observation)
-        for _ in range(r.max_turns):
-            room = budget - len(traj.tokens)
-            if room <= 0:
+        first = episode.call(
+            "Reset", env_pb2.ResetRequest(task_json=json.dumps(traj.task, default=jsonable), seed=seed)
+        )
+        episode.id = first.episode_id
+        episode.observe(first.observation)
+        for _ in range(episode.cfg.max_turns):
+            if not episode.turn():
                 break
-            [(tokens, logprobs, text, version)] = batcher.generate(
-                traj.prompt + traj.tokens, min(r.max_new_tokens, room)
-            )
-            traj.add(tokens, logprobs, policy=True)
-            traj.versions.append(version)
-            if text is None:  # cut to the token budget: the text of what is kept
-                text = tokenizer.decode(tokens, skip_special_tokens=True)
-            calls = parser(text) if parser is not None else []
-            if calls:  # the model's own format: the calls answered, through the template's tool role
-                results = tool_results(call, env, episode, text, calls)
-                closed = "" if tokens and tokens[-1] in ends else tokenizer.eos_token  # a cut turn, closed
-                observe(closed + after_turn(tokenizer, results, traj.tools))
-                continue
-            reply = call("Step", env_pb2.StepRequest(episode_id=episode, action=text))
-            traj.env_reward += reply.reward
-            traj.info = json.loads(reply.info_json or "{}")
-            if reply.done:
-                traj.done, traj.finish, episode = True, "stop", None
-                break
-            observe(reply.observation)
     except ServiceError as e:
         method = e.method.replace("/", ".").rsplit(".", 1)[-1]
         if method not in ("Reset", "Step"):
@@ -244,11 +212,75 @@ def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int, parser,
         traj.error = f"{method}: {e.code.name}: {e.details}"
     finally:
         batcher.count(active=-1)
-        if episode is not None:  # a limit ended it, or a failure: free it on the environment's side
+        episode.close()
+
+
+@dataclasses.dataclass
+class Episode:
+    """play()'s episode: its trajectory, the run's rollout settings, the environment's client and the id of
+    the episode there (None once it is done or closed)."""
+
+    traj: Trajectory
+    cfg: Any  # the run's rollout section
+    env: Any  # the environment service's client
+    batcher: Batcher
+    tokenizer: Any
+    parser: Any
+    ends: frozenset[int]
+    id: str | None = None
+
+    @property
+    def budget(self) -> int:
+        return self.cfg.max_response_tokens or self.cfg.max_turns * self.cfg.max_new_tokens
+
+    def observe(self, text: str) -> None:
+        if text:
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            self.traj.add(ids[: self.budget - len(self.traj.tokens)], None, policy=False)
+
+    def call(self, method: str, request) -> env_pb2.EnvReply:  # Reset, Step
+        self.batcher.count(in_tool=1)
+        try:
+            return self.env.call_message(method, request, env_pb2.EnvReply)
+        finally:
+            self.batcher.count(in_tool=-1)
+
+    def turn(self) -> bool:
+        """One turn of the model and the environment's answer; False when the episode is over."""
+        traj, tokenizer = self.traj, self.tokenizer
+        room = self.budget - len(traj.tokens)
+        if room <= 0:
+            return False
+        [(tokens, logprobs, text, version)] = self.batcher.generate(
+            traj.prompt + traj.tokens, min(self.cfg.max_new_tokens, room)
+        )
+        traj.add(tokens, logprobs, policy=True)
+        traj.versions.append(version)
+        if text is None:  # cut to the token budget: the text of what is kept
+            text = tokenizer.decode(tokens, skip_special_tokens=True)
+        calls = self.parser(text) if self.parser is not None else []
+        if calls:  # the model's own format: the calls answered, through the template's tool role
+            assert self.id is not None  # Reset named the episode; it is None only once it is over
+            results = tool_results(self.call, self.env, self.id, text, calls)
+            closed = "" if tokens and tokens[-1] in self.ends else tokenizer.eos_token  # a cut turn, closed
+            self.observe(closed + after_turn(tokenizer, results, traj.tools))
+            return True
+        reply = self.call("Step", env_pb2.StepRequest(episode_id=self.id, action=text))
+        traj.env_reward += reply.reward
+        traj.info = json.loads(reply.info_json or "{}")
+        if reply.done:
+            traj.done, traj.finish, self.id = True, "stop", None
+            return False
+        self.observe(reply.observation)
+        return True
+
+    def close(self) -> None:
+        """A limit ended it, or a failure: free it on the environment's side."""
+        if self.id is not None:
             try:
-                env.call("Close", env_pb2.CloseRequest(episode_id=episode))
+                self.env.call("Close", env_pb2.CloseRequest(episode_id=self.id))
             except ServiceError as e:
-                log.debug("closing episode %s failed: %s", episode, e)
+                log.debug("closing episode %s failed: %s", self.id, e)
 
 
 def tool_results(call, env, episode: str, text: str, calls: list[Call]) -> list[dict]:
