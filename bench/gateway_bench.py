@@ -69,7 +69,7 @@ def latency(model: pathlib.Path, calls: int) -> None:
     sampling = rollout_pb2.SamplingParams(n=1, temperature=1.0, top_p=1.0, top_k=-1, max_new_tokens=8, logprobs=True)
     engine = RolloutEngine([server.address])
     ends = frozenset([tok.eos_token_id])
-    gateway = Gateway(engine, tok, "policy", ends, "hermes").start()
+    gateway = Gateway(engine, tok, "policy", ends, tool_parser="hermes").start()
     session = gateway.open(Session(keep=4))
     chat = openai.OpenAI(base_url=gateway.base_url, api_key=session.key, max_retries=0)
     direct, through = [], []
@@ -110,7 +110,7 @@ class Instant:
 
 def overhead(model: pathlib.Path, calls: int) -> None:
     tok = AutoTokenizer.from_pretrained(model)
-    gateway = Gateway(Instant(tok), tok, "policy", frozenset([tok.eos_token_id]), "hermes").start()
+    gateway = Gateway(Instant(tok), tok, "policy", frozenset([tok.eos_token_id]), tool_parser="hermes").start()
     session = gateway.open(Session(keep=4))
     body: dict[str, Any] = {"model": "policy", "messages": [{"role": "user", "content": "12*7="}], "max_tokens": 8}
     chat = openai.OpenAI(base_url=gateway.base_url, api_key=session.key, max_retries=0)

@@ -379,6 +379,7 @@ def push_state(
     named: dict[str, torch.Tensor],
     version: int,
     transport: str,
+    *,
     bucket_bytes: int = DEFAULT_BUCKET_BYTES,
     rollback: bool = False,
     lora: rollout_pb2.LoraAdapter | None = None,

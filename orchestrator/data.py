@@ -51,6 +51,7 @@ class PromptDataset:
         files: str | list[str],
         tokenizer,
         max_prompt_length: int,
+        *,
         prompt_key: str = "prompt",
         key: str = "data.train_files",
         answer_key: str = "",
@@ -206,10 +207,10 @@ def dataset(cfg, files: str, tokenizer) -> PromptDataset:
         getattr(d, files),
         tokenizer,
         prompt_limit(cfg),
-        d.prompt_key,
-        key,
-        d.answer_key,
-        d.system_prompt,
+        prompt_key=d.prompt_key,
+        key=key,
+        answer_key=d.answer_key,
+        system_prompt=d.system_prompt,
         dataset_columns=trl_form(cfg.reward.function),
     )
 

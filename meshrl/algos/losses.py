@@ -53,6 +53,7 @@ def dpo_loss(
     rejected_logprobs: torch.Tensor,
     ref_chosen_logprobs: torch.Tensor,
     ref_rejected_logprobs: torch.Tensor,
+    *,
     beta: float = 0.1,
     loss_type: str = "sigmoid",
     label_smoothing: float = 0.0,

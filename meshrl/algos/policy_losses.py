@@ -1,20 +1,23 @@
 """The policy-gradient losses, one function each, and POLICY_LOSS_FNS: the name a run gives
-(meshrl/config/losses.py POLICY_LOSSES: its paper, defaults and aggregation) -> how its function reads the
-resolved settings. Adding a loss is one function, one entry here and one there.
+(meshrl/config/losses.py POLICY_LOSSES: its paper, defaults and aggregation) -> its function. Adding a loss
+is one function, one entry here and one there.
 
 Inputs are per-token (B, T) tensors over the response: the log-probs being trained, the old (sampling)
 ones, the advantages and response_mask. `weights` (rollout_is_weights) scale each token's loss. Each returns
-a scalar loss and a dict of metrics (floats). Each function takes its paper's settings as keyword
-arguments with the paper's values as defaults, in verl's order (verl/trainer/ppo/core_algos.py), rather
-than one settings object: so each can be called and unit-tested alone, and read beside verl's.
-"""
+a scalar loss and a dict of metrics (floats). Each function takes its paper's settings as keyword-only
+arguments named as the run's settings (PolicyLossSettings), with the paper's values as defaults, rather
+than one settings object: so each can be called and unit-tested alone, and read beside verl's
+(verl/trainer/ppo/core_algos.py). policy_loss passes each the settings its signature names; a name that is
+no setting fails at import."""
 
+import dataclasses
+import inspect
 from collections.abc import Callable
 
 import torch
 
 from meshrl.algos.masked import agg_loss, masked_mean, rows_mean
-from meshrl.config.losses import POLICY_LOSSES, SEQ_MEAN
+from meshrl.config.losses import POLICY_LOSSES, SEQ_MEAN, PolicyLossSettings
 
 MAX_LOG_RATIO = 20.0  # exp() must not overflow; every clip or gate is far inside e^20
 
@@ -34,6 +37,7 @@ def ppo_policy_loss(
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
+    *,
     clip_ratio_low: float = 0.2,
     clip_ratio_high: float = 0.2,
     clip_ratio_c: float | None = 3.0,
@@ -73,6 +77,7 @@ def gspo_policy_loss(
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
+    *,
     clip_ratio_low: float = 3e-4,
     clip_ratio_high: float = 4e-4,
     weights: torch.Tensor | None = None,
@@ -109,6 +114,7 @@ def cispo_policy_loss(
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
+    *,
     clip_ratio_low: float = 1.0,
     clip_ratio_high: float = 0.2,
     loss_agg_mode: str = "token-mean",
@@ -139,6 +145,7 @@ def gmpo_policy_loss(
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
+    *,
     clip_ratio_low: float = 0.4,
     clip_ratio_high: float = 0.4,
     weights: torch.Tensor | None = None,
@@ -173,6 +180,7 @@ def sapo_policy_loss(
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
+    *,
     tau_pos: float = 1.0,
     tau_neg: float = 1.05,
     weights: torch.Tensor | None = None,
@@ -210,6 +218,7 @@ def clip_cov_policy_loss(
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
+    *,
     clip_ratio_low: float = 0.2,
     clip_ratio_high: float = 0.2,
     clip_cov_ratio: float = 2e-4,
@@ -252,6 +261,7 @@ def kl_cov_policy_loss(
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
+    *,
     kl_cov_ratio: float = 2e-4,
     ppo_kl_coef: float = 0.1,
     loss_agg_mode: str = "token-mean",
@@ -283,37 +293,34 @@ def kl_cov_policy_loss(
 
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 POLICY_LOSS_FNS: dict[str, PolicyLossFn] = {
-    # (logprobs, old, advantages, mask, p: the resolved PolicyLossSettings, weights, generator)
-    "ppo": lambda lp, old, a, m, p, w, g: ppo_policy_loss(
-        lp, old, a, m, p.clip_ratio_low, p.clip_ratio_high, p.clip_ratio_c, p.loss_agg_mode, w
-    ),
-    "gspo": lambda lp, old, a, m, p, w, g: gspo_policy_loss(lp, old, a, m, p.clip_ratio_low, p.clip_ratio_high, w),
-    "cispo": lambda lp, old, a, m, p, w, g: cispo_policy_loss(
-        lp, old, a, m, p.clip_ratio_low, p.clip_ratio_high, p.loss_agg_mode, w
-    ),
-    "gmpo": lambda lp, old, a, m, p, w, g: gmpo_policy_loss(lp, old, a, m, p.clip_ratio_low, p.clip_ratio_high, w),
-    "sapo": lambda lp, old, a, m, p, w, g: sapo_policy_loss(lp, old, a, m, p.tau_pos, p.tau_neg, w),
-    "clip_cov": lambda lp, old, a, m, p, w, g: clip_cov_policy_loss(
-        lp,
-        old,
-        a,
-        m,
-        p.clip_ratio_low,
-        p.clip_ratio_high,
-        p.clip_cov_ratio,
-        p.clip_cov_lb,
-        p.clip_cov_ub,
-        p.loss_agg_mode,
-        w,
-        g,
-    ),
-    "kl_cov": lambda lp, old, a, m, p, w, g: kl_cov_policy_loss(
-        lp, old, a, m, p.kl_cov_ratio, p.ppo_kl_coef, p.loss_agg_mode, w
-    ),
+    "ppo": ppo_policy_loss,
+    "gspo": gspo_policy_loss,
+    "cispo": cispo_policy_loss,
+    "gmpo": gmpo_policy_loss,
+    "sapo": sapo_policy_loss,
+    "clip_cov": clip_cov_policy_loss,
+    "kl_cov": kl_cov_policy_loss,
 }
 assert POLICY_LOSS_FNS.keys() == POLICY_LOSSES.keys(), "a policy loss without its math or its settings"
+PER_CALL = ("weights", "generator")  # what each call brings; every other keyword is a run setting
 
 
-def policy_loss(p, logprobs, old_logprobs, advantages, response_mask, weights=None, generator=None):
+def reads(fn: PolicyLossFn) -> tuple[str, ...]:
+    """The settings a loss takes by keyword: each must be a PolicyLossSettings field of the same name, so a
+    renamed parameter fails here at import, never silently at its default."""
+    params = inspect.signature(fn).parameters.values()
+    return tuple(p.name for p in params if p.kind is p.KEYWORD_ONLY and p.name not in PER_CALL)
+
+
+SETTINGS = {f.name for f in dataclasses.fields(PolicyLossSettings)}
+READS = {name: reads(fn) for name, fn in POLICY_LOSS_FNS.items()}
+for _name, _keys in READS.items():
+    assert set(_keys) <= SETTINGS, f"{_name} takes {set(_keys) - SETTINGS}, which no run can set"
+
+
+def policy_loss(p, logprobs, old_logprobs, advantages, response_mask, *, weights=None, generator=None):
     """The loss p.policy_loss names, with p's (resolved) settings."""
-    return POLICY_LOSS_FNS[p.policy_loss](logprobs, old_logprobs, advantages, response_mask, p, weights, generator)
+    fn, settings = POLICY_LOSS_FNS[p.policy_loss], {k: getattr(p, k) for k in READS[p.policy_loss]}
+    if "generator" in inspect.signature(fn).parameters:
+        settings["generator"] = generator
+    return fn(logprobs, old_logprobs, advantages, response_mask, weights=weights, **settings)

@@ -36,6 +36,7 @@ def rollout_is_weights(
     response_mask: torch.Tensor,
     level: str,
     cap: float,
+    *,
     mode: str = "truncate",
     floor: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:

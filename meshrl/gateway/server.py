@@ -55,6 +55,7 @@ class Gateway:
         tokenizer,
         model: str,
         ends: frozenset[int],
+        *,
         tool_parser: str = "",
         limits: Limits | None = None,
         host: str = "127.0.0.1",

@@ -82,6 +82,7 @@ class Server:
         servicers: list,
         host: str = "127.0.0.1",
         port: int = 0,
+        *,
         token: str | None = None,
         max_workers: int = MAX_WORKERS,
         max_message_bytes: int = MAX_MESSAGE_BYTES,

@@ -166,6 +166,7 @@ class Mesh:
         self,
         prompts: DataProto,
         seed: int | None = None,
+        *,
         n: int | None = None,
         greedy: bool = False,
         colocated: bool = True,

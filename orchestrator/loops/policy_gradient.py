@@ -163,7 +163,7 @@ class PolicyGradient:
             warn_if_flat(scored.scores, number)
         metrics: dict[str, float] = {}
         if cfg.algorithm.dynamic_sampling:  # DAPO: groups that all scored the same out, more rounds in
-            gen, scored, metrics = dynamic.fill(rollouts, t, number, data, gen, scored, len(indices))
+            gen, scored, metrics = dynamic.fill(rollouts, t, number, data, gen, scored, groups=len(indices))
         reuse = own_old_logprobs(cfg)
         batch = self.passes(mesh, t, gen, reuse)
         mask = batch.batch["response_mask"]

@@ -131,7 +131,14 @@ def reward_error(reward, needed: bool) -> str:
 
 
 def play(
-    gateway: Gateway, engine: FleetEngine, runner, task: dict, session: Session, fallback: list[int], needs_reward: bool
+    gateway: Gateway,
+    engine: FleetEngine,
+    runner,
+    task: dict,
+    session: Session,
+    *,
+    fallback: list[int],
+    needs_reward: bool,
 ):
     """One episode: the agent's run against its own key, then its recording as a Trajectory."""
     engine.begin(session)
@@ -165,7 +172,7 @@ def sample(
     ends = turn_ends(mesh.cfg.actor.model, tokenizer)
     engine = FleetEngine(mesh, seed, greedy)
     limits = Limits(max_tokens=r.max_new_tokens, max_model_len=r.max_model_len)
-    gateway = Gateway(engine, tokenizer, MODEL, ends, r.tool_parser, limits)
+    gateway = Gateway(engine, tokenizer, MODEL, ends, tool_parser=r.tool_parser, limits=limits)
     runner, needs_reward = runner_for(mesh), mesh.cfg.env.reward in ("env", "sum")
     gateway.start()
     try:
@@ -181,8 +188,8 @@ def sample(
                     runner,
                     agent_task(rows.non_tensor_batch, i),
                     Session(budget=r.response_budget, max_calls=r.max_turns),
-                    ids[i][attn[i].bool()].tolist(),
-                    needs_reward,
+                    fallback=ids[i][attn[i].bool()].tolist(),
+                    needs_reward=needs_reward,
                 )
                 for i in range(len(rows))
             ]

@@ -45,7 +45,7 @@ def select_scores(scored: Scores, rows: list[int]) -> Scores:
 
 
 def fill(
-    rollouts: Rollouts, t: Timer, number: int, data, gen: DataProto, scored: Scores, groups: int
+    rollouts: Rollouts, t: Timer, number: int, data, gen: DataProto, scored: Scores, *, groups: int
 ) -> tuple[DataProto, Scores, dict[str, float]]:
     a = rollouts.mesh.cfg.algorithm
     gens: list[DataProto] = []

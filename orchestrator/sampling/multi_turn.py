@@ -189,7 +189,7 @@ def jsonable(value):
     return value.tolist() if hasattr(value, "tolist") else str(value)
 
 
-def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int, parser, ends: frozenset[int]) -> None:
+def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int, *, parser, ends: frozenset[int]) -> None:
     """One episode, filling `traj`. Environment failures end it with traj.error; a rollout failure raises.
     With a tool-call parser (rollout.tool_parser), a turn's calls go to the environment and their results
     come back through the chat template (tool_results); without one, the turn's text is the action. `ends`:
@@ -328,7 +328,9 @@ def sample(
             concurrent.futures.ThreadPoolExecutor(r.concurrency, thread_name_prefix="meshrl-episode") as pool,
         ):
             futures = [
-                pool.submit(play, t, mesh, batchers[i % len(batchers)], tokenizer, seed * 100_003 + i, parser, ends)
+                pool.submit(
+                    play, t, mesh, batchers[i % len(batchers)], tokenizer, seed * 100_003 + i, parser=parser, ends=ends
+                )
                 for i, t in enumerate(trajectories)
             ]
             for f in futures:

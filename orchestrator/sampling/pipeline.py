@@ -45,11 +45,11 @@ def start(cfg, mesh, tokenizer, data, sampler, first: int) -> Producer:
     return Producer(
         functools.partial(sample, mesh, tokenizer),
         draw,
-        first,
-        t.total_steps,
-        t.max_staleness,
-        t.save_every,
-        t.deterministic,
+        first=first,
+        last=t.total_steps,
+        staleness=t.max_staleness,
+        save_every=t.save_every,
+        deterministic=t.deterministic,
     )
 
 
@@ -75,6 +75,7 @@ class Producer:
         self,
         sample: Callable,
         draw: Callable[[], tuple],
+        *,
         first: int,
         last: int,
         staleness: int,

@@ -40,7 +40,8 @@ building a (tokens x tokens) one; the attention below reads the boundaries inste
 
 
 def attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
-    """HF's attention interface: query (1, heads, tokens, dim), key and value (1, kv heads, tokens, dim)."""
+    """HF's attention interface (its signature, which transformers calls positionally): query (1, heads,
+    tokens, dim), key and value (1, kv heads, tokens, dim)."""
     bounds, shared = kwargs.get("cu_seq_lens_q"), kwargs.get("meshrl_shared")
     if bounds is None and shared is None:  # a padded call (a value model's, generation's): SDPA
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
@@ -51,7 +52,7 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
     assert bounds is not None
     width = int(kwargs.get("max_length_q") or bounds.diff().max())
     within_window(kwargs.get("sliding_window"), width)
-    out = flash(q, k, v, bounds, bounds, width, width, scaling)
+    out = flash(q, k, v, bounds, bounds, max_q=width, max_k=width, scaling=scaling)
     if out is not None:
         return out[None], None
     # the sequences side by side again, each from its own start and padded on the right, for one batched
@@ -78,7 +79,7 @@ def kernel_runs(query: torch.Tensor) -> bool:
     return varlen_attn is not None and query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) and not OFF
 
 
-def flash(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scaling) -> torch.Tensor | None:
+def flash(q, k, v, cu_q, cu_k, *, max_q: int, max_k: int, scaling) -> torch.Tensor | None:
     """Causal attention of packed sequences through the varlen kernel: q (tokens, heads, dim), k and v (key
     tokens, kv heads, dim), each query sequence aligned to the end of its key sequence (flash-attention's
     causal mask: a response sees its whole prompt); None where the kernel cannot run (the caller pads)."""
@@ -182,13 +183,21 @@ class Shared:
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling) -> torch.Tensor:
         """(tokens, heads, dim) each (k and v: kv heads) -> (tokens, heads, dim)."""
         n, cu, longest = self.prompt_tokens, self.cu, self.longest
-        fast = flash(q[:n], k[:n], v[:n], cu["prompts"], cu["prompts"], longest["prompts"], longest["prompts"], scaling)
+        top = longest["prompts"]
+        fast = flash(q[:n], k[:n], v[:n], cu["prompts"], cu["prompts"], max_q=top, max_k=top, scaling=scaling)
         if fast is not None:
             if q.shape[0] == n:
                 return fast
             keys = self.flat_keys
             rest = flash(
-                q[n:], k[keys], v[keys], cu["responses"], cu["keys"], longest["responses"], longest["keys"], scaling
+                q[n:],
+                k[keys],
+                v[keys],
+                cu["responses"],
+                cu["keys"],
+                max_q=longest["responses"],
+                max_k=longest["keys"],
+                scaling=scaling,
             )
             if rest is not None:
                 return torch.cat([fast, rest])

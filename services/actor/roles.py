@@ -37,7 +37,9 @@ IS_WEIGHTS = "rollout_is_weights"  # weights reject() computed over the response
 
 def is_weights(old, rollout, mask, p) -> tuple[torch.Tensor, dict[str, float]]:
     """The rollout correction's importance weights with the update's settings (algorithm.rollout_is*)."""
-    return rollout_is_weights(old, rollout, mask, p.rollout_is, p.rollout_is_cap, p.rollout_is_mode, p.rollout_is_floor)
+    return rollout_is_weights(
+        old, rollout, mask, p.rollout_is, p.rollout_is_cap, mode=p.rollout_is_mode, floor=p.rollout_is_floor
+    )
 
 
 def reject(part: DataProto, p, old_key: str) -> dict[str, float]:
@@ -274,17 +276,9 @@ class ActorRole(PolicyRole):
             weights: torch.Tensor | None = mb.get(IS_WEIGHTS)  # reject() weighed them before it rejected
             m: dict[str, float] = {}
             if p.rollout_is != "none" and weights is None:
-                weights, wm = rollout_is_weights(
-                    old,
-                    mb["rollout_logprobs"],
-                    mask,
-                    p.rollout_is,
-                    p.rollout_is_cap,
-                    p.rollout_is_mode,
-                    p.rollout_is_floor,
-                )
+                weights, wm = is_weights(old, mb["rollout_logprobs"], mask, p)
                 m.update(wm)
-            total, pm = policy_loss(p, lp, old, mb["advantages"], mask, weights, rng)
+            total, pm = policy_loss(p, lp, old, mb["advantages"], mask, weights=weights, generator=rng)
             m.update(pm)
             if not p.old_logprobs_key and "rollout_logprobs" in mb:
                 m["rollout/kl_to_actor"] = kl_to_actor(mb["rollout_logprobs"], old, mask)
@@ -338,9 +332,9 @@ class ActorRole(PolicyRole):
             seq[1::2][valid],
             ref[0::2][valid],
             ref[1::2][valid],
-            p.beta,
-            p.loss_type,
-            p.label_smoothing,
+            beta=p.beta,
+            loss_type=p.loss_type,
+            label_smoothing=p.label_smoothing,
         )
 
 

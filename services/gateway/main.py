@@ -52,7 +52,9 @@ def main(argv: list[str]) -> int:
     engine = RolloutEngine(hosts.address_list(args.rollout))
     limits = Limits(max_tokens=args.max_tokens, max_model_len=args.max_model_len)
     name = args.name or os.path.basename(os.path.normpath(args.model))
-    gateway = Gateway(engine, tokenizer, name, ends, args.tool_parser, limits, args.host, args.port)
+    gateway = Gateway(
+        engine, tokenizer, name, ends, tool_parser=args.tool_parser, limits=limits, host=args.host, port=args.port
+    )
     for key in keys:
         gateway.open(Session(key.strip(), keep=KEEP))
     stopped = threading.Event()

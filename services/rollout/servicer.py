@@ -179,8 +179,8 @@ class RolloutServicer:
                 request.total_bytes,
                 request.bucket_bytes,
                 floor,
-                request.rollback,
-                lora,
+                rollback=request.rollback,
+                lora=lora,
             )
             # checked and open (new Generates are refused): now the ones in flight finish or stop
             self._quiesce(request.version if self.cfg.on_update == "interrupt" else None)

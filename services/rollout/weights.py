@@ -144,6 +144,7 @@ class WeightReceiver:
         total_bytes: int,
         bucket_bytes: int,
         current: int,
+        *,
         rollback: bool = False,
         lora: rollout_pb2.LoraAdapter | None = None,
     ) -> str:

@@ -69,15 +69,15 @@ def test_gspo_gradient_is_the_sequence_ratio_times_the_mean_token_gradient():
     # unclipped, A = 1: loss = -s over one sequence of 3 tokens; d(-s)/dlogp_t = -s / 3 for every token
     old = t([0.0, 0.0, 0.0])
     logp = t([0.05, -0.02, 0.03]).requires_grad_()
-    loss, _ = gspo_policy_loss(logp, old, t([1.0, 1.0, 1.0]), torch.ones(1, 3), 0.2, 0.2)
+    loss, _ = gspo_policy_loss(logp, old, t([1.0, 1.0, 1.0]), torch.ones(1, 3), clip_ratio_low=0.2, clip_ratio_high=0.2)
     s = math.exp((0.05 - 0.02 + 0.03) / 3)
     assert loss.item() == pytest.approx(-s, rel=1e-6)
     loss.backward()
     assert logp.grad.tolist()[0] == pytest.approx([-s / 3] * 3, rel=1e-5)
     # one token per sequence: GSPO is PPO's clipped ratio without dual clip
     logp1, old1, adv1, mask1 = t([0.4], [-0.3]), torch.zeros(2, 1), t([1.0], [-1.0]), torch.ones(2, 1)
-    g, _ = gspo_policy_loss(logp1, old1, adv1, mask1, 0.2, 0.2)
-    p, _ = ppo_policy_loss(logp1, old1, adv1, mask1, 0.2, 0.2, None, "seq-mean-token-mean")
+    g, _ = gspo_policy_loss(logp1, old1, adv1, mask1, clip_ratio_low=0.2, clip_ratio_high=0.2)
+    p, _ = ppo_policy_loss(logp1, old1, adv1, mask1, clip_ratio_c=None, loss_agg_mode="seq-mean-token-mean")
     assert g.item() == pytest.approx(p.item(), rel=1e-6)
 
 

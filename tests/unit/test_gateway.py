@@ -42,7 +42,7 @@ def tok(tmp_path_factory):
 @pytest.fixture
 def gateway(tok):
     ends = frozenset([tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")])
-    g = Gateway(Scripted(tok), tok, "policy", ends, "hermes").start()
+    g = Gateway(Scripted(tok), tok, "policy", ends, tool_parser="hermes").start()
     yield g
     g.stop()
 
@@ -215,7 +215,7 @@ class Failing:
 
 
 def test_a_failing_engine_is_a_503_and_the_connection_lives_on(tok):
-    g = Gateway(Failing(), tok, "policy", frozenset([tok.eos_token_id]), "hermes").start()
+    g = Gateway(Failing(), tok, "policy", frozenset([tok.eos_token_id]), tool_parser="hermes").start()
     try:
         s = g.open()
         body = json.dumps({"model": "p", "messages": [{"role": "user", "content": "x"}]}).encode()

@@ -181,20 +181,20 @@ def test_the_answer_column_and_a_system_prompt_are_as_the_data_section_says(toke
     ]
     path = tmp_path / "rows.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    ds = PromptDataset(str(path), tokenizer, 128, "question", answer_key="solution", system_prompt="Add.")
+    ds = PromptDataset(str(path), tokenizer, 128, prompt_key="question", answer_key="solution", system_prompt="Add.")
     assert [r["reward_model"]["ground_truth"] for r in ds.rows] == ["3", "4"]
     assert [r["extra_info"]["answer"] for r in ds.rows] == ["3", "4"]
     assert ds.rows[0]["prompt"][0] == {"role": "system", "content": "Add."}
     assert ds.rows[1]["prompt"][0] == {"role": "system", "content": "own"}  # its own stays, alone
     assert ds.batch([0], ["u"]).non_tensor_batch["reward_model"][0] == {"ground_truth": "3"}
-    ds = PromptDataset(str(path), tokenizer, 128, "question")
+    ds = PromptDataset(str(path), tokenizer, 128, prompt_key="question")
     assert "reward_model" not in ds.rows[0]  # unset: where verl keeps it, and these rows have none
     with pytest.raises(ValueError, match=r"row 1: no 'meta.label' \(data.answer_key"):
-        PromptDataset(str(path), tokenizer, 128, "question", answer_key="meta.label")
+        PromptDataset(str(path), tokenizer, 128, prompt_key="question", answer_key="meta.label")
     # a prompt too long to sample is dropped before its other columns are read: no answer needed there
     rows.append({"question": "9+" * 200 + "9="})
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    ds = PromptDataset(str(path), tokenizer, 128, "question", answer_key="solution")
+    ds = PromptDataset(str(path), tokenizer, 128, prompt_key="question", answer_key="solution")
     assert len(ds) == 2 and ds.num_filtered == 1
 
 

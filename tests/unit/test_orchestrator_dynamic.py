@@ -64,7 +64,7 @@ def fill(later, first, groups=2, rounds=8, metric="acc"):
         ],
     )
     rollouts = Rounds(cfg, later)
-    gen, scored, metrics = dynamic.fill(rollouts, Timer(), 3, Data(), *round_of(first), groups)
+    gen, scored, metrics = dynamic.fill(rollouts, Timer(), 3, Data(), *round_of(first), groups=groups)
     return gen, scored, metrics, rollouts
 
 

@@ -44,7 +44,9 @@ def train(k: int, deterministic: bool, steps=8, save_every=0, gen_s=0.01, train_
         i = next(draws)
         return [i], [f"u{i}"], None, {"position": i + 1}
 
-    p = Producer(rollout.sample, draw, 1, steps, k, save_every, deterministic)
+    p = Producer(
+        rollout.sample, draw, first=1, last=steps, staleness=k, save_every=save_every, deterministic=deterministic
+    )
     got = {}
     try:
         for step in range(1, steps + 1):
@@ -77,7 +79,7 @@ def test_a_failed_sampling_reaches_the_trainer():
     def sample(step, prompts, on_generated):
         raise RuntimeError(f"step {step}: the rollout died")
 
-    p = Producer(sample, lambda: ([0], ["u0"], None, {}), 1, 3, 1, 0)
+    p = Producer(sample, lambda: ([0], ["u0"], None, {}), first=1, last=3, staleness=1, save_every=0)
     with pytest.raises(RuntimeError, match="step 1: the rollout died"):
         p.take(1)
     p.stop()

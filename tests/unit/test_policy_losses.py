@@ -9,6 +9,8 @@ import torch
 
 from meshrl.algos.policy_losses import (
     POLICY_LOSS_FNS,
+    READS,
+    SETTINGS,
     cispo_policy_loss,
     clip_cov_policy_loss,
     gmpo_policy_loss,
@@ -16,6 +18,7 @@ from meshrl.algos.policy_losses import (
     kl_cov_policy_loss,
     policy_loss,
     ppo_policy_loss,
+    reads,
     sapo_policy_loss,
 )
 from meshrl.config.losses import POLICY_LOSSES, PolicyLossSettings
@@ -49,7 +52,7 @@ def test_cispo_keeps_every_tokens_gradient_where_ppo_drops_the_clipped_ones():
     # d/dlog pi = -w A / N, clipped or not
     assert logp.grad.tolist() == [pytest.approx([-0.48, -0.4, -0.32]), pytest.approx([0.16, 0.22, 0.0])]
     ppo_logp = logp.detach().clone().requires_grad_()
-    ppo, _ = ppo_policy_loss(ppo_logp, old, adv, MASK, 0.2, 0.2, None, "token-mean")
+    ppo, _ = ppo_policy_loss(ppo_logp, old, adv, MASK, clip_ratio_c=None, loss_agg_mode="token-mean")
     ppo.backward()
     # PPO: -A r / N unclipped, 0 clipped: row 0 token 0 (1.5 > 1.2, A>0) and row 1 token 0 (0.5 < 0.8, A<0)
     # lose it; at r = 1 (row 0 token 1) and wherever r is inside the range (row 1 token 1) the two agree
@@ -132,14 +135,14 @@ def test_clip_cov_cuts_the_one_candidate():
     for seed in range(8):
         logp, old = cov_batch([[1.5, -0.75, -0.25], [0.5, -1.0, 7.0]])
         gen = torch.Generator().manual_seed(seed)
-        loss, m = clip_cov_policy_loss(logp, old, COV_ADV, MASK, 0.2, 0.2, 2e-4, 1.0, 5.0, generator=gen)
+        loss, m = clip_cov_policy_loss(logp, old, COV_ADV, MASK, clip_cov_ratio=2e-4, generator=gen)
         loss.backward()
         assert logp.grad[0, 0].item() == 0.0
     # PPO per token [-2.2, -2.4 (clipped), -2], [1.8, 1.6 (clipped)]; the cut token's -2.2 goes
     assert loss.item() == pytest.approx((-2.4 - 2 + 1.8 + 1.6) / 5, rel=1e-5)
     assert m["actor/clip_cov_frac"] == pytest.approx(1 / 5) and m["actor/pg_clipfrac"] == pytest.approx(2 / 5)
     ppo_logp = logp.detach().clone().requires_grad_()
-    ppo, _ = ppo_policy_loss(ppo_logp, old, COV_ADV, MASK, 0.2, 0.2, None, "token-mean")
+    ppo, _ = ppo_policy_loss(ppo_logp, old, COV_ADV, MASK, clip_ratio_c=None, loss_agg_mode="token-mean")
     ppo.backward()
     # PPO's -A r / N: [-0.44, 0, -0.4], [0.36, 0]; Clip-Cov the same but the cut token's
     assert ppo_logp.grad.tolist() == [pytest.approx([-0.44, 0.0, -0.4]), pytest.approx([0.36, 0.0, 0.0])]
@@ -151,7 +154,9 @@ def test_clip_cov_pick_follows_the_generator():
     def cut(seed):
         logp, old = cov_batch([[1.5, -0.75, -0.25], [0.5, -1.0, 7.0]])
         gen = torch.Generator().manual_seed(seed)
-        loss, m = clip_cov_policy_loss(logp, old, COV_ADV, MASK, 0.2, 0.2, 0.5, -5.0, 5.0, generator=gen)
+        loss, m = clip_cov_policy_loss(
+            logp, old, COV_ADV, MASK, clip_cov_ratio=0.5, clip_cov_lb=-5.0, clip_cov_ub=5.0, generator=gen
+        )
         loss.backward()
         assert m["actor/clip_cov_frac"] == pytest.approx(2 / 5)
         return {(i, j) for i, j in [(0, 0), (0, 2), (1, 0)] if logp.grad[i, j].item() == 0.0}
@@ -202,14 +207,21 @@ def test_the_table_and_its_settings():
         PolicyLossSettings(policy_loss="sapo", clip_ratio_low=0.2)
 
 
+TOKEN = "token-mean"
 DIRECT = {  # each loss called by hand with its paper's defaults
-    "ppo": lambda *a, w, g: ppo_policy_loss(*a, 0.2, 0.2, 3.0, "token-mean", w),
-    "gspo": lambda *a, w, g: gspo_policy_loss(*a, 3e-4, 4e-4, w),
-    "cispo": lambda *a, w, g: cispo_policy_loss(*a, 1.0, 0.2, "token-mean", w),
-    "gmpo": lambda *a, w, g: gmpo_policy_loss(*a, 0.4, 0.4, w),
-    "sapo": lambda *a, w, g: sapo_policy_loss(*a, 1.0, 1.05, w),
-    "clip_cov": lambda *a, w, g: clip_cov_policy_loss(*a, 0.2, 0.2, 2e-4, 1.0, 5.0, "token-mean", w, g),
-    "kl_cov": lambda *a, w, g: kl_cov_policy_loss(*a, 2e-4, 0.1, "token-mean", w),
+    "ppo": (
+        ppo_policy_loss,
+        dict(clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0, loss_agg_mode="token-mean"),
+    ),
+    "gspo": (gspo_policy_loss, dict(clip_ratio_low=3e-4, clip_ratio_high=4e-4)),
+    "cispo": (cispo_policy_loss, dict(clip_ratio_low=1.0, clip_ratio_high=0.2, loss_agg_mode=TOKEN)),
+    "gmpo": (gmpo_policy_loss, dict(clip_ratio_low=0.4, clip_ratio_high=0.4)),
+    "sapo": (sapo_policy_loss, dict(tau_pos=1.0, tau_neg=1.05)),
+    "clip_cov": (
+        clip_cov_policy_loss,
+        dict(clip_ratio_low=0.2, clip_ratio_high=0.2, clip_cov_ratio=2e-4, clip_cov_lb=1.0, clip_cov_ub=5.0),
+    ),
+    "kl_cov": (kl_cov_policy_loss, dict(kl_cov_ratio=2e-4, ppo_kl_coef=0.1, loss_agg_mode=TOKEN)),
 }
 
 
@@ -222,6 +234,21 @@ def test_policy_loss_dispatches_with_the_resolved_defaults(name):
     mask = t([1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0])
     w = torch.rand(3, 4, generator=gen) + 0.5
     args = (logp, old, adv, mask)
-    got, got_m = policy_loss(PolicyLossSettings(policy_loss=name), *args, w, torch.Generator().manual_seed(7))
-    want, want_m = DIRECT[name](*args, w=w, g=torch.Generator().manual_seed(7))
+    got, got_m = policy_loss(
+        PolicyLossSettings(policy_loss=name), *args, weights=w, generator=torch.Generator().manual_seed(7)
+    )
+    fn, settings = DIRECT[name]
+    if name == "clip_cov":
+        settings = {**settings, "generator": torch.Generator().manual_seed(7)}
+    want, want_m = fn(*args, weights=w, **settings)
     assert got.item() == pytest.approx(want.item(), rel=1e-6) and got_m == pytest.approx(want_m)
+
+
+def test_each_loss_reads_the_run_settings_its_signature_names():
+    assert READS["ppo"] == ("clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "loss_agg_mode")
+    assert READS["sapo"] == ("tau_pos", "tau_neg")
+
+    def renamed(logprobs, old_logprobs, advantages, response_mask, *, clip_low=0.2, weights=None):
+        raise AssertionError
+
+    assert reads(renamed) == ("clip_low",) and "clip_low" not in SETTINGS  # what the import-time check refuses

@@ -37,6 +37,7 @@ def same_answer(a: str, b: str) -> bool:
 def compute_score(
     data_source, solution_str, ground_truth, extra_info=None, method="strict", format_score=0.0, score=1.0
 ):
+    # verl's signature for this scorer (verl/utils/reward_score/gsm8k.py), positional as user code calls it
     answer = extract_solution(solution_str, method)
     if answer is None:
         return {"score": 0.0, "acc": False, "format_ok": False}
