@@ -23,6 +23,7 @@ ROLLOUT_RS = tuple(
     if (scope, k) != ("seq_max", "k1")
 )  # verl's rollout_rs options
 DPO_LOSSES = ("sigmoid", "ipo")
+ROUTER_REPLAY = ("off", "r2")  # meshrl/algos/router_replay.py
 OLD_LOGPROBS = ("actor_logprobs", "rollout_logprobs", "")
 MAX_EPOCHS = 100  # passes over one batch; verl's ppo_epochs is 1-4 in practice, a caller's 2**31 is not work
 
@@ -167,12 +168,18 @@ class PolicyLossSettings(Checked):
     and Mixtral pretrain with 0.001-0.02). Every update of an MoE reports its expert load either way."""
     router_z_loss_coef: float = 0.0
     """A mixture of experts: the weight of the router's z-loss (ST-MoE's; 0.001 there)."""
+    router_replay: str = "off"
+    """A mixture of experts: "r2" records the experts each token's routers choose on the weights before the
+    update (a pass without gradients over every row) and the update's passes use them instead of routing
+    afresh, so every mini-batch and epoch trains the network the old log-probs came from (verl's and
+    slime's R2; meshrl/algos/router_replay.py). "off": every pass routes afresh."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         one_of(self, "policy_loss", POLICY_LOSSES)
         require(self.router_aux_loss_coef >= 0, self, "router_aux_loss_coef", "must be >= 0")
         require(self.router_z_loss_coef >= 0, self, "router_z_loss_coef", "must be >= 0")
+        one_of(self, "router_replay", ROUTER_REPLAY)
         loss = POLICY_LOSSES[self.policy_loss]
         for name in LOSS_SETTINGS:
             if name in loss.defaults:

@@ -116,11 +116,12 @@ def check_run_dir(cfg: Config) -> None:
 
 
 def check_router(cfg: Config) -> None:
-    """A router loss asked of a model without a router would be ignored: refused instead."""
-    coefs = {k: getattr(cfg.actor, k) for k in ("router_aux_loss_coef", "router_z_loss_coef")}
-    if any(coefs.values()) and not cfg.actor.address and not moe_model(cfg.actor.model):
-        name = next(k for k, v in coefs.items() if v)
-        raise ValueError(f"actor.{name}={coefs[name]}: {cfg.actor.model} is not a mixture of experts (no router)")
+    """A router loss or routing replay asked of a model without a router would be ignored: refused instead."""
+    asked = {k: getattr(cfg.actor, k) for k in ("router_aux_loss_coef", "router_z_loss_coef")}
+    asked["router_replay"] = cfg.actor.router_replay if cfg.actor.router_replay != "off" else ""
+    if any(asked.values()) and not cfg.actor.address and not moe_model(cfg.actor.model):
+        name = next(k for k, v in asked.items() if v)
+        raise ValueError(f"actor.{name}={asked[name]}: {cfg.actor.model} is not a mixture of experts (no router)")
 
 
 def moe_model(path: str) -> bool:

@@ -16,12 +16,14 @@ import math
 
 import torch
 
+from meshrl.algos.router_replay import ROUTED
 from meshrl.dataproto import DataProto, pad_to_divisor
 from meshrl.errors import InvalidArgument
 from services.actor.model import prompt_index
 
 SEQUENCE = ("input_ids", "attention_mask", "position_ids")
 BASE = (*SEQUENCE, "responses")
+ALIGNED = (*SEQUENCE, ROUTED)  # (rows, sequence, ...) column for column with input_ids
 
 
 def validate(
@@ -167,7 +169,7 @@ def trimmed(data: DataProto, rows: torch.Tensor, keys: tuple[str, ...]) -> dict[
     left, keep = L - T - int(prompt.max()), max(1, int(response.max()))
     return {
         k: part.batch[k][:, left : L - T + keep]
-        if k in SEQUENCE
+        if k in ALIGNED
         else part.batch[k][:, :keep]
         if part.batch[k].dim() > 1
         else part.batch[k]

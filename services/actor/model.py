@@ -10,6 +10,7 @@ prompts once in the same packed row.
 import torch
 import torch.nn.functional as F
 
+from meshrl.algos import router_replay
 from services.actor import packing
 
 
@@ -34,6 +35,7 @@ def forward_response(
     if flat:
         return packing.forward_packed(model, micro, T, head_only_where_read=share_prompts)
     kw = {"logits_to_keep": T + 1} if share_prompts else {}
+    router_replay.feed(model, micro, lambda r: r)
     out = model(
         input_ids=micro["input_ids"],
         attention_mask=micro["attention_mask"],
@@ -87,6 +89,7 @@ def forward_shared(
 ) -> torch.Tensor:
     ids, mask, pos = micro["input_ids"], micro["attention_mask"], micro["position_ids"]
     P = ids.shape[1] - T
+    router_replay.feed(model, micro, lambda r: r[first, :P])
     prompt = model(
         input_ids=ids[first, :P],
         attention_mask=mask[first, :P],
@@ -99,6 +102,7 @@ def forward_shared(
         return last
     cache = prompt.past_key_values
     cache.batch_select_indices(inverse)  # an indexing op: the gradient flows back to the shared prompt
+    router_replay.feed(model, micro, lambda r: r[:, P:-1])
     rest = model(
         input_ids=ids[:, P:-1],
         attention_mask=mask[:, :-1],
@@ -113,3 +117,26 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: floa
     """log p(token) under softmax(logits / temperature): (B, T, V), (B, T) -> (B, T), in fp32."""
     logp = F.log_softmax(logits.float() / temperature, dim=-1)
     return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+@torch.no_grad()
+def record_routing(model: torch.nn.Module, micro: dict) -> torch.Tensor:
+    """(rows, sequence, layers, k): the experts a mixture of experts' routers choose for each token of the
+    micro-batch, each row routed on its own (no prompt sharing: every row's prompt gets its choices);
+    padding holds router_replay.filler."""
+    replay = router_replay.replay_of(model)
+    assert replay is not None, "record_routing needs a mixture of experts"
+    micro = {k: v for k, v in micro.items() if k != router_replay.ROUTED}  # routed afresh
+    replay.recording = True
+    try:
+        forward_response(model, micro)
+        chosen = replay.take()
+    finally:
+        replay.recording = False
+    ids = micro["input_ids"]
+    out = router_replay.filler((*ids.shape, len(replay.routers)), chosen.shape[-1])
+    real = (
+        micro["attention_mask"].bool() if packed(model) and within_window(model, micro) else torch.ones_like(ids).bool()
+    )
+    out[real.cpu()] = chosen.cpu().to(out.dtype)
+    return out

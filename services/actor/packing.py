@@ -26,6 +26,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from meshrl.algos import router_replay
+
 try:  # flash-attention's varlen kernel, through torch (CUDA only; torch >= 2.9 carries it)
     from torch.nn.attention.varlen import varlen_attn
 except ImportError:  # pragma: no cover - the pinned torch has it
@@ -225,6 +227,7 @@ def forward_packed_shared(model: torch.nn.Module, micro: dict, T: int, first: to
     read = torch.cat(
         [last, torch.arange(shared.prompt_tokens, shared.prompt_tokens + int(response.sum()), device=ids.device)]
     )
+    router_replay.feed(model, micro, lambda r: torch.cat([r[first, :P][prompt], r[:, P:-1][response]]))
     out = model(
         input_ids=torch.cat([ids[first, :P][prompt], ids[:, P:-1][response]])[None],
         position_ids=torch.cat([pos[first, :P][prompt], pos[:, P:-1][response]])[None],
@@ -249,6 +252,7 @@ def forward_packed(model: torch.nn.Module, micro: dict, T: int, head_only_where_
     flat = (keep.flatten().cumsum(0) - 1).view(keep.shape)  # each real token's place in the packed row
     read = keep[:, -T - 1 : -1]  # positions whose output predicts a response token
     where = flat[:, -T - 1 : -1][read]
+    router_replay.feed(model, micro, lambda r: r[keep])
     out = model(
         input_ids=ids[keep][None],
         position_ids=pos[keep][None],

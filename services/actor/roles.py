@@ -13,6 +13,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from meshrl.algos import router_replay
 from meshrl.algos.losses import (
     dpo_loss,
     entropy_from_logits,
@@ -21,7 +22,7 @@ from meshrl.algos.losses import (
     value_loss,
 )
 from meshrl.algos.masked import agg_loss
-from meshrl.algos.moe import RouterCapture, router_terms
+from meshrl.algos.moe import RouterCapture, router_terms, routers
 from meshrl.algos.policy_losses import policy_loss
 from meshrl.algos.rollout_correction import kl_to_actor, rollout_is_weights, rollout_rejection_mask
 from meshrl.config.losses import UPDATE_LOSSES, Schedule
@@ -29,7 +30,7 @@ from meshrl.dataproto import DataProto
 from services.actor.batches import BASE, micro_batches, minibatches, num_minibatches, restore, token_groups, trimmed
 from services.actor.comm import Cancelled
 from services.actor.engine import Engine
-from services.actor.model import forward_response, token_logprobs
+from services.actor.model import forward_response, record_routing, token_logprobs
 
 OLD = "old_logprobs"  # an update's own old log-probs (ActorRole.with_old_logprobs)
 IS_WEIGHTS = "rollout_is_weights"  # weights reject() computed over the response before rejection
@@ -101,13 +102,31 @@ def split(engine: Engine, part: DataProto, keys: tuple[str, ...], unit: int = 1)
 
 def forward_rows(engine: Engine, part: DataProto, fn) -> list[torch.Tensor]:
     """fn(model, micro) -> a tensor or a tuple of tensors (rows, T_micro, ...) for each micro-batch,
-    put back in the part's row order at its full response width: one tensor per output."""
-    micros, groups = split(engine, part, BASE)
+    put back in the part's row order at its full response width: one tensor per output. Experts to
+    replay (router_replay.ROUTED) go with the rows."""
+    micros, groups = split(engine, part, (*BASE, router_replay.ROUTED) if router_replay.ROUTED in part.batch else BASE)
     outs = [o if isinstance(o, tuple) else (o,) for o in engine.forward(micros, fn)]
     T = part.batch["responses"].shape[1]
     if groups is None:
         return [torch.cat([o[i] for o in outs]).cpu() for i in range(len(outs[0]))]
     return [restore([o[i].cpu() for o in outs], groups, T) for i in range(len(outs[0]))]
+
+
+def routing_rows(engine: Engine, part: DataProto) -> torch.Tensor:
+    """(rows, sequence, layers, k): the experts the routers choose for every token of the part, each
+    micro-batch's columns put back where its rows' prompts and responses sit (router_replay.ROUTED)."""
+    micros, groups = split(engine, part, BASE)
+    outs = engine.forward(micros, record_routing)
+    ids, T = part.batch["input_ids"], part.batch["responses"].shape[1]
+    P = ids.shape[1] - T
+    full = router_replay.filler((*ids.shape, *outs[0].shape[2:-1]), outs[0].shape[-1])
+    start = 0
+    for i, (micro, out) in enumerate(zip(micros, outs)):
+        rows = groups[i] if groups is not None else torch.arange(start, start + len(out))
+        start += len(out)
+        prompt = out.shape[1] - micro["responses"].shape[1]  # the micro-batch's own prompt width
+        full[rows, P - prompt : P - prompt + out.shape[1]] = out.cpu()
+    return full
 
 
 def loss_units(mode: str) -> Callable[[dict], float]:
@@ -257,14 +276,23 @@ class ActorRole(PolicyRole):
         part.batch[OLD] = old
         return part, own_first
 
+    def with_routing(self, part: DataProto, p) -> DataProto:
+        """R2 (router_replay=r2, a mixture of experts): every row's routing on the weights before the
+        update, in ROUTED, which the update's passes then replay."""
+        if p.router_replay == "r2" and routers(self.engine.module):
+            part.batch[router_replay.ROUTED] = routing_rows(self.engine, part)
+        return part
+
     def update_ppo(self, part: DataProto, p, total_rows: int, step: int) -> dict[str, float]:
         own_first = False
+        part = self.with_routing(part, p)
         if not p.old_logprobs_key:
             part, own_first = self.with_old_logprobs(part, p, total_rows, step, every_row=bool(p.rollout_rs))
         old_key = p.old_logprobs_key or OLD
         rejected = reject(part, p, old_key) if p.rollout_rs else {}
         rng = torch.Generator().manual_seed(p.seed * 1_000_003 + step)  # clip_cov's picks, the same on resume
         capture = RouterCapture(self.engine.module)  # a mixture of experts' routers; none for a dense model
+        replay = router_replay.replay_of(self.engine.module) if router_replay.ROUTED in part.batch else None
 
         def ppo(model, mb):
             capture.clear()
@@ -292,6 +320,8 @@ class ActorRole(PolicyRole):
                 m.update(km)
             router, rm = router_terms(capture, p.router_aux_loss_coef, p.router_z_loss_coef)
             m.update(rm)
+            if replay is not None:
+                m.update(replay.agreement())
             return total + router, m
 
         job = Pass(part, p, total_rows, step, "actor", ppo, loss_units(p.loss_agg_mode), own_first=own_first)

@@ -11,6 +11,8 @@ from calls import chats, generate, serve
 from safetensors.torch import load_file
 
 from meshrl.algos.rollout_correction import kl_to_actor
+from meshrl.dataproto import DataProto
+from meshrl.layout import rollout_tensors
 from meshrl.rpc import Client
 from meshrl.tiny.models import MOE, TinyModelConfig, make_model
 from meshrl.v1 import actor_pb2, rollout_pb2
@@ -79,3 +81,28 @@ def test_a_trained_qwen3_moe_pushes_exactly_to_vllm(folders):
         client.close()
         proc.terminate()
         assert proc.wait(120) == 0
+
+
+def test_r2_replays_the_routing_of_the_weights_before_the_update(folders):
+    """actor.router_replay=r2 through the service, two FSDP2 ranks, micro-batches cut to a token budget (each
+    its own prompt and response width): one mini-batch trains on the experts its record pass chose (the
+    update's pass routes as it did: agreement ~1), later mini-batches and epochs replay them after the weights
+    moved; without replay no agreement is reported."""
+    g = torch.Generator().manual_seed(5)
+    draw = lambda n: torch.randint(4, 100, (n,), generator=g).tolist()  # noqa: E731
+    prompts = [draw(4)] * 4 + [draw(9)] * 4
+    data = DataProto(rollout_tensors(prompts, [draw(n) for n in (3, 8, 5, 1, 6, 2, 7, 4)], 0))
+    data.batch["advantages"] = torch.randn(8, 1, generator=g) * data.batch["response_mask"]
+    actor = Service(
+        "--role", "actor", "--model", str(folders["qwen3_moe"]), "--world-size", "2", "--micro-batch-tokens", "40"
+    )
+    try:
+        own = {"old_logprobs_key": "", "router_replay": "r2"}
+        one = actor.update(1, "ppo", data, mini_batch_size=8, **own).metrics
+        assert one["actor/moe/replay_agreement"] >= 0.99
+        more = actor.update(2, "ppo", data, mini_batch_size=4, ppo_epochs=2, **own).metrics
+        assert 0 < more["actor/moe/replay_agreement"] <= 1
+        off = actor.update(3, "ppo", data, old_logprobs_key="").metrics
+        assert "actor/moe/replay_agreement" not in off
+    finally:
+        actor.stop()

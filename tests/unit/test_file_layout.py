@@ -79,8 +79,13 @@ def test_lora_on_an_moe_is_refused_where_it_would_silently_miss_the_experts(fold
     check_rollout(load_config(None, ["actor.model=" + str(folders["qwen2"]), "actor.lora_rank=8"]))
 
 
-def test_a_router_loss_on_a_dense_model_is_refused(folders):
+def test_a_router_loss_or_replay_on_a_dense_model_is_refused(folders):
     dense = "actor.model=" + str(folders["qwen2"])
     with pytest.raises(ValueError, match="router_z_loss_coef=0.001: .* is not a mixture of experts"):
         check_router(load_config(None, [dense, "actor.router_z_loss_coef=0.001"]))
     check_router(load_config(None, ["actor.model=" + str(folders["mixtral"]), "actor.router_aux_loss_coef=0.01"]))
+    with pytest.raises(ValueError, match="router_replay=r2: .* is not a mixture of experts"):
+        check_router(load_config(None, [dense, "actor.router_replay=r2"]))
+    check_router(load_config(None, ["actor.model=" + str(folders["mixtral"]), "actor.router_replay=r2"]))
+    with pytest.raises(ValueError, match="router_replay"):
+        load_config(None, [dense, "actor.router_replay=r9"])

@@ -1,0 +1,115 @@
+"""Routing replay for a mixture of experts: a forward pass that uses given experts instead of routing afresh.
+
+An MoE's rollout and trainer can pick different experts for the same token (kernels differ, and every
+update moves the router), and the policy ratio then compares two different networks. Replay fixes the
+choice: R3 (rollout routing replay, arXiv 2510.11370) replays the experts the rollout chose; R2 replays
+the trainer's own first pass in the update's later passes (verl and slime name both so).
+
+The choice is replaced in a forward hook on each router (transformers' *TopKRouter modules return
+(logits, weights, experts)): the weights become the router's own probabilities of the replayed experts,
+renormalized as the router does, so the router still gets gradients for the experts it is given, as the
+R3 paper does. A pass feeds the experts of the tokens it runs, in the order it runs them
+(`RouterReplay.feed`), as (tokens, layers, top-k) integers; `record` collects what the routers chose.
+Batches carry them as ROUTED, (rows, sequence, layers, top-k) beside input_ids, uint8 where the experts
+fit (int16 otherwise); where a token has no choice to replay (padding, a response's last token) the row
+holds 0..k-1, which a replaying pass never reads for a token whose output is used.
+"""
+
+import torch
+
+from meshrl.algos.moe import routers
+
+ROUTED = "routed_experts"
+
+
+def narrow(experts: torch.Tensor, num_experts: int) -> torch.Tensor:
+    """The experts as the wire carries them: uint8 where every expert's index fits, else int16."""
+    return experts.to(torch.uint8 if num_experts <= 256 else torch.int16)
+
+
+def filler(shape: tuple[int, ...], k: int) -> torch.Tensor:
+    """(..., layers, k) holding 0..k-1: distinct experts, for tokens whose choice nothing reads."""
+    return torch.arange(k, dtype=torch.uint8).expand(*shape, k).clone()
+
+
+def agreement(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
+    """The share of tokens (mask: (rows, sequence), 1 where compared) whose expert sets agree in every layer."""
+    same = (a.long().sort(-1).values == b.long().sort(-1).values).all(-1).all(-1)
+    picked = mask.bool()
+    return float(same[picked].float().mean()) if picked.any() else 1.0
+
+
+class RouterReplay:
+    """The hooks on one model's routers. feed(experts) makes the next passes route as given (None: afresh);
+    with `recording` each router's choice of every pass is kept for take()."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.routers = routers(model)
+        self.experts: torch.Tensor | None = None
+        self.valid: torch.Tensor | None = None  # the fed tokens that are real (not padding)
+        self.agreed = self.compared = 0  # (token, layer) choices that routing afresh would have made too
+        self.recording = False
+        self.recorded: list[torch.Tensor] = []
+        for layer, router in enumerate(self.routers):
+            router.register_forward_hook(self._hook(layer))
+
+    def _hook(self, layer: int):
+        def replace(module, args, out):
+            logits, weights, chosen = out
+            if self.recording:
+                self.recorded.append(chosen.detach())
+            if self.experts is None:
+                return None
+            given = self.experts[:, layer].to(chosen.device, torch.long)
+            if given.shape != chosen.shape:
+                raise ValueError(
+                    f"routing replay: the pass routes {list(chosen.shape)} (tokens, top-k) in layer {layer}, "
+                    f"the replayed experts are {list(given.shape)}"
+                )
+            if self.valid is not None:
+                same = (chosen.sort(-1).values == given.sort(-1).values).all(-1)[self.valid.to(chosen.device)]
+                self.agreed, self.compared = self.agreed + int(same.sum()), self.compared + len(same)
+            probs = torch.softmax(logits.float(), -1).gather(-1, given)
+            if getattr(module, "norm_topk_prob", True):  # Mixtral always renormalizes; Qwen's say so
+                probs = probs / probs.sum(-1, keepdim=True)
+            return logits, probs.to(weights.dtype), given
+
+        return replace
+
+    def feed(self, experts: torch.Tensor | None, valid: torch.Tensor | None = None) -> None:
+        """(tokens, layers, k) for the passes that follow, in their token order, and which of the tokens are
+        real (for the agreement count); None: route afresh."""
+        self.experts = None if experts is None else experts.reshape(-1, len(self.routers), experts.shape[-1])
+        self.valid = None if valid is None else valid.reshape(-1).bool()
+
+    def agreement(self) -> dict[str, float]:
+        """The share of real tokens' choices (per layer) that routing afresh would have made as replayed,
+        since the last call; {} if nothing was replayed."""
+        share = self.agreed / self.compared if self.compared else None
+        self.agreed = self.compared = 0
+        return {} if share is None else {"actor/moe/replay_agreement": share}
+
+    def take(self) -> torch.Tensor:
+        """What the routers chose since the last take: (tokens, layers, k), one pass's tokens."""
+        layers = len(self.routers)
+        out = torch.stack(self.recorded[-layers:], 1) if self.recorded else torch.empty(0)
+        self.recorded = []
+        return out
+
+
+def replay_of(model: torch.nn.Module) -> RouterReplay | None:
+    """The model's RouterReplay, made on first use; None for a dense model (no routers)."""
+    found = getattr(model, "_meshrl_router_replay", None)
+    if found is None and routers(model):
+        found = RouterReplay(model)
+        object.__setattr__(model, "_meshrl_router_replay", found)  # an attribute, not a submodule
+    return found
+
+
+def feed(model: torch.nn.Module, micro: dict, pick) -> None:
+    """Before a pass: the micro-batch's replayed experts (ROUTED) in the pass's token order, pick(tensor)
+    being the same selection the pass makes of input_ids; a micro-batch without them routes afresh."""
+    replay = replay_of(model) if ROUTED in micro else getattr(model, "_meshrl_router_replay", None)
+    if replay is not None:
+        given = ROUTED in micro
+        replay.feed(pick(micro[ROUTED]) if given else None, pick(micro["attention_mask"]) if given else None)
