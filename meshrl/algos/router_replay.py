@@ -10,26 +10,30 @@ The choice is replaced in a forward hook on each router (transformers' *TopKRout
 renormalized as the router does, so the router still gets gradients for the experts it is given, as the
 R3 paper does. A pass feeds the experts of the tokens it runs, in the order it runs them
 (`RouterReplay.feed`), as (tokens, layers, top-k) integers; `record` collects what the routers chose.
-Batches carry them as ROUTED, (rows, sequence, layers, top-k) beside input_ids, uint8 where the experts
-fit (int16 otherwise); where a token has no choice to replay (padding, a response's last token) the row
-holds 0..k-1, which a replaying pass never reads for a token whose output is used.
+Batches carry them as ROUTED, (rows, sequence, layers, top-k) beside input_ids, uint8 (int16 past 256
+experts); where a token has
+no choice to replay (padding, a response's last token) the row holds 0..k-1, which a replaying pass never
+reads for a token whose output is used. GenerationRecord takes a generate's choices (the hf rollout's R3).
 """
+
+from typing import Any, cast
 
 import torch
 
 from meshrl.algos.moe import routers
+from meshrl.config.losses import ROUTED
 
-ROUTED = "routed_experts"
-
-
-def narrow(experts: torch.Tensor, num_experts: int) -> torch.Tensor:
-    """The experts as the wire carries them: uint8 where every expert's index fits, else int16."""
-    return experts.to(torch.uint8 if num_experts <= 256 else torch.int16)
+__all__ = ["ROUTED", "RouterReplay", "GenerationRecord", "feed", "replay_of", "agreement", "filler", "dtype_for"]
 
 
-def filler(shape: tuple[int, ...], k: int) -> torch.Tensor:
+def dtype_for(num_experts: int) -> torch.dtype:
+    """How the experts travel: uint8 where every expert's index fits (up to 256 experts), else int16."""
+    return torch.uint8 if num_experts <= 256 else torch.int16
+
+
+def filler(shape: tuple[int, ...], k: int, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
     """(..., layers, k) holding 0..k-1: distinct experts, for tokens whose choice nothing reads."""
-    return torch.arange(k, dtype=torch.uint8).expand(*shape, k).clone()
+    return torch.arange(k, dtype=dtype).expand(*shape, k).clone()
 
 
 def agreement(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
@@ -112,4 +116,50 @@ def feed(model: torch.nn.Module, micro: dict, pick) -> None:
     replay = replay_of(model) if ROUTED in micro else getattr(model, "_meshrl_router_replay", None)
     if replay is not None:
         given = ROUTED in micro
-        replay.feed(pick(micro[ROUTED]) if given else None, pick(micro["attention_mask"]) if given else None)
+        replay.feed(pick(micro[ROUTED]) if given else None, pick(compared(micro["attention_mask"])) if given else None)
+
+
+def compared(mask: torch.Tensor) -> torch.Tensor:
+    """The tokens whose replayed choice the agreement counts: the real ones but each row's last, which the
+    rollout never runs (R3 holds filler there) and whose output no log-prob reads."""
+    out = mask.clone()
+    last = mask.shape[1] - 1 - mask.flip(1).argmax(1)
+    out[torch.arange(len(mask)), last] = 0
+    return out
+
+
+class GenerationRecord:
+    """Within `with`, each forward of the model (a generate's prefill and decoding steps): the (rows, columns)
+    of input_ids it ran and every router's choices, as calls() -> [(rows, columns, layers, k)]."""
+
+    def __init__(self, model: torch.nn.Module):
+        replay = replay_of(model)
+        assert replay is not None, "a generation record needs a mixture of experts"
+        self.model, self.replay = model, replay
+        self.shapes: list[tuple[int, int]] = []
+        self.handle: Any = None
+
+    def _shape(self, module, args) -> None:
+        self.shapes.append(tuple(args[0].shape))
+
+    def __enter__(self) -> "GenerationRecord":
+        self.replay.feed(None)
+        self.replay.recorded, self.replay.recording = [], True
+        # the embedding sees every forward's input_ids, whatever wraps the model (an adapter's, generate's)
+        embeddings = cast(Any, self.model).get_input_embeddings()  # a transformers model's
+        self.handle = embeddings.register_forward_pre_hook(self._shape)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.handle is not None:
+            self.handle.remove()
+        self.replay.recording = False
+
+    def calls(self) -> list[torch.Tensor]:
+        layers, got = len(self.replay.routers), self.replay.recorded
+        assert len(got) == layers * len(self.shapes), "a forward without its routers' choices"
+        self.replay.recorded = []
+        return [
+            torch.stack(got[i * layers : (i + 1) * layers], 1).view(*shape, layers, -1).cpu()
+            for i, shape in enumerate(self.shapes)
+        ]

@@ -23,7 +23,8 @@ ROLLOUT_RS = tuple(
     if (scope, k) != ("seq_max", "k1")
 )  # verl's rollout_rs options
 DPO_LOSSES = ("sigmoid", "ipo")
-ROUTER_REPLAY = ("off", "r2")  # meshrl/algos/router_replay.py
+ROUTER_REPLAY = ("off", "r2", "r3")  # meshrl/algos/router_replay.py
+ROUTED = "routed_experts"  # the experts each token was routed to, beside input_ids (router_replay)
 OLD_LOGPROBS = ("actor_logprobs", "rollout_logprobs", "")
 MAX_EPOCHS = 100  # passes over one batch; verl's ppo_epochs is 1-4 in practice, a caller's 2**31 is not work
 
@@ -172,7 +173,9 @@ class PolicyLossSettings(Checked):
     """A mixture of experts: "r2" records the experts each token's routers choose on the weights before the
     update (a pass without gradients over every row) and the update's passes use them instead of routing
     afresh, so every mini-batch and epoch trains the network the old log-probs came from (verl's and
-    slime's R2; meshrl/algos/router_replay.py). "off": every pass routes afresh."""
+    slime's R2). "r3" replays the experts the rollout chose (rollout routing replay, arXiv 2510.11370): the
+    rollout returns them with each sample and the actor's log-prob, ref and update passes use them, so the
+    trainer scores what the rollout ran (meshrl/algos/router_replay.py). "off": every pass routes afresh."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -344,7 +347,13 @@ RESPONSES = ("input_ids", "attention_mask", "position_ids", "responses", "respon
 
 def _ppo_reads(p: PPOParams) -> tuple[str, ...]:
     old = (p.old_logprobs_key,) if p.old_logprobs_key else ()
-    return ("advantages", *old) + (("rollout_logprobs",) if p.corrects else ()) + (("ref_logprobs",) * p.use_kl_loss)
+    routed = (ROUTED,) if p.router_replay == "r3" else ()
+    return (
+        ("advantages", *old)
+        + (("rollout_logprobs",) if p.corrects else ())
+        + (("ref_logprobs",) * p.use_kl_loss)
+        + routed
+    )
 
 
 def _nothing(p) -> tuple[str, ...]:

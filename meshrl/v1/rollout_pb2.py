@@ -26,7 +26,7 @@ from meshrl.v1 import common_pb2 as meshrl_dot_v1_dot_common__pb2
 from meshrl.v1 import data_pb2 as meshrl_dot_v1_dot_data__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17meshrl/v1/rollout.proto\x12\tmeshrl.v1\x1a\x16meshrl/v1/common.proto\x1a\x14meshrl/v1/data.proto\"\xca\x01\n\x0eSamplingParams\x12\t\n\x01n\x18\x01 \x01(\r\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\r\n\x05top_p\x18\x03 \x01(\x02\x12\r\n\x05top_k\x18\x04 \x01(\x05\x12\x16\n\x0emax_new_tokens\x18\x05 \x01(\r\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x07 \x03(\x03\x12\x11\n\x04seed\x18\x08 \x01(\x04H\x00\x88\x01\x01\x12\x10\n\x08logprobs\x18\t \x01(\x08\x12\x0e\n\x06greedy\x18\n \x01(\x08\x42\x07\n\x05_seed\"b\n\x0fGenerateRequest\x12\"\n\x04\x64\x61ta\x18\x01 \x01(\x0b\x32\x14.meshrl.v1.DataProto\x12+\n\x08sampling\x18\x02 \x01(\x0b\x32\x19.meshrl.v1.SamplingParams\"N\n\x10GenerateResponse\x12\"\n\x04\x64\x61ta\x18\x01 \x01(\x0b\x32\x14.meshrl.v1.DataProto\x12\x16\n\x0eweight_version\x18\x02 \x01(\x04\"\xa1\x01\n\x18\x42\x65ginWeightUpdateRequest\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x11\n\ttransport\x18\x02 \x01(\t\x12\x13\n\x0btotal_bytes\x18\x03 \x01(\x04\x12\x14\n\x0c\x62ucket_bytes\x18\x04 \x01(\x04\x12\x10\n\x08rollback\x18\x05 \x01(\x08\x12$\n\x04lora\x18\x06 \x01(\x0b\x32\x16.meshrl.v1.LoraAdapter\"B\n\x0bLoraAdapter\x12\x0c\n\x04rank\x18\x01 \x01(\r\x12\r\n\x05\x61lpha\x18\x02 \x01(\x02\x12\x16\n\x0etarget_modules\x18\x03 \x03(\t\"Y\n\tTensorRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1f\n\x05\x64type\x18\x02 \x01(\x0e\x32\x10.meshrl.v1.DType\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0e\n\x06offset\x18\x04 \x01(\x04\"\xe9\x01\n\rCudaIpcHandle\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\x05\x12\x0e\n\x06handle\x18\x02 \x01(\x0c\x12\x1a\n\x12storage_size_bytes\x18\x03 \x01(\x04\x12\x1c\n\x14storage_offset_bytes\x18\x04 \x01(\x04\x12\x1a\n\x12ref_counter_handle\x18\x05 \x01(\x0c\x12\x1a\n\x12ref_counter_offset\x18\x06 \x01(\x04\x12\x14\n\x0c\x65vent_handle\x18\x07 \x01(\x0c\x12\x1b\n\x13\x65vent_sync_required\x18\x08 \x01(\x08\x12\x13\n\x0b\x64\x65vice_uuid\x18\t \x01(\t\"\x85\x02\n\x0cWeightBucket\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\"\n\x04refs\x18\x02 \x03(\x0b\x32\x14.meshrl.v1.TensorRef\x12\x13\n\x0b\x64\x61ta_offset\x18\x03 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12*\n\x08\x63uda_ipc\x18\x05 \x01(\x0b\x32\x18.meshrl.v1.CudaIpcHandle\x12\x31\n\x0f\x63uda_ipc_copies\x18\x06 \x03(\x0b\x32\x18.meshrl.v1.CudaIpcHandle\x12\x12\n\nshm_source\x18\x07 \x01(\t\x12\x18\n\x10shm_source_nonce\x18\x08 \x01(\x0c\x12\x10\n\x08relay_to\x18\t \x03(\t\",\n\x19\x46inishWeightUpdateRequest\x12\x0f\n\x07version\x18\x01 \x01(\x04\"\xb5\x01\n\x12WeightUpdateStatus\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x13\n\x0bnum_tensors\x18\x02 \x01(\x04\x12\x11\n\tnum_bytes\x18\x03 \x01(\x04\x12\x13\n\x0bshm_segment\x18\x04 \x01(\t\x12\x13\n\x0bin_progress\x18\x05 \x01(\x08\x12\x11\n\tshm_nonce\x18\x06 \x01(\x0c\x12\x14\n\x0crelay_missed\x18\x07 \x03(\t\x12\x13\n\x0brelay_error\x18\x08 \x01(\t\"+\n\x0cSleepRequest\x12\r\n\x05level\x18\x01 \x01(\r\x12\x0c\n\x04tags\x18\x02 \x03(\t\"1\n\rSleepResponse\x12\x10\n\x08sleeping\x18\x01 \x01(\x08\x12\x0e\n\x06\x61sleep\x18\x02 \x03(\t2\x8f\x04\n\x0eRolloutService\x12>\n\x08\x44\x65scribe\x12\x1a.meshrl.v1.DescribeRequest\x1a\x16.meshrl.v1.ServiceInfo\x12G\n\x08Generate\x12\x1a.meshrl.v1.GenerateRequest\x1a\x1b.meshrl.v1.GenerateResponse(\x01\x30\x01\x12W\n\x11\x42\x65ginWeightUpdate\x12#.meshrl.v1.BeginWeightUpdateRequest\x1a\x1d.meshrl.v1.WeightUpdateStatus\x12G\n\x0bSendWeights\x12\x17.meshrl.v1.WeightBucket\x1a\x1d.meshrl.v1.WeightUpdateStatus(\x01\x12Y\n\x12\x46inishWeightUpdate\x12$.meshrl.v1.FinishWeightUpdateRequest\x1a\x1d.meshrl.v1.WeightUpdateStatus\x12:\n\x05Sleep\x12\x17.meshrl.v1.SleepRequest\x1a\x18.meshrl.v1.SleepResponse\x12;\n\x06WakeUp\x12\x17.meshrl.v1.SleepRequest\x1a\x18.meshrl.v1.SleepResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17meshrl/v1/rollout.proto\x12\tmeshrl.v1\x1a\x16meshrl/v1/common.proto\x1a\x14meshrl/v1/data.proto\"\xe2\x01\n\x0eSamplingParams\x12\t\n\x01n\x18\x01 \x01(\r\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\r\n\x05top_p\x18\x03 \x01(\x02\x12\r\n\x05top_k\x18\x04 \x01(\x05\x12\x16\n\x0emax_new_tokens\x18\x05 \x01(\r\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x07 \x03(\x03\x12\x11\n\x04seed\x18\x08 \x01(\x04H\x00\x88\x01\x01\x12\x10\n\x08logprobs\x18\t \x01(\x08\x12\x0e\n\x06greedy\x18\n \x01(\x08\x12\x16\n\x0erouted_experts\x18\x0b \x01(\x08\x42\x07\n\x05_seed\"b\n\x0fGenerateRequest\x12\"\n\x04\x64\x61ta\x18\x01 \x01(\x0b\x32\x14.meshrl.v1.DataProto\x12+\n\x08sampling\x18\x02 \x01(\x0b\x32\x19.meshrl.v1.SamplingParams\"N\n\x10GenerateResponse\x12\"\n\x04\x64\x61ta\x18\x01 \x01(\x0b\x32\x14.meshrl.v1.DataProto\x12\x16\n\x0eweight_version\x18\x02 \x01(\x04\"\xa1\x01\n\x18\x42\x65ginWeightUpdateRequest\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x11\n\ttransport\x18\x02 \x01(\t\x12\x13\n\x0btotal_bytes\x18\x03 \x01(\x04\x12\x14\n\x0c\x62ucket_bytes\x18\x04 \x01(\x04\x12\x10\n\x08rollback\x18\x05 \x01(\x08\x12$\n\x04lora\x18\x06 \x01(\x0b\x32\x16.meshrl.v1.LoraAdapter\"B\n\x0bLoraAdapter\x12\x0c\n\x04rank\x18\x01 \x01(\r\x12\r\n\x05\x61lpha\x18\x02 \x01(\x02\x12\x16\n\x0etarget_modules\x18\x03 \x03(\t\"Y\n\tTensorRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1f\n\x05\x64type\x18\x02 \x01(\x0e\x32\x10.meshrl.v1.DType\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0e\n\x06offset\x18\x04 \x01(\x04\"\xe9\x01\n\rCudaIpcHandle\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\x05\x12\x0e\n\x06handle\x18\x02 \x01(\x0c\x12\x1a\n\x12storage_size_bytes\x18\x03 \x01(\x04\x12\x1c\n\x14storage_offset_bytes\x18\x04 \x01(\x04\x12\x1a\n\x12ref_counter_handle\x18\x05 \x01(\x0c\x12\x1a\n\x12ref_counter_offset\x18\x06 \x01(\x04\x12\x14\n\x0c\x65vent_handle\x18\x07 \x01(\x0c\x12\x1b\n\x13\x65vent_sync_required\x18\x08 \x01(\x08\x12\x13\n\x0b\x64\x65vice_uuid\x18\t \x01(\t\"\x85\x02\n\x0cWeightBucket\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\"\n\x04refs\x18\x02 \x03(\x0b\x32\x14.meshrl.v1.TensorRef\x12\x13\n\x0b\x64\x61ta_offset\x18\x03 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12*\n\x08\x63uda_ipc\x18\x05 \x01(\x0b\x32\x18.meshrl.v1.CudaIpcHandle\x12\x31\n\x0f\x63uda_ipc_copies\x18\x06 \x03(\x0b\x32\x18.meshrl.v1.CudaIpcHandle\x12\x12\n\nshm_source\x18\x07 \x01(\t\x12\x18\n\x10shm_source_nonce\x18\x08 \x01(\x0c\x12\x10\n\x08relay_to\x18\t \x03(\t\",\n\x19\x46inishWeightUpdateRequest\x12\x0f\n\x07version\x18\x01 \x01(\x04\"\xb5\x01\n\x12WeightUpdateStatus\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x13\n\x0bnum_tensors\x18\x02 \x01(\x04\x12\x11\n\tnum_bytes\x18\x03 \x01(\x04\x12\x13\n\x0bshm_segment\x18\x04 \x01(\t\x12\x13\n\x0bin_progress\x18\x05 \x01(\x08\x12\x11\n\tshm_nonce\x18\x06 \x01(\x0c\x12\x14\n\x0crelay_missed\x18\x07 \x03(\t\x12\x13\n\x0brelay_error\x18\x08 \x01(\t\"+\n\x0cSleepRequest\x12\r\n\x05level\x18\x01 \x01(\r\x12\x0c\n\x04tags\x18\x02 \x03(\t\"1\n\rSleepResponse\x12\x10\n\x08sleeping\x18\x01 \x01(\x08\x12\x0e\n\x06\x61sleep\x18\x02 \x03(\t2\x8f\x04\n\x0eRolloutService\x12>\n\x08\x44\x65scribe\x12\x1a.meshrl.v1.DescribeRequest\x1a\x16.meshrl.v1.ServiceInfo\x12G\n\x08Generate\x12\x1a.meshrl.v1.GenerateRequest\x1a\x1b.meshrl.v1.GenerateResponse(\x01\x30\x01\x12W\n\x11\x42\x65ginWeightUpdate\x12#.meshrl.v1.BeginWeightUpdateRequest\x1a\x1d.meshrl.v1.WeightUpdateStatus\x12G\n\x0bSendWeights\x12\x17.meshrl.v1.WeightBucket\x1a\x1d.meshrl.v1.WeightUpdateStatus(\x01\x12Y\n\x12\x46inishWeightUpdate\x12$.meshrl.v1.FinishWeightUpdateRequest\x1a\x1d.meshrl.v1.WeightUpdateStatus\x12:\n\x05Sleep\x12\x17.meshrl.v1.SleepRequest\x1a\x18.meshrl.v1.SleepResponse\x12;\n\x06WakeUp\x12\x17.meshrl.v1.SleepRequest\x1a\x18.meshrl.v1.SleepResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,29 +34,29 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'meshrl.v1.rollout_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SAMPLINGPARAMS']._serialized_start=85
-  _globals['_SAMPLINGPARAMS']._serialized_end=287
-  _globals['_GENERATEREQUEST']._serialized_start=289
-  _globals['_GENERATEREQUEST']._serialized_end=387
-  _globals['_GENERATERESPONSE']._serialized_start=389
-  _globals['_GENERATERESPONSE']._serialized_end=467
-  _globals['_BEGINWEIGHTUPDATEREQUEST']._serialized_start=470
-  _globals['_BEGINWEIGHTUPDATEREQUEST']._serialized_end=631
-  _globals['_LORAADAPTER']._serialized_start=633
-  _globals['_LORAADAPTER']._serialized_end=699
-  _globals['_TENSORREF']._serialized_start=701
-  _globals['_TENSORREF']._serialized_end=790
-  _globals['_CUDAIPCHANDLE']._serialized_start=793
-  _globals['_CUDAIPCHANDLE']._serialized_end=1026
-  _globals['_WEIGHTBUCKET']._serialized_start=1029
-  _globals['_WEIGHTBUCKET']._serialized_end=1290
-  _globals['_FINISHWEIGHTUPDATEREQUEST']._serialized_start=1292
-  _globals['_FINISHWEIGHTUPDATEREQUEST']._serialized_end=1336
-  _globals['_WEIGHTUPDATESTATUS']._serialized_start=1339
-  _globals['_WEIGHTUPDATESTATUS']._serialized_end=1520
-  _globals['_SLEEPREQUEST']._serialized_start=1522
-  _globals['_SLEEPREQUEST']._serialized_end=1565
-  _globals['_SLEEPRESPONSE']._serialized_start=1567
-  _globals['_SLEEPRESPONSE']._serialized_end=1616
-  _globals['_ROLLOUTSERVICE']._serialized_start=1619
-  _globals['_ROLLOUTSERVICE']._serialized_end=2146
+  _globals['_SAMPLINGPARAMS']._serialized_end=311
+  _globals['_GENERATEREQUEST']._serialized_start=313
+  _globals['_GENERATEREQUEST']._serialized_end=411
+  _globals['_GENERATERESPONSE']._serialized_start=413
+  _globals['_GENERATERESPONSE']._serialized_end=491
+  _globals['_BEGINWEIGHTUPDATEREQUEST']._serialized_start=494
+  _globals['_BEGINWEIGHTUPDATEREQUEST']._serialized_end=655
+  _globals['_LORAADAPTER']._serialized_start=657
+  _globals['_LORAADAPTER']._serialized_end=723
+  _globals['_TENSORREF']._serialized_start=725
+  _globals['_TENSORREF']._serialized_end=814
+  _globals['_CUDAIPCHANDLE']._serialized_start=817
+  _globals['_CUDAIPCHANDLE']._serialized_end=1050
+  _globals['_WEIGHTBUCKET']._serialized_start=1053
+  _globals['_WEIGHTBUCKET']._serialized_end=1314
+  _globals['_FINISHWEIGHTUPDATEREQUEST']._serialized_start=1316
+  _globals['_FINISHWEIGHTUPDATEREQUEST']._serialized_end=1360
+  _globals['_WEIGHTUPDATESTATUS']._serialized_start=1363
+  _globals['_WEIGHTUPDATESTATUS']._serialized_end=1544
+  _globals['_SLEEPREQUEST']._serialized_start=1546
+  _globals['_SLEEPREQUEST']._serialized_end=1589
+  _globals['_SLEEPRESPONSE']._serialized_start=1591
+  _globals['_SLEEPRESPONSE']._serialized_end=1640
+  _globals['_ROLLOUTSERVICE']._serialized_start=1643
+  _globals['_ROLLOUTSERVICE']._serialized_end=2170
 # @@protoc_insertion_point(module_scope)

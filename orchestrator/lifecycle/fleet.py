@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from meshrl import hosts
+from meshrl.algos.router_replay import ROUTED, filler
 from meshrl.dataproto import DataProto
 from orchestrator.config import Config
 
@@ -258,6 +259,16 @@ def join_generations(parts: list[DataProto]) -> DataProto:
             "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
             **{k: F.pad(b[k], (0, right)) for k in RESPONSE_WIDE if k in b},
         }
+        if ROUTED in b:  # beside input_ids: filler where the prompt and response padding grew
+            r = b[ROUTED]
+            tensors[ROUTED] = torch.cat(
+                [
+                    filler((len(r), left, r.shape[2]), r.shape[3]).to(r.dtype),
+                    r,
+                    filler((len(r), right, r.shape[2]), r.shape[3]).to(r.dtype),
+                ],
+                1,
+            )
         unknown = set(b) - set(tensors)
         if unknown:
             raise ValueError(f"the rollout replied with tensors {sorted(unknown)} that cannot be joined")

@@ -39,7 +39,7 @@ from meshrl.config.actor import (
 )
 from meshrl.config.checked import values_of
 from meshrl.config.env import EnvConfig, EnvSettings
-from meshrl.config.losses import PARAMS, update_inputs
+from meshrl.config.losses import PARAMS, ROUTED, update_inputs
 from meshrl.config.reward import RewardConfig
 from meshrl.config.rollout import RolloutConfig, RolloutSettings
 from meshrl.dataproto import DataProto
@@ -92,6 +92,7 @@ def settings(cfg: Config, role: str) -> dict:
             "model": a.model,
             "seed": seed,
             "max_lora_rank": lora_rank_served(cfg),
+            "routed_experts": a.router_replay == "r3",
         }
     if role == "reward":
         return values_of(RewardConfig, cfg.reward)
@@ -190,6 +191,7 @@ class Mesh:
             logprobs=not greedy,
             seed=seed or 0,
             stop=stop or [],
+            routed_experts=not greedy and self.cfg.actor.router_replay == "r3",  # what training replays
         )
         request = rollout_pb2.GenerateRequest(sampling=sampling)
         samples = sampling.n * len(prompts)
@@ -352,7 +354,9 @@ class Mesh:
         key = "ref_logprobs" if role in FROZEN else "actor_logprobs"  # the teacher serves in the ref role
         base = role == "ref" and self.ref_in_actor  # the actor's base model answers it: ref_logprobs too
         message = actor_pb2.BatchRequest(temperature=self.cfg.rollout.temperature, without_adapter=base)
-        request = Payload(message, batch.select(POLICY_INPUTS))
+        # R3: the policy's passes replay the rollout's experts; a ref or teacher routes as its own weights do
+        routed = (ROUTED,) if ROUTED in batch.batch and role == "actor" else ()
+        request = Payload(message, batch.select([*POLICY_INPUTS, *routed]))
         _, out = self["actor" if base else role].call_batch("ComputeLogProbs", request, actor_pb2.BatchResponse)
         return out.batch[key]
 

@@ -29,6 +29,7 @@ from meshrl import hosts
 from meshrl.config.actor import EngineSettings
 from meshrl.config.checked import values_of
 from meshrl.config.reward import urls
+from meshrl.config.rollout import ROUTED_ON_CPU
 from meshrl.models import check_lora, is_moe
 from meshrl.vocab import difference, folder_tokenizer, special_difference
 from orchestrator.config import Config
@@ -122,6 +123,14 @@ def check_router(cfg: Config) -> None:
     if any(asked.values()) and not cfg.actor.address and not moe_model(cfg.actor.model):
         name = next(k for k, v in asked.items() if v)
         raise ValueError(f"actor.{name}={asked[name]}: {cfg.actor.model} is not a mixture of experts (no router)")
+    r = cfg.rollout
+    if cfg.actor.router_replay == "r3" and (r.multi_turn or r.agent or r.agent_command):
+        raise ValueError(
+            "actor.router_replay=r3 replays the experts of single-turn samples; a multi-turn or agent episode's "
+            "response holds observations the rollout never routed: use actor.router_replay=r2"
+        )
+    if cfg.actor.router_replay == "r3" and r.backend == "vllm" and not hosts.gpus():
+        raise ValueError(f"actor.router_replay=r3 with rollout.backend=vllm: {ROUTED_ON_CPU}")
 
 
 def moe_model(path: str) -> bool:

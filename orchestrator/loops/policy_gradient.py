@@ -23,6 +23,7 @@ from meshrl.algos.distill import distillation_advantages
 from meshrl.algos.kl import FixedKLController, KLController, apply_kl_penalty, kl_controller
 from meshrl.algos.masked import masked_mean, token_level
 from meshrl.algos.rollout_correction import kl_to_actor
+from meshrl.algos.router_replay import ROUTED
 from meshrl.algos.shaping import overlong_penalty
 from meshrl.dataproto import DataProto
 from orchestrator.config import Config
@@ -186,6 +187,8 @@ class PolicyGradient:
         update finds them itself (reuse), the ref's, the critic's values."""
         cfg = mesh.cfg
         batch = gen.select(POLICY_TENSORS)
+        if ROUTED in gen.batch:  # routing replay R3: the experts the rollout chose, for every pass
+            batch.batch[ROUTED] = gen.batch[ROUTED]
         if reuse or cfg.algorithm.corrects:  # reuse: the update reports the rollout's distance
             batch.batch["rollout_logprobs"] = gen.batch["rollout_logprobs"]
         if not reuse:

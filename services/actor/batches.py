@@ -33,6 +33,7 @@ def validate(
     pairs: bool = False,
     vocab_size: int | None = None,
     positions: int | None = None,
+    experts: tuple[int, int, int] | None = None,
 ) -> None:
     """Refuse a batch the model cannot take, naming the tensor: missing, misshapen, non-finite, token ids
     or positions that are not integers, or past the vocabulary or what the model encodes (an index error
@@ -66,8 +67,10 @@ def validate(
                 f"tensor {k!r} holds values outside 0..{limit - 1} "
                 f"({'the vocabulary' if k != 'position_ids' else 'the positions the model encodes'})"
             )
+    if ROUTED in data.batch:
+        check_routed(data.batch[ROUTED], (n, L), experts)
     for k in required:
-        if k in BASE:
+        if k in BASE or k == ROUTED:
             continue
         t = data.batch[k]
         if tuple(t.shape) != (n, T):
@@ -75,6 +78,31 @@ def validate(
         if t.is_floating_point() and not torch.isfinite(t).all():
             row = int(torch.nonzero(~torch.isfinite(t))[0, 0])
             raise InvalidArgument(f"tensor {k!r} has NaN or inf (first at row {row})")
+
+
+def routing_shape(config: dict) -> tuple[int, int, int] | None:
+    """(MoE layers, experts per token, experts) of a model's config.json; None for a dense model. Qwen's
+    families keep some layers dense (mlp_only_layers, decoder_sparse_step); Mixtral's are all MoE."""
+    experts = config.get("num_experts") or config.get("num_local_experts")
+    if not experts:
+        return None
+    step, dense = config.get("decoder_sparse_step") or 1, set(config.get("mlp_only_layers") or ())
+    layers = sum(1 for i in range(config["num_hidden_layers"]) if i not in dense and (i + 1) % step == 0)
+    return layers, config["num_experts_per_tok"], experts
+
+
+def check_routed(t: torch.Tensor, rows_by_columns: tuple[int, int], experts: tuple[int, int, int] | None) -> None:
+    """ROUTED (routing replay): (rows, sequence, MoE layers, top-k) integers naming the model's experts."""
+    if experts is None:
+        raise InvalidArgument(f"tensor {ROUTED!r}: the model is not a mixture of experts (no router to replay)")
+    layers, k, count = experts
+    if tuple(t.shape) != (*rows_by_columns, layers, k) or t.is_floating_point() or t.dtype == torch.bool:
+        want = [*rows_by_columns, layers, k]
+        raise InvalidArgument(
+            f"tensor {ROUTED!r} must be {want} integers (rows, sequence, layers, top-k), got {t.dtype} {list(t.shape)}"
+        )
+    if t.numel() and not (0 <= int(t.min()) and int(t.max()) < count):
+        raise InvalidArgument(f"tensor {ROUTED!r} holds values outside 0..{count - 1} (the model's experts)")
 
 
 def shard(data: DataProto, world_size: int, unit: int = 1) -> tuple[list[DataProto], int]:

@@ -7,6 +7,8 @@ L - T - 1 + t (T = response length, L = sequence length). A model set up for pad
 prompts once in the same packed row.
 """
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 
@@ -134,7 +136,8 @@ def record_routing(model: torch.nn.Module, micro: dict) -> torch.Tensor:
     finally:
         replay.recording = False
     ids = micro["input_ids"]
-    out = router_replay.filler((*ids.shape, len(replay.routers)), chosen.shape[-1])
+    dtype = router_replay.dtype_for(cast(int, replay.routers[0].num_experts))  # an int on every router
+    out = router_replay.filler((*ids.shape, len(replay.routers)), chosen.shape[-1], dtype)
     real = (
         micro["attention_mask"].bool() if packed(model) and within_window(model, micro) else torch.ones_like(ids).bool()
     )

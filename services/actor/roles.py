@@ -119,7 +119,7 @@ def routing_rows(engine: Engine, part: DataProto) -> torch.Tensor:
     outs = engine.forward(micros, record_routing)
     ids, T = part.batch["input_ids"], part.batch["responses"].shape[1]
     P = ids.shape[1] - T
-    full = router_replay.filler((*ids.shape, *outs[0].shape[2:-1]), outs[0].shape[-1])
+    full = router_replay.filler((*ids.shape, *outs[0].shape[2:-1]), outs[0].shape[-1], outs[0].dtype)
     start = 0
     for i, (micro, out) in enumerate(zip(micros, outs)):
         rows = groups[i] if groups is not None else torch.arange(start, start + len(out))
@@ -293,6 +293,8 @@ class ActorRole(PolicyRole):
         rng = torch.Generator().manual_seed(p.seed * 1_000_003 + step)  # clip_cov's picks, the same on resume
         capture = RouterCapture(self.engine.module)  # a mixture of experts' routers; none for a dense model
         replay = router_replay.replay_of(self.engine.module) if router_replay.ROUTED in part.batch else None
+        if replay is not None:
+            replay.agreement()  # counted from this update's passes on (not the log-prob calls before it)
 
         def ppo(model, mb):
             capture.clear()

@@ -19,7 +19,7 @@ from meshrl import weights
 from meshrl.codec import Payload
 from meshrl.codec.values import from_value
 from meshrl.config.actor import EngineConfig, OptimConfig, engine_for
-from meshrl.config.losses import UPDATE_LOSSES, update_inputs
+from meshrl.config.losses import ROUTED, UPDATE_LOSSES, update_inputs
 from meshrl.config.rollout import DTYPES
 from meshrl.dataproto import DataProto, unpad
 from meshrl.errors import MAX_STEP_ADVANCE, Aborted, FailedPrecondition, InvalidArgument, ServiceError, check_counter
@@ -117,6 +117,7 @@ class ActorServicer:
         self.limits = {
             "vocab_size": config.get("vocab_size"),  # ids the embedding holds, positions it encodes
             "positions": config.get("max_position_embeddings") or config.get("n_positions"),
+            "experts": batches.routing_shape(config),  # a mixture of experts': what ROUTED must hold
         }
         return self.Describe(None, None)
 
@@ -146,7 +147,8 @@ class ActorServicer:
         self._require_init()
         data = _data(request)
         batches.validate(data, batches.BASE, self.world_size, **self.limits)
-        parts, pad = batches.shard(data.select(list(batches.BASE)), self.world_size)
+        keys = [*batches.BASE, *([ROUTED] if ROUTED in data.batch else [])]  # experts to replay (R3)
+        parts, pad = batches.shard(data.select(keys), self.world_size)
         results = self._call(method, args, parts, context)
         return unpad(DataProto.concat([DataProto(r.batch) for r in results]), pad)
 

@@ -17,6 +17,7 @@ in place), so generate runs the base weights plus the adapter; new full weights
 take the model's own layers back first (PeftModel.unload: dropped, not merged).
 """
 
+import contextlib
 from typing import TYPE_CHECKING
 
 import torch
@@ -30,8 +31,10 @@ from transformers import (
 )
 
 from meshrl import cuda_ipc, file_layout
+from meshrl.algos.moe import routers
+from meshrl.algos.router_replay import GenerationRecord
 from meshrl.config.rollout import RolloutConfig
-from meshrl.errors import Aborted
+from meshrl.errors import Aborted, InvalidArgument
 from meshrl.models import end_ids
 from meshrl.shm import attach
 from services.rollout.row_sampler import RowSampler, row_seeds
@@ -50,6 +53,18 @@ class WhileAlive(StoppingCriteria):
 
     def __call__(self, input_ids, scores, **kwargs) -> torch.Tensor:
         return torch.full((input_ids.shape[0],), not self.alive(), dtype=torch.bool, device=input_ids.device)
+
+
+def routed(completions: list[Completion], calls: list[torch.Tensor], prompts: list[list[int]], n: int) -> None:
+    """Each completion's routed_experts from a generate's forwards (rows, columns, layers, k) in order: the
+    distinct prompts' prefill (repeated for their n samples), then one column per generated token. A row's
+    prompt is left-padded to the widest; its last token was never run."""
+    rows = len(prompts) * n
+    full = torch.cat([c if len(c) == rows else c.repeat_interleave(n, 0) for c in calls], 1)
+    width = max(map(len, prompts))
+    for i, c in enumerate(completions):
+        start = width - len(prompts[i // n])
+        c.routed_experts = full[i, start : width + len(c.token_ids) - 1].numpy()
 
 
 class HFBackend:
@@ -72,6 +87,16 @@ class HFBackend:
     def generate(self, prompts: list[list[int]], s: Sampling, alive=None) -> list[list[Completion]]:
         """Samples of each prompt; `alive()` turning false (the caller cancelled or its deadline passed)
         stops generation after the current token and raises Aborted."""
+        if s.routed_experts and not routers(self.model):
+            raise InvalidArgument("sampling.routed_experts: the model is not a mixture of experts (no router)")
+        record = GenerationRecord(self.model) if s.routed_experts else contextlib.nullcontext()
+        with record:
+            completions = self._generate(prompts, s, alive)
+        if isinstance(record, GenerationRecord):
+            routed(completions, record.calls(), prompts, s.n)
+        return [completions[i * s.n : (i + 1) * s.n] for i in range(len(prompts))]
+
+    def _generate(self, prompts: list[list[int]], s: Sampling, alive) -> list[Completion]:
         width = max(map(len, prompts))
         ids = torch.tensor([[self.pad] * (width - len(p)) + p for p in prompts], device=self.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
@@ -106,10 +131,9 @@ class HFBackend:
         if s.logprobs:  # of the tokens sampled, under softmax(logits / temperature), as the actor computes them
             logits = torch.stack(out.logits, 1).float() / (s.temperature if s.temperature > 0 else 1.0)
             lp = torch.log_softmax(logits, -1).gather(-1, new.unsqueeze(-1)).squeeze(-1).cpu()
-        completions = [
+        return [
             self._completion(new[i].tolist(), lp[i].tolist() if s.logprobs else None, eos, s) for i in range(len(ids))
         ]
-        return [completions[i * s.n : (i + 1) * s.n] for i in range(len(prompts))]
 
     def _prefill(self, ids: torch.Tensor, mask: torch.Tensor, n: int) -> DynamicCache:
         """The cache of each prompt but its last token, repeated for its n samples (generate runs the rest)."""

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from meshrl import telemetry
-from meshrl.config.rollout import RolloutConfig
-from meshrl.errors import Aborted
+from meshrl.config.rollout import ROUTED_ON_CPU, RolloutConfig
+from meshrl.errors import Aborted, FailedPrecondition
 from meshrl.shm import WEIGHT_PREFIX, Segment
 from meshrl.weights import layout
 from services.rollout.sampling import Completion, Sampling
@@ -52,6 +52,10 @@ def engine_args(cfg: RolloutConfig) -> dict:
         args.update(enable_chunked_prefill=False, max_num_batched_tokens=max(8192, cfg.max_model_len))
     elif cfg.colocate:  # vLLM frees memory on sleep only with its own allocator, which this turns on
         args["enable_sleep_mode"] = True
+    if cfg.routed_experts:
+        if not torch.cuda.is_available():
+            raise ValueError(ROUTED_ON_CPU)
+        args["enable_return_routed_experts"] = True
     if cfg.max_lora_rank:
         # vLLM takes only some ranks: the next one up (the service refuses adapters above the setting itself);
         # one adapter at a time, each version under a new id
@@ -76,6 +80,7 @@ class VLLMBackend:
         from vllm import LLM
 
         self.llm = LLM(**engine_args(cfg), worker_extension_cls="services.rollout.vllm_ext.WeightLoader")
+        self.routed_experts = cfg.routed_experts
         self.engine_lock = threading.Lock()  # one step, enqueue, abort or collective_rpc at a time
         self.owners: dict[str, dict] = {}  # an unfinished request's external id -> its call's finished outputs
         self.lora_request: LoRARequest | None = (
@@ -88,6 +93,9 @@ class VLLMBackend:
         aborts every request of the call at the next engine step and raises Aborted."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
+
+        if s.routed_experts and not self.routed_experts:
+            raise FailedPrecondition("sampling.routed_experts: the engine was started without --routed-experts")
 
         # With a seed, prompt i samples with seed + i: one seed for all would correlate their samples.
         params = [
@@ -123,6 +131,7 @@ class VLLMBackend:
                         [lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids)] if s.logprobs else None,
                         c.text,
                         c.finish_reason or "length",
+                        c.routed_experts if s.routed_experts else None,
                     )
                     for c in out.outputs
                 ]

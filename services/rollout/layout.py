@@ -8,8 +8,10 @@ response_mask, rollout_logprobs; the input's columns repeated; response_text
 and finish_reason columns.
 """
 
+import numpy as np
 import torch
 
+from meshrl.algos.router_replay import ROUTED, dtype_for, filler
 from meshrl.chat import as_messages, render
 from meshrl.dataproto import DataProto, object_array
 from meshrl.errors import InvalidArgument
@@ -68,10 +70,26 @@ def build(
         pad,
         logprobs=[logprobs_of(c) for _, c in rows] if with_logprobs else None,
     )
+    if rows and rows[0][1].routed_experts is not None:
+        tensors[ROUTED] = routed_tensor([p for p, _ in rows], [c for _, c in rows], tensors["input_ids"].shape[1])
     columns = {k: [v for v in col for _ in range(n)] for k, col in data.non_tensor_batch.items()}
     columns["response_text"] = [c.text for _, c in rows]
     columns["finish_reason"] = [c.finish_reason for _, c in rows]
     return DataProto(tensors, {k: object_array(v) for k, v in columns.items()}, {**data.meta_info, "pad_token_id": pad})
+
+
+def routed_tensor(prompts: list[list[int]], completions: list[Completion], width: int) -> torch.Tensor:
+    """The completions' routed experts beside input_ids: (rows, width, layers, k), each row's from where its
+    left-padded prompt starts; the rest (padding, each response's last token) router_replay.filler."""
+    first = np.asarray(completions[0].routed_experts)
+    layers, k = first.shape[1:]
+    top = max(int(np.asarray(c.routed_experts).max(initial=0)) for c in completions)
+    out = filler((len(prompts), width, layers), k, dtype_for(top + 1))
+    P = max(map(len, prompts))  # the prompts' columns, as rollout_tensors lays them out
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        got = torch.from_numpy(np.asarray(c.routed_experts)[: len(p) + len(c.token_ids) - 1]).to(out.dtype)
+        out[i, P - len(p) : P - len(p) + len(got)] = got
+    return out
 
 
 def logprobs_of(c: Completion) -> list[float]:

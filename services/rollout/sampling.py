@@ -2,6 +2,7 @@
 
 import dataclasses
 import math
+from typing import Any
 
 from meshrl.errors import InvalidArgument
 from meshrl.v1 import rollout_pb2
@@ -18,6 +19,7 @@ class Sampling:
     stop_token_ids: list[int]
     seed: int | None
     logprobs: bool
+    routed_experts: bool = False  # a mixture of experts: each token's chosen experts (routing replay R3)
 
 
 @dataclasses.dataclass
@@ -26,6 +28,9 @@ class Completion:
     logprobs: list[float] | None  # of each sampled token, after temperature
     text: str
     finish_reason: str  # "stop" or "length"
+    # asked for (Sampling.routed_experts): the experts every token but the last was routed to, prompt then
+    # response, (len(prompt) + len(token_ids) - 1, layers, top-k) as vLLM's CompletionOutput gives them
+    routed_experts: Any = None
 
 
 def from_proto(p: rollout_pb2.SamplingParams) -> Sampling:
@@ -53,4 +58,5 @@ def from_proto(p: rollout_pb2.SamplingParams) -> Sampling:
         stop_token_ids=list(p.stop_token_ids),
         seed=p.seed if p.HasField("seed") else None,
         logprobs=p.logprobs,
+        routed_experts=p.routed_experts,
     )

@@ -11,7 +11,9 @@ from calls import chats, generate, serve
 from safetensors.torch import load_file
 
 from meshrl.algos.rollout_correction import kl_to_actor
+from meshrl.algos.router_replay import ROUTED
 from meshrl.dataproto import DataProto
+from meshrl.errors import ServiceError
 from meshrl.layout import rollout_tensors
 from meshrl.rpc import Client
 from meshrl.tiny.models import MOE, TinyModelConfig, make_model
@@ -105,4 +107,37 @@ def test_r2_replays_the_routing_of_the_weights_before_the_update(folders):
         off = actor.update(3, "ppo", data, old_logprobs_key="").metrics
         assert "actor/moe/replay_agreement" not in off
     finally:
+        actor.stop()
+
+
+def test_r3_the_actor_replays_the_experts_the_hf_rollout_chose(folders):
+    """routing replay R3 on the hf backend: a Generate asked for them returns each token's experts beside
+    input_ids; the actor's passes (two FSDP2 ranks) replay them: at parity they are the actor's own choice
+    (the same log-probs), other experts given are run as given; an R3 update reads them, and experts the
+    model does not have are refused."""
+    folder = folders["qwen3_moe"]
+    actor = Service("--role", "actor", "--model", str(folder), "--world-size", "2")
+    servicer, server, client = serve(folder)
+    try:
+        out = generate(client, chats("1+1=", "12*3=", "7-2="), n=2, seed=3, routed_experts=True).data
+        routed, mask = out.batch[ROUTED], out.batch["response_mask"]
+        assert routed.dtype == torch.uint8 and routed.shape == (*out.batch["input_ids"].shape, 2, 2)
+        replayed = actor.logprobs(out)
+        assert kl_to_actor(out.batch["rollout_logprobs"], replayed, mask) < PARITY
+        plain = DataProto({k: v for k, v in out.batch.items() if k != ROUTED})
+        assert torch.allclose(actor.logprobs(plain) * mask, replayed * mask, atol=1e-5)  # its own choice too
+        other = DataProto({**plain.batch, ROUTED: ((routed.long() + 1) % 4).to(torch.uint8)})
+        assert not torch.allclose(actor.logprobs(other) * mask, replayed * mask, atol=1e-3)  # run as given
+        out.batch["advantages"] = torch.randn(mask.shape[0], 1) * mask
+        plain.batch["advantages"] = out.batch["advantages"]
+        r3 = {"router_replay": "r3", "old_logprobs_key": ""}
+        assert actor.update(1, "ppo", out, **r3).metrics["actor/moe/replay_agreement"] >= 0.99
+        with pytest.raises(ServiceError, match="routed_experts"):
+            actor.update(2, "ppo", plain, **r3)  # R3 without the rollout's experts
+        with pytest.raises(ServiceError, match="outside 0..3"):
+            actor.logprobs(DataProto({**plain.batch, ROUTED: routed + 4}))
+    finally:
+        client.close()
+        server.stop(0)
+        servicer.close()
         actor.stop()

@@ -89,3 +89,11 @@ def test_a_router_loss_or_replay_on_a_dense_model_is_refused(folders):
     check_router(load_config(None, ["actor.model=" + str(folders["mixtral"]), "actor.router_replay=r2"]))
     with pytest.raises(ValueError, match="router_replay"):
         load_config(None, [dense, "actor.router_replay=r9"])
+    moe = "actor.model=" + str(folders["mixtral"])
+    check_router(load_config(None, [moe, "actor.router_replay=r3", "rollout.backend=hf"]))
+    with pytest.raises(ValueError, match="router_replay=r3 with rollout.backend=vllm: vLLM 0.32 captures"):
+        check_router(load_config(None, [moe, "actor.router_replay=r3"]))  # this machine has no GPU
+    with pytest.raises(ValueError, match="a multi-turn or agent episode"):
+        check_router(
+            load_config(None, [moe, "actor.router_replay=r3", "rollout.backend=hf", "rollout.multi_turn=true"])
+        )

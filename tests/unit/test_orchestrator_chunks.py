@@ -1,10 +1,13 @@
 """rollout.chunks: a step's Generate replies and Scores, joined from consecutive parts, are what one call
 gives (the rollout's own layout code builds both)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
+from meshrl.algos.router_replay import ROUTED
 from meshrl.clients.reward import Scores
 from meshrl.dataproto import DataProto
 from orchestrator.lifecycle.fleet import join_generations, starts
@@ -45,6 +48,32 @@ def test_joined_parts_equal_one_reply(cut):
         assert torch.equal(joined.batch[k], t), k
     for k, col in whole.non_tensor_batch.items():
         assert list(joined.non_tensor_batch[k]) == list(col), k
+
+
+def with_experts(prompts, samples):
+    """The samples with routed experts (routing replay R3), distinct per token: (prompt + response - 1, 2, 2)."""
+    out = []
+    for p, cs in zip(prompts, samples):
+        row = []
+        for c in cs:
+            n = len(p) + len(c.token_ids) - 1
+            experts = (np.arange(n * 4).reshape(n, 2, 2) + 7 * len(p)) % 200
+            row.append(dataclasses.replace(c, routed_experts=experts.astype(np.uint8)))
+        out.append(row)
+    return out
+
+
+@pytest.mark.parametrize("cut", [[0, 1, 4], [0, 2, 4]])
+def test_joined_parts_equal_one_reply_with_routed_experts(cut):
+    samples = with_experts(PROMPTS, SAMPLES)
+    whole = reply(PROMPTS, samples)
+    routed = whole.batch[ROUTED]
+    assert routed.shape == (*whole.batch["input_ids"].shape, 2, 2) and routed.dtype == torch.uint8
+    first = samples[1][0]  # prompt [8] at the right of the prompt columns, its response after it
+    P = whole.batch["prompts"].shape[1]
+    assert torch.equal(routed[2, P - 1 : P + 5], torch.from_numpy(first.routed_experts))
+    joined = join_generations([reply(PROMPTS[a:b], samples[a:b]) for a, b in zip(cut, cut[1:])])
+    assert torch.equal(joined.batch[ROUTED], routed)
 
 
 def test_the_oldest_weight_version_stands_for_the_joined_batch():
