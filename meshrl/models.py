@@ -113,6 +113,15 @@ def is_moe(config) -> bool:
     return any(getattr(config, k, 0) for k in ("num_experts", "num_local_experts", "n_routed_experts"))
 
 
+def moe_layers(config: dict) -> list[int]:
+    """The indices of a config.json's MoE layers ([] for a dense model): Qwen's families keep some layers
+    dense (mlp_only_layers, decoder_sparse_step); Mixtral's are all MoE."""
+    if not (config.get("num_experts") or config.get("num_local_experts")):
+        return []
+    step, dense = config.get("decoder_sparse_step") or 1, set(config.get("mlp_only_layers") or ())
+    return [i for i in range(config["num_hidden_layers"]) if i not in dense and (i + 1) % step == 0]
+
+
 def lora_target_modules(model: torch.nn.Module, cfg: EngineSettings) -> list[str]:
     """The names (as peft matches them: the end of a module's name) of the linear layers that get an
     adapter; ValueError in one line for targets the model lacks, layers that are not linear, or a rank

@@ -308,8 +308,9 @@ PER_CALL = ("weights", "generator")  # what each call brings; every other keywor
 def reads(fn: PolicyLossFn) -> tuple[str, ...]:
     """The settings a loss takes by keyword: each must be a PolicyLossSettings field of the same name, so a
     renamed parameter fails here at import, never silently at its default."""
-    params = inspect.signature(fn).parameters.values()
-    return tuple(p.name for p in params if p.kind is p.KEYWORD_ONLY and p.name not in PER_CALL)
+    params = list(inspect.signature(fn).parameters.values())
+    assert all(p.kind is p.KEYWORD_ONLY for p in params[4:]), f"{fn.__name__}: settings after the tensors go by keyword"
+    return tuple(p.name for p in params[4:] if p.name not in PER_CALL)
 
 
 SETTINGS = {f.name for f in dataclasses.fields(PolicyLossSettings)}

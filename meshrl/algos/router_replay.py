@@ -10,7 +10,7 @@ The choice is replaced in a forward hook on each router (transformers' *TopKRout
 renormalized as the router does, so the router still gets gradients for the experts it is given, as the
 R3 paper does. A pass feeds the experts of the tokens it runs, in the order it runs them
 (`RouterReplay.feed`), as (tokens, layers, top-k) integers; `record` collects what the routers chose.
-Batches carry them as ROUTED, (rows, sequence, layers, top-k) beside input_ids, uint8 (int16 past 256
+Batches carry them as ROUTED, (rows, sequence, layers, top-k) beside input_ids, uint8 (int32 past 256
 experts); where a token has
 no choice to replay (padding, a response's last token) the row holds 0..k-1, which a replaying pass never
 reads for a token whose output is used. GenerationRecord takes a generate's choices (the hf rollout's R3).
@@ -27,8 +27,9 @@ __all__ = ["ROUTED", "RouterReplay", "GenerationRecord", "feed", "replay_of", "a
 
 
 def dtype_for(num_experts: int) -> torch.dtype:
-    """How the experts travel: uint8 where every expert's index fits (up to 256 experts), else int16."""
-    return torch.uint8 if num_experts <= 256 else torch.int16
+    """How the experts travel: uint8 where every expert's index fits (up to 256 experts), else int32 (the
+    wire has no int16)."""
+    return torch.uint8 if num_experts <= 256 else torch.int32
 
 
 def filler(shape: tuple[int, ...], k: int, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
@@ -154,6 +155,8 @@ class GenerationRecord:
         if self.handle is not None:
             self.handle.remove()
         self.replay.recording = False
+        if exc[0] is not None:  # an aborted generate: nothing to take
+            self.replay.recorded = []
 
     def calls(self) -> list[torch.Tensor]:
         layers, got = len(self.replay.routers), self.replay.recorded

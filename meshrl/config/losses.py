@@ -171,11 +171,13 @@ class PolicyLossSettings(Checked):
     """A mixture of experts: the weight of the router's z-loss (ST-MoE's; 0.001 there)."""
     router_replay: str = "off"
     """A mixture of experts: "r2" records the experts each token's routers choose on the weights before the
-    update (a pass without gradients over every row) and the update's passes use them instead of routing
-    afresh, so every mini-batch and epoch trains the network the old log-probs came from (verl's and
-    slime's R2). "r3" replays the experts the rollout chose (rollout routing replay, arXiv 2510.11370): the
-    rollout returns them with each sample and the actor's log-prob, ref and update passes use them, so the
-    trainer scores what the rollout ran (meshrl/algos/router_replay.py). "off": every pass routes afresh."""
+    update (a pass without gradients over every row; skipped where the update is one mini-batch of one
+    epoch, which routes as recorded anyway) and the update's passes use them instead of routing afresh, so
+    every mini-batch and epoch trains the network the old log-probs came from (verl's and slime's R2).
+    "r3" replays the experts the rollout chose (rollout routing replay, arXiv 2510.11370): the rollout
+    returns them with each sample and the actor's log-prob and update passes use them (the ref routes as
+    its own weights do), so the trainer scores what the rollout ran (meshrl/algos/router_replay.py).
+    "off": every pass routes afresh."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

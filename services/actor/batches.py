@@ -19,6 +19,7 @@ import torch
 from meshrl.algos.router_replay import ROUTED
 from meshrl.dataproto import DataProto, pad_to_divisor
 from meshrl.errors import InvalidArgument
+from meshrl.models import moe_layers
 from services.actor.model import prompt_index
 
 SEQUENCE = ("input_ids", "attention_mask", "position_ids")
@@ -81,14 +82,11 @@ def validate(
 
 
 def routing_shape(config: dict) -> tuple[int, int, int] | None:
-    """(MoE layers, experts per token, experts) of a model's config.json; None for a dense model. Qwen's
-    families keep some layers dense (mlp_only_layers, decoder_sparse_step); Mixtral's are all MoE."""
-    experts = config.get("num_experts") or config.get("num_local_experts")
-    if not experts:
+    """(MoE layers, experts per token, experts) of a model's config.json; None for a dense model."""
+    layers = moe_layers(config)
+    if not layers:
         return None
-    step, dense = config.get("decoder_sparse_step") or 1, set(config.get("mlp_only_layers") or ())
-    layers = sum(1 for i in range(config["num_hidden_layers"]) if i not in dense and (i + 1) % step == 0)
-    return layers, config["num_experts_per_tok"], experts
+    return len(layers), config["num_experts_per_tok"], config.get("num_experts") or config["num_local_experts"]
 
 
 def check_routed(t: torch.Tensor, rows_by_columns: tuple[int, int], experts: tuple[int, int, int] | None) -> None:

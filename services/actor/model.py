@@ -129,17 +129,26 @@ def record_routing(model: torch.nn.Module, micro: dict) -> torch.Tensor:
     replay = router_replay.replay_of(model)
     assert replay is not None, "record_routing needs a mixture of experts"
     micro = {k: v for k, v in micro.items() if k != router_replay.ROUTED}  # routed afresh
+    ids = micro["input_ids"]
+    flat = packed(model) and within_window(model, micro)
     replay.recording = True
-    try:
-        forward_response(model, micro)
+    try:  # the routers are what is wanted: the head runs where the log-prob pass reads it, or once a row
+        if flat:
+            packing.forward_packed(model, micro, micro["responses"].shape[1], head_only_where_read=True)
+        else:
+            router_replay.feed(model, micro, lambda r: r)  # none in micro: routes afresh
+            model(
+                input_ids=ids,
+                attention_mask=micro["attention_mask"],
+                position_ids=micro["position_ids"],
+                use_cache=False,
+                logits_to_keep=1,
+            )
         chosen = replay.take()
     finally:
         replay.recording = False
-    ids = micro["input_ids"]
     dtype = router_replay.dtype_for(cast(int, replay.routers[0].num_experts))  # an int on every router
     out = router_replay.filler((*ids.shape, len(replay.routers)), chosen.shape[-1], dtype)
-    real = (
-        micro["attention_mask"].bool() if packed(model) and within_window(model, micro) else torch.ones_like(ids).bool()
-    )
+    real = micro["attention_mask"].bool() if flat else torch.ones_like(ids).bool()
     out[real.cpu()] = chosen.cpu().to(out.dtype)
     return out

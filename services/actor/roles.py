@@ -276,16 +276,18 @@ class ActorRole(PolicyRole):
         part.batch[OLD] = old
         return part, own_first
 
-    def with_routing(self, part: DataProto, p) -> DataProto:
+    def with_routing(self, part: DataProto, p, total_rows: int) -> DataProto:
         """R2 (router_replay=r2, a mixture of experts): every row's routing on the weights before the
-        update, in ROUTED, which the update's passes then replay."""
-        if p.router_replay == "r2" and routers(self.engine.module):
+        update, in ROUTED, which the update's passes then replay; none where the update is one mini-batch
+        of one epoch (its one pass routes on those weights anyway)."""
+        once = p.ppo_epochs == 1 and num_minibatches(total_rows, p.mini_batch_size) == 1
+        if p.router_replay == "r2" and not once and routers(self.engine.module):
             part.batch[router_replay.ROUTED] = routing_rows(self.engine, part)
         return part
 
     def update_ppo(self, part: DataProto, p, total_rows: int, step: int) -> dict[str, float]:
         own_first = False
-        part = self.with_routing(part, p)
+        part = self.with_routing(part, p, total_rows)
         if not p.old_logprobs_key:
             part, own_first = self.with_old_logprobs(part, p, total_rows, step, every_row=bool(p.rollout_rs))
         old_key = p.old_logprobs_key or OLD

@@ -14,7 +14,9 @@ a new id; every Generate then carries a LoRARequest for that id. New full
 weights drop it (vLLM's in-place reload clears the workers' adapters).
 """
 
+import json
 import os
+import pathlib
 import threading
 from typing import TYPE_CHECKING
 
@@ -23,6 +25,7 @@ import torch
 from meshrl import telemetry
 from meshrl.config.rollout import ROUTED_ON_CPU, RolloutConfig
 from meshrl.errors import Aborted, FailedPrecondition
+from meshrl.models import moe_layers
 from meshrl.shm import WEIGHT_PREFIX, Segment
 from meshrl.weights import layout
 from services.rollout.sampling import Completion, Sampling
@@ -81,6 +84,8 @@ class VLLMBackend:
 
         self.llm = LLM(**engine_args(cfg), worker_extension_cls="services.rollout.vllm_ext.WeightLoader")
         self.routed_experts = cfg.routed_experts
+        # vLLM's capture has a row for every decoder layer; the actor replays the MoE layers'
+        self.moe_layers = moe_layers(json.loads(pathlib.Path(cfg.model, "config.json").read_text()))
         self.engine_lock = threading.Lock()  # one step, enqueue, abort or collective_rpc at a time
         self.owners: dict[str, dict] = {}  # an unfinished request's external id -> its call's finished outputs
         self.lora_request: LoRARequest | None = (
@@ -131,7 +136,7 @@ class VLLMBackend:
                         [lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids)] if s.logprobs else None,
                         c.text,
                         c.finish_reason or "length",
-                        c.routed_experts if s.routed_experts else None,
+                        c.routed_experts[:, self.moe_layers] if s.routed_experts else None,
                     )
                     for c in out.outputs
                 ]

@@ -87,7 +87,12 @@ def routed_tensor(prompts: list[list[int]], completions: list[Completion], width
     out = filler((len(prompts), width, layers), k, dtype_for(top + 1))
     P = max(map(len, prompts))  # the prompts' columns, as rollout_tensors lays them out
     for i, (p, c) in enumerate(zip(prompts, completions)):
-        got = torch.from_numpy(np.asarray(c.routed_experts)[: len(p) + len(c.token_ids) - 1]).to(out.dtype)
+        got = torch.from_numpy(np.asarray(c.routed_experts)).to(out.dtype)
+        if len(got) != len(p) + len(c.token_ids) - 1:  # e.g. an engine that left out prefix-cached tokens
+            raise RuntimeError(
+                f"routed_experts: the engine returned {len(got)} tokens' experts for a prompt of {len(p)} and "
+                f"{len(c.token_ids)} response tokens (want every token but the last); it cannot be lined up"
+            )
         out[i, P - len(p) : P - len(p) + len(got)] = got
     return out
 

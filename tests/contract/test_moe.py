@@ -87,9 +87,9 @@ def test_a_trained_qwen3_moe_pushes_exactly_to_vllm(folders):
 
 def test_r2_replays_the_routing_of_the_weights_before_the_update(folders):
     """actor.router_replay=r2 through the service, two FSDP2 ranks, micro-batches cut to a token budget (each
-    its own prompt and response width): one mini-batch trains on the experts its record pass chose (the
-    update's pass routes as it did: agreement ~1), later mini-batches and epochs replay them after the weights
-    moved; without replay no agreement is reported."""
+    its own prompt and response width): an update of several mini-batches and epochs trains on the experts
+    its record pass chose (the first on the weights they were recorded on: agreement 1 where the columns
+    line up); one of one mini-batch has nothing to replay; without replay no agreement is reported."""
     g = torch.Generator().manual_seed(5)
     draw = lambda n: torch.randint(4, 100, (n,), generator=g).tolist()  # noqa: E731
     prompts = [draw(4)] * 4 + [draw(9)] * 4
@@ -101,9 +101,10 @@ def test_r2_replays_the_routing_of_the_weights_before_the_update(folders):
     try:
         own = {"old_logprobs_key": "", "router_replay": "r2"}
         one = actor.update(1, "ppo", data, mini_batch_size=8, **own).metrics
-        assert one["actor/moe/replay_agreement"] >= 0.99
+        assert "actor/moe/replay_agreement" not in one  # one mini-batch, one epoch: its pass routes as recorded
         more = actor.update(2, "ppo", data, mini_batch_size=4, ppo_epochs=2, **own).metrics
-        assert 0 < more["actor/moe/replay_agreement"] <= 1
+        # the first mini-batch on the recorded weights (1 where the columns line up), the others a little after
+        assert 0.95 <= more["actor/moe/replay_agreement"] <= 1
         off = actor.update(3, "ppo", data, old_logprobs_key="").metrics
         assert "actor/moe/replay_agreement" not in off
     finally:

