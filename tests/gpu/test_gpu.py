@@ -200,3 +200,44 @@ def test_padding_free_passes_run_the_varlen_kernel_with_the_padded_results(tiny_
     finally:
         packing.varlen_attn = kernel
     assert calls and not packing.OFF
+
+
+def test_routing_replay_on_the_gpu_in_bf16(tmp_path):
+    """Routing replay (meshrl/algos/router_replay.py) on CUDA in bf16, a tiny Qwen3-MoE: the experts recorded
+    on the GPU replay in the padded pass and in the packed passes through the varlen kernel (rows sharing
+    prompts too), all agreeing with the padded pass to bf16's precision; replaying a model's own choices
+    changes nothing; after the routers move, replay still routes as recorded (agreement < 1 afresh)."""
+    from meshrl.algos.moe import routers
+    from meshrl.algos.router_replay import ROUTED, agreement, compared, replay_of
+    from meshrl.layout import rollout_tensors
+    from meshrl.models import load_model
+    from meshrl.tiny.models import TinyModelConfig, make_model
+    from services.actor import packing
+    from services.actor.model import record_routing
+
+    cfg = TinyModelConfig(family="qwen3_moe", num_experts=8, hidden_size=128, num_layers=2, num_heads=2)
+    folder = make_model(tmp_path / "moe", cfg)
+    padded, flat = (load_model(str(folder), "causal").to("cuda", torch.bfloat16) for _ in range(2))
+    packing.enable(flat)
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 30, (n,), generator=g).tolist() for n in (6, 9, 4)]
+    rows = [prompts[i] for i in (0, 0, 1, 1, 1, 2, 2, 2)]
+    responses = [torch.randint(3, 30, (n,), generator=g).tolist() for n in (4, 2, 5, 1, 7, 3, 6, 2)]
+    mb = {k: t.cuda() for k, t in rollout_tensors(rows, responses, 0).items()}
+    routed = record_routing(padded, mb).cuda()
+    own = token_logprobs(forward_response(padded, mb), mb["responses"]) * mb["response_mask"]
+    again = token_logprobs(forward_response(padded, {**mb, ROUTED: routed}), mb["responses"]) * mb["response_mask"]
+    assert torch.equal(own, again)
+    for model in (padded, flat):
+        for r in routers(model):
+            r.weight.data += torch.randn(r.weight.shape, generator=torch.Generator().manual_seed(1)).to(r.weight)
+    moved = record_routing(padded, mb)
+    assert agreement(moved, routed.cpu(), compared(mb["attention_mask"].cpu())) < 1
+    first = None
+    for model, share in ((padded, False), (padded, True), (flat, False), (flat, True)):
+        lp = token_logprobs(forward_response(model, {**mb, ROUTED: routed}, share_prompts=share), mb["responses"])
+        lp = lp * mb["response_mask"]
+        first = lp if first is None else first
+        assert (lp - first).abs().max() < 0.05, (share, (lp - first).abs().max())
+        assert replay_of(model).agreement()["actor/moe/replay_agreement"] < 1
+    assert not packing.OFF
