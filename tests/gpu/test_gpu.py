@@ -167,6 +167,38 @@ def test_grpo_on_the_gpu(tiny_lm, arithmetic_data, tmp_path, precision, kl_bound
     assert all(m["rollout/kl_to_actor"] < kl_bound for m in lines)  # the rollout runs what the actor pushed
 
 
+def test_grpo_of_a_mixture_of_experts_on_the_gpu_with_routing_replay(arithmetic_data, tmp_path):
+    """A tiny Qwen3-MoE through GRPO on the GPU in bf16 (mixed precision, packed passes, a bf16 hf rollout):
+    its per-expert tensors pushed over cuda_ipc, the rollout's experts returned and replayed (R3) in the
+    actor's passes; the rollout stays within bf16's parity of the actor."""
+    from meshrl.tiny.models import TinyModelConfig, make_model
+
+    model = make_model(tmp_path / "moe", TinyModelConfig(family="qwen3_moe", num_experts=8))
+    cfg = load_config(
+        None,
+        [
+            f"actor.model={model}",
+            f"data.train_files={arithmetic_data['train']}",
+            f"trainer.run_dir={tmp_path / 'run'}",
+            "trainer.total_steps=2",
+            "data.train_batch_size=4",
+            "rollout.n=2",
+            "rollout.backend=hf",
+            "rollout.dtype=bfloat16",
+            "rollout.weight_transport=cuda_ipc",
+            "actor.mixed_precision=true",
+            "actor.mini_batch_size=4",
+            "actor.router_replay=r3",
+            "actor.world_size=auto",
+            "reward.workers=1",
+        ],
+    )
+    lines = [json.loads(line) for line in (run("grpo", cfg) / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1, 2]
+    print({k: [m[k] for m in lines] for k in ("rollout/kl_to_actor", "actor/moe/replay_agreement")})
+    assert all(m["rollout/kl_to_actor"] < 2e-2 and 0.5 < m["actor/moe/replay_agreement"] <= 1 for m in lines)
+
+
 def test_padding_free_passes_run_the_varlen_kernel_with_the_padded_results(tiny_lm):
     """actor.padding_free on CUDA in bf16: attention through flash-attention's varlen kernel (plain packed
     rows and rows sharing prompts), log-probs as the padded pass's to bf16's precision."""
