@@ -44,6 +44,12 @@ def agreement(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
     return float(same[picked].float().mean()) if picked.any() else 1.0
 
 
+def in_backward() -> bool:
+    """Whether this runs inside autograd's backward (gradient checkpointing runs forwards again there)."""
+    task = getattr(torch._C, "_current_graph_task_id", None)
+    return task is not None and task() != -1
+
+
 class RouterReplay:
     """The hooks on one model's routers. feed(experts) makes the next passes route as given (None: afresh);
     with `recording` each router's choice of every pass is kept for take()."""
@@ -71,7 +77,7 @@ class RouterReplay:
                     f"routing replay: the pass routes {list(chosen.shape)} (tokens, top-k) in layer {layer}, "
                     f"the replayed experts are {list(given.shape)}"
                 )
-            if self.valid is not None:
+            if self.valid is not None and not in_backward():  # a checkpointed recompute counts once, not twice
                 same = (chosen.sort(-1).values == given.sort(-1).values).all(-1)[self.valid.to(chosen.device)]
                 self.agreed, self.compared = self.agreed + int(same.sum()), self.compared + len(same)
             probs = torch.softmax(logits.float(), -1).gather(-1, given)

@@ -84,3 +84,18 @@ def test_a_replay_that_does_not_fit_the_pass_is_refused(folder):
     wrong = record_routing(model, mb)[:, 1:]  # a column short
     with pytest.raises(ValueError, match="routing replay: the pass routes"):
         logprobs(model, {**mb, ROUTED: wrong}, share=False)
+
+
+def test_a_checkpointed_recompute_replays_and_is_counted_once(folder):
+    model = load_model(str(folder), "causal")
+    model.gradient_checkpointing_enable()
+    model.train()
+    mb = grouped_batch(model.config.vocab_size)
+    routed = record_routing(model, mb)
+    replay = replay_of(model)
+    replay.agreement()
+    lp = logprobs(model, {**mb, ROUTED: routed}, share=False)
+    counted = replay.agreement()
+    lp.sum().backward()  # the recompute replays the same experts (else the shapes or gradients would differ)
+    assert counted == {"actor/moe/replay_agreement": 1.0} and replay.agreement() == {}
+    assert all(r.weight.grad is not None for r in routers(model))
