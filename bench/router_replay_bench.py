@@ -67,7 +67,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for family in args.families:
             cfg = TinyModelConfig(family=family, num_experts=8, hidden_size=128, intermediate_size=256, num_layers=2)
-            folder = make_model(pathlib.Path(tmp) / family, cfg)  # type: ignore[arg-type]
+            folder = make_model(pathlib.Path(tmp) / family, cfg)
             for dtype in ("bfloat16", "float32"):
                 m = measure(folder, dtype, args)
                 print(
