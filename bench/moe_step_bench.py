@@ -6,7 +6,8 @@ tiny task (configs/arithmetic_grpo.yaml: hf rollout, one actor rank), and what r
 Models built here at the main job's sizes: a dense Qwen3 and a Qwen3-MoE of 8 experts, top 2, each expert
 half the dense MLP's width, so a token runs the same MLP width in both (the MoE holds 4x the MLP weights).
 Runs: dense; MoE; MoE with R2; MoE with R3. Per run, the mean of each phase over the steps after the first
-(timing_s/*) and the weights a push carries (the model file's bytes: fp32, every tensor). R3's routing
+(timing_s/*), the mean response length and tokens per second (random weights sample different lengths:
+compare per token), and the weights a push carries (the model file's bytes: fp32, every tensor). R3's routing
 data is rows x sequence x MoE layers x top-k bytes (uint8) beside the tokens.
 """
 
@@ -63,14 +64,16 @@ def main() -> int:
             "qwen3_moe, R2": (moe, ["actor.router_replay=r2"]),  # 4 mini-batches a step: replay matters
             "qwen3_moe, R3": (moe, ["actor.router_replay=r3"]),
         }
-        print("| run | step (s) | " + " | ".join(PHASES) + " | push carries (MB) |")
-        print("|---|---|" + "---|" * len(PHASES) + "---|")
+        print("| run | response tokens | step (s) | " + " | ".join(PHASES) + " | tokens/s | push carries (MB) |")
+        print("|---|---|---|" + "---|" * len(PHASES) + "---|---|")
         for name, (model, extra) in runs.items():
             rows = grpo(work, name.replace(" ", "_").replace(",", ""), model, data, args.steps, extra)
             mean = {k: statistics.mean(r.get(f"timing_s/{k}", 0.0) for r in rows) for k in ("step", *PHASES)}
+            length = statistics.mean(r["response_length/mean"] for r in rows)
+            speed = statistics.mean(r["perf/tokens_per_s"] for r in rows)
             size = (model / "model.safetensors").stat().st_size / 1e6
             phases = " | ".join(f"{mean[k]:.3f}" for k in PHASES)
-            print(f"| {name} | {mean['step']:.3f} | {phases} | {size:.1f} |", flush=True)
+            print(f"| {name} | {length:.2f} | {mean['step']:.3f} | {phases} | {speed:.0f} | {size:.1f} |", flush=True)
     return 0
 
 
