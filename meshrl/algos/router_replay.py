@@ -60,6 +60,7 @@ class RouterReplay:
         self.valid: torch.Tensor | None = None  # the fed tokens that are real (not padding)
         self.agreed = self.compared = 0  # (token, layer) choices that routing afresh would have made too
         self.recording = False
+        self.observe = False  # compare with the fed experts, count, but route afresh (router_agreement)
         self.recorded: list[torch.Tensor] = []
         for layer, router in enumerate(self.routers):
             router.register_forward_hook(self._hook(layer))
@@ -80,6 +81,8 @@ class RouterReplay:
             if self.valid is not None and not in_backward():  # a checkpointed recompute counts once, not twice
                 same = (chosen.sort(-1).values == given.sort(-1).values).all(-1)[self.valid.to(chosen.device)]
                 self.agreed, self.compared = self.agreed + int(same.sum()), self.compared + len(same)
+            if self.observe:
+                return None
             probs = torch.softmax(logits.float(), -1).gather(-1, given)
             if getattr(module, "norm_topk_prob", True):  # Mixtral always renormalizes; Qwen's say so
                 probs = probs / probs.sum(-1, keepdim=True)
@@ -98,7 +101,7 @@ class RouterReplay:
         since the last call; {} if nothing was replayed."""
         share = self.agreed / self.compared if self.compared else None
         self.agreed = self.compared = 0
-        return {} if share is None else {"actor/moe/replay_agreement": share}
+        return {} if share is None else {"actor/moe/routing_agreement": share}
 
     def take(self) -> torch.Tensor:
         """What the routers chose since the last take: (tokens, layers, k), one pass's tokens."""

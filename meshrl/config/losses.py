@@ -178,6 +178,14 @@ class PolicyLossSettings(Checked):
     returns them with each sample and the actor's log-prob and update passes use them (the ref routes as
     its own weights do), so the trainer scores what the rollout ran (meshrl/algos/router_replay.py).
     "off": every pass routes afresh."""
+    router_agreement: bool = False
+    """A mixture of experts without R3: the rollout returns its experts anyway and the update reports how
+    many of them it would route alike (actor/moe/routing_agreement) without replaying them: what R3 would
+    change, before turning it on. R3 reports it always."""
+
+    def rollout_experts(self) -> bool:
+        """Whether the rollout returns each token's experts: the update replays them (R3) or compares."""
+        return self.router_replay == "r3" or self.router_agreement
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -185,6 +193,12 @@ class PolicyLossSettings(Checked):
         require(self.router_aux_loss_coef >= 0, self, "router_aux_loss_coef", "must be >= 0")
         require(self.router_z_loss_coef >= 0, self, "router_z_loss_coef", "must be >= 0")
         one_of(self, "router_replay", ROUTER_REPLAY)
+        require(
+            not (self.router_agreement and self.router_replay == "r2"),
+            self,
+            "router_agreement",
+            "compares with the rollout's experts; with router_replay=r2 the update routes as its own first pass",
+        )
         loss = POLICY_LOSSES[self.policy_loss]
         for name in LOSS_SETTINGS:
             if name in loss.defaults:
@@ -349,7 +363,7 @@ RESPONSES = ("input_ids", "attention_mask", "position_ids", "responses", "respon
 
 def _ppo_reads(p: PPOParams) -> tuple[str, ...]:
     old = (p.old_logprobs_key,) if p.old_logprobs_key else ()
-    routed = (ROUTED,) if p.router_replay == "r3" else ()
+    routed = (ROUTED,) if p.rollout_experts() else ()
     return (
         ("advantages", *old)
         + (("rollout_logprobs",) if p.corrects else ())

@@ -92,7 +92,7 @@ def settings(cfg: Config, role: str) -> dict:
             "model": a.model,
             "seed": seed,
             "max_lora_rank": lora_rank_served(cfg),
-            "routed_experts": a.router_replay == "r3",
+            "routed_experts": a.rollout_experts(),
         }
     if role == "reward":
         return values_of(RewardConfig, cfg.reward)
@@ -191,7 +191,7 @@ class Mesh:
             logprobs=not greedy,
             seed=seed or 0,
             stop=stop or [],
-            routed_experts=not greedy and self.cfg.actor.router_replay == "r3",  # what training replays
+            routed_experts=not greedy and self.cfg.actor.rollout_experts(),  # what training replays or compares with
         )
         request = rollout_pb2.GenerateRequest(sampling=sampling)
         samples = sampling.n * len(prompts)
@@ -355,7 +355,7 @@ class Mesh:
         base = role == "ref" and self.ref_in_actor  # the actor's base model answers it: ref_logprobs too
         message = actor_pb2.BatchRequest(temperature=self.cfg.rollout.temperature, without_adapter=base)
         # R3: the policy's passes replay the rollout's experts; a ref or teacher routes as its own weights do
-        routed = (ROUTED,) if ROUTED in batch.batch and role == "actor" else ()
+        routed = (ROUTED,) if ROUTED in batch.batch and role == "actor" and self.cfg.actor.router_replay == "r3" else ()
         request = Payload(message, batch.select([*POLICY_INPUTS, *routed]))
         _, out = self["actor" if base else role].call_batch("ComputeLogProbs", request, actor_pb2.BatchResponse)
         return out.batch[key]

@@ -120,17 +120,19 @@ def check_router(cfg: Config) -> None:
     """A router loss or routing replay asked of a model without a router would be ignored: refused instead."""
     asked = {k: getattr(cfg.actor, k) for k in ("router_aux_loss_coef", "router_z_loss_coef")}
     asked["router_replay"] = cfg.actor.router_replay if cfg.actor.router_replay != "off" else ""
+    asked["router_agreement"] = cfg.actor.router_agreement
     if any(asked.values()) and not cfg.actor.address and not moe_model(cfg.actor.model):
         name = next(k for k, v in asked.items() if v)
         raise ValueError(f"actor.{name}={asked[name]}: {cfg.actor.model} is not a mixture of experts (no router)")
     r = cfg.rollout
-    if cfg.actor.router_replay == "r3" and (r.multi_turn or r.agent or r.agent_command):
+    setting = "actor.router_replay=r3" if cfg.actor.router_replay == "r3" else "actor.router_agreement=true"
+    if cfg.actor.rollout_experts() and (r.multi_turn or r.agent or r.agent_command):
         raise ValueError(
-            "actor.router_replay=r3 replays the experts of single-turn samples; a multi-turn or agent episode's "
+            f"{setting} takes the experts of single-turn samples; a multi-turn or agent episode's "
             "response holds observations the rollout never routed: use actor.router_replay=r2"
         )
-    if cfg.actor.router_replay == "r3" and r.backend == "vllm" and not hosts.gpus():
-        raise ValueError(f"actor.router_replay=r3 with rollout.backend=vllm: {ROUTED_ON_CPU}")
+    if cfg.actor.rollout_experts() and r.backend == "vllm" and not hosts.gpus():
+        raise ValueError(f"{setting} with rollout.backend=vllm: {ROUTED_ON_CPU}")
 
 
 def moe_model(path: str) -> bool:

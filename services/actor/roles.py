@@ -286,6 +286,18 @@ class ActorRole(PolicyRole):
         return part
 
     def update_ppo(self, part: DataProto, p, total_rows: int, step: int) -> dict[str, float]:
+        """With the rollout's experts and router_replay off (router_agreement), every pass routes afresh and
+        only counts how often it routes as the rollout did."""
+        replay = router_replay.replay_of(self.engine.module) if router_replay.ROUTED in part.batch else None
+        if replay is None:
+            return self._update_ppo(part, p, total_rows, step)
+        replay.observe = p.router_replay == "off"
+        try:
+            return self._update_ppo(part, p, total_rows, step)
+        finally:
+            replay.observe = False
+
+    def _update_ppo(self, part: DataProto, p, total_rows: int, step: int) -> dict[str, float]:
         own_first = False
         part = self.with_routing(part, p, total_rows)
         if not p.old_logprobs_key:

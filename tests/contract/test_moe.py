@@ -101,12 +101,12 @@ def test_r2_replays_the_routing_of_the_weights_before_the_update(folders):
     try:
         own = {"old_logprobs_key": "", "router_replay": "r2"}
         one = actor.update(1, "ppo", data, mini_batch_size=8, **own).metrics
-        assert "actor/moe/replay_agreement" not in one  # one mini-batch, one epoch: its pass routes as recorded
+        assert "actor/moe/routing_agreement" not in one  # one mini-batch, one epoch: its pass routes as recorded
         more = actor.update(2, "ppo", data, mini_batch_size=4, ppo_epochs=2, **own).metrics
         # the first mini-batch on the recorded weights (1 where the columns line up), the others a little after
-        assert 0.95 <= more["actor/moe/replay_agreement"] <= 1
+        assert 0.95 <= more["actor/moe/routing_agreement"] <= 1
         off = actor.update(3, "ppo", data, old_logprobs_key="").metrics
-        assert "actor/moe/replay_agreement" not in off
+        assert "actor/moe/routing_agreement" not in off
     finally:
         actor.stop()
 
@@ -130,11 +130,14 @@ def test_r3_the_actor_replays_the_experts_the_hf_rollout_chose(folders):
         other = DataProto({**plain.batch, ROUTED: ((routed.long() + 1) % 4).to(torch.uint8)})
         assert not torch.allclose(actor.logprobs(other) * mask, replayed * mask, atol=1e-3)  # run as given
         out.batch["advantages"] = torch.randn(mask.shape[0], 1) * mask
-        plain.batch["advantages"] = out.batch["advantages"]
+        plain.batch["advantages"] = other.batch["advantages"] = out.batch["advantages"]
         r3 = {"router_replay": "r3", "old_logprobs_key": ""}
-        assert actor.update(1, "ppo", out, **r3).metrics["actor/moe/replay_agreement"] >= 0.99
+        assert actor.update(1, "ppo", out, **r3).metrics["actor/moe/routing_agreement"] >= 0.99
+        # router_agreement without replay: the shifted experts are compared with, not run
+        watched = actor.update(2, "ppo", other, router_agreement=True, old_logprobs_key="").metrics
+        assert watched["actor/moe/routing_agreement"] < 0.01
         with pytest.raises(ServiceError, match="routed_experts"):
-            actor.update(2, "ppo", plain, **r3)  # R3 without the rollout's experts
+            actor.update(3, "ppo", plain, **r3)  # R3 without the rollout's experts
         with pytest.raises(ServiceError, match="outside 0..3"):
             actor.logprobs(DataProto({**plain.batch, ROUTED: routed + 4}))
     finally:

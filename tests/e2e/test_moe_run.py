@@ -36,4 +36,4 @@ def test_grpo_with_rollout_routing_replay(arithmetic_data, tmp_path):
     assert [m["step"] for m in lines] == [1, 2]
     for m in lines:
         assert m["rollout/kl_to_actor"] < 1e-4  # the actor scores what the rollout ran
-        assert 0.5 < m["actor/moe/replay_agreement"] <= 1.0
+        assert 0.5 < m["actor/moe/routing_agreement"] <= 1.0

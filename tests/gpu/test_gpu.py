@@ -195,8 +195,8 @@ def test_grpo_of_a_mixture_of_experts_on_the_gpu_with_routing_replay(arithmetic_
     )
     lines = [json.loads(line) for line in (run("grpo", cfg) / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2]
-    print({k: [m[k] for m in lines] for k in ("rollout/kl_to_actor", "actor/moe/replay_agreement")})
-    assert all(m["rollout/kl_to_actor"] < 2e-2 and 0.5 < m["actor/moe/replay_agreement"] <= 1 for m in lines)
+    print({k: [m[k] for m in lines] for k in ("rollout/kl_to_actor", "actor/moe/routing_agreement")})
+    assert all(m["rollout/kl_to_actor"] < 2e-2 and 0.5 < m["actor/moe/routing_agreement"] <= 1 for m in lines)
 
 
 def test_padding_free_passes_run_the_varlen_kernel_with_the_padded_results(tiny_lm):
@@ -271,5 +271,5 @@ def test_routing_replay_on_the_gpu_in_bf16(tmp_path):
         lp = lp * mb["response_mask"]
         first = lp if first is None else first
         assert (lp - first).abs().max() < 0.05, (share, (lp - first).abs().max())
-        assert replay_of(model).agreement()["actor/moe/replay_agreement"] < 1
+        assert replay_of(model).agreement()["actor/moe/routing_agreement"] < 1
     assert not packing.OFF

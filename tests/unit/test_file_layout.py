@@ -93,6 +93,12 @@ def test_a_router_loss_or_replay_on_a_dense_model_is_refused(folders):
     check_router(load_config(None, [moe, "actor.router_replay=r3", "rollout.backend=hf"]))
     with pytest.raises(ValueError, match="router_replay=r3 with rollout.backend=vllm: vLLM 0.32 captures"):
         check_router(load_config(None, [moe, "actor.router_replay=r3"]))  # this machine has no GPU
+    with pytest.raises(ValueError, match="router_agreement=True: .* is not a mixture of experts"):
+        check_router(load_config(None, [dense, "actor.router_agreement=true"]))
+    with pytest.raises(ValueError, match="router_agreement=true with rollout.backend=vllm"):
+        check_router(load_config(None, [moe, "actor.router_agreement=true"]))
+    with pytest.raises(ValueError, match="router_agreement.*with router_replay=r2"):
+        load_config(None, [moe, "actor.router_agreement=true", "actor.router_replay=r2"])
     with pytest.raises(ValueError, match="a multi-turn or agent episode"):
         check_router(
             load_config(None, [moe, "actor.router_replay=r3", "rollout.backend=hf", "rollout.multi_turn=true"])

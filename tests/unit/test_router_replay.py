@@ -44,7 +44,7 @@ def test_replaying_a_models_own_choices_changes_nothing(folder):
     assert routed.dtype == torch.uint8 and routed.shape == (*mb["input_ids"].shape, 2, 2)  # layers, top-k
     again = logprobs(model, {**mb, ROUTED: routed}, share=False)
     assert torch.allclose(again, fresh, atol=1e-6)
-    assert replay_of(model).agreement() == {"actor/moe/replay_agreement": 1.0}
+    assert replay_of(model).agreement() == {"actor/moe/routing_agreement": 1.0}
 
 
 def test_every_path_replays_the_same_experts_and_the_router_still_learns(folder):
@@ -66,7 +66,7 @@ def test_every_path_replays_the_same_experts_and_the_router_still_learns(folder)
         model = padded if kind == "padded" else flat
         lp = logprobs(model, {**mb, ROUTED: routed}, share)
         replayed[kind, share] = lp
-        assert 0 < replay_of(model).agreement()["actor/moe/replay_agreement"] < 1
+        assert 0 < replay_of(model).agreement()["actor/moe/routing_agreement"] < 1
     first = replayed["padded", False]
     for key, lp in replayed.items():
         assert torch.allclose(lp, first, atol=1e-5), key
@@ -97,5 +97,20 @@ def test_a_checkpointed_recompute_replays_and_is_counted_once(folder):
     lp = logprobs(model, {**mb, ROUTED: routed}, share=False)
     counted = replay.agreement()
     lp.sum().backward()  # the recompute replays the same experts (else the shapes or gradients would differ)
-    assert counted == {"actor/moe/replay_agreement": 1.0} and replay.agreement() == {}
+    assert counted == {"actor/moe/routing_agreement": 1.0} and replay.agreement() == {}
     assert all(r.weight.grad is not None for r in routers(model))
+
+
+def test_observing_counts_the_agreement_and_routes_afresh(folder):
+    """router_agreement: the rollout's experts are compared with, not replayed."""
+    model = load_model(str(folder), "causal")
+    mb = grouped_batch(model.config.vocab_size)
+    other = (record_routing(model, mb).long() + 1) % 4  # experts the model would not pick
+    fresh = logprobs(model, mb, share=False)
+    replay = replay_of(model)
+    replay.observe = True
+    try:
+        seen = logprobs(model, {**mb, ROUTED: other.to(torch.uint8)}, share=False)
+    finally:
+        replay.observe = False
+    assert torch.equal(seen, fresh) and replay.agreement() == {"actor/moe/routing_agreement": 0.0}
