@@ -23,6 +23,7 @@ SET_ELSEWHERE = {
     (RolloutConfig, "model"): "actor.model (the rollout serves the policy)",
     (RolloutConfig, "seed"): "trainer.seed",
     (RolloutConfig, "cpus"): "rollout.replicas (each replica of a CPU fleet its share of the cores)",
+    (RolloutConfig, "routed_experts"): "actor.router_replay=r3 or actor.router_agreement (the update reads them)",
     (EnvConfig, "max_episodes"): "service-only: a limit of the service's own",
     (EnvConfig, "idle_timeout"): "service-only",
     (EnvConfig, "max_action_chars"): "service-only",
