@@ -20,14 +20,16 @@ fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 # uv installs the same pinned set in ~20 s where pip takes ~4 min here (the constraints pin every package, so
 # the versions are the same). It does not read pip's configuration, so pip's find-links (e.g. a local wheel
-# of torch's CPU build) are handed to it; if uv fails for any reason, pip installs as before.
+# of torch's CPU build) are handed to it; if uv fails for any reason, pip installs as before. Bytecode is
+# compiled at install, as pip does: where PYTHONDONTWRITEBYTECODE is set (this machine, CI) nothing else
+# writes it, and every process would compile torch's modules again (the suite ran 1.6x slower that way).
 .venv/bin/pip install -q "uv==0.9.0" || true
 links=()
 for d in ${PIP_FIND_LINKS:-$(.venv/bin/pip config get global.find-links 2>/dev/null || true)}; do
     links+=(--find-links "$d")
 done
 install() {  # the arguments pip install takes
-    if [ -x .venv/bin/uv ] && .venv/bin/uv pip install -q --python .venv/bin/python ${links[@]+"${links[@]}"} "$@"; then
+    if [ -x .venv/bin/uv ] && .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python ${links[@]+"${links[@]}"} "$@"; then
         return
     fi
     .venv/bin/pip install -q "$@"
