@@ -315,6 +315,7 @@ def reads(fn: PolicyLossFn) -> tuple[str, ...]:
 
 SETTINGS = {f.name for f in dataclasses.fields(PolicyLossSettings)}
 READS = {name: reads(fn) for name, fn in POLICY_LOSS_FNS.items()}
+SEEDED = {name for name, fn in POLICY_LOSS_FNS.items() if "generator" in inspect.signature(fn).parameters}
 for _name, _keys in READS.items():
     assert set(_keys) <= SETTINGS, f"{_name} takes {set(_keys) - SETTINGS}, which no run can set"
 
@@ -322,6 +323,6 @@ for _name, _keys in READS.items():
 def policy_loss(p, logprobs, old_logprobs, advantages, response_mask, *, weights=None, generator=None):
     """The loss p.policy_loss names, with p's (resolved) settings."""
     fn, settings = POLICY_LOSS_FNS[p.policy_loss], {k: getattr(p, k) for k in READS[p.policy_loss]}
-    if "generator" in inspect.signature(fn).parameters:
+    if p.policy_loss in SEEDED:  # clip_cov's random picks
         settings["generator"] = generator
     return fn(logprobs, old_logprobs, advantages, response_mask, weights=weights, **settings)
