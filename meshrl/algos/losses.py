@@ -24,12 +24,6 @@ def kl_loss(
     return loss, {"actor/kl_loss": loss.item()}
 
 
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Per-position entropy of the categorical given by logits (..., V) -> (...)."""
-    logp = F.log_softmax(logits.float(), dim=-1)
-    return -(logp.exp() * logp).sum(-1)
-
-
 def value_loss(
     values: torch.Tensor,
     old_values: torch.Tensor,

@@ -117,8 +117,17 @@ def forward_shared(
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """log p(token) under softmax(logits / temperature): (B, T, V), (B, T) -> (B, T), in fp32."""
+    return logprobs_and_entropy(logits, tokens, temperature, False)[0]
+
+
+def logprobs_and_entropy(
+    logits: torch.Tensor, tokens: torch.Tensor, temperature: float, entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """token_logprobs, and the entropy of softmax(logits / temperature) at each position if asked (one
+    log_softmax serves both)."""
     logp = F.log_softmax(logits.float() / temperature, dim=-1)
-    return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    lp = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    return lp, (-(logp.exp() * logp).sum(-1) if entropy else None)
 
 
 @torch.no_grad()

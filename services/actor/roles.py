@@ -16,7 +16,6 @@ import torch.distributed as dist
 from meshrl.algos import router_replay
 from meshrl.algos.losses import (
     dpo_loss,
-    entropy_from_logits,
     kl_loss,
     sft_loss,
     value_loss,
@@ -30,7 +29,8 @@ from meshrl.dataproto import DataProto
 from services.actor.batches import BASE, micro_batches, minibatches, num_minibatches, restore, token_groups, trimmed
 from services.actor.comm import Cancelled
 from services.actor.engine import Engine
-from services.actor.model import forward_response, record_routing, token_logprobs
+from services.actor.head import response_logprobs
+from services.actor.model import forward_response, record_routing
 
 OLD = "old_logprobs"  # an update's own old log-probs (ActorRole.with_old_logprobs)
 IS_WEIGHTS = "rollout_is_weights"  # weights reject() computed over the response before rejection
@@ -240,9 +240,8 @@ class PolicyRole:
         """without_adapter (an engine with a LoRA adapter): the base model's log-probs, as ref_logprobs."""
 
         def fn(model, mb):
-            logits = forward_response(model, mb, share_prompts=self.shared)
-            lp = token_logprobs(logits, mb["responses"], temperature)
-            return (lp, entropy_from_logits(logits.float() / temperature)) if with_entropy else lp
+            lp, entropy = response_logprobs(model, mb, temperature, share_prompts=self.shared, entropy=with_entropy)
+            return (lp, entropy) if with_entropy else lp
 
         if not without_adapter:
             return DataProto(dict(zip((self.output_key, "entropy"), forward_rows(self.engine, part, fn))))
@@ -312,8 +311,9 @@ class ActorRole(PolicyRole):
 
         def ppo(model, mb):
             capture.clear()
-            logits = forward_response(model, mb, share_prompts=self.shared)
-            lp = token_logprobs(logits, mb["responses"], p.temperature)
+            lp, token_entropy = response_logprobs(
+                model, mb, p.temperature, share_prompts=self.shared, entropy=bool(p.entropy_coeff)
+            )
             mask = mb["response_mask"]
             # none sent for these rows (with_old_logprobs): this pass's own, without their gradient
             old = mb[old_key] if old_key in mb else lp.detach()
@@ -326,8 +326,8 @@ class ActorRole(PolicyRole):
             m.update(pm)
             if not p.old_logprobs_key and "rollout_logprobs" in mb:
                 m["rollout/kl_to_actor"] = kl_to_actor(mb["rollout_logprobs"], old, mask)
-            if p.entropy_coeff:
-                entropy = agg_loss(entropy_from_logits(logits.float() / p.temperature), mask, p.loss_agg_mode)
+            if token_entropy is not None:
+                entropy = agg_loss(token_entropy, mask, p.loss_agg_mode)
                 total = total - p.entropy_coeff * entropy
                 m["actor/entropy"] = entropy.item()
             if p.use_kl_loss:
@@ -346,7 +346,7 @@ class ActorRole(PolicyRole):
 
     def update_sft(self, part: DataProto, p, total_rows: int, step: int) -> dict[str, float]:
         def sft(model, mb):
-            lp = token_logprobs(forward_response(model, mb, share_prompts=self.shared), mb["responses"])
+            lp, _ = response_logprobs(model, mb, share_prompts=self.shared)
             return sft_loss(lp, mb["response_mask"], p.loss_agg_mode)
 
         return train(self.engine, Pass(part, p, total_rows, step, "actor", sft, loss_units(p.loss_agg_mode)))
@@ -366,9 +366,7 @@ class ActorRole(PolicyRole):
     def _dpo(model, mb, p, shared: bool):
         """Rows alternate chosen, rejected; pairs where either response is empty (padding) are left out."""
         mask = mb["response_mask"]
-        seq = (
-            token_logprobs(forward_response(model, mb, share_prompts=shared), mb["responses"], p.temperature) * mask
-        ).sum(-1)
+        seq = (response_logprobs(model, mb, p.temperature, share_prompts=shared)[0] * mask).sum(-1)
         ref = (mb["ref_logprobs"] * mask).sum(-1)
         valid = _pair_mask(mask)
         if not valid.any():

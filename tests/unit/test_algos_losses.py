@@ -8,7 +8,6 @@ import torch
 from meshrl.algos.kl import AdaptiveKLController, FixedKLController, apply_kl_penalty, kl_penalty
 from meshrl.algos.losses import (
     dpo_loss,
-    entropy_from_logits,
     kl_loss,
     sft_loss,
     value_loss,
@@ -198,11 +197,6 @@ def test_sft_loss_is_masked_nll():
     logp = torch.log(t([0.5, 0.25, 0.1]))
     loss, _ = sft_loss(logp, t([1.0, 1.0, 0.0]))
     assert loss.item() == pytest.approx(-(math.log(0.5) + math.log(0.25)) / 2)
-
-
-def test_entropy_from_logits():
-    assert entropy_from_logits(torch.zeros(4)).item() == pytest.approx(math.log(4))
-    assert entropy_from_logits(torch.tensor([100.0, 0.0])).item() == pytest.approx(0.0, abs=1e-6)
 
 
 def test_online_dpo_pairs_best_vs_worst_skipping_ties():
