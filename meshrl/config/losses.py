@@ -181,7 +181,9 @@ class PolicyLossSettings(Checked):
     router_agreement: bool = False
     """A mixture of experts without R3: the rollout returns its experts anyway and the update reports how
     many of them it would route alike (actor/moe/routing_agreement) without replaying them: what R3 would
-    change, before turning it on. R3 reports it always."""
+    change, before turning it on. R3 reports it always; with R3 this also reports
+    rollout/kl_to_actor_afresh, the rollout's distance from the actor routing afresh (one pass without
+    gradients over every row before the update), beside the replayed rollout/kl_to_actor."""
 
     def rollout_experts(self) -> bool:
         """Whether the rollout returns each token's experts: the update replays them (R3) or compares."""

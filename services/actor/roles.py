@@ -303,6 +303,8 @@ class ActorRole(PolicyRole):
             part, own_first = self.with_old_logprobs(part, p, total_rows, step, every_row=bool(p.rollout_rs))
         old_key = p.old_logprobs_key or OLD
         rejected = reject(part, p, old_key) if p.rollout_rs else {}
+        if p.router_replay == "r3" and p.router_agreement and "rollout_logprobs" in part.batch:
+            rejected |= self.kl_afresh(part, p)
         rng = torch.Generator().manual_seed(p.seed * 1_000_003 + step)  # clip_cov's picks, the same on resume
         capture = RouterCapture(self.engine.module)  # a mixture of experts' routers; none for a dense model
         replay = router_replay.replay_of(self.engine.module) if router_replay.ROUTED in part.batch else None
@@ -343,6 +345,17 @@ class ActorRole(PolicyRole):
         job = Pass(part, p, total_rows, step, "actor", ppo, loss_units(p.loss_agg_mode), own_first=own_first)
         with capture:
             return rejected | train(self.engine, job)
+
+    def kl_afresh(self, part: DataProto, p) -> dict[str, float]:
+        """R3 with router_agreement: rollout/kl_to_actor as it would be without replay, from a pass without
+        gradients that routes every row afresh on the weights before the update (token-weighted over the
+        ranks), beside the replayed rollout/kl_to_actor of the update's own passes."""
+        rows = part.select(batch_keys=[k for k in part.batch.keys() if k != router_replay.ROUTED])
+        mask, rollout = part.batch["response_mask"], part.batch["rollout_logprobs"]
+        afresh = self.logprobs(rows, p.temperature, False).batch[self.output_key].float()
+        tokens = float(mask.sum())
+        total, count = all_reduce_sum([kl_to_actor(rollout, afresh, mask) * tokens, tokens])
+        return {"rollout/kl_to_actor_afresh": total / max(count, 1.0)}
 
     def update_sft(self, part: DataProto, p, total_rows: int, step: int) -> dict[str, float]:
         def sft(model, mb):

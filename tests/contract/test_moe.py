@@ -115,7 +115,7 @@ def test_r3_the_actor_replays_the_experts_the_hf_rollout_chose(folders):
     """routing replay R3 on the hf backend: a Generate asked for them returns each token's experts beside
     input_ids; the actor's passes (two FSDP2 ranks) replay them: at parity they are the actor's own choice
     (the same log-probs), other experts given are run as given; an R3 update reads them, and experts the
-    model does not have are refused."""
+    model does not have are refused; with router_agreement an R3 update also reports kl_to_actor afresh."""
     folder = folders["qwen3_moe"]
     actor = Service("--role", "actor", "--model", str(folder), "--world-size", "2")
     servicer, server, client = serve(folder)
@@ -136,8 +136,16 @@ def test_r3_the_actor_replays_the_experts_the_hf_rollout_chose(folders):
         # router_agreement without replay: the shifted experts are compared with, not run
         watched = actor.update(2, "ppo", other, router_agreement=True, old_logprobs_key="").metrics
         assert watched["actor/moe/routing_agreement"] < 0.01
+        # R3 with router_agreement: the rollout's distance from the actor routing afresh (what ComputeLogProbs
+        # without experts gives on the weights before the update) beside the replayed one, which replaying
+        # other experts than the rollout ran makes the far one
+        rollout = out.batch["rollout_logprobs"]
+        afresh, replayed = (kl_to_actor(rollout, actor.logprobs(d), mask) for d in (plain, other))
+        both = actor.update(3, "ppo", other, **r3, router_agreement=True).metrics
+        assert both["rollout/kl_to_actor_afresh"] == pytest.approx(afresh, rel=1e-4)
+        assert both["rollout/kl_to_actor"] == pytest.approx(replayed, rel=0.2) and afresh < replayed
         with pytest.raises(ServiceError, match="routed_experts"):
-            actor.update(3, "ppo", plain, **r3)  # R3 without the rollout's experts
+            actor.update(4, "ppo", plain, **r3)  # R3 without the rollout's experts
         with pytest.raises(ServiceError, match="outside 0..3"):
             actor.logprobs(DataProto({**plain.batch, ROUTED: routed + 4}))
     finally:
