@@ -3,6 +3,8 @@ episodes all hand the trainer."""
 
 import torch
 
+VERSIONS = "rollout_versions"  # (rows, T): the weight version that produced each response token
+
 
 def rollout_tensors(
     prompts: list[list[int]],

@@ -8,7 +8,7 @@ from meshrl.config.checked import Checked, FieldError, one_of, require
 from meshrl.hosts import parse_cpus
 
 BACKENDS = ("vllm", "hf")
-ON_UPDATE = ("wait", "interrupt")
+ON_UPDATE = ("wait", "interrupt", "keep")
 TRANSPORTS = ("shm", "stream", "cuda_ipc")  # how the actor's weights reach the rollout
 DTYPES = ("float32", "bfloat16", "float16")  # an engine's, and what the actor's weights may be sent as
 MAX_LORA_RANK = 512  # the largest vLLM (0.32) serves
@@ -51,7 +51,10 @@ class RolloutSettings(Checked):
     on_update: str = "wait"
     """A weight update that arrives while Generate calls are running: "wait" lets them finish first;
     "interrupt" stops them at their next token (they end ABORTED, and a run sends them again, on the new
-    weights) and loads at once."""
+    weights) and loads at once; "keep" (in-flight updates, vLLM's pause mode "keep") pauses them between
+    engine steps while it loads, and they go on with the new weights and the KV cache they had: each reply
+    then carries the version that produced each token (rollout_versions) and its oldest as its
+    weight_version. keep: the hf backend (not vLLM yet)."""
     max_lora_rank: int = 0
     """LoRA adapters the actor may push (BeginWeightUpdateRequest.lora): 0, none (a push of one is refused);
     above 0, adapters up to this rank, one at a time (vLLM starts with enable_lora, which costs start-up
@@ -61,6 +64,12 @@ class RolloutSettings(Checked):
         super().__post_init__()
         one_of(self, "backend", BACKENDS)
         one_of(self, "on_update", ON_UPDATE)
+        require(
+            not (self.on_update == "keep" and self.backend == "vllm"),
+            self,
+            "on_update",
+            "is built for the hf backend only: with backend=vllm use wait or interrupt (issue 46)",
+        )
         one_of(self, "dtype", DTYPES)
         require(self.max_model_len >= 2, self, "max_model_len", "must be >= 2")
         require(self.tensor_parallel_size >= 1, self, "tensor_parallel_size", "must be >= 1")

@@ -39,9 +39,10 @@ import torch.nn.functional as F
 from meshrl import hosts
 from meshrl.algos.router_replay import ROUTED, filler
 from meshrl.dataproto import DataProto
+from meshrl.layout import VERSIONS
 from orchestrator.config import Config
 
-RESPONSE_WIDE = ("rollout_logprobs", "response_mask")  # (B, T) tensors besides responses: right padded
+RESPONSE_WIDE = ("rollout_logprobs", "response_mask", VERSIONS)  # (B, T) tensors besides responses: right padded
 
 
 FLEET_FILE = "fleet.json"

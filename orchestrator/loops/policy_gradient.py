@@ -26,6 +26,7 @@ from meshrl.algos.rollout_correction import kl_to_actor
 from meshrl.algos.router_replay import ROUTED
 from meshrl.algos.shaping import overlong_penalty
 from meshrl.dataproto import DataProto
+from meshrl.layout import VERSIONS
 from orchestrator.config import Config
 from orchestrator.lifecycle.mesh import POLICY_TENSORS, Mesh
 from orchestrator.loops.params import ppo_params, value_params
@@ -91,7 +92,17 @@ def rollout_metrics(gen, scored, batch, advantages, limit: int) -> dict[str, flo
     if "actor_logprobs" in batch.batch:  # else the update reported it from its own pass
         # how far the rollout's sampling distribution is from the actor's: ~0 when the push worked
         out["rollout/kl_to_actor"] = kl_to_actor(gen.batch["rollout_logprobs"], batch.batch["actor_logprobs"], mask)
+    if VERSIONS in gen.batch:  # rollout.on_update=keep: pushes went in between a generation's steps
+        spans = versions_spanned(gen.batch[VERSIONS], gen.batch["response_mask"])
+        out["rollout/versions_per_sample/mean"] = spans.mean().item()
+        out["rollout/versions_per_sample/max"] = spans.max().item()
     return out
+
+
+def versions_spanned(versions: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """(rows,) how many weight versions produced each response's tokens (versions only grow along one)."""
+    real = response_mask > 0
+    return (((versions[:, 1:] != versions[:, :-1]) & real[:, 1:]).sum(-1) + 1).float()
 
 
 @dataclasses.dataclass

@@ -15,7 +15,9 @@ newest weights the rollout has, never older than s - 1 - K. The run loop owns th
 (run.state.RunState): it starts it, hands it to each step's Rollouts, and stops it.
 
 Staleness (s - 1 - the version that sampled s) is at most K by construction: the producer never asks
-for s before version s - 1 - K is in the rollout, and the rollout loads a push only between generations.
+for s before version s - 1 - K is in the rollout, and the rollout loads a push only between generations,
+or with rollout.on_update=keep between the steps of one (newer weights for the tokens after it; the batch's
+version is its oldest, which staleness counts from).
 """
 
 from __future__ import annotations

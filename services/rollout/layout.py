@@ -97,6 +97,16 @@ def routed_tensor(prompts: list[list[int]], completions: list[Completion], width
     return out
 
 
+def token_versions(response_mask: torch.Tensor, versions: list[int]) -> torch.Tensor:
+    """(rows, T) int64: the weight version of each response token (on_update=keep), 0 past each response.
+    versions[t] is the version of the engine step that produced token t of every row: the HF backend
+    generates a call's rows in lockstep, one token per step."""
+    steps = torch.tensor(versions, dtype=torch.int64)
+    T = response_mask.shape[1]
+    per_token = steps[torch.arange(T).clamp(max=len(steps) - 1)]
+    return per_token.expand(response_mask.shape[0], T) * (response_mask > 0)
+
+
 def logprobs_of(c: Completion) -> list[float]:
     assert c.logprobs is not None, "the backend was asked for log-probs"
     return c.logprobs

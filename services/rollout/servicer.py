@@ -10,6 +10,13 @@ new weights once its weights are awake (WakeUp with tags, as verl wakes vLLM's
 weights before its KV cache). Every reply carries the weight version that
 generated it: one version per call, as the weights never change under a call.
 
+With on_update=keep an update does not wait for the calls in flight: they pause
+between engine steps while it loads and go on with the new weights and the KV
+cache they had (services/rollout/gate.py); a Generate sent during an update
+starts once it has loaded. Each reply then carries `rollout_versions`, the
+version that produced each response token, and its weight_version is the
+oldest of them.
+
 An update may be a LoRA adapter instead (rollout.max_lora_rank > 0): from then
 on the engine generates with its base weights and that adapter, until the next
 adapter replaces it or a full-weights update drops it (a full push holds all the
@@ -33,9 +40,11 @@ from meshrl.codec.rawbytes import decode_bytes_field
 from meshrl.config.rollout import BACKENDS, RolloutConfig
 from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument
 from meshrl.flags import settings_json
+from meshrl.layout import VERSIONS
 from meshrl.rpc.methods import raw_request
 from meshrl.v1 import common_pb2, rollout_pb2
 from services.rollout import layout
+from services.rollout.gate import Gate
 from services.rollout.relay import Relay
 from services.rollout.sampling import from_proto
 from services.rollout.weights import WeightReceiver, checkpoint_shapes
@@ -49,9 +58,42 @@ class Call:
 
     context: grpc.ServicerContext | None  # None: the servicer called directly, not over gRPC
     interrupted: int | None = None  # the version of the update that stopped it
+    gate: Gate | None = None  # on_update=keep: where it pauses while an update loads
+    versions: list[int] = dataclasses.field(default_factory=list)  # keep: each engine step's weights, in order
+    running: bool = False  # keep: between gate.enter and gate.leave
+
+    def active(self) -> bool:
+        return self.interrupted is None and (self.context is None or self.context.is_active())
 
     def alive(self) -> bool:
-        return self.interrupted is None and (self.context is None or self.context.is_active())
+        """What the backend asks between engine steps; with a gate, the step to come waits out an update
+        loading, and its version is noted."""
+        if not self.active():
+            return False
+        if self.gate is None or not self.running:
+            return True
+        version = self.gate.step(self.active)
+        if version is None:  # its caller left while it was parked
+            self.running = False
+            return False
+        self.versions.append(version)
+        return True
+
+    @contextlib.contextmanager
+    def generating(self):
+        """Around the backend's generate: through the gate (keep), and out of it however it ends."""
+        if self.gate is not None:
+            version = self.gate.enter(self.active)
+            if version is None:
+                raise Aborted("the caller cancelled or its deadline passed while a weight update loaded")
+            self.versions, self.running = [version], True
+        try:
+            yield
+        finally:
+            if self.running:
+                assert self.gate is not None
+                self.gate.leave()
+                self.running = False
 
 
 BACKEND_CLASSES = {  # rollout.backend -> (module, class); imported when chosen (vLLM takes seconds to import)
@@ -87,6 +129,7 @@ class RolloutServicer:
         self.draining = 0  # updates (or Sleeps) waiting for them
         self.relays: dict = {}  # next hops of relayed pushes (address -> Client), kept across updates
         self.turn = contextlib.nullcontext() if self.backend.concurrent else threading.Lock()
+        self.gate = Gate(self.version) if cfg.on_update == "keep" else None
 
     def Describe(self, request, context) -> common_pb2.ServiceInfo:
         return common_pb2.ServiceInfo(
@@ -128,9 +171,9 @@ class RolloutServicer:
                 raise FailedPrecondition(
                     "a weight update or Sleep is waiting for the generations in flight: send this after it"
                 )
-            if self.receiver.in_progress:
+            if self.receiver.in_progress and self.gate is None:
                 raise FailedPrecondition(f"weight update {self.receiver.version} is in progress: finish it first")
-            if self.torn:
+            if self.torn and not (self.gate is not None and self.receiver.in_progress):
                 raise FailedPrecondition(
                     "the engine holds part of an abandoned weight update (it was sent in "
                     "buckets and never finished): push a complete update first"
@@ -139,13 +182,13 @@ class RolloutServicer:
                 raise FailedPrecondition(
                     f"the rollout engine is asleep ({', '.join(sorted(self.asleep))}): call WakeUp first"
                 )
-            call, version = Call(context), self.version
+            call, version = Call(context, gate=self.gate), self.version
             self.calls.append(call)
         try:
             with self.turn:
                 if not call.alive():  # it waited behind another and its caller left (or an update came)
                     raise Aborted("the caller cancelled or its deadline passed before generation started")
-                with telemetry.span("rollout.engine", backend=self.backend.name):
+                with telemetry.span("rollout.engine", backend=self.backend.name), call.generating():
                     completions = self.backend.generate(prompts, sampling, call.alive)
         except Aborted:
             if call.interrupted is not None:
@@ -160,6 +203,9 @@ class RolloutServicer:
                 self.lock.notify_all()
         with telemetry.span("rollout.layout"):
             out = layout.build(request.data, prompts, completions, self.pad, sampling.logprobs)
+        if self.gate is not None:  # the oldest weights any of its tokens came from
+            out.batch[VERSIONS] = layout.token_versions(out.batch["response_mask"], call.versions)
+            version = call.versions[0]
         out.meta_info["weight_version"] = version
         return Payload(rollout_pb2.GenerateResponse(weight_version=version), out)
 
@@ -182,8 +228,10 @@ class RolloutServicer:
                 rollback=request.rollback,
                 lora=lora,
             )
-            # checked and open (new Generates are refused): now the ones in flight finish or stop
-            self._quiesce(request.version if self.cfg.on_update == "interrupt" else None)
+            # checked and open (new Generates are refused): now the ones in flight finish or stop, or (keep)
+            # go on until the update loads
+            if self.gate is None:
+                self._quiesce(request.version if self.cfg.on_update == "interrupt" else None)
             shm = request.transport == "shm"
             return self._status(shm_segment=name if shm else "", shm_nonce=self.receiver.nonce if shm else b"")
 
@@ -198,6 +246,8 @@ class RolloutServicer:
             refs = self.receiver.receive(buckets)
             if refs:  # one bucket of several: into the engine now, so the next may reuse the staging space
                 self._require_awake("loading weights")
+                if self.gate is not None:  # no step may see part of an update: paused until it finishes
+                    self.gate.pause()
                 self.torn = True
                 self._load(refs, self.receiver.transport, self.receiver.cuda_ipc, self.receiver.staging, partial=True)
             status = self._status()
@@ -208,17 +258,23 @@ class RolloutServicer:
 
     def FinishWeightUpdate(self, request, context) -> rollout_pb2.WeightUpdateStatus:
         with self.lock:
-            done = self.receiver.finish(request.version)
-            self._require_awake("loading weights")
-            if done.adapter is not None:
-                self.backend.load_lora(done.adapter)
-                self.lora_rank, self.lora_version = done.adapter.rank, request.version
-            else:
-                if done.refs:
-                    self._load(done.refs, done.transport, done.cuda_ipc, done.segment)
-                self.backend.weights_loaded()
-                self.torn = False
-            self.version = request.version
+            try:
+                done = self.receiver.finish(request.version)
+                self._require_awake("loading weights")
+                if self.gate is not None:  # the steps in flight end, then wait for the load
+                    self.gate.pause()
+                if done.adapter is not None:
+                    self.backend.load_lora(done.adapter)
+                    self.lora_rank, self.lora_version = done.adapter.rank, request.version
+                else:
+                    if done.refs:
+                        self._load(done.refs, done.transport, done.cuda_ipc, done.segment)
+                    self.backend.weights_loaded()
+                    self.torn = False
+                self.version = request.version
+            finally:
+                if self.gate is not None and not self.torn:  # torn: paused calls wait for a whole update
+                    self.gate.resume(self.version)
             return self._status(num_tensors=done.num_tensors)
 
     def _load(self, refs: list[list], transport: str, ipc: list | None, segment: str, partial: bool = False) -> None:

@@ -82,8 +82,10 @@ def killed_after_step_2(whole, cut) -> None:
             ],
         ),  # the rewards; old log-probs from their own pass
         # so does the critic's checkpoint (its advantages), sampling a step ahead; a synchronous PPO case added
-        # ~70 s to the suite and nothing this one and the GRPO case do not cover
-        ("ppo", ["critic.lr=1e-3", "trainer.max_staleness=1"]),
+        # ~70 s to the suite and nothing this one and the GRPO case do not cover; with in-flight updates
+        # allowed (on_update=keep), as a deterministic run holds each push back until the steps due the
+        # older weights are generated, no push goes in during a generation
+        ("ppo", ["critic.lr=1e-3", "trainer.max_staleness=1", "rollout.on_update=keep"]),
         # a LoRA actor: its checkpoint holds the adapter and its optimizer only, the KL term's ref is the actor
         # with its adapter off, the rollout takes adapter pushes, one step ahead
         ("grpo", ["actor.lora_rank=8", "actor.use_kl_loss=true", "trainer.max_staleness=1"]),
@@ -113,6 +115,8 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(algorithm, extra, ti
         assert all(m["actor/rollout_is_mean"] == pytest.approx(1.0, abs=1e-3) for m in computed(whole))
     if "trainer.max_staleness=1" in extra:  # steps 2 and 4 were sampled from the weights before the last
         assert [m["async/staleness"] for m in computed(whole)] == [0.0, 1.0, 0.0, 1.0]
+    if "rollout.on_update=keep" in extra:  # every token says which weights made it: one version a sample
+        assert all(m["rollout/versions_per_sample/max"] == 1.0 for m in computed(whole))
     a = load_file(whole / "checkpoints" / "step_4" / "actor" / "hf" / "model.safetensors")
     b = load_file(resumed / "checkpoints" / "step_4" / "actor" / "hf" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

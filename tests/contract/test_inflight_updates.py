@@ -1,0 +1,130 @@
+"""In-flight weight updates (rollout.on_update=keep, services/rollout/gate.py) on the hf backend: a push sent
+while a long Generate runs returns before it does; the Generate pauses between steps while the weights
+load and goes on with the new weights and the KV cache it had, so its reply's tokens carry two versions,
+the tokens before the switch are the old weights' and the tokens after it are what the new weights
+generate from the same prefix and cache (greedy); a Generate sent during the update starts on the new
+weights; a caller that leaves while parked is let go."""
+
+import threading
+import time
+
+import pytest
+import torch
+from calls import ROLLOUT as SERVICE
+from calls import chats, current_weights, generate
+from transformers import AutoModelForCausalLM
+
+from meshrl import weights
+from meshrl.config.checked import FieldError
+from meshrl.config.rollout import RolloutConfig
+from meshrl.layout import VERSIONS
+from meshrl.rpc import Client, Server
+from services.rollout.servicer import RolloutServicer
+
+QUESTIONS = [f"{a}+{b}=" for a in range(10) for b in range(10)]  # 100 rows: a step takes a few ms
+NEW = 40
+
+
+def wait_until(condition, seconds=60):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.002)
+
+
+def test_a_push_goes_in_between_the_steps_of_a_generation(tiny_lm):
+    servicer = RolloutServicer(RolloutConfig(model=str(tiny_lm), backend="hf", max_model_len=64, on_update="keep"))
+    server = Server([servicer]).start()
+    client, out = Client(server.address, SERVICE, timeout=120), {}
+    new_weights = current_weights(tiny_lm, 1.3)
+
+    def long():
+        out["long"] = generate(client, chats(*QUESTIONS), greedy=True, max_new_tokens=NEW)
+        out["long_end"] = time.monotonic()
+
+    try:
+        first = threading.Thread(target=long)
+        first.start()
+        wait_until(lambda: servicer.calls and len(servicer.calls[0].versions) >= 3)  # a few tokens in
+        weights.push_state(client, new_weights, 1, "shm")
+        pushed = time.monotonic()
+        after = generate(client, chats("3+3="), greedy=True, max_new_tokens=4)  # sent during the long one
+        first.join(120)
+        reply = out["long"]
+        assert pushed < out["long_end"], "the push waited for the generation"
+        assert (
+            after.msg.weight_version == 1
+            and (after.data.batch[VERSIONS][after.data.batch["response_mask"] > 0] == 1).all()
+        )
+    finally:
+        server.stop(0)
+        servicer.close()
+
+    data = reply.data
+    versions, mask = data.batch[VERSIONS], data.batch["response_mask"] > 0
+    assert reply.msg.weight_version == 0  # the oldest version among its tokens
+    longest = int(mask.sum(1).argmax())
+    switch = int((versions[longest] == 0).sum())  # every row switches at the same step (lockstep)
+    assert 3 <= switch < NEW
+    assert (versions[mask] == (torch.arange(NEW).expand_as(versions)[mask] >= switch).long()).all()
+
+    # the reference: the old weights generate `switch` tokens, the new ones go on from their cache
+    old, new = (AutoModelForCausalLM.from_pretrained(tiny_lm) for _ in range(2))
+    new.load_state_dict(new_weights, strict=False)
+    prompts, prompt_mask = data.batch["prompts"], data.batch["attention_mask"][:, : data.batch["prompts"].shape[1]]
+    kw = {"do_sample": False, "pad_token_id": servicer.pad, "eos_token_id": servicer.backend.ends}
+    first_part = old.generate(
+        input_ids=prompts, attention_mask=prompt_mask, max_new_tokens=switch, return_dict_in_generate=True, **kw
+    )
+    seq = first_part.sequences
+    rest = new.generate(
+        input_ids=seq,
+        attention_mask=torch.cat([prompt_mask, torch.ones(len(seq), seq.shape[1] - prompts.shape[1])], 1).long(),
+        past_key_values=first_part.past_key_values,
+        max_new_tokens=NEW - switch,
+        **kw,
+    )
+    responses = data.batch["responses"]
+    assert torch.equal(responses[:, :switch], seq[:, prompts.shape[1] :][:, :switch])
+    going = mask[:, switch - 1] & mask[:, switch]  # rows still generating across the switch
+    assert going.sum() > len(QUESTIONS) // 2
+    want = rest[:, seq.shape[1] :]
+    width = min(want.shape[1], responses.shape[1] - switch)
+    got = responses[going, switch : switch + width] * mask[going, switch : switch + width]
+    assert torch.equal(got, want[going, :width] * mask[going, switch : switch + width])
+    # and not what the old weights would have gone on to say
+    assert not torch.equal(
+        got,
+        old.generate(input_ids=seq, attention_mask=rest.new_ones(seq.shape), max_new_tokens=width, **kw)[
+            going, seq.shape[1] :
+        ][:, :width]
+        * mask[going, switch : switch + width],
+    )
+
+
+def test_a_caller_that_leaves_while_parked_is_let_go(tiny_lm):
+    """An update that loads its first bucket and never finishes keeps the calls in flight paused (the
+    weights are torn); one whose caller's deadline passes ends then, and the servicer counts it gone."""
+    from meshrl.errors import ServiceError
+
+    servicer = RolloutServicer(RolloutConfig(model=str(tiny_lm), backend="hf", max_model_len=64, on_update="keep"))
+    server = Server([servicer]).start()
+    client = Client(server.address, SERVICE, timeout=120)
+    try:
+        servicer.gate.pause()  # as a half-loaded update leaves it
+        short = Client(server.address, SERVICE, timeout=1.5)
+        with pytest.raises(ServiceError) as e:
+            generate(short, chats("1+1="), max_new_tokens=4)
+        assert e.value.code.name in ("DEADLINE_EXCEEDED", "ABORTED")
+        wait_until(lambda: not servicer.calls, 10)
+        assert servicer.gate.running == 0
+        servicer.gate.resume(0)
+        assert generate(client, chats("1+1="), max_new_tokens=4).msg.weight_version == 0
+    finally:
+        server.stop(0)
+        servicer.close()
+
+
+def test_keep_is_refused_with_vllm_for_now():
+    with pytest.raises(FieldError, match="on_update=keep is built for the hf backend only"):
+        RolloutConfig(model="m", backend="vllm", on_update="keep")

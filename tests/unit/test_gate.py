@@ -1,0 +1,56 @@
+"""In-flight weight updates' parts (services/rollout/gate.py, layout.token_versions, versions_spanned): the
+gate's pause waits only for the steps running, a parked call goes on with the new version or, its caller
+gone, lets go; each token's version, and how many versions a response spans."""
+
+import threading
+import time
+
+import torch
+
+from orchestrator.loops.policy_gradient import versions_spanned
+from services.rollout.gate import Gate
+from services.rollout.layout import token_versions
+
+
+def test_pause_waits_for_the_running_step_and_a_parked_call_goes_on_with_the_new_version():
+    gate, seen, in_step, release = Gate(3), [], threading.Event(), threading.Event()
+
+    def call():
+        seen.append(gate.enter(lambda: True))
+        in_step.set()
+        release.wait()  # an engine step in progress
+        seen.append(gate.step(lambda: True))  # parks: an update is loading
+        gate.leave()
+
+    worker = threading.Thread(target=call)
+    worker.start()
+    in_step.wait()
+    paused = threading.Thread(target=gate.pause)
+    paused.start()
+    time.sleep(0.05)
+    assert paused.is_alive(), "pause did not wait for the step running"
+    release.set()
+    paused.join(5)
+    assert not paused.is_alive() and gate.running == 0
+    time.sleep(0.05)
+    assert seen == [3], "a call went past the closed gate"
+    gate.resume(4)
+    worker.join(5)
+    assert seen == [3, 4] and gate.running == 0
+
+
+def test_a_parked_call_whose_caller_left_lets_go():
+    gate, here = Gate(0), [True]
+    gate.enter(lambda: True)
+    threading.Timer(0.05, gate.pause).start()
+    threading.Timer(0.3, here.clear).start()  # its caller goes away while it is parked
+    time.sleep(0.15)
+    assert gate.closed and gate.step(lambda: bool(here)) is None and gate.running == 0
+
+
+def test_each_token_has_its_steps_version_and_a_response_spans_its_versions():
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1]])
+    got = token_versions(mask, [2, 2, 3, 3, 3, 3])  # an extra check after the last token, as HF makes
+    assert got.tolist() == [[2, 2, 3, 3, 0], [2, 2, 0, 0, 0], [2, 2, 3, 3, 3]]
+    assert token_versions(mask, [5]).tolist() == (mask * 5).tolist()
+    assert versions_spanned(got, mask).tolist() == [2.0, 1.0, 2.0]
