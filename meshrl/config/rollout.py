@@ -54,7 +54,8 @@ class RolloutSettings(Checked):
     weights) and loads at once; "keep" (in-flight updates, vLLM's pause mode "keep") pauses them between
     engine steps while it loads, and they go on with the new weights and the KV cache they had: each reply
     then carries the version that produced each token (rollout_versions) and its oldest as its
-    weight_version. keep: the hf backend (not vLLM yet)."""
+    weight_version. vLLM then runs without its prefix cache (a prompt's cached KV would outlive an
+    update)."""
     max_lora_rank: int = 0
     """LoRA adapters the actor may push (BeginWeightUpdateRequest.lora): 0, none (a push of one is refused);
     above 0, adapters up to this rank, one at a time (vLLM starts with enable_lora, which costs start-up
@@ -64,12 +65,6 @@ class RolloutSettings(Checked):
         super().__post_init__()
         one_of(self, "backend", BACKENDS)
         one_of(self, "on_update", ON_UPDATE)
-        require(
-            not (self.on_update == "keep" and self.backend == "vllm"),
-            self,
-            "on_update",
-            "is built for the hf backend only: with backend=vllm use wait or interrupt (issue 46)",
-        )
         one_of(self, "dtype", DTYPES)
         require(self.max_model_len >= 2, self, "max_model_len", "must be >= 2")
         require(self.tensor_parallel_size >= 1, self, "tensor_parallel_size", "must be >= 1")

@@ -55,6 +55,11 @@ def engine_args(cfg: RolloutConfig) -> dict:
         args.update(enable_chunked_prefill=False, max_num_batched_tokens=max(8192, cfg.max_model_len))
     elif cfg.colocate:  # vLLM frees memory on sleep only with its own allocator, which this turns on
         args["enable_sleep_mode"] = True
+    if cfg.on_update == "keep":
+        # requests keep their KV across an update, so nothing computed with the old weights may be reused by a
+        # new one: vLLM resets its prefix cache only with no request running (or by preempting them all, which
+        # recomputes their KV), so there is none
+        args["enable_prefix_caching"] = False
     if cfg.routed_experts:
         if not torch.cuda.is_available():
             raise ValueError(ROUTED_ON_CPU)
@@ -92,6 +97,10 @@ class VLLMBackend:
             None  # the LoRARequest every Generate carries while an adapter is in use
         )
         self.lora_segment: Segment | None = None  # where an adapter is staged for the workers, reused
+        # on_update=keep: the token counts at which each update loaded, per sample ((external id, index)), so
+        # each token's weight version is known
+        self.keep = cfg.on_update == "keep"
+        self.switches: dict[tuple[str, int], list[int]] = {}
 
     def generate(self, prompts: list[list[int]], s: Sampling, alive=None) -> list[list[Completion]]:
         """Completions for each prompt. `alive() == False` (the caller cancelled or its deadline passed)
@@ -137,6 +146,7 @@ class VLLMBackend:
                         c.text,
                         c.finish_reason or "length",
                         c.routed_experts[:, self.moe_layers] if s.routed_experts else None,
+                        self.switches.pop((out.request_id, c.index), []) if self.keep else None,
                     )
                     for c in out.outputs
                 ]
@@ -168,6 +178,8 @@ class VLLMBackend:
                 left = [i for i in ids if external_id(i) not in done]
                 for i in left:
                     self.owners.pop(external_id(i), None)
+                gone = {external_id(i) for i in left}
+                self.switches = {k: v for k, v in self.switches.items() if k[0] not in gone}
                 if left:
                     engine.abort_request(left, internal=True)
             raise
@@ -208,6 +220,16 @@ class VLLMBackend:
     def weights_loaded(self) -> None:
         with self.engine_lock:
             self.llm.collective_rpc("meshrl_weights_loaded")
+            if self.keep:  # no prefix cache (engine_args); the requests paused in flight go on from here
+                # each unfinished sample's tokens so far (its output state: the offline API returns outputs
+                # only when they finish), the engine being between steps
+                for state in self.llm.llm_engine.output_processor.request_states.values():
+                    parent = state.parent_req
+                    ext = parent.external_req_id if parent is not None else state.external_req_id
+                    assert state.detokenizer is not None, "a generation request has its detokenizer"
+                    count = state.detokenizer.num_output_tokens()
+                    self.switches.setdefault((ext, state.request_index), []).append(count)
+                return
             # vLLM keeps the KV of full prompt blocks across calls and its reload does not drop them: without
             # this a prompt seen before the update (every validation prompt) would run on the old weights' KV
             if not self.llm.reset_prefix_cache():

@@ -97,14 +97,19 @@ def routed_tensor(prompts: list[list[int]], completions: list[Completion], width
     return out
 
 
-def token_versions(response_mask: torch.Tensor, versions: list[int]) -> torch.Tensor:
+def token_versions(response_mask: torch.Tensor, steps: list[int], completions: list[Completion]) -> torch.Tensor:
     """(rows, T) int64: the weight version of each response token (on_update=keep), 0 past each response.
-    versions[t] is the version of the engine step that produced token t of every row: the HF backend
-    generates a call's rows in lockstep, one token per step."""
-    steps = torch.tensor(versions, dtype=torch.int64)
+    steps: the version of each of the call's engine steps, in order; a completion's `switches` are the token
+    counts at which each update took effect for it (vLLM tracks them per sample); without them the rows went
+    in lockstep, token t from step t (the HF backend)."""
+    versions = [v for i, v in enumerate(steps) if i == 0 or v != steps[i - 1]]
+    lockstep = [t for t in range(1, len(steps)) if steps[t] != steps[t - 1]]
     T = response_mask.shape[1]
-    per_token = steps[torch.arange(T).clamp(max=len(steps) - 1)]
-    return per_token.expand(response_mask.shape[0], T) * (response_mask > 0)
+    out = torch.zeros(response_mask.shape, dtype=torch.int64)
+    for row, c in enumerate(completions):
+        switches = torch.tensor(c.switches if c.switches is not None else lockstep, dtype=torch.int64)
+        out[row] = torch.tensor(versions)[torch.bucketize(torch.arange(T), switches, right=True)]
+    return out * (response_mask > 0)
 
 
 def logprobs_of(c: Completion) -> list[float]:

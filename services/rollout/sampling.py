@@ -31,6 +31,9 @@ class Completion:
     # asked for (Sampling.routed_experts): the experts every token but the last was routed to, prompt then
     # response, (len(prompt) + len(token_ids) - 1, layers, top-k) as vLLM's CompletionOutput gives them
     routed_experts: Any = None
+    # on_update=keep, a backend that tracks it per sample (vLLM): the token counts at which each weight update
+    # during the generation took effect (token t is from the version after the updates at counts <= t)
+    switches: list[int] | None = None
 
 
 def from_proto(p: rollout_pb2.SamplingParams) -> Sampling:

@@ -204,7 +204,8 @@ class RolloutServicer:
         with telemetry.span("rollout.layout"):
             out = layout.build(request.data, prompts, completions, self.pad, sampling.logprobs)
         if self.gate is not None:  # the oldest weights any of its tokens came from
-            out.batch[VERSIONS] = layout.token_versions(out.batch["response_mask"], call.versions)
+            rows = [c for cs in completions for c in cs]
+            out.batch[VERSIONS] = layout.token_versions(out.batch["response_mask"], call.versions, rows)
             version = call.versions[0]
         out.meta_info["weight_version"] = version
         return Payload(rollout_pb2.GenerateResponse(weight_version=version), out)

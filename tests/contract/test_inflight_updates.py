@@ -1,9 +1,10 @@
-"""In-flight weight updates (rollout.on_update=keep, services/rollout/gate.py) on the hf backend: a push sent
+"""In-flight weight updates (rollout.on_update=keep, services/rollout/gate.py) on both backends: a push sent
 while a long Generate runs returns before it does; the Generate pauses between steps while the weights
 load and goes on with the new weights and the KV cache it had, so its reply's tokens carry two versions,
 the tokens before the switch are the old weights' and the tokens after it are what the new weights
 generate from the same prefix and cache (greedy); a Generate sent during the update starts on the new
-weights; a caller that leaves while parked is let go."""
+weights; a caller that leaves while parked is let go. On vLLM each sample switches where the update finds it,
+and its tokens and log-probs before the switch are those of a run without the push."""
 
 import threading
 import time
@@ -15,7 +16,6 @@ from calls import chats, current_weights, generate
 from transformers import AutoModelForCausalLM
 
 from meshrl import weights
-from meshrl.config.checked import FieldError
 from meshrl.config.rollout import RolloutConfig
 from meshrl.layout import VERSIONS
 from meshrl.rpc import Client, Server
@@ -125,6 +125,40 @@ def test_a_caller_that_leaves_while_parked_is_let_go(tiny_lm):
         servicer.close()
 
 
-def test_keep_is_refused_with_vllm_for_now():
-    with pytest.raises(FieldError, match="on_update=keep is built for the hf backend only"):
-        RolloutConfig(model="m", backend="vllm", on_update="keep")
+def test_on_vllm_a_push_goes_in_between_the_engines_steps(tiny_lm):
+    """The same on vLLM (continuous batching: each sample's tokens are counted as they come): the push returns
+    before the Generate; each seeded sample's tokens before its switch are those of a run without the push,
+    with the same log-probs, and the tokens after it come from the new weights."""
+    cfg = RolloutConfig(model=str(tiny_lm), backend="vllm", max_model_len=256, on_update="keep")
+    servicer = RolloutServicer(cfg)
+    server = Server([servicer]).start()
+    client, out = Client(server.address, SERVICE, timeout=300), {}
+    sampling = {"n": 4, "seed": 5, "max_new_tokens": 150, "temperature": 1.0}
+    try:
+        plain = generate(client, chats(*QUESTIONS[:25]), **sampling).data
+
+        def long():
+            out["long"] = generate(client, chats(*QUESTIONS[:25]), **sampling)
+            out["long_end"] = time.monotonic()
+
+        first = threading.Thread(target=long)
+        first.start()
+        wait_until(lambda: servicer.calls and len(servicer.calls[0].versions) >= 5)
+        weights.push_state(client, current_weights(tiny_lm, 1.3), 1, "shm")
+        pushed = time.monotonic()
+        first.join(300)
+    finally:
+        server.stop(0)
+        servicer.close()
+    assert pushed < out["long_end"], "the push waited for the generation"
+    data, reply = out["long"].data, out["long"]
+    versions, mask = data.batch[VERSIONS], data.batch["response_mask"] > 0
+    assert reply.msg.weight_version == 0 and set(versions[mask].tolist()) == {0, 1}
+    old = (versions == 0) & mask
+    assert torch.equal(data.batch["responses"][old], plain.batch["responses"][old])
+    assert torch.allclose(data.batch["rollout_logprobs"][old], plain.batch["rollout_logprobs"][old])
+    for row in range(len(versions)):  # one switch a sample, from old to new
+        v = versions[row][mask[row]]
+        assert (v[1:] >= v[:-1]).all()
+    new = (versions == 1) & mask
+    assert new.sum() > 0 and not torch.equal(data.batch["rollout_logprobs"][new], plain.batch["rollout_logprobs"][new])

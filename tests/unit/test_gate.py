@@ -10,6 +10,7 @@ import torch
 from orchestrator.loops.policy_gradient import versions_spanned
 from services.rollout.gate import Gate
 from services.rollout.layout import token_versions
+from services.rollout.sampling import Completion
 
 
 def test_pause_waits_for_the_running_step_and_a_parked_call_goes_on_with_the_new_version():
@@ -50,7 +51,15 @@ def test_a_parked_call_whose_caller_left_lets_go():
 
 def test_each_token_has_its_steps_version_and_a_response_spans_its_versions():
     mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1]])
-    got = token_versions(mask, [2, 2, 3, 3, 3, 3])  # an extra check after the last token, as HF makes
+    lockstep = [Completion([], None, "", "stop")] * 3  # the HF backend: token t from step t
+    got = token_versions(mask, [2, 2, 3, 3, 3, 3], lockstep)  # a check after the last token, as HF makes
     assert got.tolist() == [[2, 2, 3, 3, 0], [2, 2, 0, 0, 0], [2, 2, 3, 3, 3]]
-    assert token_versions(mask, [5]).tolist() == (mask * 5).tolist()
+    assert token_versions(mask, [5], lockstep).tolist() == (mask * 5).tolist()
     assert versions_spanned(got, mask).tolist() == [2.0, 1.0, 2.0]
+    # per sample (vLLM): the token counts at which each update took effect for it; a sample that had not
+    # started at the first update (count 0) has none of the oldest version; one that ended before the second
+    # update has no second switch
+    tracked = [Completion([], None, "", "stop", switches=s) for s in ([1, 3], [0], [4, 4])]
+    got = token_versions(mask, [7, 7, 8, 8, 9], tracked)
+    assert got.tolist() == [[7, 8, 8, 9, 0], [8, 8, 0, 0, 0], [7, 7, 7, 7, 9]]
+    assert versions_spanned(got, mask).tolist() == [3.0, 1.0, 2.0]
