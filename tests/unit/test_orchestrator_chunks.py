@@ -10,6 +10,7 @@ import torch
 from meshrl.algos.router_replay import ROUTED
 from meshrl.clients.reward import Scores
 from meshrl.dataproto import DataProto
+from meshrl.layout import VERSIONS
 from orchestrator.lifecycle.fleet import join_generations, starts
 from orchestrator.sampling.chunks import join_scores
 from services.rollout import layout
@@ -108,3 +109,23 @@ def test_starts():
     assert starts(10, 3) == [0, 3, 6]
     assert starts(2, 4) == [0, 1]  # never an empty call
     assert starts(5, 1) == [0]
+
+
+@pytest.mark.parametrize("cut", [[0, 1, 4], [0, 2, 4]])
+def test_joined_parts_with_token_versions_equal_one_reply(cut):
+    """rollout.on_update=keep: each part's per-token versions (samples switching where the update found them)
+    join as one reply's, 0 past each response; the batch's version is the oldest."""
+    samples = [[dataclasses.replace(c, switches=[1]) for c in cs] for cs in SAMPLES]
+
+    def with_versions(a, b, steps):
+        out = reply(PROMPTS[a:b], samples[a:b], version=steps[0])
+        rows = [c for cs in samples[a:b] for c in cs]
+        out.batch[VERSIONS] = layout.token_versions(out.batch["response_mask"], steps, rows)
+        return out
+
+    whole = with_versions(0, 4, [4, 5])
+    assert whole.batch[VERSIONS][2].tolist() == [4, 5, 5, 5, 5, 5]  # [23] * 6: its first token before the switch
+    parts = [with_versions(a, b, [4, 5]) for a, b in zip(cut, cut[1:])]
+    joined = join_generations(parts)
+    assert torch.equal(joined.batch[VERSIONS], whole.batch[VERSIONS])
+    assert joined.meta_info["weight_version"] == 4
