@@ -12,24 +12,34 @@ steps in. Each engine step's start is timed at the gate (keep) or by the backend
 import argparse
 import pathlib
 import statistics
-import sys
 import tempfile
 import threading
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "contract"))
+from safetensors.torch import load_file
 
-from calls import ROLLOUT, chats, current_weights, generate  # noqa: E402
+from meshrl import weights
+from meshrl.codec import Payload
+from meshrl.config.rollout import RolloutConfig
+from meshrl.dataproto import DataProto
+from meshrl.rpc import Client, Server
+from meshrl.tiny.models import TinyModelConfig, make_model
+from meshrl.v1 import rollout_pb2
+from services.rollout import gate as gate_module
+from services.rollout import servicer as servicer_module
 
-from meshrl import weights  # noqa: E402
-from meshrl.config.rollout import RolloutConfig  # noqa: E402
-from meshrl.rpc import Client, Server  # noqa: E402
-from meshrl.tiny.models import TinyModelConfig, make_model  # noqa: E402
-from services.rollout import gate as gate_module  # noqa: E402
-from services.rollout import servicer as servicer_module  # noqa: E402
-
+ROLLOUT = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
 MODEL = TinyModelConfig(hidden_size=640, num_layers=8, num_heads=10, num_kv_heads=5, intermediate_size=2560)
 ROWS, NEW, PUSH_AT = 32, 96, 8
+
+
+def chats(*questions: str) -> DataProto:
+    return DataProto(non_tensor_batch={"prompt": [[{"role": "user", "content": q}] for q in questions]})
+
+
+def generate(client: Client, data: DataProto, **sampling) -> Payload:
+    params = rollout_pb2.SamplingParams(n=1, temperature=1.0, logprobs=True, **sampling)
+    return client.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=params), data))
 
 
 def one(model: pathlib.Path, mode: str, new_weights: dict) -> dict:
@@ -51,10 +61,10 @@ def one(model: pathlib.Path, mode: str, new_weights: dict) -> dict:
         real_pause(gate)
         loads.append((time.monotonic(), float("nan")))
 
-    def resume(gate, version):
+    def resume(gate, version, loaded=True):
         if loads and loads[-1][1] != loads[-1][1]:  # nan: the pause this ends
             loads[-1] = (loads[-1][0], time.monotonic())
-        real_resume(gate, version)
+        real_resume(gate, version, loaded)
 
     servicer_module.Call.alive = timed_alive  # type: ignore[method-assign]
     gate_module.Gate.pause, gate_module.Gate.resume = pause, resume  # type: ignore[method-assign]
@@ -104,7 +114,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     model = make_model(pathlib.Path(tempfile.mkdtemp()) / "m", MODEL)
-    new_weights = current_weights(model, 1.01)
+    new_weights = {k: v * 1.01 for k, v in load_file(model / "model.safetensors").items()}
     n = sum(v.numel() for v in new_weights.values())
     print(f"{n / 1e6:.1f}M parameters, {ROWS} rows x {NEW} new tokens, the push sent {PUSH_AT} steps in")
     print(

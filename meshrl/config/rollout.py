@@ -65,6 +65,11 @@ class RolloutSettings(Checked):
         super().__post_init__()
         one_of(self, "backend", BACKENDS)
         one_of(self, "on_update", ON_UPDATE)
+        keep_vllm = self.on_update == "keep" and self.backend == "vllm"
+        # the engine's own process steps on its own: nothing would pause it between steps
+        require(not (keep_vllm and not self.engine_in_process), self, "on_update", "with vLLM needs engine_in_process")
+        # a push drops the adapter that the requests in flight name: vLLM would fail their next step
+        require(not (keep_vllm and self.max_lora_rank), self, "on_update", "with vLLM cannot serve LoRA adapters")
         one_of(self, "dtype", DTYPES)
         require(self.max_model_len >= 2, self, "max_model_len", "must be >= 2")
         require(self.tensor_parallel_size >= 1, self, "tensor_parallel_size", "must be >= 1")

@@ -12,13 +12,16 @@ cross-entropy and verl's chunked entropy do. Padding is never put through the he
 The head module itself is called on each chunk, so what it is (a Linear, tied to the embeddings or not,
 peft's wrappers, an FSDP root's unsharded weight) does not matter. A model that changes the head's output
 before returning it (Gemma2's soft-capping, Cohere's logit_scale, Granite's logits_scaling) is noticed at
-its first pass (its output is not the head's) and keeps the full-logits pass from then on.
+its first pass (its output is not the head's) and keeps the full-logits pass from then on, and so does the
+fsdp1 engine (its root reshards when the forward ends, before the head could read its weight; fsdp2's root
+keeps its parameters gathered until the backward).
 """
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
+from torch.distributed.fsdp import FullyShardedDataParallel
 from torch.utils.checkpoint import checkpoint
 
 from services.actor.model import forward_response, logprobs_and_entropy
@@ -51,7 +54,8 @@ def response_logprobs(
     """(B, T) log p(response token) under softmax(logits / temperature) in fp32, and its entropy (or None);
     zeros on padding."""
     head = output_head(model)
-    if head is None or getattr(model, UNFUSED, False):
+    # FSDP1 reshards its root when the forward ends: the head's weight is a flat shard by the time it is read
+    if head is None or getattr(model, UNFUSED, False) or isinstance(model, FullyShardedDataParallel):
         return full_logits(model, micro, temperature, share_prompts, entropy)
     with hidden_out(model, head) as probe:
         hidden = forward_response(model, micro, share_prompts=share_prompts)

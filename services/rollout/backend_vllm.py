@@ -58,8 +58,9 @@ def engine_args(cfg: RolloutConfig) -> dict:
     if cfg.on_update == "keep":
         # requests keep their KV across an update, so nothing computed with the old weights may be reused by a
         # new one: vLLM resets its prefix cache only with no request running (or by preempting them all, which
-        # recomputes their KV), so there is none
-        args["enable_prefix_caching"] = False
+        # recomputes their KV), so there is none; and no batch may still be running when step() returns (async
+        # scheduling runs the next while the last one's outputs are read): the update loads between steps
+        args.update(enable_prefix_caching=False, async_scheduling=False)
     if cfg.routed_experts:
         if not torch.cuda.is_available():
             raise ValueError(ROUTED_ON_CPU)
@@ -178,7 +179,7 @@ class VLLMBackend:
                 left = [i for i in ids if external_id(i) not in done]
                 for i in left:
                     self.owners.pop(external_id(i), None)
-                gone = {external_id(i) for i in left}
+                gone = {external_id(i) for i in ids}  # finished samples' too: no Completion takes them now
                 self.switches = {k: v for k, v in self.switches.items() if k[0] not in gone}
                 if left:
                     engine.abort_request(left, internal=True)

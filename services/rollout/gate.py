@@ -26,6 +26,7 @@ class Gate:
         self.closed = False
         self.running = 0  # calls inside an engine step (between two checks)
         self.version = version  # the weights the next step runs with
+        self.updates: list[int] = []  # the version each update loaded (in order; a version may come again)
 
     def enter(self, alive: Callable[[], bool]) -> int | None:
         """Before a call's first step: waits while an update loads; the version its first step runs with,
@@ -59,7 +60,10 @@ class Gate:
             self.closed = True
             self.cond.wait_for(lambda: self.running == 0)
 
-    def resume(self, version: int) -> None:
+    def resume(self, version: int, loaded: bool = True) -> None:
+        """Opens the gate on `version`; loaded: an update loaded (one that failed before loading: not)."""
         with self.cond:
             self.closed, self.version = False, version
+            if loaded:
+                self.updates.append(version)
             self.cond.notify_all()

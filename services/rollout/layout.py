@@ -97,18 +97,22 @@ def routed_tensor(prompts: list[list[int]], completions: list[Completion], width
     return out
 
 
-def token_versions(response_mask: torch.Tensor, steps: list[int], completions: list[Completion]) -> torch.Tensor:
+def token_versions(
+    response_mask: torch.Tensor, completions: list[Completion], steps: list[int], updates: list[int]
+) -> torch.Tensor:
     """(rows, T) int64: the weight version of each response token (on_update=keep), 0 past each response.
-    steps: the version of each of the call's engine steps, in order; a completion's `switches` are the token
-    counts at which each update took effect for it (vLLM tracks them per sample); without them the rows went
-    in lockstep, token t from step t (the HF backend)."""
-    versions = [v for i, v in enumerate(steps) if i == 0 or v != steps[i - 1]]
-    lockstep = [t for t in range(1, len(steps)) if steps[t] != steps[t - 1]]
+    Rows in lockstep (the HF backend) took token t from the call's engine step t, whose versions are
+    `steps`. A completion with `switches` (vLLM, per sample) took effect of the i-th update loaded during the
+    call at token count switches[i]; `updates` is the call's version at its start, then each such update's."""
+    kept = [t for t in range(1, len(steps)) if steps[t] != steps[t - 1]]
+    lockstep = (torch.tensor([steps[0], *(steps[t] for t in kept)]), torch.tensor(kept, dtype=torch.int64))
+    tracked = torch.tensor(updates)
     T = response_mask.shape[1]
     out = torch.zeros(response_mask.shape, dtype=torch.int64)
     for row, c in enumerate(completions):
-        switches = torch.tensor(c.switches if c.switches is not None else lockstep, dtype=torch.int64)
-        out[row] = torch.tensor(versions)[torch.bucketize(torch.arange(T), switches, right=True)]
+        versions, switches = lockstep if c.switches is None else (tracked, torch.tensor(c.switches, dtype=torch.int64))
+        index = torch.bucketize(torch.arange(T), switches, right=True).clamp(max=len(versions) - 1)
+        out[row] = versions[index]
     return out * (response_mask > 0)
 
 

@@ -61,6 +61,7 @@ class Call:
     gate: Gate | None = None  # on_update=keep: where it pauses while an update loads
     versions: list[int] = dataclasses.field(default_factory=list)  # keep: each engine step's weights, in order
     running: bool = False  # keep: between gate.enter and gate.leave
+    first_update: int = 0  # keep: the gate's count of updates loaded when it started
 
     def active(self) -> bool:
         return self.interrupted is None and (self.context is None or self.context.is_active())
@@ -86,7 +87,8 @@ class Call:
             version = self.gate.enter(self.active)
             if version is None:
                 raise Aborted("the caller cancelled or its deadline passed while a weight update loaded")
-            self.versions, self.running = [version], True
+            # no update can load while it runs, so the count is the one its start saw
+            self.versions, self.running, self.first_update = [version], True, len(self.gate.updates)
         try:
             yield
         finally:
@@ -171,9 +173,9 @@ class RolloutServicer:
                 raise FailedPrecondition(
                     "a weight update or Sleep is waiting for the generations in flight: send this after it"
                 )
-            if self.receiver.in_progress and self.gate is None:
+            if self.receiver.in_progress:  # (keep too: one parked at the gate would hold a server slot)
                 raise FailedPrecondition(f"weight update {self.receiver.version} is in progress: finish it first")
-            if self.torn and not (self.gate is not None and self.receiver.in_progress):
+            if self.torn:
                 raise FailedPrecondition(
                     "the engine holds part of an abandoned weight update (it was sent in "
                     "buckets and never finished): push a complete update first"
@@ -203,10 +205,13 @@ class RolloutServicer:
                 self.lock.notify_all()
         with telemetry.span("rollout.layout"):
             out = layout.build(request.data, prompts, completions, self.pad, sampling.logprobs)
-        if self.gate is not None:  # the oldest weights any of its tokens came from
+        if self.gate is not None:  # each token's weights; the call's version is the oldest among them
             rows = [c for cs in completions for c in cs]
-            out.batch[VERSIONS] = layout.token_versions(out.batch["response_mask"], call.versions, rows)
-            version = call.versions[0]
+            updates = [call.versions[0], *self.gate.updates[call.first_update :]]
+            versions = layout.token_versions(out.batch["response_mask"], rows, call.versions, updates)
+            out.batch[VERSIONS] = versions
+            real = versions[out.batch["response_mask"] > 0]
+            version = int(real.min()) if len(real) else call.versions[0]
         out.meta_info["weight_version"] = version
         return Payload(rollout_pb2.GenerateResponse(weight_version=version), out)
 
@@ -259,6 +264,7 @@ class RolloutServicer:
 
     def FinishWeightUpdate(self, request, context) -> rollout_pb2.WeightUpdateStatus:
         with self.lock:
+            loaded = False
             try:
                 done = self.receiver.finish(request.version)
                 self._require_awake("loading weights")
@@ -269,13 +275,14 @@ class RolloutServicer:
                     self.lora_rank, self.lora_version = done.adapter.rank, request.version
                 else:
                     if done.refs:
+                        self.torn = True  # until it has all loaded: a load that fails halfway leaves it torn
                         self._load(done.refs, done.transport, done.cuda_ipc, done.segment)
                     self.backend.weights_loaded()
                     self.torn = False
-                self.version = request.version
+                self.version, loaded = request.version, True
             finally:
                 if self.gate is not None and not self.torn:  # torn: paused calls wait for a whole update
-                    self.gate.resume(self.version)
+                    self.gate.resume(self.version, loaded)
             return self._status(num_tensors=done.num_tensors)
 
     def _load(self, refs: list[list], transport: str, ipc: list | None, segment: str, partial: bool = False) -> None:

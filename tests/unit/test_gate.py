@@ -5,8 +5,11 @@ gone, lets go; each token's version, and how many versions a response spans."""
 import threading
 import time
 
+import pytest
 import torch
 
+from meshrl.config.checked import FieldError
+from meshrl.config.rollout import RolloutConfig
 from orchestrator.loops.policy_gradient import versions_spanned
 from services.rollout.gate import Gate
 from services.rollout.layout import token_versions
@@ -52,14 +55,30 @@ def test_a_parked_call_whose_caller_left_lets_go():
 def test_each_token_has_its_steps_version_and_a_response_spans_its_versions():
     mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1]])
     lockstep = [Completion([], None, "", "stop")] * 3  # the HF backend: token t from step t
-    got = token_versions(mask, [2, 2, 3, 3, 3, 3], lockstep)  # a check after the last token, as HF makes
+    got = token_versions(mask, lockstep, [2, 2, 3, 3, 3, 3], [2, 3])  # a check after the last token, as HF makes
     assert got.tolist() == [[2, 2, 3, 3, 0], [2, 2, 0, 0, 0], [2, 2, 3, 3, 3]]
-    assert token_versions(mask, [5], lockstep).tolist() == (mask * 5).tolist()
+    assert token_versions(mask, lockstep, [5], [5]).tolist() == (mask * 5).tolist()
     assert versions_spanned(got, mask).tolist() == [2.0, 1.0, 2.0]
-    # per sample (vLLM): the token counts at which each update took effect for it; a sample that had not
-    # started at the first update (count 0) has none of the oldest version; one that ended before the second
-    # update has no second switch
+    # per sample (vLLM): the token counts at which each update loaded during the call took effect for it; a
+    # sample that had not started at the first update (count 0) has none of the oldest version; one that
+    # ended before the second update has no second switch
     tracked = [Completion([], None, "", "stop", switches=s) for s in ([1, 3], [0], [4, 4])]
-    got = token_versions(mask, [7, 7, 8, 8, 9], tracked)
+    got = token_versions(mask, tracked, [7] * 6, [7, 8, 9])
     assert got.tolist() == [[7, 8, 8, 9, 0], [8, 8, 0, 0, 0], [7, 7, 7, 7, 9]]
     assert versions_spanned(got, mask).tolist() == [3.0, 1.0, 2.0]
+    # an update that loads the version in use again (a torn engine re-pushed, a rollback) still counts as one
+    again = token_versions(mask, tracked[:1] * 3, [7] * 6, [7, 7, 6])
+    assert again[0].tolist() == [7, 7, 7, 6, 0]
+
+
+@pytest.mark.parametrize(
+    "extra, why",
+    [
+        ({"engine_in_process": False}, "needs engine_in_process"),  # the engine's own process would step on
+        ({"max_lora_rank": 8}, "cannot serve LoRA"),  # a push drops the adapter requests in flight name
+    ],
+)
+def test_what_keep_cannot_do_on_vllm_is_refused(extra, why):
+    with pytest.raises(FieldError, match=f"on_update=keep with vLLM {why}"):
+        RolloutConfig(model="m", backend="vllm", on_update="keep", **extra)
+    RolloutConfig(model="m", backend="hf", on_update="keep", **extra)  # the hf backend steps in this process

@@ -120,7 +120,7 @@ def test_joined_parts_with_token_versions_equal_one_reply(cut):
     def with_versions(a, b, steps):
         out = reply(PROMPTS[a:b], samples[a:b], version=steps[0])
         rows = [c for cs in samples[a:b] for c in cs]
-        out.batch[VERSIONS] = layout.token_versions(out.batch["response_mask"], steps, rows)
+        out.batch[VERSIONS] = layout.token_versions(out.batch["response_mask"], rows, [steps[0]] * 3, steps)
         return out
 
     whole = with_versions(0, 4, [4, 5])
