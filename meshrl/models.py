@@ -133,17 +133,23 @@ def lora_target_modules(model: torch.nn.Module, cfg: EngineSettings) -> list[str
     linear = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     if spec == [ALL_LINEAR]:
         experts = fused_experts(model)
-        if experts:
+        if experts and not cfg.lora_experts:
             raise ValueError(
                 f"lora_target_modules=all-linear: {type(model).__name__}'s experts ({', '.join(experts)}) are not "
-                "linear layers, and neither is its router: an adapter would train its attention alone. Name the "
-                "layers to adapt to train those alone (e.g. q_proj,k_proj,v_proj,o_proj); LoRA on a mixture of "
-                "experts' experts is not built yet (issue 45)"
+                "linear layers, and neither is its router: an adapter would train its attention alone. Set "
+                "actor.lora_experts=true to adapt the experts too, or name the layers to adapt to train those "
+                "alone (e.g. q_proj,k_proj,v_proj,o_proj)"
             )
         blocks = layer_classes(model)  # ValueError when the model's blocks cannot be found
         in_blocks = (b for b in model.modules() if type(b) in blocks)
+        # not a one-output gate (Qwen2-MoE's shared_expert_gate): no rank fits it
         names = sorted(
-            {n.rsplit(".", 1)[-1] for b in in_blocks for n, m in b.named_modules() if isinstance(m, torch.nn.Linear)}
+            {
+                n.rsplit(".", 1)[-1]
+                for b in in_blocks
+                for n, m in b.named_modules()
+                if isinstance(m, torch.nn.Linear) and m.out_features > 1
+            }
         )
         if not names:
             raise ValueError(f"lora_target_modules=all-linear: {type(model).__name__}'s blocks have no linear layer")
@@ -170,10 +176,30 @@ def lora_target_modules(model: torch.nn.Module, cfg: EngineSettings) -> list[str
     return names
 
 
+def lora_target_parameters(model: torch.nn.Module, cfg: EngineSettings) -> list[str]:
+    """With lora_experts: the fused expert tensors that get an adapter, as peft's target_parameters name them
+    (the experts module's own name and the tensor's, e.g. ["experts.down_proj", "experts.gate_up_proj"]);
+    [] without. ValueError in one line on a dense model or a rank larger than an expert's matrix allows."""
+    if not cfg.lora_experts:
+        return []
+    fused = {n: p for n, p in model.named_parameters() if p.dim() == 3 and ".experts" in n}
+    if not fused:
+        raise ValueError(f"lora_experts=true: {type(model).__name__} is not a mixture of experts (no fused experts)")
+    for n, p in fused.items():
+        if cfg.lora_rank > min(p.shape[1:]):
+            raise ValueError(
+                f"lora_rank={cfg.lora_rank} is larger than each expert of {n} ({p.shape[1]} x {p.shape[2]}) allows"
+            )
+    return sorted({".".join(n.split(".")[-2:]) for n in fused})
+
+
 def check_lora(model_path: str, kind: str, cfg: EngineSettings) -> list[str]:
     """lora_target_modules of the model at model_path, built on the meta device (no weights read): a run
-    refuses a bad adapter before any service starts, and the actor service before any rank starts."""
-    return lora_target_modules(empty_model(model_path, kind, cfg.dropout), cfg)
+    refuses a bad adapter before any service starts, and the actor service before any rank starts (the
+    expert tensors lora_experts adds are checked too)."""
+    model = empty_model(model_path, kind, cfg.dropout)
+    lora_target_parameters(model, cfg)
+    return lora_target_modules(model, cfg)
 
 
 @functools.lru_cache(maxsize=8)

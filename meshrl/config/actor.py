@@ -77,8 +77,15 @@ class EngineSettings(Checked):
     PPO ratio of an on-policy pass should be 1, not random."""
     lora_target_modules: str = "all-linear"
     """The layers that get an adapter: "all-linear" (every linear layer of the transformer blocks; not the
-    output head, not a value head) or module names, comma-separated (e.g. "q_proj,v_proj"), each matching
-    linear layers of the model by the end of their name."""
+    output head, not a value head, not a mixture of experts' one-output gates) or module names,
+    comma-separated (e.g. "q_proj,v_proj"), each matching linear layers of the model by the end of their
+    name. On a mixture of experts "all-linear" needs lora_experts set, since its experts are not linear
+    layers."""
+    lora_experts: bool = False
+    """A mixture of experts: the adapter goes on every expert too (peft's target_parameters on the fused
+    expert tensors: a rank-r pair per expert and projection, e.g. experts.gate_up_proj and
+    experts.down_proj), beside lora_target_modules. Pushes carry the adapter merged
+    (rollout.merge_lora=true); lora_dropout must be 0 (peft applies expert adapters to the weights)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -94,6 +101,12 @@ class EngineSettings(Checked):
             self,
             "lora_target_modules",
             'must be "all-linear" or module names, comma-separated (e.g. q_proj,v_proj)',
+        )
+        require(
+            not (self.lora_experts and self.lora_dropout),
+            self,
+            "lora_experts",
+            "needs lora_dropout=0: peft adds an expert's adapter to its weights, where no dropout applies",
         )
         if self.hsdp_replicate > 1 and self.engine not in ("fsdp2", "auto"):
             raise FieldError("{hsdp_replicate} > 1 (HSDP) is a configuration of the fsdp2 engine, not " + self.engine)

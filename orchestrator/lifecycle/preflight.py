@@ -159,7 +159,7 @@ def check_adapter(cfg: Config, role: str) -> None:
     try:
         check_lora(model, "value" if role == "critic" else "causal", engine)
     except ValueError as e:  # the service's line, under the run's keys
-        section = "actor" if str(e).startswith("lora_target_modules") else role
+        section = "actor" if str(e).startswith(("lora_target_modules", "lora_experts")) else role
         raise ValueError(f"{section}.{e}") from None
 
 
@@ -193,6 +193,11 @@ def warn_unread(cfg: Config, roles: set[str]) -> None:
 
 def check_rollout(cfg: Config) -> None:
     r = cfg.rollout
+    if cfg.actor.lora_rank and cfg.actor.lora_experts and not r.merge_lora:
+        raise ValueError(
+            "actor.lora_experts=true: no rollout takes an adapter on the experts' fused tensors; set "
+            "rollout.merge_lora=true (the base weights with the adapter merged in are pushed)"
+        )
     if r.backend == "vllm" and cfg.actor.lora_rank and not r.merge_lora and moe_model(cfg.actor.model):
         raise ValueError(
             f"actor.lora_rank={cfg.actor.lora_rank} pushes an adapter to vLLM, whose LoRA fails on a mixture of "

@@ -18,6 +18,8 @@ A View maps each outgoing name to the module entries it is computed from.
 import copy
 import dataclasses
 import pathlib
+import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -33,10 +35,13 @@ PREFIX = "base_model.model."  # what peft puts before the wrapped model's own na
 TASKS = {"causal": "CAUSAL_LM", "value": "TOKEN_CLS"}  # TOKEN_CLS keeps the value head (score) trained
 
 
-def add_adapter(model: torch.nn.Module, cfg: EngineConfig, kind: str, targets: list[str]) -> "PeftModel":
-    """The model with a fresh adapter on `targets` (target_modules). lora_A's random start depends on the
-    seed alone, so every engine (and every rank, and the meta-device copy of a sharded one) builds the same
-    adapter."""
+def add_adapter(
+    model: torch.nn.Module, cfg: EngineConfig, kind: str, targets: list[str], parameters: Sequence[str] = ()
+) -> "PeftModel":
+    """The model with a fresh adapter on `targets` (target_modules) and on a mixture of experts' fused expert
+    tensors `parameters` (target_parameters: peft's ParamWrapper, a rank-r pair per expert). lora_A's random
+    start depends on the seed alone, so every engine (and every rank, and the meta-device copy of a sharded
+    one) builds the same adapter."""
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
@@ -46,6 +51,7 @@ def add_adapter(model: torch.nn.Module, cfg: EngineConfig, kind: str, targets: l
         lora_alpha=int(cfg.lora_alpha) if float(cfg.lora_alpha).is_integer() else cfg.lora_alpha,  # type: ignore[arg-type]
         lora_dropout=cfg.lora_dropout,
         target_modules=targets,
+        target_parameters=list(parameters) or None,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
@@ -88,8 +94,29 @@ def saved_name(key: str) -> str:
 
 
 def hf_name(key: str) -> str:
-    """A module entry of the base model (or a trained value head) under the wrapped model's own name."""
-    return key.removeprefix(PREFIX).replace(".base_layer.", ".").replace(f".modules_to_save.{ADAPTER}.", ".")
+    """A module entry of the base model (or a trained value head) under the wrapped model's own name (an
+    expert tensor with two adapters sits under two base_layer levels)."""
+    return re.sub(r"(\.base_layer)+\.", ".", key.removeprefix(PREFIX)).replace(f".modules_to_save.{ADAPTER}.", ".")
+
+
+def expert_adapters(peft: torch.nn.Module) -> dict[str, tuple[str, str, str]]:
+    """A mixture of experts' adapted fused tensors (peft's ParamWrapper, lora_experts): each one's module
+    state-dict key -> its (lora_A, lora_B) keys and the layout of its merged update ("eoi": the tensor holds
+    (experts, out, in), as transformers' experts do; "eio": (experts, in, out))."""
+    from peft.tuners.lora.layer import ParamWrapper
+
+    out: dict[str, tuple[str, str, str]] = {}
+    for name, wrapper in peft.named_modules():
+        if not isinstance(wrapper, ParamWrapper):
+            continue
+        base: torch.nn.Module = wrapper
+        path = name
+        while isinstance(base, ParamWrapper):  # two tensors of one module: one wrapper inside the other
+            base, path = base.base_layer, f"{path}.base_layer"
+        key = f"{path}.{wrapper.parameter_name}"
+        layout = "eio" if getattr(base, "is_transposed", False) else "eoi"  # peft's rule (ParamWrapper.update_layer)
+        out[key] = (f"{name}.lora_A.{ADAPTER}.weight", f"{name}.lora_B.{ADAPTER}.weight", layout)
+    return out
 
 
 @dataclasses.dataclass
@@ -98,11 +125,16 @@ class View:
 
     sources: dict[str, tuple[str, ...]]  # name -> one entry (sent as it is) or (W, lora_A, lora_B): merged
     scale: float = 1.0
+    layouts: dict[str, str] = dataclasses.field(default_factory=dict)  # a merged fused expert tensor's ("eoi")
 
     def compute(self, name: str, tensors: list[torch.Tensor]) -> torch.Tensor:
         if len(tensors) == 1:
             return tensors[0]
         w, a, b = tensors
+        if w.dim() == 3:  # an expert pair per expert: A (r * E, in), B (out, r * E), as peft lays them out
+            E = w.shape[0]
+            pairs = b.reshape(b.shape[0], -1, E), a.reshape(E, -1, a.shape[-1])
+            return w + torch.einsum(f"ore,eri->{self.layouts[name]}", *pairs) * self.scale
         return w + (b @ a) * self.scale  # peft's merge, the same operations: (out, r) @ (r, in)
 
 
@@ -114,17 +146,22 @@ def adapter_view(keys: list[str]) -> View:
     return View({saved_name(k): (k,) for k in keys if is_adapter(k)})
 
 
-def merged_view(keys: list[str], lora_scale: float) -> View:
+def merged_view(keys: list[str], lora_scale: float, experts: dict[str, tuple[str, str, str]] | None = None) -> View:
+    """experts: expert_adapters() of the model (lora_experts), merged per expert."""
     sources: dict[str, tuple[str, ...]] = {}
+    layouts: dict[str, str] = {}
     for k in keys:
         if ".lora_A." in k or ".lora_B." in k or ".original_module." in k:  # the head's frozen copy: not used
             continue
-        if k.endswith(".base_layer.weight"):
+        if experts and k in experts:
+            a, b, layouts[hf_name(k)] = experts[k]
+            sources[hf_name(k)] = (k, a, b)
+        elif k.endswith(".base_layer.weight"):
             stem = k.removesuffix("base_layer.weight")
             sources[hf_name(k)] = (k, f"{stem}lora_A.{ADAPTER}.weight", f"{stem}lora_B.{ADAPTER}.weight")
         else:
             sources[hf_name(k)] = (k,)
-    return View(sources, lora_scale)
+    return View(sources, lora_scale, layouts)
 
 
 def computed(view: View, held: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -64,6 +64,34 @@ def test_a_trained_moe_pushes_exactly_to_the_hf_rollout(folders, family):
         actor.stop()
 
 
+@pytest.mark.parametrize("family", MOE)
+def test_an_adapter_on_the_experts_trains_and_pushes_merged(folders, family):
+    """actor.lora_experts: the adapter on every linear layer and on every expert (FSDP2 over two ranks, or one
+    plain rank); a merged push carries the per-expert tensors with it, at parity; an adapter push of it is
+    refused in one line (no rollout takes adapters on fused expert tensors)."""
+    folder = folders[family]
+    lora = ("--lora-rank", "4", "--lora-experts", "--lr", "5e-2")
+    actor = Service("--role", "actor", "--model", str(folder), "--world-size", RANKS[family], *lora)
+    servicer, server, client = serve(folder)
+    try:
+        before = generate(client, chats("1+1=", "12*3="), temperature=0.0, seed=1).data
+        actor.update(1, "sft", batch(rows=4, seed=1))
+        push = actor_pb2.PushWeightsRequest(rollout_address=server.address, version=1, merge_lora=True)
+        assert actor.call("PushWeights", push).version == 1
+        out = generate(client, chats("1+1=", "12*3=", "7-2="), seed=2).data
+        mask = out.batch["response_mask"]
+        assert kl_to_actor(out.batch["rollout_logprobs"], actor.logprobs(out), mask) < PARITY
+        moved = generate(client, chats("1+1=", "12*3="), temperature=0.0, seed=1).data
+        assert not torch.equal(moved.batch["rollout_logprobs"], before.batch["rollout_logprobs"])
+        with pytest.raises(ServiceError, match="lora_experts: no rollout takes an adapter"):
+            actor.call("PushWeights", actor_pb2.PushWeightsRequest(rollout_address=server.address, version=2))
+    finally:
+        client.close()
+        server.stop(0)
+        servicer.close()
+        actor.stop()
+
+
 def test_a_trained_qwen3_moe_pushes_exactly_to_vllm(folders):
     """vLLM loads the files' per-expert tensors into its fused experts; on the CPU its reload also needs the
     experts packed again (services/rollout/vllm_ext.py repack_cpu_experts), which this checks end to end."""

@@ -27,7 +27,7 @@ from torch.distributed.tensor import DTensor
 
 from meshrl import file_layout
 from meshrl.config.actor import EngineConfig, OptimConfig
-from meshrl.models import empty_model, load_model, lora_target_modules
+from meshrl.models import empty_model, load_model, lora_target_modules, lora_target_parameters
 from meshrl.v1 import rollout_pb2
 from services.actor import lora, packing
 from services.actor.comm import Cancelled, stop_requested
@@ -80,6 +80,7 @@ class Engine:
         # a trained role with lora_rank > 0 trains an adapter; the ref is the base model, adapter or not
         self.lora = cfg.lora_rank > 0 and optim is not None
         self.lora_targets: list[str] = []
+        self.expert_adapters: dict[str, tuple[str, str, str]] = {}  # lora_experts: lora.expert_adapters
         self._files: Any = None  # a meta-device copy of the model: its file layout's conversions (to_files)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.device = default_device()
@@ -108,7 +109,11 @@ class Engine:
             model.gradient_checkpointing_enable()  # before peft, which then lets the embeddings' output need grad
         if self.lora:  # before sharding: FSDP then shards the adapter with the layer it adapts
             self.lora_targets = lora_target_modules(model, self.cfg)
-            return lora.add_adapter(model, self.cfg, self.kind, self.lora_targets)
+            peft = lora.add_adapter(
+                model, self.cfg, self.kind, self.lora_targets, lora_target_parameters(model, self.cfg)
+            )
+            self.expert_adapters = lora.expert_adapters(peft)
+            return peft
         if optim is None:  # a frozen model (the reference policy)
             model.requires_grad_(False)
         return model
@@ -222,7 +227,9 @@ class Engine:
         or (merged) the base weights with the adapter merged in, under HF names."""
         if not self.lora:
             return lora.model_view(keys)
-        return lora.merged_view(keys, lora.scale(self.cfg)) if merged else lora.adapter_view(keys)
+        if merged:
+            return lora.merged_view(keys, lora.scale(self.cfg), self.expert_adapters)
+        return lora.adapter_view(keys)
 
     def to_files(self, named: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """weight_view's tensors (HF names, as transformers holds them) under the model files' names and in
@@ -235,6 +242,11 @@ class Engine:
 
     def adapter_message(self) -> rollout_pb2.LoraAdapter | None:
         """BeginWeightUpdateRequest.lora of an adapter push (None without an adapter)."""
+        if self.expert_adapters:
+            raise ValueError(
+                "lora_experts: no rollout takes an adapter on the experts' fused tensors: push it merged "
+                "(rollout.merge_lora=true)"
+            )
         return lora.adapter_message(self.cfg, self.lora_targets) if self.lora else None
 
     def gather(self, held: dict[str, torch.Tensor], names: list[str]) -> list[torch.Tensor]:
