@@ -71,3 +71,18 @@ def test_what_lora_experts_refuses(tmp_path):
         lora_target_parameters(dense, EngineSettings(lora_rank=4, lora_experts=True))
     with pytest.raises(FieldError, match="lora_experts=true needs lora_dropout=0"):
         EngineSettings(lora_rank=4, lora_experts=True, lora_dropout=0.1)
+
+
+def test_the_exported_adapter_folder_loads_in_peft(tmp_path):
+    """`run_dir/hf_adapter` (lora.save_adapter from the adapter's saved names): PeftModel.from_pretrained on
+    the base folder gives the trained model's logits, the experts' pairs included."""
+    from peft import PeftModel
+
+    peft, _, _, _ = adapted(tmp_path, "qwen3_moe")
+    held = peft.state_dict()
+    lora.save_adapter(
+        tmp_path / "adapter", peft, str(tmp_path / "qwen3_moe"), lora.computed(lora.adapter_view(list(held)), held)
+    )
+    back = PeftModel.from_pretrained(load_model(str(tmp_path / "qwen3_moe"), "causal"), str(tmp_path / "adapter"))
+    ids = torch.randint(3, 60, (2, 9), generator=torch.Generator().manual_seed(2))
+    assert torch.allclose(back(input_ids=ids).logits, peft(input_ids=ids).logits, atol=1e-5)
