@@ -19,9 +19,8 @@ import sys
 import tempfile
 import time
 
-import torch
+from actor_bench import ppo_batch
 
-from meshrl.dataproto import DataProto
 from meshrl.tiny.models import TinyModelConfig, make_model
 
 MODEL = TinyModelConfig(
@@ -39,23 +38,6 @@ ROWS, PROMPT = 4, 32
 MiB = 2**20
 
 
-def batch(response: int) -> DataProto:
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(4, 100, (ROWS, PROMPT + response), generator=g)
-    mask = torch.ones_like(ids)
-    return DataProto(
-        {
-            "input_ids": ids,
-            "attention_mask": mask,
-            "position_ids": mask.cumsum(1) - 1,
-            "responses": ids[:, PROMPT:],
-            "response_mask": torch.ones(ROWS, response),
-            "advantages": torch.randn(ROWS, response, generator=g),
-            "actor_logprobs": -torch.rand(ROWS, response, generator=g),
-        }
-    )
-
-
 def rank_job(model: str, mode: str, response: int, mixed: bool, out: str) -> None:
     import torch.distributed as dist
 
@@ -69,7 +51,7 @@ def rank_job(model: str, mode: str, response: int, mixed: bool, out: str) -> Non
     handler = RankHandler("actor")
     engine = {"engine": "fsdp2", "micro_batch_size": ROWS, "mixed_precision": mixed}
     handler.init({"model": model, "engine": engine, "optim": {"lr": 1e-6}})
-    data = batch(response)
+    data = ppo_batch(ROWS, PROMPT, response)
     t0 = time.perf_counter()
     handler.logprobs({"temperature": 1.0, "with_entropy": True}, data)
     logprobs_s = time.perf_counter() - t0
