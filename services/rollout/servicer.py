@@ -12,8 +12,8 @@ generated it: one version per call, as the weights never change under a call.
 
 With on_update=keep an update does not wait for the calls in flight: they pause
 between engine steps while it loads and go on with the new weights and the KV
-cache they had (services/rollout/gate.py); a Generate sent during an update
-starts once it has loaded. Each reply then carries `rollout_versions`, the
+cache they had (services/rollout/gate.py); a Generate sent while an update is
+open is refused as in the other modes. Each reply then carries `rollout_versions`, the
 version that produced each response token, and its weight_version is the
 oldest of them.
 

@@ -2,7 +2,7 @@
 while a long Generate runs returns before it does; the Generate pauses between steps while the weights
 load and goes on with the new weights and the KV cache it had, so its reply's tokens carry two versions,
 the tokens before the switch are the old weights' and the tokens after it are what the new weights
-generate from the same prefix and cache (greedy); a Generate sent during the update starts on the new
+generate from the same prefix and cache (greedy); a Generate sent after the push has only the new
 weights; a caller that leaves while parked is let go. On vLLM each sample switches where the update finds it,
 and its tokens and log-probs before the switch are those of a run without the push."""
 
