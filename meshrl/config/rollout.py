@@ -8,7 +8,8 @@ from meshrl.config.checked import Checked, FieldError, one_of, require
 from meshrl.hosts import parse_cpus
 
 BACKENDS = ("vllm", "hf")
-ON_UPDATE = ("wait", "interrupt", "keep")
+ON_UPDATE = ("wait", "interrupt", "keep", "recompute")
+IN_FLIGHT = ("keep", "recompute")  # the updates that go in between the steps of the generations in flight
 TRANSPORTS = ("shm", "stream", "cuda_ipc")  # how the actor's weights reach the rollout
 DTYPES = ("float32", "bfloat16", "float16")  # an engine's, and what the actor's weights may be sent as
 MAX_LORA_RANK = 512  # the largest vLLM (0.32) serves
@@ -55,7 +56,9 @@ class RolloutSettings(Checked):
     engine steps while it loads, and they go on with the new weights and the KV cache they had: each reply
     then carries the version that produced each token (rollout_versions) and its oldest as its
     weight_version. vLLM then runs without its prefix cache (a prompt's cached KV would outlive an
-    update)."""
+    update). "recompute" (vLLM): the same, but the requests in flight are preempted at the update and
+    recompute their KV with the new weights (prompt and the tokens so far) before they go on, and the prefix
+    cache stays on."""
     max_lora_rank: int = 0
     """LoRA adapters the actor may push (BeginWeightUpdateRequest.lora): 0, none (a push of one is refused);
     above 0, adapters up to this rank, one at a time (vLLM starts with enable_lora, which costs start-up
@@ -65,11 +68,13 @@ class RolloutSettings(Checked):
         super().__post_init__()
         one_of(self, "backend", BACKENDS)
         one_of(self, "on_update", ON_UPDATE)
-        keep_vllm = self.on_update == "keep" and self.backend == "vllm"
+        keep_vllm = self.on_update in IN_FLIGHT and self.backend == "vllm"
+        # the HF backend keeps a generation's cache: recomputing it is vLLM's (its preemption re-prefills)
+        require(not (self.on_update == "recompute" and self.backend == "hf"), self, "on_update", "needs vLLM")
         # the engine's own process steps on its own: nothing would pause it between steps
-        require(not (keep_vllm and not self.engine_in_process), self, "on_update", "with vLLM needs engine_in_process")
+        require(not (keep_vllm and not self.engine_in_process), self, "on_update", "needs engine_in_process")
         # a push drops the adapter that the requests in flight name: vLLM would fail their next step
-        require(not (keep_vllm and self.max_lora_rank), self, "on_update", "with vLLM cannot serve LoRA adapters")
+        require(not (keep_vllm and self.max_lora_rank), self, "on_update", "cannot serve LoRA adapters on vLLM")
         one_of(self, "dtype", DTYPES)
         require(self.max_model_len >= 2, self, "max_model_len", "must be >= 2")
         require(self.tensor_parallel_size >= 1, self, "tensor_parallel_size", "must be >= 1")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from meshrl import telemetry
-from meshrl.config.rollout import ROUTED_ON_CPU, RolloutConfig
+from meshrl.config.rollout import IN_FLIGHT, ROUTED_ON_CPU, RolloutConfig
 from meshrl.errors import Aborted, FailedPrecondition
 from meshrl.models import moe_layers
 from meshrl.shm import WEIGHT_PREFIX, Segment
@@ -55,12 +55,15 @@ def engine_args(cfg: RolloutConfig) -> dict:
         args.update(enable_chunked_prefill=False, max_num_batched_tokens=max(8192, cfg.max_model_len))
     elif cfg.colocate:  # vLLM frees memory on sleep only with its own allocator, which this turns on
         args["enable_sleep_mode"] = True
+    if cfg.on_update in IN_FLIGHT:
+        # no batch may still be running when step() returns (async scheduling runs the next while the last
+        # one's outputs are read): the update loads between steps
+        args["async_scheduling"] = False
     if cfg.on_update == "keep":
         # requests keep their KV across an update, so nothing computed with the old weights may be reused by a
         # new one: vLLM resets its prefix cache only with no request running (or by preempting them all, which
-        # recomputes their KV), so there is none; and no batch may still be running when step() returns (async
-        # scheduling runs the next while the last one's outputs are read): the update loads between steps
-        args.update(enable_prefix_caching=False, async_scheduling=False)
+        # is "recompute"), so there is none
+        args["enable_prefix_caching"] = False
     if cfg.routed_experts:
         if not torch.cuda.is_available():
             raise ValueError(ROUTED_ON_CPU)
@@ -100,7 +103,8 @@ class VLLMBackend:
         self.lora_segment: Segment | None = None  # where an adapter is staged for the workers, reused
         # on_update=keep: the token counts at which each update loaded, per sample ((external id, index)), so
         # each token's weight version is known
-        self.keep = cfg.on_update == "keep"
+        self.in_flight = cfg.on_update in IN_FLIGHT
+        self.recompute = cfg.on_update == "recompute"
         self.switches: dict[tuple[str, int], list[int]] = {}
 
     def generate(self, prompts: list[list[int]], s: Sampling, alive=None) -> list[list[Completion]]:
@@ -147,7 +151,7 @@ class VLLMBackend:
                         c.text,
                         c.finish_reason or "length",
                         c.routed_experts[:, self.moe_layers] if s.routed_experts else None,
-                        self.switches.pop((out.request_id, c.index), []) if self.keep else None,
+                        self.switches.pop((out.request_id, c.index), []) if self.in_flight else None,
                     )
                     for c in out.outputs
                 ]
@@ -221,7 +225,7 @@ class VLLMBackend:
     def weights_loaded(self) -> None:
         with self.engine_lock:
             self.llm.collective_rpc("meshrl_weights_loaded")
-            if self.keep:  # no prefix cache (engine_args); the requests paused in flight go on from here
+            if self.in_flight:  # in flight: the requests paused between steps go on from here
                 # each unfinished sample's tokens so far (its output state: the offline API returns outputs
                 # only when they finish), the engine being between steps
                 for state in self.llm.llm_engine.output_processor.request_states.values():
@@ -230,10 +234,13 @@ class VLLMBackend:
                     assert state.detokenizer is not None, "a generation request has its detokenizer"
                     count = state.detokenizer.num_output_tokens()
                     self.switches.setdefault((ext, state.request_index), []).append(count)
-                return
+                if not self.recompute:  # keep: their KV stays, and there is no prefix cache (engine_args)
+                    return
             # vLLM keeps the KV of full prompt blocks across calls and its reload does not drop them: without
-            # this a prompt seen before the update (every validation prompt) would run on the old weights' KV
-            if not self.llm.reset_prefix_cache():
+            # this a prompt seen before the update (every validation prompt) would run on the old weights' KV.
+            # recompute: the running requests are preempted (their KV goes) and prefilled again, prompt and
+            # tokens so far, on the new weights
+            if not self.llm.reset_prefix_cache(reset_running_requests=self.recompute):
                 raise RuntimeError("vLLM kept its prefix cache after a weight update (requests still running)")
 
     def close(self) -> None:

@@ -10,7 +10,8 @@ new weights once its weights are awake (WakeUp with tags, as verl wakes vLLM's
 weights before its KV cache). Every reply carries the weight version that
 generated it: one version per call, as the weights never change under a call.
 
-With on_update=keep an update does not wait for the calls in flight: they pause
+With on_update=keep (or recompute, vLLM: the requests in flight are prefilled
+again on the new weights) an update does not wait for the calls in flight: they pause
 between engine steps while it loads and go on with the new weights and the KV
 cache they had (services/rollout/gate.py); a Generate sent while an update is
 open is refused as in the other modes. Each reply then carries `rollout_versions`, the
@@ -37,7 +38,7 @@ from transformers import AutoConfig, AutoTokenizer
 from meshrl import telemetry
 from meshrl.codec import Payload
 from meshrl.codec.rawbytes import decode_bytes_field
-from meshrl.config.rollout import BACKENDS, RolloutConfig
+from meshrl.config.rollout import BACKENDS, IN_FLIGHT, RolloutConfig
 from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument
 from meshrl.flags import settings_json
 from meshrl.layout import VERSIONS
@@ -131,7 +132,7 @@ class RolloutServicer:
         self.draining = 0  # updates (or Sleeps) waiting for them
         self.relays: dict = {}  # next hops of relayed pushes (address -> Client), kept across updates
         self.turn = contextlib.nullcontext() if self.backend.concurrent else threading.Lock()
-        self.gate = Gate(self.version) if cfg.on_update == "keep" else None
+        self.gate = Gate(self.version) if cfg.on_update in IN_FLIGHT else None
 
     def Describe(self, request, context) -> common_pb2.ServiceInfo:
         return common_pb2.ServiceInfo(

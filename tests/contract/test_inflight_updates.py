@@ -125,20 +125,25 @@ def test_a_caller_that_leaves_while_parked_is_let_go(tiny_lm):
         servicer.close()
 
 
-def test_on_vllm_a_push_goes_in_between_the_engines_steps(tiny_lm):
+@pytest.mark.parametrize("mode", ["keep", "recompute"])
+def test_on_vllm_a_push_goes_in_between_the_engines_steps(tiny_lm, mode):
     """The same on vLLM (continuous batching: each sample's tokens are counted as they come): the push returns
-    before the Generate; each seeded sample's tokens before its switch are those of a run without the push,
-    with the same log-probs, and the tokens after it come from the new weights."""
-    cfg = RolloutConfig(model=str(tiny_lm), backend="vllm", max_model_len=256, on_update="keep")
+    before the Generate; each sample's tokens before its switch are those of a run without the push, with the
+    same log-probs, and the tokens after it come from the new weights. recompute: the requests in flight
+    recompute their KV on the new weights, so what follows a sample's switch is what a fresh greedy
+    Generate from its tokens so far gives with the new weights."""
+    cfg = RolloutConfig(model=str(tiny_lm), backend="vllm", max_model_len=512, on_update=mode)
     servicer = RolloutServicer(cfg)
     server = Server([servicer]).start()
     client, out = Client(server.address, SERVICE, timeout=300), {}
-    sampling = {"n": 4, "seed": 5, "max_new_tokens": 150, "temperature": 1.0}
+    questions = chats(*QUESTIONS[:25]) if mode == "keep" else chats(*QUESTIONS)
+    sampling = {"n": 4, "seed": 5, "temperature": 1.0} if mode == "keep" else {"greedy": True}
+    sampling["max_new_tokens"] = 150
     try:
-        plain = generate(client, chats(*QUESTIONS[:25]), **sampling).data
+        plain = generate(client, questions, **sampling).data
 
         def long():
-            out["long"] = generate(client, chats(*QUESTIONS[:25]), **sampling)
+            out["long"] = generate(client, questions, **sampling)
             out["long_end"] = time.monotonic()
 
         first = threading.Thread(target=long)
@@ -147,12 +152,21 @@ def test_on_vllm_a_push_goes_in_between_the_engines_steps(tiny_lm):
         weights.push_state(client, current_weights(tiny_lm, 1.3), 1, "shm")
         pushed = time.monotonic()
         first.join(300)
+        data, reply = out["long"].data, out["long"]
+        versions, mask = data.batch[VERSIONS], data.batch["response_mask"] > 0
+        if mode == "recompute":  # each switched sample's tokens so far, continued greedily by the new weights
+            switch = (versions == 0).sum(1)
+            rows = [i for i in range(len(data)) if 0 < switch[i] < mask[i].sum() - 8]
+            prefixes = [
+                data.batch["prompts"][i][data.batch["attention_mask"][i, : data.batch["prompts"].shape[1]] > 0].tolist()
+                + data.batch["responses"][i, : switch[i]].tolist()
+                for i in rows
+            ]
+            fresh = generate(client, token_prompts(prefixes), greedy=True, max_new_tokens=8).data
     finally:
         server.stop(0)
         servicer.close()
     assert pushed < out["long_end"], "the push waited for the generation"
-    data, reply = out["long"].data, out["long"]
-    versions, mask = data.batch[VERSIONS], data.batch["response_mask"] > 0
     assert reply.msg.weight_version == 0 and set(versions[mask].tolist()) == {0, 1}
     old = (versions == 0) & mask
     assert torch.equal(data.batch["responses"][old], plain.batch["responses"][old])
@@ -162,3 +176,19 @@ def test_on_vllm_a_push_goes_in_between_the_engines_steps(tiny_lm):
         assert (v[1:] >= v[:-1]).all()
     new = (versions == 1) & mask
     assert new.sum() > 0 and not torch.equal(data.batch["rollout_logprobs"][new], plain.batch["rollout_logprobs"][new])
+    if mode == "recompute":
+        assert len(rows) > 10
+        for j, i in enumerate(rows):
+            assert (
+                data.batch["responses"][i, switch[i] : switch[i] + 8].tolist() == fresh.batch["responses"][j].tolist()
+            )
+
+
+def token_prompts(prompts: list[list[int]]):
+    """Prompts as token ids (left-padded input_ids and attention_mask), as the rollout takes them."""
+    from meshrl.dataproto import DataProto
+
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    return DataProto({"input_ids": ids, "attention_mask": mask})

@@ -75,10 +75,13 @@ def test_each_token_has_its_steps_version_and_a_response_spans_its_versions():
     "extra, why",
     [
         ({"engine_in_process": False}, "needs engine_in_process"),  # the engine's own process would step on
-        ({"max_lora_rank": 8}, "cannot serve LoRA"),  # a push drops the adapter requests in flight name
+        ({"max_lora_rank": 8}, "cannot serve LoRA adapters on vLLM"),  # a push drops the adapter they name
     ],
 )
 def test_what_keep_cannot_do_on_vllm_is_refused(extra, why):
-    with pytest.raises(FieldError, match=f"on_update=keep with vLLM {why}"):
-        RolloutConfig(model="m", backend="vllm", on_update="keep", **extra)
+    for mode in ("keep", "recompute"):
+        with pytest.raises(FieldError, match=f"on_update={mode} {why}"):
+            RolloutConfig(model="m", backend="vllm", on_update=mode, **extra)
     RolloutConfig(model="m", backend="hf", on_update="keep", **extra)  # the hf backend steps in this process
+    with pytest.raises(FieldError, match="on_update=recompute needs vLLM"):  # HF keeps a generation's cache
+        RolloutConfig(model="m", backend="hf", on_update="recompute")

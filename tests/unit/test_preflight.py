@@ -59,7 +59,11 @@ def checked(algorithm, overrides):
         ("grpo", ["rollout.multi_turn=true", "env.reward=judge"], r"env.reward=judge must be one of"),
         ("dpo", ["rollout.multi_turn=true"], r"rollout.multi_turn works with ppo, grpo, rloo and reinforce"),
         ("grpo", ["rollout.on_update=drop"], r"rollout.on_update=drop must be one of"),
-        ("grpo", ["rollout.on_update=keep", "rollout.engine_in_process=false"], r"on_update=keep with vLLM needs"),
+        (
+            "grpo",
+            ["rollout.on_update=keep", "rollout.engine_in_process=false"],
+            r"on_update=keep needs engine_in_process",
+        ),
         ("grpo", ["actor.lora_rank=8", "actor.lora_experts=true"], r"actor.lora_experts=true: no rollout takes"),
         ("grpo", ["rollout.max_new_tokens=300"], r"leaves no room for a prompt in rollout.max_model_len=256"),
         (
