@@ -102,10 +102,15 @@ def layer_classes(model: torch.nn.Module) -> set[type]:
     return classes
 
 
+def expert_tensors(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
+    """A mixture of experts' fused expert tensors by name (3-d: one slice per expert, as transformers holds
+    them in memory); {} for a dense model."""
+    return {n: p for n, p in model.named_parameters() if p.dim() == 3 and ".experts" in n}
+
+
 def fused_experts(model: torch.nn.Module) -> list[str]:
-    """The names of a mixture of experts' fused expert tensors (3-d: one slice per expert, as transformers
-    holds them in memory), e.g. ["down_proj", "gate_up_proj"]; [] for a dense model."""
-    return sorted({n.rsplit(".", 1)[-1] for n, p in model.named_parameters() if p.dim() == 3 and ".experts" in n})
+    """The names of the fused expert tensors (expert_tensors), e.g. ["down_proj", "gate_up_proj"]."""
+    return sorted({n.rsplit(".", 1)[-1] for n in expert_tensors(model)})
 
 
 def is_moe(config) -> bool:
@@ -182,7 +187,7 @@ def lora_target_parameters(model: torch.nn.Module, cfg: EngineSettings) -> list[
     [] without. ValueError in one line on a dense model or a rank larger than an expert's matrix allows."""
     if not cfg.lora_experts:
         return []
-    fused = {n: p for n, p in model.named_parameters() if p.dim() == 3 and ".experts" in n}
+    fused = expert_tensors(model)
     if not fused:
         raise ValueError(f"lora_experts=true: {type(model).__name__} is not a mixture of experts (no fused experts)")
     for n, p in fused.items():

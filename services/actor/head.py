@@ -28,15 +28,17 @@ from services.actor.model import forward_response, logprobs_and_entropy
 
 CHUNK_BYTES = 256 * 2**20  # fp32 logits per chunk: ~441 tokens at a 152k vocabulary; a small one runs whole
 UNFUSED = "_meshrl_full_logits"  # set on a model whose forward changes what its head returns
+SLOT = "_meshrl_head_slot"  # where a model holds its head (head_slot)
 
 
 class Hidden(torch.nn.Module):
     """Stands in for the head during a pass: returns the hidden states it is given, and remembers them so
-    that the model's output can be checked to be them."""
+    that the model's output can be checked to be them (ok: every output was)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.given: list[torch.Tensor] = []
+        self.ok = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.given.append(x)
@@ -57,9 +59,9 @@ def response_logprobs(
     # FSDP1 reshards its root when the forward ends: the head's weight is a flat shard by the time it is read
     if head is None or getattr(model, UNFUSED, False) or isinstance(model, FullyShardedDataParallel):
         return full_logits(model, micro, temperature, share_prompts, entropy)
-    with hidden_out(model, head) as probe:
+    with hidden_out(model, head) as stand_in:
         hidden = forward_response(model, micro, share_prompts=share_prompts)
-    if not probe.ok:
+    if not stand_in.ok:
         setattr(model, UNFUSED, True)  # every rank runs the same model: all take this path together
         return full_logits(model, micro, temperature, share_prompts, entropy)
     T = hidden.shape[1]
@@ -116,25 +118,30 @@ def vocab_size(head: torch.nn.Module, hidden: torch.Tensor) -> int:
 
 
 @contextmanager
-def hidden_out(model: torch.nn.Module, head: torch.nn.Module) -> Iterator["Probe"]:
-    """The model with its head replaced by Hidden for the pass; Probe.ok says whether every output the
+def hidden_out(model: torch.nn.Module, head: torch.nn.Module) -> Iterator[Hidden]:
+    """The model with its head replaced by Hidden for the pass; its `ok` says whether every output the
     model returned was the hidden states themselves."""
-    parent, name = next((m, n) for m in model.modules() for n, c in m.named_children() if c is head)
-    stand_in, probe = Hidden(), Probe()
+    parent, name = head_slot(model, head)
+    stand_in = Hidden()
 
     def check(_module, _args, output) -> None:
         logits = getattr(output, "logits", None)
-        probe.ok &= logits is not None and any(logits is g for g in stand_in.given)
+        stand_in.ok &= logits is not None and any(logits is g for g in stand_in.given)
         stand_in.given.clear()
 
     hook = model.register_forward_hook(check)
     setattr(parent, name, stand_in)
     try:
-        yield probe
+        yield stand_in
     finally:
         setattr(parent, name, head)
         hook.remove()
 
 
-class Probe:
-    ok = True
+def head_slot(model: torch.nn.Module, head: torch.nn.Module) -> tuple[torch.nn.Module, str]:
+    """The module that holds the head and the head's name there, found once a model (not every pass)."""
+    slot = getattr(model, SLOT, None)
+    if slot is None or getattr(slot[0], slot[1], None) is not head:
+        slot = next((m, n) for m in model.modules() for n, c in m.named_children() if c is head)
+        object.__setattr__(model, SLOT, slot)  # an attribute, not a submodule
+    return slot

@@ -1,6 +1,8 @@
 """What the contract tests call services with: expect (a call refused with a code and a message), an HF
 rollout served in this process (serve), chat prompts, a Generate call, and the tiny model's weights as a
-push sends them. The fixtures built from these are in conftest.py."""
+push sends them, and wait_until. The fixtures built from these are in conftest.py."""
+
+import time
 
 import pytest
 from safetensors.torch import load_file
@@ -49,3 +51,11 @@ def generate(client, data, **sampling):
 
 def current_weights(tiny_lm, scale=1.0):
     return {k: v * scale for k, v in load_file(tiny_lm / "model.safetensors").items()}
+
+
+def wait_until(condition, seconds=60):
+    """Polls condition() until it holds; fails the test past `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.002)

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 from calls import ROLLOUT as SERVICE
-from calls import chats, current_weights, generate
+from calls import chats, current_weights, generate, wait_until
 from transformers import AutoModelForCausalLM
 
 from meshrl import weights
@@ -23,13 +23,6 @@ from services.rollout.servicer import RolloutServicer
 
 QUESTIONS = [f"{a}+{b}=" for a in range(10) for b in range(10)]  # 100 rows: a step takes a few ms
 NEW = 40
-
-
-def wait_until(condition, seconds=60):
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.002)
 
 
 def test_a_push_goes_in_between_the_steps_of_a_generation(tiny_lm):

@@ -4,7 +4,7 @@ import grpc
 import pytest
 import torch
 from calls import ROLLOUT as SERVICE
-from calls import chats, current_weights, expect, generate
+from calls import chats, current_weights, expect, generate, wait_until
 
 from meshrl import weights
 from meshrl.codec import Payload
@@ -392,15 +392,6 @@ def test_sigterm_stops_a_busy_rollout_within_seconds(tiny_lm):
     assert time.monotonic() - start < 12
     t.join(10)
     assert outcome.get("code") in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED)
-
-
-def wait_until(condition, seconds=60):
-    import time
-
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.005)
 
 
 @pytest.mark.parametrize("on_update", ["wait", "interrupt"])
