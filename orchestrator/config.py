@@ -171,6 +171,10 @@ class RolloutSection(RolloutSettings):
     #   false: the actor sends it to each replica itself
     chunks: int = 1  # a step's prompts go out as this many concurrent Generate calls, each scored as soon
     #   as it returns (vLLM steps them together; the HF backend takes them in turn)
+    partial: bool = False  # partial rollouts: a step trains on the groups that finished and carries the
+    #   unfinished samples into the next, where they go on from their tokens on the newer weights (groups
+    #   whole; trainer.max_staleness bounds a sample's oldest token; orchestrator/sampling/partial.py)
+    partial_tokens: int = 0  # partial: tokens an unfinished sample generates per round; 0: max_new_tokens // 4
     multi_turn: bool = False  # every sample is an episode in the environment service (env.*): turns of
     #   the policy and observations of the environment, trained on the policy's tokens only
     max_turns: int = 4  # multi-turn: policy turns per episode at most (each up to max_new_tokens)
@@ -238,6 +242,7 @@ class RolloutSection(RolloutSettings):
             require(self.agent_workers >= 1, self, "agent_workers", "must be >= 1")
             require(self.agent_timeout > 0, self, "agent_timeout", "must be > 0 seconds")
         require(self.weight_bucket_mb >= 1, self, "weight_bucket_mb", "must be >= 1")
+        require(self.partial_tokens >= 0, self, "partial_tokens", "must be >= 0 (0: max_new_tokens // 4)")
         require(
             1 <= self.chunks <= MAX_CHUNKS,
             self,

@@ -193,6 +193,8 @@ def warn_unread(cfg: Config, roles: set[str]) -> None:
 
 def check_rollout(cfg: Config) -> None:
     r = cfg.rollout
+    if r.partial:  # first: its own reasons, before the checks of sampling ahead (which it does not do)
+        check_partial(cfg)
     if cfg.actor.lora_rank and cfg.actor.lora_experts and not r.merge_lora:
         raise ValueError(
             "actor.lora_experts=true: no rollout takes an adapter on the experts' fused tensors; set "
@@ -255,6 +257,26 @@ def check_rollout(cfg: Config) -> None:
             f"data.max_prompt_length={cfg.data.max_prompt_length} + rollout.max_new_tokens="
             f"{r.max_new_tokens} exceeds rollout.max_model_len={r.max_model_len}: raise "
             f"max_model_len or lower one of the others"
+        )
+
+
+def check_partial(cfg: Config) -> None:
+    """rollout.partial: what it cannot be combined with, each said with the key to change."""
+    r = cfg.rollout
+    clash = [
+        (r.episodes, "plays multi-turn or agent episodes, which are not carried between steps"),
+        (cfg.algorithm.dynamic_sampling, "algorithm.dynamic_sampling samples rounds of its own"),
+        (r.chunks > 1, "rollout.chunks: a round's calls already go out at once (set it to 1)"),
+        (cfg.actor.rollout_experts(), "routing replay R3 records experts per call, which carried samples lack"),
+        (r.colocate, "rollout.colocate: a step's rounds would hand the GPU over each round"),
+    ]
+    for found, why in clash:
+        if found:
+            raise ValueError(f"rollout.partial=true: {why}")
+    if not cfg.trainer.max_staleness:
+        raise ValueError(
+            "rollout.partial=true trains samples begun on older weights: set trainer.max_staleness=K >= 1, the "
+            "most steps old a trained sample's first token may be (with partial rollouts nothing samples ahead)"
         )
 
 

@@ -3,7 +3,8 @@ what resume restores, and the run folder's link to the final model.
 
 checkpoints/step_N/ holds actor/, critic/ (the services write them, DCP, each signed
 with an integrity.json the service checks before loading: services/actor/integrity.py)
-and orchestrator.json (step, data position, RNG state, the algorithm's own state);
+and orchestrator.json (step, data position, RNG state, the algorithm's own state, and with
+rollout.partial the samples carried into the next step);
 checkpoints/latest names the newest complete one. A step is written under step_N.partial/ and renamed
 when whole, so a save cut short (a full disk, a lost service, Ctrl-C) leaves no step_N/ that looks
 complete; a full disk is said in one line with the last good checkpoint.
@@ -20,6 +21,7 @@ import torch
 
 from orchestrator.lifecycle.mesh import Mesh
 from orchestrator.loops.algorithm import Algorithm
+from orchestrator.sampling.partial import Partial
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +31,17 @@ class DiskFull(OSError):
 
 
 def save(
-    run_dir: pathlib.Path, number: int, mesh: Mesh, algorithm: Algorithm, sampler_state: dict, last: bool
+    run_dir: pathlib.Path,
+    number: int,
+    mesh: Mesh,
+    algorithm: Algorithm,
+    sampler_state: dict,
+    last: bool,
+    carry: Partial | None = None,
 ) -> pathlib.Path:
     """Step `number`'s checkpoint: the trained services' own, and orchestrator.json (`sampler_state`: the
-    data position after the step's batch); `last` also exports the actor as HF. DiskFull when the disk
-    is; what was written of the step is removed in any failure."""
+    data position after the step's batch; `carry`: the partial rollouts' after the step); `last` also exports the actor
+    as HF. DiskFull when the disk is; what was written of the step is removed in any failure."""
     path = run_dir / "checkpoints" / f"step_{number}"
     partial = path.with_name(f"{path.name}.partial")
     shutil.rmtree(partial, ignore_errors=True)  # left by a run killed mid-save
@@ -46,6 +54,8 @@ def save(
             "algorithm": algorithm.state_dict(),
             "torch_rng": torch.get_rng_state().tolist(),
         }
+        if carry is not None:
+            state["partial"] = carry.state_dict()
         (partial / "orchestrator.json").write_text(json.dumps(state))
         if path.exists():  # a step redone after a recovery replaces the one saved before
             shutil.rmtree(path)
@@ -64,8 +74,9 @@ def out_of_space(e: BaseException) -> bool:
     return (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "No space left on device" in str(e)
 
 
-def resume(run_dir: pathlib.Path, mesh: Mesh, algorithm: Algorithm, sampler) -> int:
-    """Restore the latest checkpoint into the services, the sampler and the algorithm; its step (0: none)."""
+def resume(run_dir: pathlib.Path, mesh: Mesh, algorithm: Algorithm, sampler, partial: Partial | None = None) -> int:
+    """Restore the latest checkpoint into the services, the sampler, the algorithm and the partial rollouts'
+    carry; its step (0: none)."""
     latest = run_dir / "checkpoints" / "latest"
     if not latest.is_file():
         log.info("no checkpoint in %s: starting from step 1", run_dir)
@@ -76,6 +87,13 @@ def resume(run_dir: pathlib.Path, mesh: Mesh, algorithm: Algorithm, sampler) -> 
         mesh.load(role, path / role)
     sampler.load_state_dict(state["sampler"])
     algorithm.load_state_dict(state["algorithm"])
+    if partial is not None:
+        if "partial" not in state:
+            raise ValueError(
+                f"{path} was saved without rollout.partial, so it holds no carried samples: resume it with "
+                "rollout.partial=false"
+            )
+        partial.load_state_dict(state["partial"])
     torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
     if mesh.has("rollout"):
         mesh.push_weights(version=state["step"], rollback=True)  # the rollout may be ahead (given by address)

@@ -34,8 +34,13 @@ class StepFailed(RuntimeError):
     """A step could not finish; says which and where the run can resume from."""
 
 
-def snapshot(sampler, algorithm: Algorithm) -> dict:
-    return {"sampler": sampler.state_dict(), "algorithm": algorithm.state_dict(), "rng": torch.get_rng_state()}
+def snapshot(sampler, algorithm: Algorithm, partial=None) -> dict:
+    return {
+        "sampler": sampler.state_dict(),
+        "algorithm": algorithm.state_dict(),
+        "rng": torch.get_rng_state(),
+        "partial": partial.state_dict() if partial is not None else None,
+    }
 
 
 def recover(error: StepFailed, state: RunState) -> tuple[int, tuple | None]:
@@ -86,7 +91,7 @@ def go_back(error: StepFailed, state: RunState) -> int:
     where it started); the step it holds."""
     mesh, algorithm = state.mesh, state.algorithm
     try:
-        step = resume(state.run_dir, mesh, algorithm, state.sampler)
+        step = resume(state.run_dir, mesh, algorithm, state.sampler, partial=state.partial)
     except ServiceError as e:  # e.g. a given rollout refuses weights older than its own
         raise StepFailed(f"{error}; going back to the last checkpoint failed: {e}") from None
     if step == 0:
@@ -103,6 +108,8 @@ def go_back(error: StepFailed, state: RunState) -> int:
         state.sampler.load_state_dict(state.start["sampler"])
         algorithm.load_state_dict(state.start["algorithm"])
         torch.set_rng_state(state.start["rng"])
+        if state.partial is not None:
+            state.partial.load_state_dict(state.start["partial"])
     return step
 
 

@@ -22,6 +22,7 @@ from orchestrator.loops.algorithm import Algorithm
 from orchestrator.output.loggers import RunLog
 from orchestrator.run.parity import Parity
 from orchestrator.sampling import pipeline
+from orchestrator.sampling.partial import Partial
 from orchestrator.sampling.rollouts import Rollouts
 
 
@@ -43,6 +44,7 @@ class RunState:
     start: dict = dataclasses.field(default_factory=dict)  # recovery.snapshot() before the first step: where a
     #   run without a checkpoint goes back to
     producer: pipeline.Producer | None = None  # trainer.max_staleness >= 1: samples the next steps ahead
+    partial: Partial | None = None  # rollout.partial: the unfinished samples carried between steps
     before_producer: dict = dataclasses.field(default_factory=dict)  # the sampler's state when it started
     fleet: dict | None = None  # the last RUN_DIR/fleet.json acted on (run.fleet.resize)
     parity: Parity = dataclasses.field(default_factory=Parity)  # stops a run whose push broke the rollout
@@ -54,7 +56,7 @@ class RunState:
     def sample_ahead(self) -> None:
         """With trainer.max_staleness >= 1, start the producer (if it is not running): it draws the batches
         from this step on."""
-        if self.cfg.trainer.max_staleness and self.producer is None:
+        if self.cfg.trainer.max_staleness and self.producer is None and self.partial is None:
             self.before_producer = self.sampler.state_dict()
             self.producer = pipeline.start(self.cfg, self.mesh, self.tokenizer, self.data, self.sampler, self.number)
 
@@ -65,7 +67,9 @@ class RunState:
 
     def rollouts(self) -> Rollouts:
         """What the step samples and pushes weights through."""
-        return Rollouts(self.mesh, self.tokenizer, self.producer, more=None if self.producer else self.sampler.next)
+        more = None if self.producer else self.sampler.next
+        batch = self.batch or ()
+        return Rollouts(self.mesh, self.tokenizer, self.producer, more=more, partial=self.partial, batch=batch)
 
     def sampler_state(self, number: int) -> dict:
         """The sampler's position after step `number`'s batch, as a checkpoint at `number` records it (the

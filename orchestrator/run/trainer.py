@@ -39,6 +39,7 @@ from orchestrator.run.recovery import StepFailed, check_not_ahead, recover, snap
 from orchestrator.run.state import RunState
 from orchestrator.run.validation import validate
 from orchestrator.sampling import agents, pipeline
+from orchestrator.sampling.partial import Partial
 from orchestrator.sampling.samples import sample_rows
 
 __all__ = ["RunInterrupted", "StepFailed", "run"]
@@ -110,7 +111,13 @@ def save_if_due(state: RunState) -> None:
     try:
         with telemetry.span("checkpoint", step=number):  # a failed save ends the span with its error
             checkpoint = save(
-                state.run_dir, number, state.mesh, state.algorithm, state.sampler_state(number), number == total
+                state.run_dir,
+                number,
+                state.mesh,
+                state.algorithm,
+                state.sampler_state(number),
+                number == total,
+                state.partial,
             )
     except DiskFull as e:  # nothing to recover from: the step's partial folder is gone, the hint says the rest
         raise StepFailed(e.strerror) from None
@@ -152,9 +159,12 @@ def start(cfg: Config, algorithm: Algorithm, roles: set[str], services: Services
     if agree(cfg, mesh, given):
         save_config(cfg, run_dir / "config.yaml")  # what was really used
     same_tokenizer(mesh)
-    first = resume(run_dir, mesh, algorithm, sampler) + 1 if cfg.trainer.resume else 1
+    partial = Partial(cfg, data, tokenizer) if cfg.rollout.partial else None
+    first = resume(run_dir, mesh, algorithm, sampler, partial) + 1 if cfg.trainer.resume else 1
     check_not_ahead(mesh, algorithm.trained, first - 1)
-    return RunState(cfg, services, mesh, algorithm, tokenizer, data, sampler, val, number=first, done=first - 1)
+    return RunState(
+        cfg, services, mesh, algorithm, tokenizer, data, sampler, val, number=first, done=first - 1, partial=partial
+    )
 
 
 def train(state: RunState) -> None:
@@ -184,13 +194,15 @@ def train(state: RunState) -> None:
         if state.val is not None and first == 1:
             metrics, correct = validate(cfg, state.mesh, state.tokenizer, state.val, step=0)
             metrics_log.write(0, metrics, correct)
-        state.start = snapshot(state.sampler, algorithm)  # where a run without a checkpoint goes back to
+        state.start = snapshot(state.sampler, algorithm, state.partial)  # where a run without a checkpoint goes back to
         while state.number <= total:
             fleet.tend(state)  # replicas set aside in the last step come back, fleet.json's changes are made
             state.sample_ahead()  # from here on the producer draws the batches
             state.draw()
             try:
                 metrics = one_step(state)
+                if state.partial is not None:  # the step stands: its carry is what the next one starts from
+                    state.partial.commit()
                 save_if_due(state)
             except StepFailed as e:
                 state.restarts += 1
@@ -236,6 +248,11 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     """Train; returns the run folder (config.yaml, metrics.jsonl, tensorboard/, checkpoints/, hf,
     curves.png, summary.md)."""
     roles = algorithm.setup(cfg)
+    if cfg.rollout.partial and algorithm.name not in pipeline.ALGORITHMS:
+        raise ValueError(
+            f"rollout.partial carries samples between steps of {', '.join(pipeline.ALGORITHMS)}; "
+            f"{algorithm.name} does not sample them: set it to false"
+        )
     if cfg.trainer.max_staleness and algorithm.name not in pipeline.ALGORITHMS:
         raise ValueError(
             f"trainer.max_staleness={cfg.trainer.max_staleness} samples ahead for "

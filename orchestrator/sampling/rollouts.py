@@ -9,7 +9,8 @@
 
 With trainer.max_staleness >= 1 a producer (pipeline) sampled the step ahead: sample_and_score takes its
 batch from it, and push_weights lets it hold a push back until the steps due the older weights are
-generated. Without one, the step samples now and pushes at once. Either way the step reads the same.
+generated. With rollout.partial the run's carry (partial) samples the step in rounds, its batch joining
+the prompts to start. Otherwise the step samples now and pushes at once. Either way the step reads the same.
 """
 
 import dataclasses
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from meshrl.clients import Scores
 from meshrl.dataproto import DataProto
 from orchestrator.lifecycle.mesh import Mesh
+from orchestrator.sampling.partial import Partial
 from orchestrator.sampling.pipeline import Producer
 from orchestrator.sampling.samples import sample
 from orchestrator.timer import Timer
@@ -33,13 +35,20 @@ class Rollouts:
     sampled: tuple[DataProto, Scores, object] | None = None
     metrics: dict = dataclasses.field(default_factory=dict)  # the producer's figures for the step
     more: Callable[[], tuple] | None = None  # the next batch's (indices, uids) from the run's sampler, for a
-    #   step that samples further rounds (sampling.dynamic); None while a producer draws the batches
+    #   step that samples further rounds (sampling.dynamic, partial); None while a producer draws the batches
+    partial: Partial | None = None  # rollout.partial: the run's carry of unfinished samples
+    batch: tuple = ()  # the step's (indices, uids): with partial, the prompts it adds to those to start
 
     def sample_and_score(self, t: Timer, number: int, prompts, round: int = 0) -> tuple[DataProto, Scores]:
         """The first two phases of every RL step: rollout.n responses per prompt (the step's seed), scored.
         With a producer they were done ahead: this waits for them (timing_s/wait_batch), and `metrics` gets
         their times and staleness. `round` > 0: a further round of the step (its own seed; no producer)."""
-        if self.producer is not None:
+        if self.partial is not None:
+            assert not round, "partial rollouts sample their own rounds"
+            indices, uids = self.batch
+            gen, scored, seconds, self.metrics = self.partial.sample(self.mesh, number, indices, uids, self.more)
+            t.update(seconds)
+        elif self.producer is not None:
             assert not round, "a producer samples one round a step"
             with t("wait_batch"):
                 gen, scored, seconds, version = self.producer.take(number)

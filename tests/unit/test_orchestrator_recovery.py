@@ -83,7 +83,7 @@ class FakeLog:
 def setup(clients, ours, dead=(), checkpoint=0, monkeypatch=None, tmp_path=None):
     cfg = load_config(None, [f"trainer.run_dir={tmp_path}"])
     mesh, services = Mesh(cfg, clients), FakeServices(ours, dead)
-    monkeypatch.setattr(recovery, "resume", lambda run_dir, mesh, algorithm, sampler: checkpoint)
+    monkeypatch.setattr(recovery, "resume", lambda run_dir, mesh, algorithm, sampler, partial=None: checkpoint)
     return mesh, services
 
 

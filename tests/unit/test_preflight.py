@@ -105,6 +105,17 @@ def checked(algorithm, overrides):
         ("grpo", ["algorithm.dynamic_sampling_metric=f1"], r"algorithm.dynamic_sampling_metric=f1 must be one of"),
         ("grpo", ["algorithm.max_sample_rounds=0"], r"algorithm.max_sample_rounds=0 must be >= 1"),
         ("grpo", ["rollout.replicas=2", "rollout.colocate=true"], r"a fleet .* cannot share it"),
+        ("grpo", ["rollout.partial=true"], r"rollout.partial=true trains samples begun .* trainer.max_staleness=K"),
+        ("grpo", ["rollout.partial_tokens=-1"], r"rollout.partial_tokens=-1 must be >= 0"),
+        *(
+            ("grpo", ["rollout.partial=true", "trainer.max_staleness=2", *extra], match)
+            for extra, match in [
+                (["rollout.multi_turn=true"], r"rollout.partial=true: plays multi-turn or agent episodes"),
+                (["algorithm.dynamic_sampling=true"], r"rollout.partial=true: algorithm.dynamic_sampling samples"),
+                (["rollout.chunks=2"], r"rollout.partial=true: rollout.chunks"),
+                (["rollout.colocate=true"], r"rollout.partial=true: rollout.colocate"),
+            ]
+        ),
         ("grpo", ["algorithm.overlong_buffer=17"], r"must be at most rollout.max_new_tokens=16, the limit it"),
         ("grpo", ["algorithm.overlong_buffer=4", "rollout.multi_turn=true"], r"a multi-turn episode has no such"),
         ("grpo", ["algorithm.overlong_buffer=-1"], r"algorithm.overlong_buffer=-1 must be >= 0"),
@@ -237,11 +248,15 @@ def test_help_lists_every_config_key():
 
 
 @pytest.mark.parametrize("algorithm", ["dpo", "sft"])
-def test_only_the_policy_gradient_loops_sample_ahead(algorithm, base, tmp_path):
+@pytest.mark.parametrize(
+    "keys, match",
+    [(["trainer.max_staleness=1"], "runs synchronously: set it to 0"), (["rollout.partial=true"], "does not sample")],
+)
+def test_only_the_policy_gradient_loops_sample_ahead_or_carry_samples(algorithm, keys, match, base, tmp_path):
     from orchestrator.main import run
 
-    cfg = load_config(None, [*base, f"trainer.run_dir={tmp_path}", "trainer.max_staleness=1"])
-    with pytest.raises(ValueError, match=f"{algorithm} runs synchronously: set it to 0"):
+    cfg = load_config(None, [*base, f"trainer.run_dir={tmp_path}", *keys])
+    with pytest.raises(ValueError, match=f"{algorithm} {match}"):
         run(algorithm, cfg)
     assert not any(tmp_path.iterdir())  # refused before anything started or was written
 
