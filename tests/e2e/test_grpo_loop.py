@@ -1,7 +1,7 @@
 """The RL loops end to end through real services they start themselves (HF rollout, actor, reward):
 GRPO logs its steps (colocated: the rollout asleep while the 2-rank actor trains); a run killed after a checkpoint and
 resumed ends bit-identical to an uninterrupted one (GRPO, PPO with its critic, REINFORCE++ with an
-adaptive KL controller, PPO sampling a step ahead)."""
+adaptive KL controller, PPO sampling a step ahead, GRPO with partial rollouts)."""
 
 import json
 import shutil
@@ -89,6 +89,17 @@ def killed_after_step_2(whole, cut) -> None:
         # a LoRA actor: its checkpoint holds the adapter and its optimizer only, the KL term's ref is the actor
         # with its adapter off, the rollout takes adapter pushes, one step ahead
         ("grpo", ["actor.lora_rank=8", "actor.use_kl_loss=true", "trainer.max_staleness=1"]),
+        # partial rollouts: the samples carried past step 2 are in its checkpoint and go on after the resume
+        # (64 tokens: the untrained model ends ~1 in 3 answers before that, so lengths vary and samples carry)
+        (
+            "grpo",
+            [
+                "rollout.partial=true",
+                "rollout.max_new_tokens=64",
+                "rollout.partial_tokens=16",
+                "trainer.max_staleness=2",
+            ],
+        ),
     ],
 )
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(algorithm, extra, tiny_lm, arithmetic_data, tmp_path):
@@ -115,6 +126,11 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(algorithm, extra, ti
         assert all(m["actor/rollout_is_mean"] == pytest.approx(1.0, abs=1e-3) for m in computed(whole))
     if "trainer.max_staleness=1" in extra:  # steps 2 and 4 were sampled from the weights before the last
         assert [m["async/staleness"] for m in computed(whole)] == [0.0, 1.0, 0.0, 1.0]
+    if "rollout.partial=true" in extra:  # the resumed run had samples to carry on, begun on older weights
+        carry = json.loads((whole / "checkpoints" / "step_2" / "orchestrator.json").read_text())["partial"]
+        assert any(not s["done"] for g in carry["groups"] for s in g["samples"])
+        assert max(m["async/staleness"] for m in computed(whole)) >= 1
+        assert max(m["rollout/versions_per_sample/max"] for m in computed(whole)) >= 2
     if "rollout.on_update=keep" in extra:  # every token says which weights made it: one version a sample
         assert all(m["rollout/versions_per_sample/max"] == 1.0 for m in computed(whole))
     a = load_file(whole / "checkpoints" / "step_4" / "actor" / "hf" / "model.safetensors")

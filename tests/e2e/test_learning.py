@@ -1,8 +1,8 @@
 """The learning claim, end to end on the bundled task (the main job, shorter): the SFT warm-up, then GRPO
 through the mesh raises greedy accuracy on 500 held-out problems by several standard errors of the gain,
 and so does sampling a step ahead (trainer.max_staleness=1), by nearly as much as the synchronous run;
-so do a LoRA adapter, the same run placed by `meshrl ray` across nodes, and on-policy distillation from
-the GRPO run's model. One warm-up serves them all.
+so do partial rollouts (rollout.partial), a LoRA adapter, the same run placed by `meshrl ray` across
+nodes, and on-policy distillation from the GRPO run's model. One warm-up serves them all.
 
 The bar is a z-score, not a fixed number of points: a gain of GAIN_Z paired standard errors holds on any
 machine where the code is right (CPU kernels differ, so the exact accuracies do), and a run that cannot
@@ -97,6 +97,27 @@ def test_sampling_a_step_ahead_learns_about_as_much(warm, synchronous, tmp_path)
     print(f"one step ahead: {100 * gain['gain']:+.1f} points, synchronous: {100 * sync['gain']:+.1f}")
     assert learned(gain), gain_line(gain)
     assert gain["gain"] >= AHEAD_SHARE * sync["gain"], (gain_line(gain), gain_line(sync))
+
+
+@pytest.mark.slow
+def test_partial_rollouts_learn_by_the_same_bar(warm, tmp_path):
+    """rollout.partial with two tokens a round: most answers (2-5 tokens and the end token) span rounds, and
+    a step's slower groups go on in the next step on newer weights, corrected by token importance weights
+    against the log-probs of the weights that sampled each token; it learns by the same bar."""
+    gain, grpo = learn(
+        warm,
+        tmp_path,
+        "rollout.partial=true",
+        "rollout.partial_tokens=2",
+        "trainer.max_staleness=2",
+        "algorithm.rollout_is=token",
+    )
+    assert learned(gain), gain_line(gain)
+    rows = [json.loads(line) for line in (grpo / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if r["step"] >= 1]
+    assert sum(r["partial/carried_in_groups"] for r in steps) > 0  # groups were carried ...
+    assert max(r["rollout/versions_per_sample/max"] for r in steps) >= 2  # ... and went on on newer weights
+    assert all(r["async/staleness"] <= 2 for r in steps)
 
 
 LORA = ["actor.lora_rank=16", "actor.lr=5e-4"]  # the main job's LoRA settings (README): 10x full fine-tuning's lr
