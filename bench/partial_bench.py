@@ -14,6 +14,10 @@ samples/s counts the steps after the first: rows trained / the sum of their step
 its own services; modes alternate over --repeats.
 
     .venv/bin/python bench/partial_bench.py [--steps 12] [--tokens 32] [--repeats 1] [--backend vllm]
+
+--engine: no run; vLLM in this process generates one batch of the same shape (64 samples of up to 448 tokens)
+in one call, then the same samples in rounds of --tokens (each unfinished one sent again from its tokens),
+and prints both times and each round's, to see what a round costs in the engine itself.
 """
 
 import argparse
@@ -93,6 +97,68 @@ def one_run(run_dir: pathlib.Path, model, data, reward, a, mode: str) -> dict:
     }
 
 
+def engine_rounds(model: pathlib.Path, tokens: int) -> None:
+    """One call against rounds of `tokens`, in an in-process vLLM engine (the rollout service's settings)."""
+    import os
+    import time
+
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    import transformers
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    tok = transformers.AutoTokenizer.from_pretrained(model)
+    prompts = [
+        tok(
+            tok.apply_chat_template(
+                [{"role": "user", "content": f"{a}+{3 * a}="}], add_generation_prompt=True, tokenize=False
+            ),
+            add_special_tokens=False,
+        ).input_ids
+        for a in range(PROMPTS)
+    ] * N
+    llm = LLM(
+        model=str(model),
+        dtype="float32",
+        max_model_len=512,
+        seed=0,
+        enforce_eager=True,
+        enable_chunked_prefill=False,
+        max_num_batched_tokens=8192,
+    )
+
+    def generate(rows: list[tuple[list[int], int]], most: int):
+        params = [SamplingParams(max_tokens=most, temperature=1.0, seed=seed, logprobs=0) for _, seed in rows]
+        return llm.generate([TokensPrompt(prompt_token_ids=ids) for ids, _ in rows], params, use_tqdm=False)
+
+    generate([(prompts[0], 0)], 4)  # warm
+    start = time.perf_counter()
+    lengths = sorted(len(o.outputs[0].token_ids) for o in generate([(p, i) for i, p in enumerate(prompts)], LIMIT))
+    one = time.perf_counter() - start
+    going: list[tuple[list[int], list[int], int]] = [(p, [], i) for i, p in enumerate(prompts)]
+    each: list[float] = []
+    start = time.perf_counter()
+    while going:
+        t = time.perf_counter()
+        outs = generate([(p + done, seed + 7 * len(each)) for p, done, seed in going], tokens)
+        each.append(time.perf_counter() - t)
+        going = [
+            (p, done + list(o.outputs[0].token_ids), seed)
+            for (p, done, seed), o in zip(going, outs)
+            if o.outputs[0].finish_reason == "length" and len(done) + len(o.outputs[0].token_ids) < LIMIT
+        ]
+    rounds = time.perf_counter() - start
+    block = llm.llm_engine.vllm_config.cache_config.block_size
+    print(
+        f"lengths: median {lengths[len(lengths) // 2]}, 90th percentile {lengths[9 * len(lengths) // 10]}, "
+        f"max {lengths[-1]}; KV block {block} tokens"
+    )
+    print(
+        f"one call: {one:.2f} s; rounds of {tokens}: {rounds:.2f} s in {len(each)} rounds "
+        f"({', '.join(f'{x:.2f}' for x in each)} s)"
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=12)
@@ -101,8 +167,13 @@ def main() -> int:
     ap.add_argument("--eos-scale", type=float, default=2.0)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--backend", default="vllm", choices=["vllm", "hf"])
+    ap.add_argument("--engine", action="store_true", help="time one call against rounds in vLLM only")
     a = ap.parse_args()
     torch.manual_seed(0)
+    if a.engine:
+        with tempfile.TemporaryDirectory() as tmp:
+            engine_rounds(long_tail_model(pathlib.Path(tmp) / "model", a.eos_scale), a.tokens)
+        return 0
     results: dict[str, list[dict]] = {"sync": [], "partial": []}
     with tempfile.TemporaryDirectory() as tmp:
         root = pathlib.Path(tmp)

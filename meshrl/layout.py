@@ -6,16 +6,26 @@ import torch
 VERSIONS = "rollout_versions"  # (rows, T): the weight version that produced each response token
 
 
+def prompt_tensors(prompts: list[list[int]], pad: int) -> dict[str, torch.Tensor]:
+    """input_ids (left padded), attention_mask and position_ids of token-id prompts: what Generate reads."""
+    width = max(map(len, prompts))
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.int64)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], dtype=torch.int64)
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)}
+
+
 def rollout_tensors(
     prompts: list[list[int]],
     responses: list[list[int]],
     pad: int,
     response_masks: list[list[int]] | None = None,
     logprobs: list[list[float]] | None = None,
+    versions: list[list[int]] | None = None,
 ) -> dict[str, torch.Tensor]:
     """prompts (left padded), responses (right padded, at least one column), input_ids, attention_mask
     (1 on every real token), position_ids, response_mask (1 on each response token unless given per
-    token, e.g. 0 on a multi-turn observation) and, when given, rollout_logprobs (0 past each response)."""
+    token, e.g. 0 on a multi-turn observation) and, when given, rollout_logprobs and rollout_versions (0 past
+    each response)."""
     P = max(map(len, prompts))
     T = max(1, max(map(len, responses)))
     prompt_ids = torch.tensor([[pad] * (P - len(p)) + p for p in prompts], dtype=torch.int64)
@@ -34,4 +44,6 @@ def rollout_tensors(
     }
     if logprobs is not None:
         out["rollout_logprobs"] = torch.tensor([lp + [0.0] * (T - len(lp)) for lp in logprobs], dtype=torch.float32)
+    if versions is not None:
+        out[VERSIONS] = torch.tensor([v + [0] * (T - len(v)) for v in versions], dtype=torch.int64)
     return out

@@ -243,6 +243,7 @@ class RolloutSection(RolloutSettings):
             require(self.agent_timeout > 0, self, "agent_timeout", "must be > 0 seconds")
         require(self.weight_bucket_mb >= 1, self, "weight_bucket_mb", "must be >= 1")
         require(self.partial_tokens >= 0, self, "partial_tokens", "must be >= 0 (0: max_new_tokens // 4)")
+        require(self.partial or not self.partial_tokens, self, "partial_tokens", "is read with {partial}=true")
         require(
             1 <= self.chunks <= MAX_CHUNKS,
             self,

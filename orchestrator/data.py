@@ -24,6 +24,7 @@ import torch
 
 from meshrl.chat import as_messages, as_tools, render
 from meshrl.dataproto import DataProto
+from meshrl.layout import prompt_tensors
 from meshrl.reward_forms import trl_form
 from meshrl.rows import plain, read_rows
 from orchestrator.config import save_config
@@ -142,19 +143,13 @@ class PromptDataset:
 
     def batch(self, indices: list[int], uids: list[str]) -> DataProto:
         """input_ids (left padded), attention_mask, position_ids, and the rows' columns plus a uid each."""
-        ids = [self.prompt_ids[i] for i in indices]
-        width = max(map(len, ids))
-        input_ids = torch.tensor([[self.pad] * (width - len(p)) + p for p in ids])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids])
         columns = {
             k: [self.rows[i].get(k) for i in indices]
             for k in ("prompt", *COLUMNS, "tools", "dataset_columns")
             if any(k in self.rows[i] for i in indices)
         }
         columns["uid"] = list(uids)
-        return DataProto(
-            {"input_ids": input_ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)}, columns
-        )
+        return DataProto(prompt_tensors([self.prompt_ids[i] for i in indices], self.pad), columns)
 
 
 @dataclasses.dataclass

@@ -29,7 +29,7 @@ from meshrl import hosts
 from meshrl.config.actor import EngineSettings
 from meshrl.config.checked import values_of
 from meshrl.config.reward import urls
-from meshrl.config.rollout import ROUTED_ON_CPU
+from meshrl.config.rollout import IN_FLIGHT, ROUTED_ON_CPU
 from meshrl.models import check_lora, is_moe
 from meshrl.vocab import difference, folder_tokenizer, special_difference
 from orchestrator.config import Config
@@ -269,14 +269,37 @@ def check_partial(cfg: Config) -> None:
         (r.chunks > 1, "rollout.chunks: a round's calls already go out at once (set it to 1)"),
         (cfg.actor.rollout_experts(), "routing replay R3 records experts per call, which carried samples lack"),
         (r.colocate, "rollout.colocate: a step's rounds would hand the GPU over each round"),
+        (
+            r.on_update in IN_FLIGHT,
+            f"rollout.on_update={r.on_update} is for pushes during a generation, and partial rollouts push "
+            "between steps (keep would only turn vLLM's prefix cache off): leave it at wait",
+        ),
     ]
     for found, why in clash:
         if found:
             raise ValueError(f"rollout.partial=true: {why}")
-    if not cfg.trainer.max_staleness:
+    k = cfg.trainer.max_staleness
+    if not k:
         raise ValueError(
             "rollout.partial=true trains samples begun on older weights: set trainer.max_staleness=K >= 1, the "
             "most steps old a trained sample's first token may be (with partial rollouts nothing samples ahead)"
+        )
+    tokens = r.partial_tokens or max(1, r.max_new_tokens // 4)
+    if (k + 1) * tokens < r.max_new_tokens:
+        log.warning(
+            "rollout.partial: a group is sure of only %d steps x %d tokens before trainer.max_staleness=%d drops "
+            "it, fewer than rollout.max_new_tokens=%d; the longest answers may be dropped (partial/dropped_groups) "
+            "where steps take one round",
+            k + 1,
+            tokens,
+            k,
+            r.max_new_tokens,
+        )
+    if cfg.algorithm.rollout_is == "none":
+        log.warning(
+            "rollout.partial trains tokens sampled up to trainer.max_staleness=%d steps before: "
+            "algorithm.rollout_is=token corrects for it",
+            k,
         )
 
 

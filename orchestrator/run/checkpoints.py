@@ -4,7 +4,7 @@ what resume restores, and the run folder's link to the final model.
 checkpoints/step_N/ holds actor/, critic/ (the services write them, DCP, each signed
 with an integrity.json the service checks before loading: services/actor/integrity.py)
 and orchestrator.json (step, data position, RNG state, the algorithm's own state, and with
-rollout.partial the samples carried into the next step);
+rollout.partial the samples carried into the next step, their tokens in partial.safetensors);
 checkpoints/latest names the newest complete one. A step is written under step_N.partial/ and renamed
 when whole, so a save cut short (a full disk, a lost service, Ctrl-C) leaves no step_N/ that looks
 complete; a full disk is said in one line with the last good checkpoint.
@@ -18,12 +18,14 @@ import pathlib
 import shutil
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from orchestrator.lifecycle.mesh import Mesh
 from orchestrator.loops.algorithm import Algorithm
 from orchestrator.sampling.partial import Partial
 
 log = logging.getLogger(__name__)
+CARRY_FILE = "partial.safetensors"  # rollout.partial: the carried samples' tokens, log-probs and versions
 
 
 class DiskFull(OSError):
@@ -40,8 +42,9 @@ def save(
     carry: Partial | None = None,
 ) -> pathlib.Path:
     """Step `number`'s checkpoint: the trained services' own, and orchestrator.json (`sampler_state`: the
-    data position after the step's batch; `carry`: the partial rollouts' after the step); `last` also exports the actor
-    as HF. DiskFull when the disk is; what was written of the step is removed in any failure."""
+    data position after the step's batch; `carry`: the partial rollouts' after the step, its samples' tokens
+    in partial.safetensors); `last` also exports the actor as HF. DiskFull when the disk is; what was
+    written of the step is removed in any failure."""
     path = run_dir / "checkpoints" / f"step_{number}"
     partial = path.with_name(f"{path.name}.partial")
     shutil.rmtree(partial, ignore_errors=True)  # left by a run killed mid-save
@@ -55,7 +58,9 @@ def save(
             "torch_rng": torch.get_rng_state().tolist(),
         }
         if carry is not None:
-            state["partial"] = carry.state_dict()
+            kept = carry.state_dict()
+            save_file(kept.pop("tensors"), str(partial / CARRY_FILE))
+            state["partial"] = kept
         (partial / "orchestrator.json").write_text(json.dumps(state))
         if path.exists():  # a step redone after a recovery replaces the one saved before
             shutil.rmtree(path)
@@ -83,17 +88,23 @@ def resume(run_dir: pathlib.Path, mesh: Mesh, algorithm: Algorithm, sampler, par
         return 0
     path = run_dir / "checkpoints" / latest.read_text().strip()
     state = json.loads((path / "orchestrator.json").read_text())
+    if partial is not None and "partial" not in state:
+        raise ValueError(
+            f"{path} was saved without rollout.partial, so it holds no carried samples: resume it with "
+            "rollout.partial=false"
+        )
+    if partial is None and state.get("partial", {}).get("groups"):
+        log.warning(
+            "%s carries %d groups of partial rollouts, which this run (rollout.partial=false) leaves unfinished",
+            path,
+            len(state["partial"]["groups"]),
+        )
+    if partial is not None:  # before any service loads: a carry that does not fit the config is refused first
+        partial.load_state_dict({**state["partial"], "tensors": load_file(str(path / CARRY_FILE))})
     for role in algorithm.trained:
         mesh.load(role, path / role)
     sampler.load_state_dict(state["sampler"])
     algorithm.load_state_dict(state["algorithm"])
-    if partial is not None:
-        if "partial" not in state:
-            raise ValueError(
-                f"{path} was saved without rollout.partial, so it holds no carried samples: resume it with "
-                "rollout.partial=false"
-            )
-        partial.load_state_dict(state["partial"])
     torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
     if mesh.has("rollout"):
         mesh.push_weights(version=state["step"], rollback=True)  # the rollout may be ahead (given by address)

@@ -201,9 +201,9 @@ def train(state: RunState) -> None:
             state.draw()
             try:
                 metrics = one_step(state)
-                if state.partial is not None:  # the step stands: its carry is what the next one starts from
-                    state.partial.commit()
                 save_if_due(state)
+                if state.partial is not None:  # the step stands (and its checkpoint): the next starts from its carry
+                    state.partial.commit()
             except StepFailed as e:
                 state.restarts += 1
                 state.parity = Parity()  # the pushes recovery makes start the comparison again

@@ -48,7 +48,7 @@ from meshrl.chat import after_turn, as_tools, render
 from meshrl.clients.reward import Scores
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
-from meshrl.layout import rollout_tensors
+from meshrl.layout import prompt_tensors, rollout_tensors
 from meshrl.models import end_ids, generation_config
 from meshrl.tool_calls import PARSERS, Call
 from meshrl.trajectory import Trajectory
@@ -123,14 +123,7 @@ class Batcher:
 
     def _call(self, batch: list, seed: int) -> None:
         try:
-            ids = [b[0] for b in batch]
-            width = max(map(len, ids))
-            data = DataProto(
-                {
-                    "input_ids": torch.tensor([[0] * (width - len(p)) + p for p in ids]),
-                    "attention_mask": torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids]),
-                }
-            )
+            data = DataProto(prompt_tensors([b[0] for b in batch], 0))
             reply = self.mesh.generate(
                 data,
                 seed=seed,

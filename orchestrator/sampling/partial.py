@@ -3,14 +3,14 @@ carried into the next step and go on there, on the newer weights, from the token
 
     carry = Partial(cfg, data, tokenizer)                          # the run's (run.state.RunState)
     gen, scored, seconds, metrics = carry.sample(mesh, number, indices, uids, more)
-    carry.commit()                                                 # the step is done: its carry stands
-    carry.state_dict() / load_state_dict(...)                      # in a checkpoint's orchestrator.json
+    carry.state_dict() / load_state_dict(...)                      # a checkpoint's (after the step sampled)
+    carry.commit()                                                 # the step is done and saved: it stands
 
 A step samples in rounds. Before each round the pool of started groups is topped up to
 data.train_batch_size unfinished groups from the step's batch (then from `more`, the run's sampler),
 and every unfinished sample generates at most rollout.partial_tokens more tokens: a new group's
 rollout.n samples from its prompt, a carried sample from its prompt and its tokens so far (a prompt the
-rollout prefills again; vLLM's prefix cache keeps most of it). A sample is finished when it ends
+rollout prefills again; within a step vLLM's prefix cache keeps its full KV blocks). A sample is finished when it ends
 (finish_reason other than "length") or reaches rollout.max_new_tokens. The step ends after the first
 round that leaves data.train_batch_size whole groups finished; it trains on that many, the oldest
 first, and carries the rest, finished or not. Groups stay whole: a group trains when all its samples
@@ -24,9 +24,12 @@ bound holds for every trained sample. Nothing samples ahead in this mode (the st
 carry's).
 
 Determinism: the rounds' calls carry seeds of the step and the round (a new group's prompt i with
-seed + i, a carried sample j with its call's seed + j), the pool's order is the order groups started,
-and the carry is part of each checkpoint, so a resumed run samples what an uninterrupted one does.
-A step that fails is done again from the carry it started from (commit() is the run loop's, after it).
+seed + i; carried sample j with seed + j where seed is a hash of the run's seed, the step and the round,
+so a sample's pieces never share a random stream), the pool's order is the order groups started, and the
+carry is part of each checkpoint (orchestrator.json, its tokens in partial.safetensors), so a resumed
+run samples what an uninterrupted one does. A step that fails is done again from the carry it started
+from, with the prompts it drew from the sampler (replayed), and with its samples if it had them all
+(commit() is the run loop's, after the step's checkpoint).
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from __future__ import annotations
 import concurrent.futures
 import copy
 import dataclasses
-import json
+import hashlib
+import logging
 import time
 from collections.abc import Callable
 
@@ -42,10 +46,10 @@ import torch
 
 from meshrl.clients import Scores
 from meshrl.dataproto import DataProto, object_array
-from meshrl.layout import VERSIONS, rollout_tensors
+from meshrl.layout import VERSIONS, prompt_tensors, rollout_tensors
 from orchestrator.sampling.samples import sampling_seed
 
-CARRIED_SEED = 104_729  # a round's calls for carried samples add this to its seed (new groups: its seed)
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -84,6 +88,51 @@ def response_lengths(gen: DataProto) -> list[int]:
     return gen.batch["response_mask"].sum(-1).long().tolist()
 
 
+def carried_seed(seed: int, number: int, round: int) -> int:
+    """The seed of a round's carried samples (sample j: + j): a hash, so that no shift of steps, rounds
+    and rows gives one sample's next piece the stream of its last."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}/{number}/{round}".encode(), digest_size=4).digest(), "little")
+
+
+def to_state(carry: Carry) -> dict:
+    """The carry as a checkpoint holds it: its structure (JSON) and its samples' tokens, log-probs and
+    versions as three flat tensors ("tensors", one file), each sample's `length` long in turn."""
+    samples = [s for g in carry.groups for s in g.samples]
+    flat = lambda key, dtype: torch.tensor([x for s in samples for x in getattr(s, key)], dtype=dtype)  # noqa: E731
+    return {
+        "queue": [list(q) for q in carry.queue],
+        "groups": [
+            {
+                "index": g.index,
+                "uid": g.uid,
+                "samples": [{"length": len(s.tokens), "finish": s.finish, "done": s.done} for s in g.samples],
+            }
+            for g in carry.groups
+        ],
+        "tensors": {
+            "tokens": flat("tokens", torch.int64),
+            "logprobs": flat("logprobs", torch.float32),
+            "versions": flat("versions", torch.int64),
+        },
+    }
+
+
+def from_state(state: dict) -> Carry:
+    t = state["tensors"]
+    tokens, logprobs, versions = t["tokens"].tolist(), t["logprobs"].tolist(), t["versions"].tolist()
+    at, groups = 0, []
+    for g in state["groups"]:
+        samples = []
+        for s in g["samples"]:
+            end = at + s["length"]
+            samples.append(Sample(tokens[at:end], logprobs[at:end], versions[at:end], s["finish"], s["done"]))
+            at = end
+        groups.append(Group(int(g["index"]), str(g["uid"]), samples))
+    if at != len(tokens):
+        raise ValueError(f"the partial rollouts' carry holds {len(tokens)} tokens and its samples name {at}")
+    return Carry([(int(i), str(u)) for i, u in state["queue"]], groups)
+
+
 class Partial:
     def __init__(self, cfg, data, tokenizer):
         self.cfg, self.data, self.tokenizer = cfg, data, tokenizer
@@ -93,24 +142,39 @@ class Partial:
         self.groups = cfg.data.train_batch_size
         self.staleness = cfg.trainer.max_staleness
         self.carry = Carry()  # after the last step done
-        self.pending: Carry | None = None  # after the step being done
+        self.pending: Carry | None = None  # after the step being done, once it sampled
+        # the step being done: its number, the batches it drew from the sampler (a retry replays them), and
+        # what it sampled once it had it all (a retry after that takes it)
+        self.attempt: dict = {"number": None, "drawn": [], "result": None}
 
     # ---- the run loop's side --------------------------------------------------------------
 
     def commit(self) -> None:
         if self.pending is not None:
             self.carry, self.pending = self.pending, None
+        self.attempt = {"number": None, "drawn": [], "result": None}
 
     def state_dict(self) -> dict:
-        return dataclasses.asdict(self.carry)
+        """The carry after the step being done once it sampled (what its checkpoint holds), else the last
+        committed one."""
+        return to_state(self.pending if self.pending is not None else self.carry)
 
     def load_state_dict(self, state: dict) -> None:
-        state = json.loads(json.dumps(state))  # as a checkpoint holds it: every sample's lists its own
-        self.carry = Carry(
-            [(int(i), str(u)) for i, u in state["queue"]],
-            [Group(g["index"], g["uid"], [Sample(**s) for s in g["samples"]]) for g in state["groups"]],
-        )
-        self.pending = None
+        carry = from_state(state)
+        for g in carry.groups:
+            if g.samples and len(g.samples) != self.n:
+                raise ValueError(
+                    f"the checkpoint's partial rollouts carry groups of {len(g.samples)} samples and rollout.n is "
+                    f"{self.n}: resume with rollout.n={len(g.samples)}"
+                )
+            longest = max((len(s.tokens) for s in g.samples), default=0)
+            if longest > self.limit:
+                raise ValueError(
+                    f"the checkpoint's partial rollouts carry a sample of {longest} tokens, more than "
+                    f"rollout.max_new_tokens={self.limit}: resume with rollout.max_new_tokens >= {longest}"
+                )
+        self.carry, self.pending = carry, None
+        self.attempt = {"number": None, "drawn": [], "result": None}
 
     # ---- a step ----------------------------------------------------------------------------
 
@@ -119,24 +183,40 @@ class Partial:
     ) -> tuple[DataProto, Scores, dict[str, float], dict[str, float]]:
         """Step `number`'s (gen, scored, timing_s/{gen,reward}, partial/* metrics): its batch (indices,
         uids) joins the queue of prompts to start, and rounds are sampled until the step has its groups."""
+        attempt = self.attempt
+        if attempt["number"] != number:
+            attempt = self.attempt = {"number": number, "drawn": [], "result": None}
+        elif attempt["result"] is not None:  # the step failed after it sampled: done again on those samples
+            gen, scored, seconds, metrics, self.pending = attempt["result"]
+            return gen, scored, seconds, metrics
+        replay = iter(list(attempt["drawn"]))
+
+        def draw() -> tuple:  # what the failed attempt drew first, then the sampler's next
+            batch = next(replay, None)
+            if batch is None:
+                if more is None:
+                    raise RuntimeError("partial rollouts ran out of prompts to start")
+                batch = more()
+                attempt["drawn"].append(batch)
+            return batch
+
         carry = copy.deepcopy(self.carry)
         carry.queue.extend(zip(indices, uids))
         floor = number - 1 - self.staleness  # the oldest version step `number` may train on
         stale = [g for g in carry.groups if (g.oldest if g.oldest is not None else floor) < floor]
-        carry.groups = [g for g in carry.groups if g not in stale]
+        carry.groups = [g for g in carry.groups if not any(g is s for s in stale)]
         started = carried = len(carry.groups)
         rounds, start = 0, time.perf_counter()
         while sum(g.done for g in carry.groups) < self.groups:
-            active = sum(not g.done for g in carry.groups)
-            while len(carry.queue) < self.groups - active:
-                if more is None:
-                    raise RuntimeError("partial rollouts ran out of prompts to start")
-                carry.queue.extend(zip(*more()))
-            fresh = self.groups - active
+            fresh = max(0, self.groups - sum(not g.done for g in carry.groups))
+            while len(carry.queue) < fresh:
+                carry.queue.extend(zip(*draw()))
             carry.groups += [Group(i, u) for i, u in carry.queue[:fresh]]
             carry.queue = carry.queue[fresh:]
-            self.round(mesh, carry.groups, sampling_seed(self.cfg, number, rounds))
+            self.round(mesh, carry.groups, number, rounds)
             rounds += 1
+        for batch in replay:  # drawn by the failed attempt and not needed now: started later, not lost
+            carry.queue.extend(zip(*batch))
         started = len(carry.groups) - started
         generated = time.perf_counter()
         ready = sorted((g for g in carry.groups if g.done), key=lambda g: g.oldest or 0)  # stable: in start order
@@ -144,8 +224,15 @@ class Partial:
         carry.groups = [g for g in carry.groups if not any(g is t for t in take)]
         gen = self.layout(take)
         scored = mesh.score(gen)
-        self.pending = carry
         unfinished = [s for g in carry.groups for s in g.samples if not s.done]
+        if stale:
+            log.warning(
+                "step %d: %d carried group(s) began on weights older than trainer.max_staleness=%d allows and "
+                "were dropped unfinished (more rollout.partial_tokens or a larger max_staleness keeps them)",
+                number,
+                len(stale),
+                self.staleness,
+            )
         metrics = {
             "partial/rounds": float(rounds),
             "partial/started_groups": float(started),
@@ -157,9 +244,11 @@ class Partial:
             "async/staleness": float(number - 1 - gen.meta_info["weight_version"]),
         }
         seconds = {"timing_s/gen": generated - start, "timing_s/reward": time.perf_counter() - generated}
+        self.pending = carry
+        attempt["result"] = (gen, scored, seconds, metrics, carry)
         return gen, scored, seconds, metrics
 
-    def round(self, mesh, groups: list[Group], seed: int) -> None:
+    def round(self, mesh, groups: list[Group], number: int, round: int) -> None:
         """Every unfinished sample of `groups` generates up to rollout.partial_tokens more tokens: new
         groups in one call (rollout.n each), carried samples in one call per token budget (those near
         max_new_tokens have less left), all at once."""
@@ -170,13 +259,15 @@ class Partial:
             for g in new:
                 g.samples = [Sample() for _ in range(self.n)]
             prompts = self.data.batch([g.index for g in new], [g.uid for g in new])
+            seed = sampling_seed(self.cfg, number, round)
             calls.append(([s for g in new for s in g.samples], prompts, self.n, min(self.budget, self.limit), seed))
         owner = {id(s): g for g in groups for s in g.samples}
-        offset = 0
+        seed = carried_seed(self.cfg.trainer.seed, number, round)
         for budget in sorted({min(self.budget, self.limit - len(s.tokens)) for s in going}):
             part = [s for s in going if min(self.budget, self.limit - len(s.tokens)) == budget]
-            calls.append((part, self.continued(part, owner), 1, budget, seed + CARRIED_SEED + offset))
-            offset += len(part)
+            ids = [self.data.prompt_ids[owner[id(s)].index] + s.tokens for s in part]
+            calls.append((part, DataProto(prompt_tensors(ids, self.data.pad)), 1, budget, seed))
+            seed += len(part)
         with (
             mesh.colocated_generation(),
             concurrent.futures.ThreadPoolExecutor(len(calls), thread_name_prefix="meshrl-partial") as pool,
@@ -188,20 +279,6 @@ class Partial:
             replies = [f.result() for f in futures]
         for (samples, _, _, budget, _), reply in zip(calls, replies):
             self.extend(samples, reply, budget)
-
-    def continued(self, samples: list[Sample], owner: dict[int, Group]) -> DataProto:
-        """Prompts that carry on `samples`: each one's prompt and its tokens so far, left padded."""
-        ids = [self.data.prompt_ids[owner[id(s)].index] + s.tokens for s in samples]
-        width = max(map(len, ids))
-        pad = self.data.pad
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids])
-        return DataProto(
-            {
-                "input_ids": torch.tensor([[pad] * (width - len(p)) + p for p in ids]),
-                "attention_mask": mask,
-                "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
-            }
-        )
 
     def extend(self, samples: list[Sample], reply: DataProto, budget: int) -> None:
         """Each sample's new tokens, log-probs and versions from `reply` (row i: samples[i])."""
@@ -227,9 +304,8 @@ class Partial:
             [s.tokens for s in samples],
             pad,
             logprobs=[s.logprobs for s in samples],
+            versions=[s.versions for s in samples],
         )
-        width = tensors["responses"].shape[1]
-        tensors[VERSIONS] = torch.tensor([s.versions + [0] * (width - len(s.versions)) for s in samples])
         rows = self.data.batch([g.index for g in groups], [g.uid for g in groups])
         columns = {k: object_array(v for v in col for _ in range(self.n)) for k, col in rows.non_tensor_batch.items()}
         columns["response_text"] = object_array(

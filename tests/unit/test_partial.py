@@ -13,7 +13,7 @@ from meshrl.clients.reward import Scores
 from meshrl.dataproto import DataProto
 from meshrl.layout import VERSIONS
 from orchestrator.config import load_config
-from orchestrator.sampling.partial import Partial
+from orchestrator.sampling.partial import Carry, Group, Partial, Sample, to_state
 from services.rollout import layout
 from services.rollout.sampling import Completion
 
@@ -158,15 +158,17 @@ def test_a_carried_sample_past_the_staleness_bound_is_dropped():
     partial, mesh = Partial(cfg, Data(), Tokenizer()), Mesh(cfg)
     for step, (gen, *_) in enumerate(steps(partial, mesh, 1, 6, Sampler()), 1):
         assert step - 1 - gen.meta_info["weight_version"] <= 1  # every trained token within the bound
-    begun = {"tokens": [1, 2, 3], "logprobs": [0.0] * 3, "finish": "length", "done": False}
+    begun = dict(tokens=[1, 2, 3], logprobs=[0.0] * 3, finish="length", done=False)
     partial.load_state_dict(
-        {
-            "queue": [],
-            "groups": [
-                {"index": 1, "uid": "old", "samples": [{**begun, "versions": [2, 2, 3]}] * 2},  # at step 5: stale
-                {"index": 6, "uid": "kept", "samples": [{**begun, "versions": [3, 3, 3]}] * 2},
-            ],
-        }
+        to_state(
+            Carry(
+                [],
+                [
+                    Group(1, "old", [Sample(**begun, versions=[2, 2, 3]) for _ in range(2)]),  # at step 5: stale
+                    Group(6, "kept", [Sample(**begun, versions=[3, 3, 3]) for _ in range(2)]),
+                ],
+            )
+        )
     )
     mesh.version = 4
     gen, _, _, m = partial.sample(mesh, 5, [2, 3], ["a", "b"], more=Sampler(4).next)
@@ -176,24 +178,68 @@ def test_a_carried_sample_past_the_staleness_bound_is_dropped():
     assert gen.meta_info["weight_version"] >= 3
 
 
-def test_a_resumed_carry_samples_what_an_uninterrupted_one_does_and_a_failed_step_starts_again():
+def checkpointed(partial):
+    """Its state as a checkpoint holds it: JSON, and the tensors in their own file."""
+    state = partial.state_dict()
+    tensors = {k: v.clone() for k, v in state.pop("tensors").items()}
+    return {**json.loads(json.dumps(state)), "tensors": tensors}
+
+
+def same(a, b):
+    assert set(a.batch) == set(b.batch)
+    for k in a.batch:
+        assert torch.equal(a.batch[k], b.batch[k]), k
+    assert list(a.non_tensor_batch["uid"]) == list(b.non_tensor_batch["uid"])
+
+
+def test_a_resumed_carry_samples_what_an_uninterrupted_one_does():
     cfg = config()
     whole, mesh = Partial(cfg, Data(), Tokenizer()), Mesh(cfg)
     want = steps(whole, mesh, 1, 5, Sampler())
     first, sampler = Partial(cfg, Data(), Tokenizer()), Sampler()
     steps(first, Mesh(cfg), 1, 2, sampler)
-    saved = json.loads(json.dumps(first.state_dict()))  # as orchestrator.json holds it
     resumed, mesh = Partial(cfg, Data(), Tokenizer()), Mesh(cfg)
-    resumed.load_state_dict(saved)
-    mesh.version = 2
-    retried = Sampler(sampler.position)
-    resumed.sample(mesh, 3, *retried.next(), more=retried.next)  # a step that fails after sampling: not committed
-    got = steps(resumed, mesh, 3, 5, Sampler(sampler.position))
-    for (a, *_), (b, *_) in zip(want[2:], got):
-        assert set(a.batch) == set(b.batch)
-        for k in a.batch:
-            assert torch.equal(a.batch[k], b.batch[k]), k
-        assert list(a.non_tensor_batch["uid"]) == list(b.non_tensor_batch["uid"])
+    resumed.load_state_dict(checkpointed(first))
+    for (a, *_), (b, *_) in zip(want[2:], steps(resumed, mesh, 3, 5, Sampler(sampler.position))):
+        same(a, b)
+
+
+class Failing(Mesh):
+    """Fails its k-th Generate (a rollout lost mid-step), once."""
+
+    def __init__(self, cfg, k):
+        super().__init__(cfg)
+        self.k = k
+
+    def generate(self, *args, **kwargs):
+        if len(self.calls) == self.k:
+            self.k = -1
+            raise RuntimeError("the rollout died")
+        return super().generate(*args, **kwargs)
+
+
+@pytest.mark.parametrize("k", [0, 2, 1000], ids=["at-once", "after-a-draw", "after-sampling"])
+def test_a_failed_step_is_done_again_from_its_carry_with_the_prompts_it_drew(k):
+    """Done again as the run loop does it: the step's batch and the sampler as the failure left them (step
+    1 draws a second batch before its third call); the first attempt's draws are replayed, and an attempt
+    that had sampled it all is taken as it was."""
+    cfg = config()
+    whole, mesh = Partial(cfg, Data(), Tokenizer()), Mesh(cfg)
+    want = steps(whole, mesh, 1, 4, Sampler())
+    partial, sampler, mesh = Partial(cfg, Data(), Tokenizer()), Sampler(), Failing(cfg, k)
+    batch = sampler.next()
+    try:
+        first = partial.sample(mesh, 1, *batch, more=sampler.next)
+    except RuntimeError:
+        first = None
+    assert (first is None) == (k < 1000)
+    again = partial.sample(mesh, 1, *batch, more=sampler.next)
+    if first is not None:
+        assert again[0] is first[0]  # the samples it had, not sampled again
+    partial.commit()
+    same(want[0][0], again[0])
+    for (a, *_), (b, *_) in zip(want[1:], steps(partial, mesh, 2, 4, sampler)):
+        same(a, b)
 
 
 def test_near_the_limit_a_sample_asks_only_for_what_is_left_and_the_rounds_run_at_once():

@@ -107,6 +107,7 @@ def checked(algorithm, overrides):
         ("grpo", ["rollout.replicas=2", "rollout.colocate=true"], r"a fleet .* cannot share it"),
         ("grpo", ["rollout.partial=true"], r"rollout.partial=true trains samples begun .* trainer.max_staleness=K"),
         ("grpo", ["rollout.partial_tokens=-1"], r"rollout.partial_tokens=-1 must be >= 0"),
+        ("grpo", ["rollout.partial_tokens=8"], r"rollout.partial_tokens=8 is read with rollout.partial=true"),
         *(
             ("grpo", ["rollout.partial=true", "trainer.max_staleness=2", *extra], match)
             for extra, match in [
@@ -114,6 +115,7 @@ def checked(algorithm, overrides):
                 (["algorithm.dynamic_sampling=true"], r"rollout.partial=true: algorithm.dynamic_sampling samples"),
                 (["rollout.chunks=2"], r"rollout.partial=true: rollout.chunks"),
                 (["rollout.colocate=true"], r"rollout.partial=true: rollout.colocate"),
+                (["rollout.on_update=keep"], r"rollout.partial=true: rollout.on_update=keep is for pushes during"),
             ]
         ),
         ("grpo", ["algorithm.overlong_buffer=17"], r"must be at most rollout.max_new_tokens=16, the limit it"),
