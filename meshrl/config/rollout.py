@@ -56,9 +56,10 @@ class RolloutSettings(Checked):
     engine steps while it loads, and they go on with the new weights and the KV cache they had: each reply
     then carries the version that produced each token (rollout_versions) and its oldest as its
     weight_version. vLLM then runs without its prefix cache (a prompt's cached KV would outlive an
-    update). "recompute" (vLLM): the same, but the requests in flight are preempted at the update and
-    recompute their KV with the new weights (prompt and the tokens so far) before they go on, and the prefix
-    cache stays on."""
+    update). "recompute": the same, but the generations in flight compute their KV again with the new
+    weights (prompt and the tokens so far) before they go on: vLLM preempts them at the update (they
+    prefill again, and the prefix cache stays on); the HF backend makes its cache again from those tokens
+    at the next step."""
     max_lora_rank: int = 0
     """LoRA adapters the actor may push (BeginWeightUpdateRequest.lora): 0, none (a push of one is refused);
     above 0, adapters up to this rank, one at a time (vLLM starts with enable_lora, which costs start-up
@@ -69,8 +70,6 @@ class RolloutSettings(Checked):
         one_of(self, "backend", BACKENDS)
         one_of(self, "on_update", ON_UPDATE)
         keep_vllm = self.on_update in IN_FLIGHT and self.backend == "vllm"
-        # the HF backend keeps a generation's cache: recomputing it is vLLM's (its preemption re-prefills)
-        require(not (self.on_update == "recompute" and self.backend == "hf"), self, "on_update", "needs vLLM")
         # the engine's own process steps on its own: nothing would pause it between steps
         require(not (keep_vllm and not self.engine_in_process), self, "on_update", "needs engine_in_process")
         # a push drops the adapter that the requests in flight name: vLLM would fail their next step

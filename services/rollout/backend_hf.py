@@ -46,13 +46,18 @@ if TYPE_CHECKING:
 
 
 class WhileAlive(StoppingCriteria):
-    """Stops every sequence once the caller is gone: a cancelled request frees the engine within a token."""
+    """Stops every sequence once the caller is gone: a cancelled request frees the engine within a token.
+    `after(input_ids)`, if given, runs once alive() said go on (with on_update=recompute: the cache made
+    again when weights loaded while it waited)."""
 
-    def __init__(self, alive):
-        self.alive = alive
+    def __init__(self, alive, after=None):
+        self.alive, self.after = alive, after
 
     def __call__(self, input_ids, scores, **kwargs) -> torch.Tensor:
-        return torch.full((input_ids.shape[0],), not self.alive(), dtype=torch.bool, device=input_ids.device)
+        go_on = self.alive()
+        if go_on and self.after is not None:
+            self.after(input_ids)
+        return torch.full((input_ids.shape[0],), not go_on, dtype=torch.bool, device=input_ids.device)
 
 
 def routed(completions: list[Completion], calls: list[torch.Tensor], prompts: list[list[int]], n: int) -> None:
@@ -82,6 +87,8 @@ class HFBackend:
         self.peft: PeftModel | None = None  # the PeftModel around self.model while an adapter is in use
         self.lora_params: dict[str, torch.Tensor] = {}  # its adapter's parameters by peft's saved names
         self.lora_shape: tuple = ()  # its (rank, alpha, target modules): another shape needs a new wrapping
+        self.recompute = cfg.on_update == "recompute"  # an update between steps makes the calls' caches again
+        self.loads = 0  # weight updates finished (weights_loaded): a call's cache is of the count it saw
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], s: Sampling, alive=None) -> list[list[Completion]]:
@@ -102,6 +109,10 @@ class HFBackend:
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
         cache = self._prefill(ids, mask, s.n) if s.n > 1 and width > 1 else None
         ids, mask = ids.repeat_interleave(s.n, 0), mask.repeat_interleave(s.n, 0)
+        after = None
+        if self.recompute and alive is not None:
+            cache = cache if cache is not None else DynamicCache(config=self.model.config)
+            after = self._recomputing(cache, mask, self.loads)
         eos = [*self.ends, *s.stop_token_ids]
         # generate picks the argmax of what RowSampler leaves: each sample's own stream, not one for the batch
         sampler = (
@@ -118,7 +129,7 @@ class HFBackend:
             pad_token_id=self.pad,
             return_dict_in_generate=True,
             output_logits=s.logprobs,
-            stopping_criteria=StoppingCriteriaList([WhileAlive(alive)]) if alive else None,
+            stopping_criteria=StoppingCriteriaList([WhileAlive(alive, after)]) if alive else None,
             # a row that completes a stop string is done (the batch ends sooner);
             # _completion still cuts it there
             **({"stop_strings": s.stop, "tokenizer": self.tokenizer} if s.stop else {}),
@@ -148,6 +159,32 @@ class HFBackend:
         )
         cache.batch_repeat_interleave(n)
         return cache
+
+    def _recomputing(self, cache: DynamicCache, mask: torch.Tensor, seen: int):
+        """on_update=recompute: after a step that waited out a weight update, the keys and values of every
+        token so far but the last (which generate runs next) are computed again with the new weights, as
+        vLLM's preempted requests prefill again, and put in place of the cache's (generate holds it)."""
+        seen_loads = [seen]
+
+        def after(input_ids: torch.Tensor) -> None:
+            if self.loads == seen_loads[0]:
+                return
+            seen_loads[0] = self.loads
+            grown = input_ids.shape[1] - mask.shape[1]  # generated tokens: generate's mask is 1 on each
+            full = torch.cat([mask, mask.new_ones(len(mask), grown)], 1)[:, :-1]
+            again = DynamicCache(config=self.model.config)
+            self.model(
+                input_ids=input_ids[:, :-1],
+                attention_mask=full,
+                position_ids=(full.cumsum(1) - 1).clamp(min=0),
+                past_key_values=again,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            for layer, fresh in zip(cache.layers, again.layers, strict=True):
+                vars(layer).update(vars(fresh))  # whatever a layer keeps (keys and values, or a linear state)
+
+        return after
 
     def _completion(self, tokens: list[int], logprobs: list[float] | None, eos: list[int], s: Sampling) -> Completion:
         finish = "length"
@@ -208,7 +245,7 @@ class HFBackend:
         torch.cuda.synchronize()  # done with the sender's bucket on return: it refills it with the next
 
     def weights_loaded(self) -> None:
-        pass
+        self.loads += 1
 
     @torch.no_grad()
     def _copy_in(self, named) -> None:

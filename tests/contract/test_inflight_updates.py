@@ -1,4 +1,4 @@
-"""In-flight weight updates (rollout.on_update=keep, services/rollout/gate.py) on both backends: a push sent
+"""In-flight weight updates (rollout.on_update=keep|recompute, services/rollout/gate.py) on both backends: a push sent
 while a long Generate runs returns before it does; the Generate pauses between steps while the weights
 load and goes on with the new weights and the KV cache it had, so its reply's tokens carry two versions,
 the tokens before the switch are the old weights' and the tokens after it are what the new weights
@@ -25,8 +25,12 @@ QUESTIONS = [f"{a}+{b}=" for a in range(10) for b in range(10)]  # 100 rows: a s
 NEW = 40
 
 
-def test_a_push_goes_in_between_the_steps_of_a_generation(tiny_lm):
-    servicer = RolloutServicer(RolloutConfig(model=str(tiny_lm), backend="hf", max_model_len=64, on_update="keep"))
+@pytest.mark.parametrize("mode", ["keep", "recompute"])
+def test_a_push_goes_in_between_the_steps_of_a_generation(tiny_lm, mode):
+    """keep: the new weights go on from the cache the old ones made (what transformers' generate gives
+    when handed that cache); recompute: the cache is made again from the tokens so far, so the tokens
+    after the switch are the new weights' greedy continuation of the prefix, and not keep's."""
+    servicer = RolloutServicer(RolloutConfig(model=str(tiny_lm), backend="hf", max_model_len=64, on_update=mode))
     server = Server([servicer]).start()
     client, out = Client(server.address, SERVICE, timeout=120), {}
     new_weights = current_weights(tiny_lm, 1.3)
@@ -70,13 +74,16 @@ def test_a_push_goes_in_between_the_steps_of_a_generation(tiny_lm):
         input_ids=prompts, attention_mask=prompt_mask, max_new_tokens=switch, return_dict_in_generate=True, **kw
     )
     seq = first_part.sequences
-    rest = new.generate(
+    so_far = torch.cat([prompt_mask, torch.ones(len(seq), seq.shape[1] - prompts.shape[1])], 1).long()
+    on_old_cache = new.generate(
         input_ids=seq,
-        attention_mask=torch.cat([prompt_mask, torch.ones(len(seq), seq.shape[1] - prompts.shape[1])], 1).long(),
+        attention_mask=so_far,
         past_key_values=first_part.past_key_values,
         max_new_tokens=NEW - switch,
         **kw,
     )
+    made_again = new.generate(input_ids=seq, attention_mask=so_far, max_new_tokens=NEW - switch, **kw)
+    rest, other = (on_old_cache, made_again) if mode == "keep" else (made_again, on_old_cache)
     responses = data.batch["responses"]
     assert torch.equal(responses[:, :switch], seq[:, prompts.shape[1] :][:, :switch])
     going = mask[:, switch - 1] & mask[:, switch]  # rows still generating across the switch
@@ -85,6 +92,7 @@ def test_a_push_goes_in_between_the_steps_of_a_generation(tiny_lm):
     width = min(want.shape[1], responses.shape[1] - switch)
     got = responses[going, switch : switch + width] * mask[going, switch : switch + width]
     assert torch.equal(got, want[going, :width] * mask[going, switch : switch + width])
+    assert not torch.equal(got, other[going, seq.shape[1] :][:, :width] * mask[going, switch : switch + width])
     # and not what the old weights would have gone on to say
     assert not torch.equal(
         got,
