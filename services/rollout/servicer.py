@@ -11,8 +11,8 @@ weights before its KV cache). Every reply carries the weight version that
 generated it: one version per call, as the weights never change under a call.
 
 With on_update=keep (or recompute: the calls in flight compute their KV again from their tokens on the
-new weights, vLLM by preempting them, the HF backend at its next step) an update does not wait for the calls in flight: they pause
-between engine steps while it loads and go on with the new weights and the KV
+new weights, vLLM by preempting them, the HF backend at its next step) an update does not wait for the
+calls in flight: they pause between engine steps while it loads and go on with the new weights and the KV
 cache they had (services/rollout/gate.py); a Generate sent while an update is
 open is refused as in the other modes. Each reply then carries `rollout_versions`, the
 version that produced each response token, and its weight_version is the
