@@ -2,6 +2,7 @@
 and weight handoff (shm, stream) into a running vLLM engine vs np.copy of the same bytes.
 
     .venv/bin/python bench/rollout_bench.py [--prompts 64] [--n 4] [--max-new-tokens 64]
+    .venv/bin/python bench/rollout_bench.py --parts handoff --models 0.5B --backends vllm,hf
 
 Every engine runs alone (one at a time) on this machine; the services run in their own processes.
 """
@@ -35,6 +36,17 @@ GEN_MODELS = {
 SYNC_MODELS = {
     "~125 MB": TinyModelConfig(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4, intermediate_size=2048),
     "~500 MB": TinyModelConfig(hidden_size=1024, num_layers=8, num_heads=16, num_kv_heads=8, intermediate_size=4096),
+    # Qwen2.5-0.5B's shape: 494M parameters, its 151,936-token vocabulary, tied embeddings (issue 46 item 5)
+    "0.5B": TinyModelConfig(
+        family="qwen2",
+        hidden_size=896,
+        num_layers=24,
+        num_heads=14,
+        num_kv_heads=2,
+        intermediate_size=4864,
+        vocab_multiple=151_936,
+        tie_word_embeddings=True,
+    ),
 }
 MAX_LEN = 256
 
@@ -149,46 +161,54 @@ def generation(tmp: pathlib.Path, args) -> None:
 
 def handoff(tmp: pathlib.Path, args) -> None:
     print(
-        f"\n(b) weight handoff into a running vLLM engine (end to end: Begin, copy or send, Finish with the "
+        f"\n(b) weight handoff into a running engine (end to end: Begin, copy or send, Finish with the "
         f"engine's reload), median of {args.repeats}; GB/s of parameter bytes\n"
     )
     print(
-        "| model | bytes | np.copy | shm | shm / np.copy | stream | stream / np.copy | shm transfer only "
-        "| stream transfer only | engine reload |\n|---|---|---|---|---|---|---|---|---|---|"
+        "| model | rollout | bytes | np.copy | shm | shm / np.copy | stream | stream / np.copy | shm transfer only "
+        "| stream transfer only | engine reload | shm push |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
-    for name, cfg in SYNC_MODELS.items():
-        model = make_model(tmp / name.strip("~ "), cfg)
-        named = load_file(model / "model.safetensors")
-        size = sum(weights.nbytes(t) for t in named.values())
-        flat = np.concatenate([t.view(torch.uint8).numpy().ravel() for t in named.values()])
-        copies = []
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            np.copy(flat)
-            copies.append(time.perf_counter() - t0)
-        proc, client = start_service(str(model), "vllm")
-        version, speeds = 0, {}
-        try:
-            for transport in ("shm", "stream"):
-                runs = []
-                for i in range(args.repeats + 1):  # the first grows the staging segment
-                    version += 1
-                    stats = weights.push_state(client, named, version, transport)
-                    if i:
-                        runs.append(stats)
-                speeds[transport] = size / statistics.median(r["seconds"] for r in runs) / 1e9
-                speeds[transport + "_transfer"] = size / statistics.median(r["transfer_seconds"] for r in runs) / 1e9
-                speeds["reload_ms"] = statistics.median(r["load_seconds"] for r in runs) * 1e3
-        finally:
-            proc.terminate()
-            proc.wait()
-        base = size / statistics.median(copies) / 1e9
-        print(
-            f"| {name} | {size / 2**20:,.0f} MiB | {base:.2f} | {speeds['shm']:.2f} | {speeds['shm'] / base:.2f} | "
-            f"{speeds['stream']:.2f} | {speeds['stream'] / base:.2f} | {speeds['shm_transfer']:.2f} | "
-            f"{speeds['stream_transfer']:.2f} | {speeds['reload_ms']:,.0f} ms |",
-            flush=True,
-        )
+    for name in args.models.split(","):
+        for backend in args.backends.split(","):
+            handoff_one(tmp, name, backend, args)
+
+
+def handoff_one(tmp: pathlib.Path, name: str, backend: str, args) -> None:
+    model = tmp / name.strip("~ ")
+    if not (model / "config.json").is_file():
+        make_model(model, SYNC_MODELS[name])
+    named = load_file(model / "model.safetensors")
+    size = sum(weights.nbytes(t) for t in named.values())
+    flat = np.concatenate([t.view(torch.uint8).numpy().ravel() for t in named.values()])
+    copies = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        np.copy(flat)
+        copies.append(time.perf_counter() - t0)
+    proc, client = start_service(str(model), backend)
+    version, speeds = 0, {}
+    try:
+        for transport in ("shm", "stream"):
+            runs = []
+            for i in range(args.repeats + 1):  # the first grows the staging segment
+                version += 1
+                stats = weights.push_state(client, named, version, transport)
+                if i:
+                    runs.append(stats)
+            speeds[transport] = size / statistics.median(r["seconds"] for r in runs) / 1e9
+            speeds[transport + "_transfer"] = size / statistics.median(r["transfer_seconds"] for r in runs) / 1e9
+            speeds["reload_ms"] = statistics.median(r["load_seconds"] for r in runs) * 1e3
+    finally:
+        proc.terminate()
+        proc.wait()
+    base = size / statistics.median(copies) / 1e9
+    print(
+        f"| {name} | {backend} | {size / 2**20:,.0f} MiB | {base:.2f} | {speeds['shm']:.2f} | "
+        f"{speeds['shm'] / base:.2f} | {speeds['stream']:.2f} | {speeds['stream'] / base:.2f} | "
+        f"{speeds['shm_transfer']:.2f} | {speeds['stream_transfer']:.2f} | {speeds['reload_ms']:,.0f} ms | "
+        f"{size / speeds['shm'] / 1e9:.2f} s |",
+        flush=True,
+    )
 
 
 def main():
@@ -198,6 +218,8 @@ def main():
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--parts", default="generation,handoff")
+    ap.add_argument("--models", default="~125 MB,~500 MB", help=f"handoff: of {', '.join(SYNC_MODELS)}")
+    ap.add_argument("--backends", default="vllm", help="handoff: the rollout backends pushed into (vllm,hf)")
     args = ap.parse_args()
     tmp = pathlib.Path(tempfile.mkdtemp())
     if "generation" in args.parts:
