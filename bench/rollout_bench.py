@@ -3,6 +3,7 @@ and weight handoff (shm, stream) into a running vLLM engine vs np.copy of the sa
 
     .venv/bin/python bench/rollout_bench.py [--prompts 64] [--n 4] [--max-new-tokens 64]
     .venv/bin/python bench/rollout_bench.py --parts handoff --models 0.5B --backends vllm,hf
+    .venv/bin/python bench/rollout_bench.py --parts reload --models "~500 MB"    # vLLM's reload, profiled
 
 Every engine runs alone (one at a time) on this machine; the services run in their own processes.
 """
@@ -211,6 +212,33 @@ def handoff_one(tmp: pathlib.Path, name: str, backend: str, args) -> None:
     )
 
 
+def reload_profile(tmp: pathlib.Path, args) -> None:
+    """vLLM's in-place reload (what a push's load runs in the engine), in this process: its time, and where
+    it goes (cProfile, cumulative)."""
+    import cProfile
+    import pstats
+
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm import LLM
+
+    name = args.models.split(",")[0]
+    model = make_model(tmp / name.strip("~ "), SYNC_MODELS[name])
+    llm = LLM(model=str(model), dtype="float32", max_model_len=MAX_LEN, enforce_eager=True)
+    named = list(load_file(model / "model.safetensors").items())
+    runner = llm.llm_engine.model_executor.driver_worker.worker.model_runner
+    runs = []
+    for _ in range(args.repeats + 1):
+        t0 = time.perf_counter()
+        runner.reload_weights(weights_iterator=iter(named))
+        runs.append(time.perf_counter() - t0)
+    print(
+        f"\n(c) vLLM's in-place reload of {name}: {statistics.median(runs[1:]) * 1e3:.0f} ms (median of {args.repeats})"
+    )
+    profile = cProfile.Profile()
+    profile.runcall(runner.reload_weights, weights_iterator=iter(named))
+    pstats.Stats(profile).sort_stats("tottime").print_stats(8)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--prompts", type=int, default=64)
@@ -226,6 +254,8 @@ def main():
         generation(tmp, args)
     if "handoff" in args.parts:
         handoff(tmp, args)
+    if "reload" in args.parts:
+        reload_profile(tmp, args)
 
 
 if __name__ == "__main__":
