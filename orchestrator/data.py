@@ -46,6 +46,9 @@ def dig(record: dict, dotted: str, where: str):
     return plain(value)
 
 
+MEDIA_COLUMNS = ("images", "videos", "image", "video")  # verl's and TRL's multimodal columns: refused, not dropped
+
+
 class PromptDataset:
     def __init__(
         self,
@@ -92,6 +95,12 @@ class PromptDataset:
                 f"{key}: column {self.prompt_key!r} is missing from {paths} (data.prompt_key names the "
                 f"prompt column); columns: {list(frame.columns)}"
             )
+        media = [c for c in MEDIA_COLUMNS if c in frame.columns]
+        if media:
+            raise ValueError(
+                f"{key}: column {media[0]!r} holds images or videos, which meshrl does not train on yet (it trains "
+                "text-only models; vision-language models: issue 47): drop the column or use a text task"
+            )
         return frame
 
     def row(self, record: dict, number: int, tokenizer, max_length: int) -> tuple[dict | None, list[int]]:
@@ -100,6 +109,13 @@ class PromptDataset:
         key, prompt_key = self.key, self.prompt_key
         where = f"{key} row {number} ({prompt_key!r})"
         messages = as_messages(plain(record[prompt_key]), where)
+        for i, m in enumerate(messages):
+            kinds = {p.get("type") for p in m.get("content") or () if isinstance(p, dict)} - {"text", None}
+            if kinds:
+                raise ValueError(
+                    f"{where}: message {i} has {sorted(kinds)[0]!r} content, which meshrl does not train on yet "
+                    "(text-only models; vision-language models: issue 47)"
+                )
         if self.system_prompt and messages[0]["role"] != "system":
             messages = [{"role": "system", "content": self.system_prompt}, *messages]
         tools = as_tools(plain(record.get("tools")), f"{key} row {number} ('tools')")

@@ -213,3 +213,19 @@ def test_an_empty_parquet_file_says_it_has_no_rows(arithmetic_data, tokenizer, t
     pd.read_parquet(arithmetic_data["test"]).head(0).to_parquet(path)
     with pytest.raises(ValueError, match="has no rows"):
         PromptDataset(str(path), tokenizer, 64, key="data.val_files")
+
+
+def test_images_are_refused_not_dropped(tokenizer, tmp_path):
+    """verl's `images` column and OpenAI-style image content parts: a text-only run would train on the text
+    and lose the pictures without a word, so it stops at the data with one line instead (issue 47)."""
+    path = tmp_path / "vl.jsonl"
+    path.write_text(json.dumps({"prompt": "<image>How many?", "images": ["a.png"]}) + "\n")
+    with pytest.raises(ValueError, match=r"column 'images' holds images or videos, which meshrl does not train on"):
+        PromptDataset(str(path), tokenizer, 64)
+    part = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    path.write_text(
+        json.dumps({"prompt": [{"role": "user", "content": [part, {"type": "text", "text": "How many?"}]}]}) + "\n"
+    )
+    with pytest.raises(ValueError, match=r"row 0 \('prompt'\): message 0 has 'image_url' content") as e:
+        PromptDataset(str(path), tokenizer, 64)
+    assert "\n" not in str(e.value)
