@@ -110,10 +110,12 @@ class PromptDataset:
         where = f"{key} row {number} ({prompt_key!r})"
         messages = as_messages(plain(record[prompt_key]), where)
         for i, m in enumerate(messages):
-            kinds = {p.get("type") for p in m.get("content") or () if isinstance(p, dict)} - {"text", None}
+            kinds = sorted(
+                {str(p.get("type")) for p in m.get("content") or () if isinstance(p, dict)} - {"text", "None"}
+            )
             if kinds:
                 raise ValueError(
-                    f"{where}: message {i} has {sorted(kinds)[0]!r} content, which meshrl does not train on yet "
+                    f"{where}: message {i} has {kinds[0]!r} content, which meshrl does not train on yet "
                     "(text-only models; vision-language models: issue 47)"
                 )
         if self.system_prompt and messages[0]["role"] != "system":
