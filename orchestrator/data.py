@@ -46,7 +46,22 @@ def dig(record: dict, dotted: str, where: str):
     return plain(value)
 
 
-MEDIA_COLUMNS = ("images", "videos", "image", "video")  # verl's and TRL's multimodal columns: refused, not dropped
+MEDIA_COLUMNS = ("images", "videos")  # verl's and TRL's multimodal columns: refused where they hold any, not dropped
+MEDIA_PARTS = {"image", "image_url", "input_image", "video", "video_url", "audio", "input_audio", "file"}
+
+
+def holds(cell) -> bool:
+    """A cell with something in it (not None, NaN or an empty list, string or mapping)."""
+    value = plain(cell)
+    return not (value is None or value != value or (isinstance(value, (list, str, dict)) and not value))
+
+
+def media_kind(part: dict) -> str:
+    """A content part's media kind ("" for text and the rest): its type, or an untyped part's image key."""
+    kind = part.get("type")
+    if kind is None:
+        kind = next((k for k in ("image_url", "image", "video") if k in part), "")
+    return str(kind) if kind in MEDIA_PARTS else ""
 
 
 class PromptDataset:
@@ -95,7 +110,7 @@ class PromptDataset:
                 f"{key}: column {self.prompt_key!r} is missing from {paths} (data.prompt_key names the "
                 f"prompt column); columns: {list(frame.columns)}"
             )
-        media = [c for c in MEDIA_COLUMNS if c in frame.columns]
+        media = [c for c in MEDIA_COLUMNS if c in frame.columns and any(map(holds, frame[c]))]
         if media:
             raise ValueError(
                 f"{key}: column {media[0]!r} holds images or videos, which meshrl does not train on yet (it trains "
@@ -110,9 +125,7 @@ class PromptDataset:
         where = f"{key} row {number} ({prompt_key!r})"
         messages = as_messages(plain(record[prompt_key]), where)
         for i, m in enumerate(messages):
-            kinds = sorted(
-                {str(p.get("type")) for p in m.get("content") or () if isinstance(p, dict)} - {"text", "None"}
-            )
+            kinds = sorted({media_kind(p) for p in m.get("content") or () if isinstance(p, dict)} - {""})
             if kinds:
                 raise ValueError(
                     f"{where}: message {i} has {kinds[0]!r} content, which meshrl does not train on yet "

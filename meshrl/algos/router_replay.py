@@ -16,6 +16,7 @@ no choice to replay (padding, a response's last token) the row holds 0..k-1, whi
 reads for a token whose output is used. GenerationRecord takes a generate's choices (the hf rollout's R3).
 """
 
+import contextlib
 from typing import Any, cast
 
 import torch
@@ -166,6 +167,16 @@ class GenerationRecord:
         self.replay.recording = False
         if exc[0] is not None:  # an aborted generate: nothing to take
             self.replay.recorded = []
+
+    @contextlib.contextmanager
+    def aside(self):
+        """Around a forward that is not one of the generation's own steps (its cache made again after a weight
+        update, on_update=recompute): what it records is dropped."""
+        shapes, recorded = len(self.shapes), len(self.replay.recorded)
+        try:
+            yield
+        finally:
+            del self.shapes[shapes:], self.replay.recorded[recorded:]
 
     def calls(self) -> list[torch.Tensor]:
         layers, got = len(self.replay.routers), self.replay.recorded

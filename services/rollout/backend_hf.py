@@ -96,14 +96,14 @@ class HFBackend:
         stops generation after the current token and raises Aborted."""
         if s.routed_experts and not routers(self.model):
             raise InvalidArgument("sampling.routed_experts: the model is not a mixture of experts (no router)")
-        record = GenerationRecord(self.model) if s.routed_experts else contextlib.nullcontext()
-        with record:
-            completions = self._generate(prompts, s, alive)
-        if isinstance(record, GenerationRecord):
+        record = GenerationRecord(self.model) if s.routed_experts else None
+        with record if record is not None else contextlib.nullcontext():
+            completions = self._generate(prompts, s, alive, record)
+        if record is not None:
             routed(completions, record.calls(), prompts, s.n)
         return [completions[i * s.n : (i + 1) * s.n] for i in range(len(prompts))]
 
-    def _generate(self, prompts: list[list[int]], s: Sampling, alive) -> list[Completion]:
+    def _generate(self, prompts: list[list[int]], s: Sampling, alive, record=None) -> list[Completion]:
         width = max(map(len, prompts))
         ids = torch.tensor([[self.pad] * (width - len(p)) + p for p in prompts], device=self.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
@@ -112,7 +112,7 @@ class HFBackend:
         after = None
         if self.recompute and alive is not None:
             cache = cache if cache is not None else DynamicCache(config=self.model.config)
-            after = self._recomputing(cache, mask, self.loads)
+            after = self._recomputing(cache, mask, self.loads, s.max_new_tokens, record)
         eos = [*self.ends, *s.stop_token_ids]
         # generate picks the argmax of what RowSampler leaves: each sample's own stream, not one for the batch
         sampler = (
@@ -160,10 +160,12 @@ class HFBackend:
         cache.batch_repeat_interleave(n)
         return cache
 
-    def _recomputing(self, cache: DynamicCache, mask: torch.Tensor, seen: int):
-        """on_update=recompute: after a step that waited out a weight update, the keys and values of every
-        token so far but the last (which generate runs next) are computed again with the new weights, as
-        vLLM's preempted requests prefill again, and put in place of the cache's (generate holds it)."""
+    def _recomputing(self, cache: DynamicCache, mask: torch.Tensor, seen: int, most: int, record):
+        """on_update=recompute: after a step that waited out a weight update (or an adapter), the keys and
+        values of every token so far but the last (which generate runs next) are computed again with the
+        new weights, as vLLM's preempted requests prefill again, and put in place of the cache's (generate
+        holds it). Not after the last step (`most` tokens: nothing runs next); a routing record keeps the
+        generation's own forwards only."""
         seen_loads = [seen]
 
         def after(input_ids: torch.Tensor) -> None:
@@ -171,16 +173,19 @@ class HFBackend:
                 return
             seen_loads[0] = self.loads
             grown = input_ids.shape[1] - mask.shape[1]  # generated tokens: generate's mask is 1 on each
+            if grown >= most:
+                return
             full = torch.cat([mask, mask.new_ones(len(mask), grown)], 1)[:, :-1]
             again = DynamicCache(config=self.model.config)
-            self.model(
-                input_ids=input_ids[:, :-1],
-                attention_mask=full,
-                position_ids=(full.cumsum(1) - 1).clamp(min=0),
-                past_key_values=again,
-                use_cache=True,
-                logits_to_keep=1,
-            )
+            with record.aside() if record is not None else contextlib.nullcontext():
+                self.model(
+                    input_ids=input_ids[:, :-1],
+                    attention_mask=full,
+                    position_ids=(full.cumsum(1) - 1).clamp(min=0),
+                    past_key_values=again,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
             for layer, fresh in zip(cache.layers, again.layers, strict=True):
                 vars(layer).update(vars(fresh))  # whatever a layer keeps (keys and values, or a linear state)
 
@@ -230,6 +235,7 @@ class HFBackend:
         with torch.no_grad():
             for name, tensor in adapter.tensors.items():  # the receiver checked every name and shape
                 self.lora_params[name].copy_(tensor)
+        self.loads += 1  # the policy changed: with recompute, the calls in flight make their caches again
 
     def drop_lora(self) -> None:
         if self.peft is not None:

@@ -229,3 +229,10 @@ def test_images_are_refused_not_dropped(tokenizer, tmp_path):
     with pytest.raises(ValueError, match=r"row 0 \('prompt'\): message 0 has 'image_url' content") as e:
         PromptDataset(str(path), tokenizer, 64)
     assert "\n" not in str(e.value)
+    untyped = {"image": "data:image/png;base64,AAAA"}
+    path.write_text(json.dumps({"prompt": [{"role": "user", "content": [untyped, {"type": "text", "text": "?"}]}]}))
+    with pytest.raises(ValueError, match=r"message 0 has 'image' content"):
+        PromptDataset(str(path), tokenizer, 64)
+    # an images column with nothing in it (a mixed set filtered to its text rows) is text
+    path.write_text("".join(json.dumps({"prompt": f"{a}+1=", "images": []}) + "\n" for a in range(3)))
+    assert len(PromptDataset(str(path), tokenizer, 64)) == 3
