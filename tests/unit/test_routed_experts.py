@@ -39,6 +39,34 @@ def test_the_hf_rollouts_record_is_the_models_own_routing(tmp_path, n):
     assert agreement(own, out.batch[ROUTED], compared(out.batch["attention_mask"])) == 1.0
 
 
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_cache_made_again_mid_generation_leaves_the_record_as_it_was(tmp_path, n):
+    """on_update=recompute: the forward that makes the cache again after an update is not one of the
+    generation's steps, and stays out of the record. Here the update brings the same weights, so the
+    tokens and their routing are those of a generation without it, and the cache was made again (a
+    counted forward) at the step after it."""
+    folder = make_model(tmp_path / "m", TinyModelConfig(family="qwen2_moe", num_experts=4, **SMALL))
+    backend = HFBackend(RolloutConfig(model=str(folder), backend="hf", max_model_len=64, on_update="recompute"))
+    plain = backend.generate(PROMPTS, sampling(n), alive=lambda: True)
+    steps, forwards = [0], []
+    handle = backend.model.register_forward_pre_hook(lambda module, args, kwargs: forwards.append(1), with_kwargs=True)
+
+    def alive() -> bool:  # an update loads after the third step
+        steps[0] += 1
+        if steps[0] == 3:
+            backend.weights_loaded()
+        return True
+
+    try:
+        again = backend.generate(PROMPTS, sampling(n), alive=alive)
+    finally:
+        handle.remove()
+    assert len(forwards) == (2 if n > 1 else 1) + 8  # prefill(s), 7 more steps, and the cache made again
+    for a, b in zip((c for cs in plain for c in cs), (c for cs in again for c in cs)):
+        assert a.token_ids == b.token_ids
+        assert np.array_equal(a.routed_experts, b.routed_experts)
+
+
 def test_a_dense_model_has_no_experts_to_return(tmp_path):
     folder = make_model(tmp_path / "d", TinyModelConfig(family="qwen2", **SMALL))
     backend = HFBackend(RolloutConfig(model=str(folder), backend="hf", max_model_len=64))
