@@ -26,10 +26,9 @@ def rollout_tensors(
     (1 on every real token), position_ids, response_mask (1 on each response token unless given per
     token, e.g. 0 on a multi-turn observation) and, when given, rollout_logprobs and rollout_versions (0 past
     each response)."""
-    P = max(map(len, prompts))
     T = max(1, max(map(len, responses)))
-    prompt_ids = torch.tensor([[pad] * (P - len(p)) + p for p in prompts], dtype=torch.int64)
-    prompt_mask = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in prompts], dtype=torch.int64)
+    left = prompt_tensors(prompts, pad)
+    prompt_ids, prompt_mask = left["input_ids"], left["attention_mask"]
     response_ids = torch.tensor([r + [pad] * (T - len(r)) for r in responses], dtype=torch.int64)
     present = torch.tensor([[1] * len(r) + [0] * (T - len(r)) for r in responses], dtype=torch.int64)
     attention_mask = torch.cat([prompt_mask, present], 1)

@@ -52,8 +52,8 @@ MEDIA_PARTS = {"image", "image_url", "input_image", "video", "video_url", "audio
 
 def holds(cell) -> bool:
     """A cell with something in it (not None, NaN or an empty list, string or mapping)."""
-    value = plain(cell)
-    return not (value is None or value != value or (isinstance(value, (list, str, dict)) and not value))
+    value = plain(cell)  # NaN, pandas' empty cell, is None here
+    return not (value is None or (isinstance(value, (list, str, dict)) and not value))
 
 
 def media_kind(part: dict) -> str:

@@ -47,7 +47,7 @@ import torch
 from meshrl.clients import Scores
 from meshrl.dataproto import DataProto, object_array
 from meshrl.layout import VERSIONS, prompt_tensors, rollout_tensors
-from orchestrator.sampling.samples import sampling_seed
+from orchestrator.sampling.samples import sampling_seed, staleness_metrics
 
 log = logging.getLogger(__name__)
 
@@ -240,8 +240,7 @@ class Partial:
             "partial/carried_samples": float(len(unfinished)),
             "partial/finished_waiting_groups": float(sum(g.done for g in carry.groups)),
             "partial/dropped_groups": float(len(stale)),
-            "async/weight_version": float(gen.meta_info["weight_version"]),
-            "async/staleness": float(number - 1 - gen.meta_info["weight_version"]),
+            **staleness_metrics(number, gen.meta_info["weight_version"]),
         }
         seconds = {"timing_s/gen": generated - start, "timing_s/reward": time.perf_counter() - generated}
         self.pending = carry
@@ -263,8 +262,9 @@ class Partial:
             calls.append(([s for g in new for s in g.samples], prompts, self.n, min(self.budget, self.limit), seed))
         owner = {id(s): g for g in groups for s in g.samples}
         seed = carried_seed(self.cfg.trainer.seed, number, round)
-        for budget in sorted({min(self.budget, self.limit - len(s.tokens)) for s in going}):
-            part = [s for s in going if min(self.budget, self.limit - len(s.tokens)) == budget]
+        budgets = {id(s): min(self.budget, self.limit - len(s.tokens)) for s in going}
+        for budget in sorted(set(budgets.values())):
+            part = [s for s in going if budgets[id(s)] == budget]
             ids = [self.data.prompt_ids[owner[id(s)].index] + s.tokens for s in part]
             calls.append((part, DataProto(prompt_tensors(ids, self.data.pad)), 1, budget, seed))
             seed += len(part)

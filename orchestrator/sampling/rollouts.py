@@ -21,7 +21,7 @@ from meshrl.dataproto import DataProto
 from orchestrator.lifecycle.mesh import Mesh
 from orchestrator.sampling.partial import Partial
 from orchestrator.sampling.pipeline import Producer
-from orchestrator.sampling.samples import sample
+from orchestrator.sampling.samples import sample, staleness_metrics
 from orchestrator.timer import Timer
 
 
@@ -52,11 +52,7 @@ class Rollouts:
             assert not round, "a producer samples one round a step"
             with t("wait_batch"):
                 gen, scored, seconds, version = self.producer.take(number)
-            self.metrics = {
-                **seconds,
-                "async/weight_version": float(version),
-                "async/staleness": float(number - 1 - version),
-            }
+            self.metrics = {**seconds, **staleness_metrics(number, version)}
         else:
             gen, scored, seconds = sample(self.mesh, self.tokenizer, number, prompts, round=round)
             for k, v in seconds.items():  # rounds add up

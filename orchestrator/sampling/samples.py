@@ -49,6 +49,11 @@ def sample(mesh: Mesh, tokenizer, number: int, prompts, on_generated=None, round
     return gen, scored, dict(t)
 
 
+def staleness_metrics(number: int, version: int) -> dict[str, float]:
+    """async/weight_version and async/staleness of step `number`'s samples, `version` their oldest weights."""
+    return {"async/weight_version": float(version), "async/staleness": float(number - 1 - version)}
+
+
 def answers(mesh: Mesh, tokenizer, prompts, seed: int = 0, n: int | None = None, greedy: bool = False):
     """Scores of n answers to each prompt (greedy: one): one Generate, or with rollout.multi_turn episodes."""
     if mesh.cfg.rollout.episodes:

@@ -166,12 +166,12 @@ class HFBackend:
         new weights, as vLLM's preempted requests prefill again, and put in place of the cache's (generate
         holds it). Not after the last step (`most` tokens: nothing runs next); a routing record keeps the
         generation's own forwards only."""
-        seen_loads = [seen]
 
         def after(input_ids: torch.Tensor) -> None:
-            if self.loads == seen_loads[0]:
+            nonlocal seen
+            if self.loads == seen:
                 return
-            seen_loads[0] = self.loads
+            seen = self.loads
             grown = input_ids.shape[1] - mask.shape[1]  # generated tokens: generate's mask is 1 on each
             if grown >= most:
                 return
