@@ -27,6 +27,7 @@ import os
 import pathlib
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -55,7 +56,9 @@ class ServiceHost:
     ranks span nodes, that service's ranks on this node) and stops them on request."""
 
     def __init__(self):
-        self.proc, self.tls_dir, self.ranks = None, None, []
+        self.proc, self.tls_dir = None, None
+        self.ranks: dict[int, subprocess.Popen] = {}  # rank -> its process (ranks of a group across nodes)
+        self.host = ""  # this node's address, once something started
 
     def node_address(self) -> str:
         """The address Ray knows this node by (the services bind it)."""
@@ -69,7 +72,7 @@ class ServiceHost:
 
     def start(self, args: list[str], env: dict[str, str], certs: dict[str, bytes] | None = None) -> str:
         """Start the service; `certs` (file name -> bytes) go into a folder only this user can read."""
-        host = self.node_address()
+        host = self.host = self.node_address()
         if certs:
             self.tls_dir = tempfile.mkdtemp(prefix="meshrl-tls-")  # mode 0700
             for name, data in certs.items():
@@ -86,15 +89,22 @@ class ServiceHost:
     def start_ranks(self, role: str, ranks: list[int], world_size: int, group: str, env: dict[str, str]) -> str:
         """Ranks `ranks` of a group across nodes whose rank 0 opens its store at `group` (env carries the
         run's MESHRL_GROUP_SECRET); they join it from here. Returns this node's address."""
-        host = self.node_address()
+        host = self.host = self.node_address()
         secret = env[GROUP_SECRET_VAR]
         for local, rank in enumerate(ranks):
             own = {**os.environ, **env, **node_env(rank, local, world_size, group, secret, host)}
-            self.ranks.append(subprocess.Popen([sys.executable, "-m", "services.actor.rank", role], env=own))
+            self.ranks[rank] = subprocess.Popen([sys.executable, "-m", "services.actor.rank", role], env=own)
         return host
 
+    def ended(self) -> list[str]:
+        """What this host started that has exited, in words (for the error of a failed step)."""
+        named = ([("the service", self.proc)] if self.proc is not None else []) + [
+            (f"rank {rank}", proc) for rank, proc in self.ranks.items()
+        ]
+        return [f"{what} on {self.host} {exit_words(p.returncode)}" for what, p in named if p.poll() is not None]
+
     def stop(self) -> int | None:
-        procs = ([self.proc] if self.proc is not None else []) + self.ranks
+        procs = ([self.proc] if self.proc is not None else []) + list(self.ranks.values())
         for proc in procs:
             if proc.poll() is None:
                 proc.terminate()
@@ -290,6 +300,32 @@ def certs_for_run(cfg: Config) -> bool:
     return True
 
 
+def exit_words(code: int | None) -> str:
+    if code is None:
+        return "is running"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        cause = " (what an out-of-memory killer sends)" if -code == signal.SIGKILL else ""
+        return f"was killed by {name}{cause}"
+    return f"exited with code {code}"
+
+
+def ended(placement: Placement) -> list[str]:
+    """Every placed process that has exited, and every host Ray lost (with Ray's reason), in words."""
+    import ray
+
+    news = []
+    for name, host in [*placement.hosts.items(), *(("ranks", h) for h in placement.extra)]:
+        try:
+            news += [f"{name}: {line}" for line in ray.get(host.ended.remote(), timeout=30)]
+        except Exception as e:  # noqa: BLE001 - a dead host is news itself: Ray says why it died
+            news.append(f"{name}'s host: {type(e).__name__}: {' '.join(str(e).split())[:600]}")
+    return news
+
+
 def release(placement: Placement) -> None:
     import ray
     from ray.util.placement_group import remove_placement_group
@@ -327,6 +363,11 @@ def run(algorithm: str, cfg: Config):
             placement = place(cfg, algo.setup(cfg))  # releases what it placed if it fails
             try:
                 return trainer.run(cfg, algo)
+            except trainer.StepFailed as e:
+                news = ended(placement)  # a rank killed on its node says nothing to rank 0 but "reset by peer"
+                if news:
+                    raise trainer.StepFailed(f"{e}; on the Ray cluster: {'; '.join(news)}") from None
+                raise
             finally:
                 release(placement)
         finally:
