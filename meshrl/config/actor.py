@@ -40,6 +40,12 @@ class EngineSettings(Checked):
     whole model first) or "plain" (one process, no sharding)."""
     hsdp_replicate: int = 1
     """fsdp2 only: > 1 makes a 2-D mesh (replicate x shard), i.e. HSDP; must divide the world size."""
+    sequence_parallel: int = 1
+    """> 1: each packed micro-batch's tokens split over this many ranks (Ulysses: an all-to-all turns each
+    rank's slice of the tokens into every token of its share of the heads around attention), so a
+    sequence longer than one rank's memory trains; groups of consecutive ranks hold the same rows, the
+    world's data-parallel width is world_size / sequence_parallel. Must divide the world size and the
+    model's attention heads; needs padding_free. Same outputs and gradients as one rank."""
     mixed_precision: bool = False
     """bf16 parameters in forward/backward, fp32 gradient reduction and master weights."""
     gradient_checkpointing: bool = False
@@ -91,6 +97,13 @@ class EngineSettings(Checked):
         super().__post_init__()
         one_of(self, "engine", ENGINES)
         require(self.hsdp_replicate >= 1, self, "hsdp_replicate", "must be >= 1")
+        require(self.sequence_parallel >= 1, self, "sequence_parallel", "must be >= 1 (1: off)")
+        require(
+            self.sequence_parallel == 1 or self.padding_free,
+            self,
+            "sequence_parallel",
+            "needs padding_free=true (the split runs in the packed passes' attention)",
+        )
         require(self.micro_batch_size >= 1, self, "micro_batch_size", "must be >= 1")
         require(self.micro_batch_tokens >= 0, self, "micro_batch_tokens", "must be >= 0")
         require(self.lora_rank >= 0, self, "lora_rank", "must be >= 0 (0: no adapter)")

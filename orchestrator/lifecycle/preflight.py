@@ -424,12 +424,19 @@ def check_ranks(cfg: Config, role: str, sampled: bool) -> None:
         raise ValueError(
             f"actor.engine=plain runs one process: set {role}.world_size=1 (it is {world}), or use engine fsdp2"
         )
+    sp = cfg.actor.sequence_parallel
+    if world % sp:
+        raise ValueError(
+            f"actor.sequence_parallel={sp} splits each sequence over that many ranks of every model service, "
+            f"and {role}.world_size={world} is not a multiple of it: set {role}.world_size to one"
+        )
     rows = cfg.data.train_batch_size * (cfg.rollout.n if sampled else 1)
-    if world > rows:
+    if world // sp > rows:
         how = f"data.train_batch_size={cfg.data.train_batch_size}" + (
             f" x rollout.n={cfg.rollout.n}" if sampled else ""
         )
         raise ValueError(
             f"{role}.world_size={world} is more ranks than the {rows} rows of a step ({how}): "
             "lower the world size or raise the batch"
+            + (f" (with actor.sequence_parallel={sp}, {world // sp} groups of ranks hold rows)" if sp > 1 else "")
         )

@@ -14,7 +14,8 @@ peft's wrappers, an FSDP root's unsharded weight) does not matter. A model that 
 before returning it (Gemma2's soft-capping, Cohere's logit_scale, Granite's logits_scaling) is noticed at
 its first pass (its output is not the head's) and keeps the full-logits pass from then on, and so does the
 fsdp1 engine (its root reshards when the forward ends, before the head could read its weight; fsdp2's root
-keeps its parameters gathered until the backward).
+keeps its parameters gathered until the backward). With sequence parallelism (services/actor/sequence.py)
+each rank of a group puts its share of the tokens through the head, and the terms are gathered.
 """
 
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ import torch
 from torch.distributed.fsdp import FullyShardedDataParallel
 from torch.utils.checkpoint import checkpoint
 
+from services.actor import sequence
 from services.actor.model import forward_response, logprobs_and_entropy
 
 CHUNK_BYTES = 256 * 2**20  # fp32 logits per chunk: ~441 tokens at a 152k vocabulary; a small one runs whole
@@ -66,10 +68,23 @@ def response_logprobs(
         return full_logits(model, micro, temperature, share_prompts, entropy)
     T = hidden.shape[1]
     real = micro["attention_mask"][:, -T:].bool()
-    lp, ent = chunked(head, hidden[real], micro["responses"][real], temperature, entropy)
+    lp, ent = by_rank(model, head, hidden[real], micro["responses"][real], temperature, entropy)
     out_lp = hidden.new_zeros(real.shape, dtype=torch.float32).masked_scatter(real, lp)
     out_ent = hidden.new_zeros(real.shape, dtype=torch.float32).masked_scatter(real, ent) if entropy else None
     return out_lp, out_ent
+
+
+def by_rank(
+    model: torch.nn.Module, head: torch.nn.Module, hidden: torch.Tensor, tokens: torch.Tensor, temperature, entropy
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """chunked(); with sequence parallelism each rank of the group puts its share of the tokens through the
+    head and the group's terms are gathered (every rank has every token's hidden state by then)."""
+    shards = sequence.of(model)
+    if shards is None:
+        return chunked(head, hidden, tokens, temperature, entropy)
+    lp, ent = chunked(head, shards.mine(hidden), shards.mine(tokens), temperature, entropy)
+    both = shards.gather(torch.stack([lp, ent], 1))[: len(tokens)]
+    return both[:, 0], both[:, 1]
 
 
 def chunked(

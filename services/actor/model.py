@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from meshrl.algos import router_replay
-from services.actor import packing
+from services.actor import packing, sequence
 
 
 def forward_response(
@@ -154,6 +154,9 @@ def record_routing(model: torch.nn.Module, micro: dict) -> torch.Tensor:
                 logits_to_keep=1,
             )
         chosen = replay.take()
+        shards = sequence.of(model)
+        if flat and shards is not None:  # this rank's slice of the packed row: the group's, in order
+            chosen = shards.gather(chosen)[: int(micro["attention_mask"].sum())]
     finally:
         replay.recording = False
     dtype = router_replay.dtype_for(cast(int, replay.routers[0].num_experts))  # an int on every router

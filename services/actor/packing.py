@@ -27,6 +27,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from meshrl.algos import router_replay
+from services.actor import sequence
 
 try:  # flash-attention's varlen kernel, through torch (CUDA only; torch >= 2.9 carries it)
     from torch.nn.attention.varlen import varlen_attn
@@ -43,26 +44,43 @@ building a (tokens x tokens) one; the attention below reads the boundaries inste
 
 def attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
     """HF's attention interface (its signature, which transformers calls positionally): query (1, heads,
-    tokens, dim), key and value (1, kv heads, tokens, dim)."""
+    tokens, dim), key and value (1, kv heads, tokens, dim). With sequence parallelism (meshrl_sp) the
+    tokens are this rank's slice of the row: attention runs on every token for this rank's share of the
+    heads, between two all-to-alls (services/actor/sequence.py)."""
     bounds, shared = kwargs.get("cu_seq_lens_q"), kwargs.get("meshrl_shared")
     if bounds is None and shared is None:  # a padded call (a value model's, generation's): SDPA
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
-    q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # (tokens, heads, dim)
+    sp = kwargs.get("meshrl_sp")
+    if sp is None:
+        q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # (tokens, heads, dim)
+        return attend(q, k, v, kwargs, scaling)[None], None
+    heads, n = query.shape[1], kwargs["meshrl_tokens"]  # the row's real tokens
+    q = sp.heads_for_tokens(query[0])
+    k, v = (sp.heads_for_tokens(sequence.kv_heads_for(t[0], heads, sp.size)) for t in (key, value))
+    q, k, v = (t[:, :n].transpose(0, 1) for t in (q, k, v))  # the row's real tokens, (tokens, heads, dim)
+    out = attend(q, k, v, kwargs, scaling)
+    return sp.tokens_for_heads(F.pad(out, (0, 0, 0, 0, 0, sp.width(n) * sp.size - n)))[None], None
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kwargs: dict, scaling) -> torch.Tensor:
+    """A packed row's causal attention within each sequence (or, meshrl_shared, each response to its
+    prompt and itself): (tokens, heads, dim), k and v (tokens, kv heads, dim) -> (tokens, heads, dim)."""
+    bounds, shared = kwargs.get("cu_seq_lens_q"), kwargs.get("meshrl_shared")
     if shared is not None:
         within_window(kwargs.get("sliding_window"), shared.longest["keys"])
-        return shared.attend(q, k, v, scaling)[None], None
+        return shared.attend(q, k, v, scaling)
     assert bounds is not None
     width = int(kwargs.get("max_length_q") or bounds.diff().max())
     within_window(kwargs.get("sliding_window"), width)
     out = flash(q, k, v, bounds, bounds, max_q=width, max_k=width, scaling=scaling)
     if out is not None:
-        return out[None], None
+        return out
     # the sequences side by side again, each from its own start and padded on the right, for one batched
     # causal SDPA: a real token sees only its own sequence's earlier tokens, so no mask is needed, and the
     # padding's outputs are dropped (only the linear layers run padding-free)
     index, real = window(bounds.diff(), 0)
     q, k, v = side_by_side(q, k, v, index, index)
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling).transpose(1, 2)[real][None], None
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling).transpose(1, 2)[real]
 
 
 def within_window(sliding_window: int | None, longest: int) -> None:
@@ -217,7 +235,7 @@ class Shared:
 def forward_packed_shared(model: torch.nn.Module, micro: dict, T: int, first: torch.Tensor, inverse: torch.Tensor):
     """What forward_response returns, (B, T, V), with each distinct prompt run once and every row's response
     padding-free, in one packed pass (the shared-prompt pass, services/actor/model.py, pads the responses)."""
-    ids, mask, pos = micro["input_ids"], micro["attention_mask"], micro["position_ids"]
+    ids, mask = micro["input_ids"], micro["attention_mask"]
     P = ids.shape[1] - T
     prompt = mask[first, :P].bool()  # left-padded
     response = mask[:, P:-1].bool()  # right-padded; the last column predicts nothing
@@ -227,15 +245,14 @@ def forward_packed_shared(model: torch.nn.Module, micro: dict, T: int, first: to
     read = torch.cat(
         [last, torch.arange(shared.prompt_tokens, shared.prompt_tokens + int(response.sum()), device=ids.device)]
     )
-    router_replay.feed(model, micro, lambda r: torch.cat([r[first, :P][prompt], r[:, P:-1][response]]))
-    out = model(
-        input_ids=torch.cat([ids[first, :P][prompt], ids[:, P:-1][response]])[None],
-        position_ids=torch.cat([pos[first, :P][prompt], pos[:, P:-1][response]])[None],
-        attention_mask=PACKED.to(ids.device),
-        use_cache=False,
+    out = run_row(
+        model,
+        micro,
+        lambda r: torch.cat([r[first, :P][prompt], r[:, P:-1][response]]),
+        read,
+        head_only_where_read=True,
         meshrl_shared=shared,
-        logits_to_keep=read,
-    ).logits[0]
+    )
     result = out.new_zeros((len(inverse), T, out.shape[-1]))
     result[:, 0] = out[: len(first)][inverse]
     result[:, 1:][response] = out[len(first) :]
@@ -245,26 +262,47 @@ def forward_packed_shared(model: torch.nn.Module, micro: dict, T: int, first: to
 def forward_packed(model: torch.nn.Module, micro: dict, T: int, head_only_where_read: bool) -> torch.Tensor:
     """What forward_response returns, (B, T, ...), from one packed row of the micro-batch's real tokens;
     zeros where a row's response is padding."""
-    ids, mask, pos = micro["input_ids"], micro["attention_mask"], micro["position_ids"]
-    keep = mask.bool()
+    keep = micro["attention_mask"].bool()
     lengths = keep.sum(1)
     bounds = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
     flat = (keep.flatten().cumsum(0) - 1).view(keep.shape)  # each real token's place in the packed row
     read = keep[:, -T - 1 : -1]  # positions whose output predicts a response token
     where = flat[:, -T - 1 : -1][read]
-    router_replay.feed(model, micro, lambda r: r[keep])
-    out = model(
-        input_ids=ids[keep][None],
-        position_ids=pos[keep][None],
-        attention_mask=PACKED.to(ids.device),
-        use_cache=False,
+    picked = run_row(
+        model,
+        micro,
+        lambda r: r[keep],
+        where,
+        head_only_where_read,
         cu_seq_lens_q=bounds,
         cu_seq_lens_k=bounds,
         max_length_q=int(lengths.max()),
         max_length_k=int(lengths.max()),
-        **({"logits_to_keep": where} if head_only_where_read else {}),
-    ).logits[0]
-    picked = out if head_only_where_read else out[where]
+    )
     result = picked.new_zeros((*read.shape, picked.shape[-1]))
     result[read] = picked
     return result
+
+
+def run_row(model: torch.nn.Module, micro: dict, pick, read: torch.Tensor, head_only_where_read: bool, **kw):
+    """The model's outputs at positions `read` (ascending) of the packed row pick(tensor) makes of the
+    micro-batch's per-token tensors: (len(read), ...). With sequence parallelism this rank runs its slice
+    of the row, and the group's outputs are gathered (every rank gets them all)."""
+    ids = pick(micro["input_ids"])
+    sp = sequence.of(model)
+    if sp is not None:  # this rank's slice of the row and of what is read in it
+        start, width = sp.rank * sp.width(len(ids)), sp.width(len(ids))
+        read = read[(read >= start) & (read < start + width)] - start
+        kw = {**kw, "meshrl_sp": sp, "meshrl_tokens": len(ids)}
+        pick = (lambda p: lambda r: sp.mine(p(r)))(pick)
+    router_replay.feed(model, micro, pick)
+    out = model(
+        input_ids=pick(micro["input_ids"])[None],
+        position_ids=pick(micro["position_ids"])[None],
+        attention_mask=PACKED.to(ids.device),
+        use_cache=False,
+        **({"logits_to_keep": read} if head_only_where_read else {}),
+        **kw,
+    ).logits[0]
+    picked = out if head_only_where_read else out[read]
+    return picked if sp is None else sp.gather(picked)

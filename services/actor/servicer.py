@@ -146,11 +146,27 @@ class ActorServicer:
     def _compute(self, request: Payload, method: str, args: dict, context) -> DataProto:
         self._require_init()
         data = _data(request)
-        batches.validate(data, batches.BASE, self.world_size, **self.limits)
+        batches.validate(data, batches.BASE, self.data_ranks, **self.limits)
         keys = [*batches.BASE, *([ROUTED] if ROUTED in data.batch else [])]  # experts to replay (R3)
-        parts, pad = batches.shard(data.select(keys), self.world_size)
-        results = self._call(method, args, parts, context)
+        parts, pad = batches.shard(data.select(keys), self.data_ranks)
+        results = self.mine(self._call(method, args, self.spread(parts), context))
         return unpad(DataProto.concat([DataProto(r.batch) for r in results]), pad)
+
+    @property
+    def data_ranks(self) -> int:
+        """Ranks that hold rows of their own: the world, or its groups under sequence parallelism."""
+        return self.world_size // self._sequence_parallel()
+
+    def _sequence_parallel(self) -> int:
+        return int((self.init_args or {}).get("engine", {}).get("sequence_parallel", 1))
+
+    def spread(self, parts: list[DataProto]) -> list[DataProto]:
+        """One part per data rank -> one per rank: a sequence-parallel group's ranks get the same part."""
+        return [p for p in parts for _ in range(self._sequence_parallel())]
+
+    def mine(self, results: list[DataProto]) -> list[DataProto]:
+        """Every rank's result -> one per data rank (a sequence-parallel group's ranks return the same)."""
+        return results[:: self._sequence_parallel()]
 
     # ---- training -------------------------------------------------------------------
 
@@ -178,13 +194,13 @@ class ActorServicer:
         params = parse_loss(self.role, name, params_dict)
         data = _data(request)
         keys, unit = update_inputs(name, params, data.batch), UPDATE_LOSSES[name].unit
-        batches.validate(data, tuple(keys), self.world_size, pairs=unit == 2, **self.limits)
-        parts, _ = batches.shard(data.select(keys), self.world_size, unit=unit)
+        batches.validate(data, tuple(keys), self.data_ranks, pairs=unit == 2, **self.limits)
+        parts, _ = batches.shard(data.select(keys), self.data_ranks, unit=unit)
         try:
             results = self._call(
                 "update",
                 {"loss": name, "params": params_dict, "total_rows": len(data), "step": msg.step},
-                parts,
+                self.spread(parts),
                 context,
             )
         except Aborted as e:

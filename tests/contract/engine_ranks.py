@@ -8,6 +8,8 @@ them) to OUT for the test to compare across engines.
 
 --share: micro-batches of 2 rows that share their prompt, run once (model.forward_response's share_prompts).
 --padding-free: micro-batches of 2 rows, packed (services/actor/packing.py).
+--sp N: sequence parallelism over groups of N ranks (services/actor/sequence.py): a group's ranks hold the
+same rows (the batch is split over world / N groups) and each runs 1/N of every packed row's tokens.
 
 --lora RANK: train a LoRA adapter of that rank on every linear layer of the blocks (alpha 16); the push is
 then the adapter's (pushed.safetensors), and rank 0 also writes the merged push (merged.safetensors) and the
@@ -39,6 +41,7 @@ from meshrl.v1 import rollout_pb2
 from services.actor import comm
 from services.actor.engine import build_engine
 from services.actor.handler import per_gpu_share, weight_buckets
+from services.actor.head import response_logprobs
 from services.actor.losses import parse_loss
 from services.actor.model import forward_response, token_logprobs
 from services.actor.roles import ActorRole
@@ -73,6 +76,7 @@ def main():
     else:
         dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    sp = int(flags[flags.index("--sp") + 1]) if "--sp" in flags else 1
     cfg = EngineConfig(
         engine=engine_name,
         mixed_precision="--mixed-precision" in flags,
@@ -81,12 +85,14 @@ def main():
         micro_batch_size=1,
         lora_rank=int(flags[flags.index("--lora") + 1]) if "--lora" in flags else 0,
         padding_free="--padding-free" in flags,
+        sequence_parallel=sp,
     )
     engine = build_engine(cfg, model, "causal", OptimConfig(lr=1e-3, grad_clip=0.0))
     full = batch()
     if "--cancel-at" in flags:
         return cancelled_update(engine, full, flags, out)
-    rows = slice(rank * B // world, (rank + 1) * B // world)
+    group, groups = rank // sp, world // sp  # a sequence-parallel group's ranks hold the same rows
+    rows = slice(group * B // groups, (group + 1) * B // groups)
     mine = {k: v[rows] for k, v in full.items()}
     share = "--share" in flags
     size = 2 if share or "--padding-free" in flags else 1
@@ -94,6 +100,8 @@ def main():
     total_tokens = full["response_mask"].sum().item()
 
     def logprobs(model, mb):
+        if sp > 1:  # the roles' pass (the head by chunks, each rank of the group a share of the tokens)
+            return response_logprobs(model, mb, share_prompts=share)[0]
         return token_logprobs(forward_response(model, mb, T, share_prompts=share), mb["responses"])
 
     def nll(model, mb):
@@ -105,10 +113,11 @@ def main():
         write_logprobs(engine, micro, logprobs, out)
         return finish()
     before = torch.cat(engine.forward(micro, logprobs)).cpu()  # the batch stays on the CPU; results come back
-    weights = [float(world)] * len(micro)  # FSDP averages gradients over ranks; undo it
+    weights = [float(groups)] * len(micro)  # FSDP averages gradients over ranks, a group's N as one; undo it
     engine.forward_backward(micro, nll, weights)
     loss = (-(before * mine["response_mask"]).sum() / total_tokens).reshape(1)
     dist.all_reduce(loss)
+    loss /= sp  # a group's ranks hold the same rows
     stats = engine.step()
     write_logprobs(engine, micro, logprobs, out)
     sd = engine.full_state_dict()
@@ -221,8 +230,10 @@ def write_logprobs(engine, micro, logprobs, out, name="logprobs"):
     mine = torch.cat(engine.forward(micro, logprobs)).cpu()  # gathered over gloo, as the service does
     gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, mine)
-    if dist.get_rank() == 0:
-        save_file({"logprobs": torch.cat(gathered)}, os.path.join(out, f"{name}.safetensors"))
+    if dist.get_rank() == 0:  # one copy of a sequence-parallel group's rows
+        save_file(
+            {"logprobs": torch.cat(gathered[:: engine.cfg.sequence_parallel])}, os.path.join(out, f"{name}.safetensors")
+        )
 
 
 if __name__ == "__main__":

@@ -78,6 +78,21 @@ def test_two_ranks_match_one_process(reference, tiny_lm, tmp_path, engine, flags
     assert two["shared"] and all(s == {"gpus": ["rank-0", "rank-1"], "same": True} for s in two["shared"])
 
 
+@pytest.mark.parametrize(
+    "world,flags",
+    [
+        (2, ["--padding-free", "--sp", "2"]),
+        (2, ["--grad-ckpt", "--padding-free", "--share", "--sp", "2"]),  # the shared prompts' row, split
+        (4, ["--hsdp", "2", "--padding-free", "--sp", "4"]),  # 2 kv heads over 4 ranks: repeated to the 4 heads
+    ],
+    ids=["fsdp2-sp2", "fsdp2-sp2-gradient-checkpointing-packed-shared-prompts", "hsdp-sp4"],
+)
+def test_sequence_parallel_ranks_match_one_process(reference, tiny_lm, tmp_path, world, flags):
+    """Each packed row's tokens split over the group's ranks (Ulysses): the same loss, gradient norm,
+    log-probs and weights after the step as one process with every row."""
+    assert_same_step(reference, run(world, "fsdp2", tiny_lm, tmp_path, *flags))
+
+
 def test_a_tied_model_sharded_from_rank0_keeps_its_tie(tiny_lm, tmp_path):
     """fsdp2 ranks other than 0 build the model on the meta device and receive rank 0's weights: a model
     whose lm_head is its embedding must still train as one tensor there (and its rotary buffers, which no

@@ -115,18 +115,28 @@ def test_a_trained_qwen3_moe_pushes_exactly_to_vllm(folders):
         assert proc.wait(120) == 0
 
 
-def test_r2_replays_the_routing_of_the_weights_before_the_update(folders):
-    """actor.router_replay=r2 through the service, two FSDP2 ranks, micro-batches cut to a token budget (each
-    its own prompt and response width): an update of several mini-batches and epochs trains on the experts
-    its record pass chose (the first on the weights they were recorded on: agreement 1 where the columns
-    line up); one of one mini-batch has nothing to replay; without replay no agreement is reported."""
+@pytest.mark.parametrize("split", [[], ["--sequence-parallel", "2"]], ids=["data-parallel", "sequence-parallel"])
+def test_r2_replays_the_routing_of_the_weights_before_the_update(folders, split):
+    """actor.router_replay=r2 through the service, two FSDP2 ranks (each with its rows, or both with all of
+    them and half of each packed row's tokens), micro-batches cut to a token budget (each its own prompt and
+    response width): an update of several mini-batches and epochs trains on the experts its record pass
+    chose (the first on the weights they were recorded on: agreement 1 where the columns line up); one of
+    one mini-batch has nothing to replay; without replay no agreement is reported."""
     g = torch.Generator().manual_seed(5)
     draw = lambda n: torch.randint(4, 100, (n,), generator=g).tolist()  # noqa: E731
     prompts = [draw(4)] * 4 + [draw(9)] * 4
     data = DataProto(rollout_tensors(prompts, [draw(n) for n in (3, 8, 5, 1, 6, 2, 7, 4)], 0))
     data.batch["advantages"] = torch.randn(8, 1, generator=g) * data.batch["response_mask"]
     actor = Service(
-        "--role", "actor", "--model", str(folders["qwen3_moe"]), "--world-size", "2", "--micro-batch-tokens", "40"
+        "--role",
+        "actor",
+        "--model",
+        str(folders["qwen3_moe"]),
+        "--world-size",
+        "2",
+        "--micro-batch-tokens",
+        "40",
+        *split,
     )
     try:
         own = {"old_logprobs_key": "", "router_replay": "r2"}
@@ -143,11 +153,12 @@ def test_r2_replays_the_routing_of_the_weights_before_the_update(folders):
 
 def test_r3_the_actor_replays_the_experts_the_hf_rollout_chose(folders):
     """routing replay R3 on the hf backend: a Generate asked for them returns each token's experts beside
-    input_ids; the actor's passes (two FSDP2 ranks) replay them: at parity they are the actor's own choice
+    input_ids; the actor's passes (two FSDP2 ranks, each packed row's tokens split over them: sequence
+    parallelism) replay them: at parity they are the actor's own choice
     (the same log-probs), other experts given are run as given; an R3 update reads them, and experts the
     model does not have are refused; with router_agreement an R3 update also reports kl_to_actor afresh."""
     folder = folders["qwen3_moe"]
-    actor = Service("--role", "actor", "--model", str(folder), "--world-size", "2")
+    actor = Service("--role", "actor", "--model", str(folder), "--world-size", "2", "--sequence-parallel", "2")
     servicer, server, client = serve(folder)
     try:
         out = generate(client, chats("1+1=", "12*3=", "7-2="), n=2, seed=3, routed_experts=True).data

@@ -1,5 +1,6 @@
 """The RL loops end to end through real services they start themselves (HF rollout, actor, reward):
-GRPO logs its steps (colocated: the rollout asleep while the 2-rank actor trains); a run killed after a checkpoint and
+GRPO logs its steps (colocated: the rollout asleep while the 2-rank actor trains, its rows' tokens split over
+the two: sequence parallelism); a run killed after a checkpoint and
 resumed ends bit-identical to an uninterrupted one (GRPO, PPO with its critic, REINFORCE++ with an
 adaptive KL controller, PPO sampling a step ahead, GRPO with partial rollouts)."""
 
@@ -29,6 +30,7 @@ def test_grpo_runs_steps_and_logs_them(tiny_lm, arithmetic_data, tmp_path):
             "rollout.n=2",
             "rollout.backend=hf",
             "actor.world_size=2",
+            "actor.sequence_parallel=2",  # both ranks hold every row, each runs half of each packed row's tokens
             "reward.workers=1",
             "rollout.colocate=true",  # sleeps between generations, takes its weights half awake
             "algorithm.rollout_is=token",
@@ -39,7 +41,8 @@ def test_grpo_runs_steps_and_logs_them(tiny_lm, arithmetic_data, tmp_path):
     assert [m["step"] for m in lines] == [1, 2]
     for m in lines:
         assert {"critic/score/mean", "actor/pg_loss", "response_length/mean", "timing_s/gen"} <= set(m)
-        assert m["rollout/kl_to_actor"] < 1e-4  # the rollout runs the weights the actor just pushed
+        # the rollout runs the weights the actor just pushed, and the split pass computes what one rank would
+        assert m["rollout/kl_to_actor"] < 1e-4
         assert "timing_s/old_log_prob" not in m  # on-policy: the update's own pass gives the old log-probs
         # the rollout samples from the weights being trained: importance weights of ~1, none capped
         assert m["actor/rollout_is_mean"] == pytest.approx(1.0, abs=1e-4) and m["actor/rollout_is_capped_frac"] == 0

@@ -46,6 +46,17 @@ def checked(algorithm, overrides):
         ),
         ("sft", ["actor.world_size=5"], r"more ranks than the 4 rows of a step \(data.train_batch_size=4\)"),
         ("ppo", ["critic.world_size=9"], r"critic.world_size=9"),
+        (
+            "grpo",
+            ["actor.world_size=2", "actor.sequence_parallel=2", "actor.use_kl_loss=true", "ref.world_size=1"],
+            r"actor.sequence_parallel=2 splits each sequence .* ref.world_size=1 is not a multiple of it",
+        ),
+        ("grpo", ["actor.sequence_parallel=2", "actor.padding_free=false"], r"needs padding_free=true"),
+        (
+            "grpo",
+            ["actor.world_size=18", "actor.sequence_parallel=2", "actor.use_kl_loss=false"],
+            r"more ranks than the 8 rows .* 9 groups of ranks hold rows",
+        ),
         ("grpo", ["rollout.weight_transport=ipc"], r"rollout.weight_transport=ipc must be one of"),
         ("grpo", ["rollout.weight_bucket_mb=0"], r"rollout.weight_bucket_mb=0 must be >= 1"),
         ("grpo", ["rollout.dtype=float8"], r"rollout.dtype=float8 must be one of"),

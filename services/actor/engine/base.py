@@ -29,7 +29,7 @@ from meshrl import file_layout
 from meshrl.config.actor import EngineConfig, OptimConfig
 from meshrl.models import empty_model, load_model, lora_target_modules, lora_target_parameters
 from meshrl.v1 import rollout_pb2
-from services.actor import lora, packing
+from services.actor import lora, packing, sequence
 from services.actor.comm import Cancelled, stop_requested
 
 if TYPE_CHECKING:
@@ -95,6 +95,11 @@ class Engine:
             model = self.prepare(load_model(model_path, kind, cfg.dropout), optim)
             self.config = model.config
             self.module = self.wrap(model.to(self.device))
+        self.shards = None  # sequence parallelism: this rank's group (services/actor/sequence.py)
+        if cfg.sequence_parallel > 1:
+            sequence.check_heads(self.config, cfg.sequence_parallel)
+            self.shards = sequence.groups(cfg.sequence_parallel)
+            sequence.attach(self.module, self.shards)
         self.optimizer = self.scheduler = None
         if optim is not None:
             trained = [p for p in self.module.parameters() if p.requires_grad]  # with LoRA: the adapter alone
