@@ -26,6 +26,7 @@ OWN = {
     "seed",
     "engine",
     "hsdp_replicate",
+    "sequence_parallel",
     "tensor_parallel_size",
     "gpu_memory_utilization",
     "kv_cache_gb",

@@ -19,13 +19,16 @@ Tokens travel with torch.distributed's all_to_all_single, which gloo and NCCL bo
 autograd function whose backward is the same exchange the other way.
 """
 
+import ctypes
 import dataclasses
+import sys
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
 ATTR = "_meshrl_sequence_shards"  # where a model holds its Shards
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (MALLOC_MMAP_THRESHOLD_ in the environment)
 
 
 class Exchange(torch.autograd.Function):
@@ -108,6 +111,20 @@ def groups(size: int) -> Shards | None:
         if first <= rank < first + size:
             mine = Shards(group, size, rank - first)
     return mine
+
+
+def return_large_buffers() -> bool:
+    """glibc: buffers of 1 MiB and more come from mmap and go back to the system when freed, as
+    MALLOC_MMAP_THRESHOLD_=1048576 would make them. By default glibc raises that threshold after the first
+    large free, and the exchanges' buffers, of a new size at every layer, then grow the heap for good: one
+    16k-token update peaked at 7.3 GiB a rank with the default and 5.0 with this (bench/RESULTS.md).
+    True where it was set (Linux with glibc)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return bool(ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, 2**20))
+    except (OSError, AttributeError):  # another C library
+        return False
 
 
 def check_heads(config, size: int) -> None:
