@@ -11,6 +11,7 @@ The router outputs come from forward hooks on the model's routers (RouterCapture
 """
 
 import sys
+from collections.abc import Callable
 from typing import cast
 
 import torch
@@ -25,13 +26,17 @@ class RouterCapture:
     """Within `with`, each router's (logits, chosen experts) of every forward, in `outputs`; clear() between
     micro-batches (a checkpointed backward runs the forwards again)."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, whole: Callable[[torch.Tensor], torch.Tensor] | None = None):
         self.routers = routers(model)
         self.outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.handles: list = []
+        self.whole = whole  # a pass split over ranks (sequence parallelism): its slice -> the whole row's
 
     def _hook(self, module, args, out) -> None:
-        self.outputs.append((out[0], out[2]))
+        logits, chosen = out[0], out[2]
+        if self.whole is not None:
+            logits, chosen = self.whole(logits), self.whole(chosen)
+        self.outputs.append((logits, chosen))
 
     def clear(self) -> None:
         self.outputs.clear()

@@ -141,9 +141,9 @@ def record_routing(model: torch.nn.Module, micro: dict) -> torch.Tensor:
     ids = micro["input_ids"]
     flat = packed(model) and within_window(model, micro)
     replay.recording = True
-    try:  # the routers are what is wanted: the head runs where the log-prob pass reads it, or once a row
+    try:  # the routers are what is wanted: the head runs nowhere (packed), or once a row
         if flat:
-            packing.forward_packed(model, micro, micro["responses"].shape[1], head_only_where_read=True)
+            packing.forward_packed(model, micro, micro["responses"].shape[1], True, outputs=False)
         else:
             router_replay.feed(model, micro, lambda r: r)  # none in micro: routes afresh
             model(

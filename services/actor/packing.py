@@ -259,15 +259,20 @@ def forward_packed_shared(model: torch.nn.Module, micro: dict, T: int, first: to
     return result
 
 
-def forward_packed(model: torch.nn.Module, micro: dict, T: int, head_only_where_read: bool) -> torch.Tensor:
+def forward_packed(
+    model: torch.nn.Module, micro: dict, T: int, head_only_where_read: bool, outputs: bool = True
+) -> torch.Tensor:
     """What forward_response returns, (B, T, ...), from one packed row of the micro-batch's real tokens;
-    zeros where a row's response is padding."""
+    zeros where a row's response is padding. outputs=False: the head reads nothing (a pass for what the
+    layers do, e.g. the routers' choices), and the result is all zeros."""
     keep = micro["attention_mask"].bool()
     lengths = keep.sum(1)
     bounds = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
     flat = (keep.flatten().cumsum(0) - 1).view(keep.shape)  # each real token's place in the packed row
     read = keep[:, -T - 1 : -1]  # positions whose output predicts a response token
     where = flat[:, -T - 1 : -1][read]
+    if not outputs:
+        read, where = torch.zeros_like(read), where[:0]
     picked = run_row(
         model,
         micro,
@@ -294,6 +299,7 @@ def run_row(model: torch.nn.Module, micro: dict, pick, read: torch.Tensor, head_
         start, width = sp.rank * sp.width(len(ids)), sp.width(len(ids))
         read = read[(read >= start) & (read < start + width)] - start
         kw = {**kw, "meshrl_sp": sp, "meshrl_tokens": len(ids)}
+        sp.tokens = len(ids)  # for what reads the whole row's per-token outputs (a router's losses)
         pick = (lambda p: lambda r: sp.mine(p(r)))(pick)
     router_replay.feed(model, micro, pick)
     out = model(

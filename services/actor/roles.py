@@ -26,6 +26,7 @@ from meshrl.algos.policy_losses import policy_loss
 from meshrl.algos.rollout_correction import kl_to_actor, rollout_is_weights, rollout_rejection_mask
 from meshrl.config.losses import UPDATE_LOSSES, Schedule
 from meshrl.dataproto import DataProto
+from services.actor import sequence
 from services.actor.batches import BASE, micro_batches, minibatches, num_minibatches, restore, token_groups, trimmed
 from services.actor.comm import Cancelled
 from services.actor.engine import Engine
@@ -306,7 +307,8 @@ class ActorRole(PolicyRole):
         if p.router_replay == "r3" and p.router_agreement and "rollout_logprobs" in part.batch:
             rejected |= self.kl_afresh(part, p)
         rng = torch.Generator().manual_seed(p.seed * 1_000_003 + step)  # clip_cov's picks, the same on resume
-        capture = RouterCapture(self.engine.module)  # a mixture of experts' routers; none for a dense model
+        shards = sequence.of(self.engine.module)  # split passes: the router losses read the whole row
+        capture = RouterCapture(self.engine.module, shards.whole if shards is not None else None)
         replay = router_replay.replay_of(self.engine.module) if router_replay.ROUTED in part.batch else None
         if replay is not None:
             replay.agreement()  # counted from this update's passes on (not the log-prob calls before it)

@@ -58,6 +58,12 @@ class Shards:
     group: object  # a torch.distributed process group of `size` consecutive ranks
     size: int
     rank: int  # within the group
+    tokens: int = 0  # the real tokens of the row in the pass (run_row sets it), padding past them
+
+    def whole(self, x: torch.Tensor) -> torch.Tensor:
+        """A per-token tensor of this rank's slice of the row in the pass -> the row's real tokens', every
+        rank's slice in order (what a MoE router's losses read; the gradient goes back as gather's)."""
+        return self.gather(x)[: self.tokens]
 
     def width(self, tokens: int) -> int:
         """Tokens each rank runs of a packed row of `tokens` (the row padded to a multiple of `size`)."""
@@ -92,6 +98,8 @@ class Shards:
         sizes[self.rank] = len(x)
         dist.all_reduce(sizes, group=self.group)
         top = int(sizes.max())
+        if top == 0:  # nothing anywhere (every rank knows): no exchange of empty buffers
+            return x[:0]
         padded = F.pad(x, (0, 0) * (x.dim() - 1) + (0, top - len(x)))
         got = Exchange.apply(padded.expand(self.size, *padded.shape), self.group)  # my part to every rank
         return torch.cat([got[j, : int(sizes[j])] for j in range(self.size)])

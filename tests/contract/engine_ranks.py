@@ -8,6 +8,8 @@ them) to OUT for the test to compare across engines.
 
 --share: micro-batches of 2 rows that share their prompt, run once (model.forward_response's share_prompts).
 --padding-free: micro-batches of 2 rows, packed (services/actor/packing.py).
+--router-losses: a mixture of experts' load-balancing (0.01) and z-loss (0.001) terms added to each
+micro-batch's loss, as the actor role adds them (meshrl.algos.moe).
 --sp N: sequence parallelism over groups of N ranks (services/actor/sequence.py): a group's ranks hold the
 same rows (the batch is split over world / N groups) and each runs 1/N of every packed row's tokens.
 
@@ -35,6 +37,7 @@ import torch.distributed as dist
 from safetensors.torch import save_file
 
 from meshrl import cuda_ipc
+from meshrl.algos.moe import RouterCapture, router_terms
 from meshrl.config.actor import EngineConfig, OptimConfig
 from meshrl.dataproto import DataProto
 from meshrl.v1 import rollout_pb2
@@ -104,9 +107,17 @@ def main():
             return response_logprobs(model, mb, share_prompts=share)[0]
         return token_logprobs(forward_response(model, mb, T, share_prompts=share), mb["responses"])
 
+    whole = engine.shards.whole if engine.shards is not None else None  # the roles' view of a split pass
+    capture = RouterCapture(engine.module, whole) if "--router-losses" in flags else None
+
     def nll(model, mb):
+        if capture is not None:
+            capture.clear()
         lp = logprobs(model, mb)
-        return -(lp * mb["response_mask"]).sum() / total_tokens, {}
+        loss = -(lp * mb["response_mask"]).sum() / total_tokens
+        if capture is not None:
+            loss = loss + router_terms(capture, 0.01, 0.001)[0]
+        return loss, {}
 
     if "--load" in flags:
         engine.load(flags[flags.index("--load") + 1])
@@ -114,7 +125,11 @@ def main():
         return finish()
     before = torch.cat(engine.forward(micro, logprobs)).cpu()  # the batch stays on the CPU; results come back
     weights = [float(groups)] * len(micro)  # FSDP averages gradients over ranks, a group's N as one; undo it
-    engine.forward_backward(micro, nll, weights)
+    if capture is not None:
+        with capture:
+            engine.forward_backward(micro, nll, weights)
+    else:
+        engine.forward_backward(micro, nll, weights)
     loss = (-(before * mine["response_mask"]).sum() / total_tokens).reshape(1)
     dist.all_reduce(loss)
     loss /= sp  # a group's ranks hold the same rows

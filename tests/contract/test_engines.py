@@ -171,7 +171,8 @@ def test_every_rank_stops_at_the_same_micro_batch(tiny_lm, tmp_path):
 
 def test_a_mixture_of_experts_trains_alike_on_every_engine(tmp_path):
     """A tiny Qwen3-MoE (fused 3-d experts, a router per layer): HSDP with packed passes recomputed in the
-    backward takes the plain engine's step, and bf16 mixed precision on fsdp2 stays close to it."""
+    backward takes the plain engine's step, so does sequence parallelism with the router's losses, and bf16
+    mixed precision on fsdp2 stays close to it."""
     from transformers import AutoConfig
 
     from meshrl import file_layout
@@ -182,6 +183,11 @@ def test_a_mixture_of_experts_trains_alike_on_every_engine(tmp_path):
     one = run(1, "plain", moe, tmp_path / "one")
     hsdp = run(2, "fsdp2", moe, tmp_path / "hsdp", "--hsdp", "2", "--grad-ckpt", "--padding-free")
     assert_same_step(one, hsdp, as_files=lambda weights: file_layout.to_files(shell, weights))
+    # its router losses read the whole row also when its tokens are split over the ranks (sequence parallel)
+    losses = ("--padding-free", "--router-losses")  # the same micro-batches (2 rows) on both sides
+    alone = run(1, "plain", moe, tmp_path / "alone", *losses)
+    split = run(2, "fsdp2", moe, tmp_path / "split", *losses, "--sp", "2")
+    assert_same_step(alone, split, as_files=lambda weights: file_layout.to_files(shell, weights))
     mixed = run(2, "fsdp2", moe, tmp_path / "mixed", "--mixed-precision")
     assert mixed["stats"]["loss"] == pytest.approx(one["stats"]["loss"], rel=1e-2)
     assert torch.allclose(mixed["logprobs"], one["logprobs"], atol=0.1)

@@ -100,7 +100,8 @@ class Engine:
             sequence.check_heads(self.config, cfg.sequence_parallel)
             self.shards = sequence.groups(cfg.sequence_parallel)
             sequence.attach(self.module, self.shards)
-            sequence.return_large_buffers()
+            if self.device.type == "cpu":  # the exchanges' buffers are host memory only there
+                sequence.return_large_buffers()
         self.optimizer = self.scheduler = None
         if optim is not None:
             trained = [p for p in self.module.parameters() if p.requires_grad]  # with LoRA: the adapter alone
