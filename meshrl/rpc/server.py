@@ -138,9 +138,13 @@ class Server:
             raise OSError(f"could not bind {host}:{port}" + (" (is another server on that port?)" if port else ""))
         self.address = f"{host}:{self.port}"
         self._stopped = threading.Event()
+        self._started = False
 
     def start(self) -> "Server":
+        if self._stopped.is_set():  # told to stop (a signal) before it started: it never serves
+            return self
         self._server.start()
+        self._started = True
         self.set_serving(True)
         for servicer in self._servicers:
             watch = getattr(servicer, "watch_health", None)
@@ -173,10 +177,13 @@ class Server:
         log.info("stopped %s", self.address)
 
     def wait(self, timeout: float | None = None) -> bool:
+        if not self._started:
+            return True
         return self._server.wait_for_termination(timeout)
 
-    def run_until_signal(self, grace: float = 5.0) -> None:
-        """Block until SIGTERM or SIGINT, then stop gracefully (call from the main thread)."""
+    def stop_on_signals(self, grace: float = 5.0) -> "Server":
+        """SIGTERM or SIGINT stops it gracefully from now on (call from the main thread, before start():
+        a signal that came once it answered, before its handler was in, killed it uncleaned, exit -15)."""
 
         def on_signal(signum, _frame):
             log.info("signal %s: stopping", signal.Signals(signum).name)
@@ -184,6 +191,11 @@ class Server:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        return self
+
+    def run_until_signal(self, grace: float = 5.0) -> None:
+        """Block until SIGTERM or SIGINT, then stop gracefully (call from the main thread)."""
+        self.stop_on_signals(grace)
         self.wait()
 
 
@@ -209,12 +221,13 @@ def run_service(servicer, args, label: str, max_workers: int = 16) -> int:
                 token=args.token or env_token(),
                 max_workers=max_workers,
                 insecure_bind=getattr(args, "insecure_bind", False),
-            ).start()
+            )
         except ValueError as e:  # the user's flags or environment: one line, not a traceback
             print(f"{label}: {e}", file=sys.stderr)
             return 2
+        server.stop_on_signals().start()  # handlers first: whoever sees it answer may stop it at once
         print(f"{label} listening on {server.address}", flush=True)
-        server.run_until_signal()
+        server.wait()
     finally:
         close = getattr(servicer, "close", None)
         if close is not None:
