@@ -303,7 +303,7 @@ def run_row(model: torch.nn.Module, micro: dict, pick, read: torch.Tensor, head_
         pick = (lambda p: lambda r: sp.mine(p(r)))(pick)
     router_replay.feed(model, micro, pick)
     out = model(
-        input_ids=pick(micro["input_ids"])[None],
+        input_ids=(ids if sp is None else sp.mine(ids))[None],  # the row made once
         position_ids=pick(micro["position_ids"])[None],
         attention_mask=PACKED.to(ids.device),
         use_cache=False,
