@@ -18,10 +18,10 @@ import torch
 
 def shell(config: Any):
     """The model of `config` on the meta device: the conversions to apply, no memory."""
-    from transformers import AutoModelForCausalLM
+    from meshrl.models import causal_class
 
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config)
+        return causal_class(config).from_config(config)
 
 
 def _transforms(model) -> tuple[list, list]:

@@ -64,14 +64,23 @@ def empty_model(path: str, kind: str, dropout: bool = False) -> "PreTrainedModel
 def model_class(
     path: str, kind: str, dropout: bool
 ) -> tuple[type["AutoModelForCausalLM"] | type["AutoModelForTokenClassification"], "PretrainedConfig"]:
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+    from transformers import AutoConfig, AutoModelForTokenClassification
 
     if kind not in KINDS:
         raise ValueError(f"model kind must be one of {KINDS}, got {kind!r}")
     config = AutoConfig.from_pretrained(path, **({"num_labels": 1} if kind == "value" else {}))
     if not dropout:
         zero_dropout_config(config)
-    return (AutoModelForCausalLM if kind == "causal" else AutoModelForTokenClassification), config
+    return (causal_class(config) if kind == "causal" else AutoModelForTokenClassification), config
+
+
+def causal_class(config):
+    """transformers' auto class for a causal LM of this config: a vision-language model's takes pictures too."""
+    import transformers
+
+    from meshrl.vision import is_vision
+
+    return transformers.AutoModelForImageTextToText if is_vision(config) else transformers.AutoModelForCausalLM
 
 
 def without_dropout(model: M, dropout: bool) -> M:

@@ -79,6 +79,10 @@ class DataSection(Checked):
     #   `extra_info.answer`): the reward's ground truth and SFT's target; empty: where verl keeps them
     #   (reward_model.ground_truth, extra_info.answer)
     system_prompt: str = ""  # a system message put before every prompt that has none of its own
+    min_pixels: int = 0  # pictures (an `images` column, image parts) smaller are scaled up to this many
+    #   pixels, in steps of 28 (Qwen2-VL's); 0: the model's image processor's own floor
+    max_pixels: int = 0  # larger pictures are scaled down to this many pixels, fewer image tokens; 0: the
+    #   model's image processor's own ceiling
     max_prompt_length: int = 0  # prompt tokens (chat template applied); longer prompts are dropped and
     #   counted; 0: whatever fits rollout.max_model_len - rollout.max_new_tokens
     train_batch_size: int = 16  # prompts per step (each sampled rollout.n times)

@@ -22,6 +22,7 @@ import pathlib
 import pandas as pd
 import torch
 
+from meshrl import vision
 from meshrl.chat import as_messages, as_tools, render
 from meshrl.dataproto import DataProto
 from meshrl.layout import prompt_tensors
@@ -46,8 +47,8 @@ def dig(record: dict, dotted: str, where: str):
     return plain(value)
 
 
-MEDIA_COLUMNS = ("images", "videos")  # verl's and TRL's multimodal columns: refused where they hold any, not dropped
-MEDIA_PARTS = {"image", "image_url", "input_image", "video", "video_url", "audio", "input_audio", "file"}
+MEDIA_COLUMNS = ("videos",)  # verl's and TRL's video column: refused where it holds any, not dropped
+MEDIA_PARTS = {"video", "video_url", "audio", "input_audio", "file"}  # pictures are read (meshrl/vision.py)
 
 
 def holds(cell) -> bool:
@@ -60,7 +61,7 @@ def media_kind(part: dict) -> str:
     """A content part's media kind ("" for text and the rest): its type, or an untyped part's image key."""
     kind = part.get("type")
     if kind is None:
-        kind = next((k for k in ("image_url", "image", "video") if k in part), "")
+        kind = next((k for k in ("video", "video_url", "input_audio") if k in part), "")
     return str(kind) if kind in MEDIA_PARTS else ""
 
 
@@ -76,11 +77,19 @@ class PromptDataset:
         answer_key: str = "",
         system_prompt: str = "",
         dataset_columns: bool = False,
+        model: str = "",
+        pixels: tuple[int, int] = (0, 0),
     ):
         """dataset_columns: each row also keeps its dataset columns as they are (the prompt under "prompt",
-        as a TRL-form reward function is passed them), as `dataset_columns`."""
+        as a TRL-form reward function is passed them), as `dataset_columns`. model: the policy's folder, whose
+        image processor says how many image tokens a row's pictures take (rows with pictures need a
+        vision-language model); pixels: (data.min_pixels, data.max_pixels), what pictures are resized to."""
         self.key, self.prompt_key, self.answer_key = key, prompt_key, answer_key
         self.system_prompt, self.dataset_columns = system_prompt, dataset_columns
+        self.model, self.pixels = model, pixels
+        self.processor: vision.Processor | None = None  # made for the first row with pictures
+        paths = [files] if isinstance(files, (str, pathlib.Path)) else list(files)
+        self.base = pathlib.Path(paths[0]).parent if paths else None  # relative image paths are from here
         frame = self.read(files)
         self.rows, self.prompt_ids = [], []
         lengths = []
@@ -113,8 +122,8 @@ class PromptDataset:
         media = [c for c in MEDIA_COLUMNS if c in frame.columns and any(map(holds, frame[c]))]
         if media:
             raise ValueError(
-                f"{key}: column {media[0]!r} holds images or videos, which meshrl does not train on yet (it trains "
-                "text-only models; vision-language models: issue 47): drop the column or use a text task"
+                f"{key}: column {media[0]!r} holds videos, which meshrl does not train on yet (it trains on text "
+                "and pictures): drop the column"
             )
         return frame
 
@@ -125,19 +134,25 @@ class PromptDataset:
         where = f"{key} row {number} ({prompt_key!r})"
         messages = as_messages(plain(record[prompt_key]), where)
         for i, m in enumerate(messages):
-            kinds = sorted({media_kind(p) for p in m.get("content") or () if isinstance(p, dict)} - {""})
+            content = m.get("content")
+            kinds = sorted({media_kind(p) for p in content or () if isinstance(p, dict)} - {""})
             if kinds:
                 raise ValueError(
                     f"{where}: message {i} has {kinds[0]!r} content, which meshrl does not train on yet "
-                    "(text-only models; vision-language models: issue 47)"
+                    "(it trains on text and pictures)"
                 )
+        messages, pictures = vision.row_images(messages, plain(record.get("images")), f"{key} row {number}", self.base)
         if self.system_prompt and messages[0]["role"] != "system":
             messages = [{"role": "system", "content": self.system_prompt}, *messages]
         tools = as_tools(plain(record.get("tools")), f"{key} row {number} ('tools')")
         ids = tokenizer(render(tokenizer, messages, where, tools), add_special_tokens=False)["input_ids"]
+        if pictures:
+            pictures, ids = self.with_pictures(pictures, ids, f"{key} row {number}")
         if len(ids) > max_length:
             return None, ids
         row = {"prompt": messages, **{k: plain(record[k]) for k in COLUMNS if k in record}}
+        if pictures:
+            row["images"] = pictures
         if self.answer_key:  # the reward's ground truth and SFT's target, where verl keeps them
             answer = dig(record, self.answer_key, f"{key} row {number}")
             row["reward_model"] = {**(row.get("reward_model") or {}), "ground_truth": answer}
@@ -147,6 +162,20 @@ class PromptDataset:
                 "prompt" if k == prompt_key else k: plain(v) for k, v in record.items() if k not in KEPT
             }
         return ({**row, "tools": tools} if tools else row), ids
+
+    def with_pictures(self, pictures: list[bytes], ids: list[int], where: str) -> tuple[list[bytes], list[int]]:
+        """The row's pictures at the size data.min_pixels/max_pixels allow, and its ids with each image token
+        repeated for its picture's merged patches, as the model's image processor makes them."""
+        if self.processor is None:
+            if not self.model:
+                raise ValueError(f"{where}: the row has images; reading them needs the policy's model (actor.model)")
+            try:
+                self.processor = vision.Processor(self.model)
+            except ValueError as e:
+                raise ValueError(f"{where}: the row has images, but {e}") from None
+        pictures = [vision.sized(p, f"{where} image {k}", *self.pixels) for k, p in enumerate(pictures)]
+        _, grids = self.processor(pictures, where)
+        return pictures, self.processor.tokens.expand(ids, grids, where)
 
     def report(self, lengths: list[int], max_prompt_length: int) -> None:
         """Refuse a dataset none of whose prompts fit; say how many were dropped."""
@@ -176,7 +205,7 @@ class PromptDataset:
         """input_ids (left padded), attention_mask, position_ids, and the rows' columns plus a uid each."""
         columns = {
             k: [self.rows[i].get(k) for i in indices]
-            for k in ("prompt", *COLUMNS, "tools", "dataset_columns")
+            for k in ("prompt", *COLUMNS, "tools", "dataset_columns", "images")
             if any(k in self.rows[i] for i in indices)
         }
         columns["uid"] = list(uids)
@@ -238,6 +267,8 @@ def dataset(cfg, files: str, tokenizer) -> PromptDataset:
         answer_key=d.answer_key,
         system_prompt=d.system_prompt,
         dataset_columns=trl_form(cfg.reward.function),
+        model=cfg.actor.model,
+        pixels=(d.min_pixels, d.max_pixels),
     )
 
 

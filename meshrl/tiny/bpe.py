@@ -71,6 +71,21 @@ CHAT_TEMPLATE = "".join(
 )
 
 
+VISION = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]  # Qwen2-VL's, as it names them
+# A vision-language model's template: a message's content may be parts, a picture written as Qwen2-VL's
+# template writes it (the image token between its start and end marks), text as it is.
+PARTS = (
+    "{%- if m['content'] is string -%}{{ m['content'] }}{%- else -%}{%- for p in m['content'] -%}"
+    "{%- if p['type'] == 'image' -%}<|vision_start|><|image_pad|><|vision_end|>"
+    "{%- elif p['type'] == 'text' -%}{{ p['text'] }}{%- endif -%}{%- endfor -%}{%- endif -%}"
+)
+VISION_TEMPLATE = CHAT_TEMPLATE.replace(
+    f"<|im_start|>{{{{ m['role'] }}}}{NL}{{{{ m['content'] }}}}<|im_end|>",
+    f"<|im_start|>{{{{ m['role'] }}}}{NL}{PARTS}<|im_end|>",
+)
+assert VISION_TEMPLATE != CHAT_TEMPLATE
+
+
 def train_tokenizer(corpus: Iterable[str], vocab_size: int = 512, max_length: int = 512) -> PreTrainedTokenizerFast:
     """A byte-level BPE of vocab_size tokens (the 256 bytes, the special tokens, merges) trained on corpus."""
     tok = Tokenizer(models.BPE())
@@ -107,8 +122,14 @@ def end_ids(tokenizer) -> list[int]:
     return [tokenizer.convert_tokens_to_ids(t) for t in (END, END_OF_TEXT)]
 
 
-def save_tokenizer(out_dir: str | pathlib.Path, corpus: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
+def save_tokenizer(
+    out_dir: str | pathlib.Path, corpus: Iterable[str], vocab_size: int, vision: bool = False
+) -> PreTrainedTokenizerFast:
+    """vision: with Qwen2-VL's image and video tokens (special) and the template that writes pictures."""
     tok = train_tokenizer(corpus, vocab_size)
+    if vision:
+        tok.add_special_tokens({"additional_special_tokens": VISION})
+        tok.chat_template = VISION_TEMPLATE
     tok.save_pretrained(str(out_dir))
     return tok
 

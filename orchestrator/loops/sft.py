@@ -33,7 +33,10 @@ def sft_batch(data: PromptDataset, indices: list[int]) -> DataProto:
         responses.append(response)
         masks.append(mask)
     tensors = rollout_tensors(prompts, responses, data.pad, masks)  # never empty: an end token at least
-    return DataProto({k: v for k, v in tensors.items() if k != "prompts"})
+    pictures = [data.rows[i].get("images") for i in indices]  # a vision-language task's (meshrl/vision.py)
+    return DataProto(
+        {k: v for k, v in tensors.items() if k != "prompts"}, {"images": pictures} if any(pictures) else {}
+    )
 
 
 def example(data: PromptDataset, i: int) -> tuple[list[int], list[int], list[int]]:
@@ -41,6 +44,8 @@ def example(data: PromptDataset, i: int) -> tuple[list[int], list[int], list[int
     tokenizer, row = data.tokenizer, data.rows[i]
     messages = row["prompt"]
     if any(m["role"] == "assistant" for m in messages):
+        if row.get("images"):
+            raise ValueError(f"data.train_files row {i}: SFT on conversations with pictures is not supported yet")
         pieces = turns(tokenizer, messages, f"data.train_files row {i}", row.get("tools"))
         prompt = ids(tokenizer, pieces[0][0]) if not pieces[0][1] else []
         response, mask = [], []

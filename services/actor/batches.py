@@ -20,6 +20,7 @@ from meshrl.algos.router_replay import ROUTED
 from meshrl.dataproto import DataProto, pad_to_divisor
 from meshrl.errors import InvalidArgument
 from meshrl.models import moe_layers
+from meshrl.vision import ROW_TENSORS
 from services.actor.model import prompt_index
 
 SEQUENCE = ("input_ids", "attention_mask", "position_ids")
@@ -197,7 +198,7 @@ def trimmed(data: DataProto, rows: torch.Tensor, keys: tuple[str, ...]) -> dict[
         k: part.batch[k][:, left : L - T + keep]
         if k in ALIGNED
         else part.batch[k][:, :keep]
-        if part.batch[k].dim() > 1
+        if part.batch[k].dim() > 1 and k not in ROW_TENSORS
         else part.batch[k]
         for k in keys
     }

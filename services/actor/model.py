@@ -7,13 +7,42 @@ L - T - 1 + t (T = response length, L = sequence length). A model set up for pad
 prompts once in the same packed row.
 """
 
+import dataclasses
 from typing import cast
 
 import torch
 import torch.nn.functional as F
 
+from meshrl import vision
 from meshrl.algos import router_replay
 from services.actor import packing, sequence
+
+
+@dataclasses.dataclass
+class Seen:
+    """A micro-batch's pictures as a vision-language model's forward takes them: its rows' three-axis
+    positions (3, rows, L; Qwen2-VL's multimodal rotary positions) and pixel_values with image_grid_thw."""
+
+    positions: torch.Tensor
+    inputs: dict
+
+
+def pictures(model: torch.nn.Module, micro: dict) -> Seen | None:
+    """The micro-batch's pictures (the row tensors meshrl.vision.stack makes), None where it has none."""
+    if "pixel_values" not in micro:
+        return None
+    pixels, grids = vision.unstack(micro["pixel_values"], micro["image_grid_thw"])
+    if not len(grids):
+        return None
+    core = next((m for m in model.modules() if hasattr(m, "get_rope_index")), None)
+    if core is None:
+        raise ValueError(f"the batch has pictures, but {type(model).__name__} is not a vision-language model")
+    if sequence.of(model) is not None:
+        raise ValueError("actor.sequence_parallel does not take pictures yet")
+    ids, mask = micro["input_ids"], micro["attention_mask"]
+    kinds = (ids == core.config.image_token_id).int()  # type: ignore[union-attr]
+    positions, _ = core.get_rope_index(ids, mm_token_type_ids=kinds, image_grid_thw=grids, attention_mask=mask)  # type: ignore[operator]
+    return Seen(positions, {"pixel_values": pixels, "image_grid_thw": grids})
 
 
 def forward_response(
@@ -29,21 +58,23 @@ def forward_response(
     the number of rows that share it. A causal LM also computes its head only where it is read."""
     T = micro["responses"].shape[1] if response_length is None else response_length
     flat = packed(model) and within_window(model, micro)
+    seen = pictures(model, micro)  # not shared yet: each row's prompt runs with its pictures
     # the padded shared pass needs HF's cache, which gradient checkpointing drops; the packed one has none
-    if share_prompts and (flat or not getattr(model, "is_gradient_checkpointing", False)):
+    if share_prompts and seen is None and (flat or not getattr(model, "is_gradient_checkpointing", False)):
         shared = prompt_sharing(micro, T)
         if shared is not None:
             return (packing.forward_packed_shared if flat else forward_shared)(model, micro, T, *shared)
     if flat:
-        return packing.forward_packed(model, micro, T, head_only_where_read=share_prompts)
+        return packing.forward_packed(model, micro, T, head_only_where_read=share_prompts, seen=seen)
     kw = {"logits_to_keep": T + 1} if share_prompts else {}
     router_replay.feed(model, micro, lambda r: r)
     out = model(
         input_ids=micro["input_ids"],
         attention_mask=micro["attention_mask"],
-        position_ids=micro["position_ids"],
+        position_ids=micro["position_ids"] if seen is None else seen.positions,
         use_cache=False,
         **kw,
+        **(seen.inputs if seen is not None else {}),
     )
     return out.logits[:, -T - 1 : -1]
 

@@ -166,6 +166,12 @@ def enable(model: torch.nn.Module) -> None:
     can = getattr(model, "_can_set_attn_implementation", None)
     if not callable(can) or not can():
         raise ValueError(f"actor.padding_free: {type(model).__name__} cannot switch its attention implementation")
+    config = getattr(model, "config", None)
+    if getattr(config, "vision_config", None) is not None:
+        # a vision-language model's tower attends over each picture's patches itself: SDPA there, which
+        # ignores the packed row's boundaries that the forward passes on to the tower too
+        model.set_attn_implementation({"": NAME, "text_config": NAME, "vision_config": "sdpa"})  # type: ignore[operator]
+        return
     model.set_attn_implementation(NAME)  # type: ignore[operator]
 
 
@@ -260,11 +266,12 @@ def forward_packed_shared(model: torch.nn.Module, micro: dict, T: int, first: to
 
 
 def forward_packed(
-    model: torch.nn.Module, micro: dict, T: int, head_only_where_read: bool, outputs: bool = True
+    model: torch.nn.Module, micro: dict, T: int, head_only_where_read: bool, outputs: bool = True, seen=None
 ) -> torch.Tensor:
     """What forward_response returns, (B, T, ...), from one packed row of the micro-batch's real tokens;
     zeros where a row's response is padding. outputs=False: the head reads nothing (a pass for what the
-    layers do, e.g. the routers' choices), and the result is all zeros."""
+    layers do, e.g. the routers' choices), and the result is all zeros. seen: the micro-batch's pictures
+    (model.Seen), whose image tokens the row holds in the rows' order."""
     keep = micro["attention_mask"].bool()
     lengths = keep.sum(1)
     bounds = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
@@ -283,17 +290,23 @@ def forward_packed(
         cu_seq_lens_k=bounds,
         max_length_q=int(lengths.max()),
         max_length_k=int(lengths.max()),
+        seen=seen,
     )
     result = picked.new_zeros((*read.shape, picked.shape[-1]))
     result[read] = picked
     return result
 
 
-def run_row(model: torch.nn.Module, micro: dict, pick, read: torch.Tensor, head_only_where_read: bool, **kw):
+def run_row(model: torch.nn.Module, micro: dict, pick, read: torch.Tensor, head_only_where_read: bool, seen=None, **kw):
     """The model's outputs at positions `read` (ascending) of the packed row pick(tensor) makes of the
     micro-batch's per-token tensors: (len(read), ...). With sequence parallelism this rank runs its slice
-    of the row, and the group's outputs are gathered (every rank gets them all)."""
+    of the row, and the group's outputs are gathered (every rank gets them all). seen: pictures
+    (model.Seen), with their three-axis positions picked as the row's tokens are."""
     ids = pick(micro["input_ids"])
+    positions = pick(micro["position_ids"])[None]
+    if seen is not None:
+        positions = torch.stack([pick(axis) for axis in seen.positions])[:, None]  # (3, 1, tokens)
+        kw = {**kw, **seen.inputs}
     sp = sequence.of(model)
     if sp is not None:  # this rank's slice of the row and of what is read in it
         start, width = sp.rank * sp.width(len(ids)), sp.width(len(ids))
@@ -304,7 +317,7 @@ def run_row(model: torch.nn.Module, micro: dict, pick, read: torch.Tensor, head_
     router_replay.feed(model, micro, pick)
     out = model(
         input_ids=(ids if sp is None else sp.mine(ids))[None],  # the row made once
-        position_ids=pick(micro["position_ids"])[None],
+        position_ids=positions,
         attention_mask=PACKED.to(ids.device),
         use_cache=False,
         **({"logits_to_keep": read} if head_only_where_read else {}),

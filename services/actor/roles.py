@@ -26,6 +26,7 @@ from meshrl.algos.policy_losses import policy_loss
 from meshrl.algos.rollout_correction import kl_to_actor, rollout_is_weights, rollout_rejection_mask
 from meshrl.config.losses import UPDATE_LOSSES, Schedule
 from meshrl.dataproto import DataProto
+from meshrl.vision import ROW_TENSORS
 from services.actor import sequence
 from services.actor.batches import BASE, micro_batches, minibatches, num_minibatches, restore, token_groups, trimmed
 from services.actor.comm import Cancelled
@@ -105,7 +106,8 @@ def forward_rows(engine: Engine, part: DataProto, fn) -> list[torch.Tensor]:
     """fn(model, micro) -> a tensor or a tuple of tensors (rows, T_micro, ...) for each micro-batch,
     put back in the part's row order at its full response width: one tensor per output. Experts to
     replay (router_replay.ROUTED) go with the rows."""
-    micros, groups = split(engine, part, (*BASE, router_replay.ROUTED) if router_replay.ROUTED in part.batch else BASE)
+    keys = (*BASE, *(k for k in (router_replay.ROUTED, *ROW_TENSORS) if k in part.batch))  # experts, pictures
+    micros, groups = split(engine, part, keys)
     outs = [o if isinstance(o, tuple) else (o,) for o in engine.forward(micros, fn)]
     T = part.batch["responses"].shape[1]
     if groups is None:

@@ -15,7 +15,9 @@ import logging
 import math
 import pathlib
 
-from meshrl import weights
+import torch
+
+from meshrl import vision, weights
 from meshrl.codec import Payload
 from meshrl.codec.values import from_value
 from meshrl.config.actor import EngineConfig, OptimConfig, engine_for
@@ -52,6 +54,7 @@ class ActorServicer:
         self.weight_version = 0
         self.partial = ""  # why the weights are between two steps (a stopped Update); "" when they are not
         self.vocab_fingerprint: str | None = None  # the model folder's tokenizer's (_tokenizer), once read
+        self.pictures: vision.Processor | None = None  # a vision-language model's, made for the first pictures
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -145,9 +148,10 @@ class ActorServicer:
 
     def _compute(self, request: Payload, method: str, args: dict, context) -> DataProto:
         self._require_init()
-        data = _data(request)
+        data = self._data(request)
         batches.validate(data, batches.BASE, self.data_ranks, **self.limits)
         keys = [*batches.BASE, *([ROUTED] if ROUTED in data.batch else [])]  # experts to replay (R3)
+        keys += [k for k in vision.ROW_TENSORS if k in data.batch]
         parts, pad = batches.shard(data.select(keys), self.data_ranks)
         results = self.mine(self._call(method, args, self.spread(parts), context))
         return unpad(DataProto.concat([DataProto(r.batch) for r in results]), pad)
@@ -192,9 +196,10 @@ class ActorServicer:
         name = msg.loss.name
         params_dict = _values(msg.loss.params, "loss.params")
         params = parse_loss(self.role, name, params_dict)
-        data = _data(request)
+        data = self._data(request)
         keys, unit = update_inputs(name, params, data.batch), UPDATE_LOSSES[name].unit
         batches.validate(data, tuple(keys), self.data_ranks, pairs=unit == 2, **self.limits)
+        keys = [*keys, *(k for k in vision.ROW_TENSORS if k in data.batch)]
         parts, _ = batches.shard(data.select(keys), self.data_ranks, unit=unit)
         try:
             results = self._call(
@@ -368,6 +373,30 @@ class ActorServicer:
 
     # ---- helpers --------------------------------------------------------------------
 
+    def _data(self, request: Payload) -> DataProto:
+        """The request's batch; a vision-language model's pictures (an `images` column of encoded bytes,
+        meshrl/vision.py) made into the row tensors its forward reads, checked against the image tokens."""
+        if request.data is None:
+            raise InvalidArgument("the request has no data")
+        data = request.data
+        column = data.non_tensor_batch.get("images")
+        if column is None or not any(len(p or ()) for p in column):
+            return data
+        if self.pictures is None:
+            try:
+                self.pictures = vision.Processor((self.init_args or {})["model"])
+            except ValueError as e:
+                raise InvalidArgument(f"the batch has images, but {e}") from None
+        try:
+            done = [self.pictures(list(p), f"row {i}") if p else None for i, p in enumerate(column)]
+            for i, d in enumerate(done):
+                self.pictures.tokens.check(data.batch["input_ids"][i], d[1] if d else torch.zeros(0, 3), f"row {i}")
+        except vision.ImageError as e:
+            raise InvalidArgument(str(e)) from None
+        except KeyError:
+            raise InvalidArgument("the batch has images but no input_ids") from None
+        return DataProto({**data.batch, **vision.stack(done)}, data.non_tensor_batch, data.meta_info)
+
     def _require_init(self) -> None:
         if self.init_args is None:
             raise FailedPrecondition("the actor service is not initialized: call Init first")
@@ -412,12 +441,6 @@ def check_init(role: str, model: str, engine: dict, optim: dict) -> None:
 
 def _trained(lora_rank: int) -> str:
     return f"a LoRA adapter of rank {lora_rank}" if lora_rank else "full weights"
-
-
-def _data(request: Payload) -> DataProto:
-    if request.data is None:
-        raise InvalidArgument("the request has no data")
-    return request.data
 
 
 def _values(mapping, where: str) -> dict:

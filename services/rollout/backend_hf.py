@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from transformers import (
-    AutoModelForCausalLM,
+    AutoConfig,
     AutoTokenizer,
     DynamicCache,
     LogitsProcessorList,
@@ -35,8 +35,9 @@ from meshrl.algos.moe import routers
 from meshrl.algos.router_replay import GenerationRecord
 from meshrl.config.rollout import RolloutConfig
 from meshrl.errors import Aborted, InvalidArgument
-from meshrl.models import end_ids
+from meshrl.models import causal_class, end_ids
 from meshrl.shm import attach
+from meshrl.vision import ImageError, Processor, is_vision
 from services.rollout.row_sampler import RowSampler, row_seeds
 from services.rollout.sampling import Completion, Sampling
 from services.rollout.weights import Adapter
@@ -75,11 +76,14 @@ def routed(completions: list[Completion], calls: list[torch.Tensor], prompts: li
 class HFBackend:
     name = "hf"
     concurrent = False  # generate runs one call at a time: the rollout service queues the others
+    takes_images = True  # a vision-language model's prompts with pictures (meshrl/vision.py)
 
     def __init__(self, cfg: RolloutConfig):
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype))
-        self.model = model.to(self.device)  # type: ignore[arg-type]  # PreTrainedModel.to's annotation lost its arguments
+        config = AutoConfig.from_pretrained(cfg.model)
+        model = causal_class(config).from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype))
+        self.pictures = Processor(cfg.model) if is_vision(config) else None  # a vision-language model's
+        self.model = model.to(self.device)
         self.model.eval()
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.model)
         self.ends = end_ids(self.tokenizer, self.model.generation_config)  # every end token, as vLLM stops
@@ -91,24 +95,56 @@ class HFBackend:
         self.loads = 0  # weight updates finished (weights_loaded): a call's cache is of the count it saw
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], s: Sampling, alive=None) -> list[list[Completion]]:
+    def generate(
+        self, prompts: list[list[int]], s: Sampling, alive=None, images: list | None = None
+    ) -> list[list[Completion]]:
         """Samples of each prompt; `alive()` turning false (the caller cancelled or its deadline passed)
-        stops generation after the current token and raises Aborted."""
+        stops generation after the current token and raises Aborted. images: each prompt's pictures
+        (encoded bytes, meshrl/vision.py), for a vision-language model."""
         if s.routed_experts and not routers(self.model):
             raise InvalidArgument("sampling.routed_experts: the model is not a mixture of experts (no router)")
+        seen = self._seen(prompts, images, s.n) if images is not None and any(images) else None
         record = GenerationRecord(self.model) if s.routed_experts else None
         with record if record is not None else contextlib.nullcontext():
-            completions = self._generate(prompts, s, alive, record)
+            completions = self._generate(prompts, s, alive, record, seen)
         if record is not None:
             routed(completions, record.calls(), prompts, s.n)
         return [completions[i * s.n : (i + 1) * s.n] for i in range(len(prompts))]
 
-    def _generate(self, prompts: list[list[int]], s: Sampling, alive, record=None) -> list[Completion]:
+    def _seen(self, prompts: list[list[int]], images: list, n: int) -> dict:
+        """What generate takes with the ids for the prompts' pictures, each prompt's repeated for its n
+        samples: pixel_values, image_grid_thw, and which tokens are image tokens (for Qwen2-VL's positions)."""
+        if self.pictures is None:
+            raise InvalidArgument("the batch has images, but the rollout's model is not a vision-language model")
+        if self.recompute:
+            raise InvalidArgument("rollout.on_update=recompute does not take prompts with images")
+        pixels, grids = [], []
+        for i, (p, pics) in enumerate(zip(prompts, images)):
+            if not pics:
+                continue
+            try:
+                x, g = self.pictures(list(pics), f"row {i}")
+                self.pictures.tokens.check(p, g, f"row {i}")
+            except ImageError as e:
+                raise InvalidArgument(str(e)) from None
+            pixels += [x] * n
+            grids += [g] * n
+        dtype = self.model.dtype
+        return {
+            "pixel_values": torch.cat(pixels).to(self.device, dtype),
+            "image_grid_thw": torch.cat(grids).to(self.device),
+        }
+
+    def _generate(self, prompts: list[list[int]], s: Sampling, alive, record=None, seen=None) -> list[Completion]:
         width = max(map(len, prompts))
         ids = torch.tensor([[self.pad] * (width - len(p)) + p for p in prompts], device=self.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
-        cache = self._prefill(ids, mask, s.n) if s.n > 1 and width > 1 else None
+        # a prompt with pictures runs whole in generate (its positions are Qwen2-VL's three-axis ones)
+        cache = self._prefill(ids, mask, s.n) if s.n > 1 and width > 1 and seen is None else None
         ids, mask = ids.repeat_interleave(s.n, 0), mask.repeat_interleave(s.n, 0)
+        if seen is not None:
+            assert self.pictures is not None
+            seen["mm_token_type_ids"] = (ids == self.pictures.tokens.image).int()
         after = None
         if self.recompute and alive is not None:
             cache = cache if cache is not None else DynamicCache(config=self.model.config)
@@ -135,6 +171,7 @@ class HFBackend:
             **({"stop_strings": s.stop, "tokenizer": self.tokenizer} if s.stop else {}),
             do_sample=False,
             logits_processor=LogitsProcessorList(sampler),
+            **(seen or {}),
         )
         if alive is not None and not alive():
             raise Aborted("generation stopped: the caller cancelled or its deadline passed")

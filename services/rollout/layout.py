@@ -59,6 +59,25 @@ def read_prompts(
     return prompts
 
 
+def read_images(data: DataProto, backend) -> dict:
+    """generate's images argument: each prompt's pictures (encoded bytes, meshrl/vision.py) where the batch
+    has an `images` column holding any; refused on a backend that takes none."""
+    column = data.non_tensor_batch.get("images")
+    if column is None or not any(len(p or ()) for p in column):
+        return {}
+    if not getattr(backend, "takes_images", False):
+        raise InvalidArgument(
+            f"the batch has images, which the {backend.name} rollout backend does not take here (rollout.backend=hf "
+            "does; meshrl does not pass pictures to vLLM yet)"
+        )
+    for i, pictures in enumerate(column):
+        if pictures is not None and not (
+            isinstance(pictures, (list, tuple)) and all(isinstance(p, bytes) for p in pictures)
+        ):
+            raise InvalidArgument(f"row {i}: images must be a list of encoded pictures (bytes)")
+    return {"images": [list(p or ()) for p in column]}
+
+
 def build(
     data: DataProto, prompts: list[list[int]], completions: list[list[Completion]], pad: int, with_logprobs: bool
 ) -> DataProto:

@@ -169,6 +169,7 @@ class RolloutServicer:
             prompts = layout.read_prompts(
                 request.data, self.tokenizer, self.cfg.max_model_len, sampling.max_new_tokens, self.vocab_size
             )
+            images = layout.read_images(request.data, self.backend)
         with self.lock:
             if self.draining:
                 raise FailedPrecondition(
@@ -192,7 +193,7 @@ class RolloutServicer:
                 if not call.alive():  # it waited behind another and its caller left (or an update came)
                     raise Aborted("the caller cancelled or its deadline passed before generation started")
                 with telemetry.span("rollout.engine", backend=self.backend.name), call.generating():
-                    completions = self.backend.generate(prompts, sampling, call.alive)
+                    completions = self.backend.generate(prompts, sampling, call.alive, **images)
         except Aborted:
             if call.interrupted is not None:
                 raise Aborted(

@@ -28,7 +28,9 @@ def expect(code, fn, match):
 
 def serve(model_dir, **settings):
     """(servicer, server, client) of an HF rollout in this process; the caller stops and closes them."""
-    servicer = RolloutServicer(RolloutConfig(model=str(model_dir), backend="hf", max_model_len=64, **settings))
+    servicer = RolloutServicer(
+        RolloutConfig(**{"model": str(model_dir), "backend": "hf", "max_model_len": 64, **settings})
+    )
     server = Server([servicer]).start()
     return servicer, server, Client(server.address, ROLLOUT, timeout=120)
 

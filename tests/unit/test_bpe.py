@@ -8,10 +8,10 @@ import json
 import pytest
 import torch
 from tokenizers import Tokenizer
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer
 
 from meshrl.chat import after_turn, turns
-from meshrl.models import end_ids
+from meshrl.models import causal_class, end_ids
 from meshrl.tiny.arithmetic import CALCULATOR, ArithmeticConfig, conversation, make_data
 from meshrl.tiny.models import FAMILIES, TinyModelConfig, make_model
 from meshrl.tool_calls import hermes
@@ -28,11 +28,12 @@ def bpe_models(tmp_path_factory):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_family_loads_generates_and_encodes_as_trained(bpe_models, family):
     path = bpe_models[family]
-    model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    model = causal_class(AutoConfig.from_pretrained(path)).from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(path)
     raw = Tokenizer.from_file(str(path / "tokenizer.json"))  # what was trained, whatever class Auto picks
     text = tok.apply_chat_template(conversation("12*7=", "12*7", "84", True), tools=[CALCULATOR], tokenize=False)
     assert tok(text, add_special_tokens=False)["input_ids"] == raw.encode(text, add_special_tokens=False).ids
-    assert model.config.model_type == family and len(tok) <= model.config.vocab_size
+    assert model.config.model_type == family and len(tok) <= model.config.get_text_config().vocab_size
     assert sorted(end_ids(tok, model.generation_config)) == sorted(
         tok.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
     )

@@ -215,23 +215,22 @@ def test_an_empty_parquet_file_says_it_has_no_rows(arithmetic_data, tokenizer, t
         PromptDataset(str(path), tokenizer, 64, key="data.val_files")
 
 
-def test_images_are_refused_not_dropped(tokenizer, tmp_path):
-    """verl's `images` column and OpenAI-style image content parts: a text-only run would train on the text
-    and lose the pictures without a word, so it stops at the data with one line instead (issue 47)."""
+def test_pictures_need_a_vision_model_and_videos_are_refused_not_dropped(tiny_lm, tokenizer, tmp_path):
+    """A text-only run would train on the text and lose the pictures without a word: it stops at the data
+    with one line instead. Videos are not read yet: refused the same way. (Pictures themselves:
+    tests/unit/test_vision.py.)"""
     path = tmp_path / "vl.jsonl"
-    path.write_text(json.dumps({"prompt": "<image>How many?", "images": ["a.png"]}) + "\n")
-    with pytest.raises(ValueError, match=r"column 'images' holds images or videos, which meshrl does not train on"):
-        PromptDataset(str(path), tokenizer, 64)
-    part = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
-    path.write_text(
-        json.dumps({"prompt": [{"role": "user", "content": [part, {"type": "text", "text": "How many?"}]}]}) + "\n"
-    )
-    with pytest.raises(ValueError, match=r"row 0 \('prompt'\): message 0 has 'image_url' content") as e:
-        PromptDataset(str(path), tokenizer, 64)
+    path.write_text(json.dumps({"prompt": "<image>How many?", "images": [{"bytes": None, "path": "a.png"}]}) + "\n")
+    (tmp_path / "a.png").write_bytes(b"x")
+    with pytest.raises(ValueError, match=r"row 0: the row has images, but .* is not a vision-language model") as e:
+        PromptDataset(str(path), tokenizer, 64, model=str(tiny_lm))
     assert "\n" not in str(e.value)
-    untyped = {"image": "data:image/png;base64,AAAA"}
-    path.write_text(json.dumps({"prompt": [{"role": "user", "content": [untyped, {"type": "text", "text": "?"}]}]}))
-    with pytest.raises(ValueError, match=r"message 0 has 'image' content"):
+    path.write_text(json.dumps({"prompt": "How many?", "videos": ["a.mp4"]}) + "\n")
+    with pytest.raises(ValueError, match=r"column 'videos' holds videos, which meshrl does not train on"):
+        PromptDataset(str(path), tokenizer, 64)
+    part = {"type": "video_url", "video_url": {"url": "a.mp4"}}
+    path.write_text(json.dumps({"prompt": [{"role": "user", "content": [part, {"type": "text", "text": "?"}]}]}))
+    with pytest.raises(ValueError, match=r"row 0 \('prompt'\): message 0 has 'video_url' content"):
         PromptDataset(str(path), tokenizer, 64)
     # an images column with nothing in it (a mixed set filtered to its text rows) is text
     path.write_text("".join(json.dumps({"prompt": f"{a}+1=", "images": []}) + "\n" for a in range(3)))

@@ -10,6 +10,7 @@ import contextlib
 import json
 import math
 import pathlib
+import shutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -27,13 +28,15 @@ from torch.distributed.tensor import DTensor
 
 from meshrl import file_layout
 from meshrl.config.actor import EngineConfig, OptimConfig
-from meshrl.models import empty_model, load_model, lora_target_modules, lora_target_parameters
+from meshrl.models import causal_class, empty_model, load_model, lora_target_modules, lora_target_parameters
 from meshrl.v1 import rollout_pb2
 from services.actor import lora, packing, sequence
 from services.actor.comm import Cancelled, stop_requested
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
+
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")  # an exported folder takes them along
 
 
 def default_device() -> torch.device:
@@ -319,13 +322,16 @@ class Engine:
         weights with the adapter merged in, and (adapter_path) the adapter as a peft folder too. Collective."""
         sd = self.full_state_dict()
         if self.rank == 0:
-            from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
+            from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-            cls = AutoModelForCausalLM if self.kind == "causal" else AutoModelForTokenClassification
+            cls = causal_class(self.config) if self.kind == "causal" else AutoModelForTokenClassification
             with torch.device("meta"):
                 shell = cls.from_config(self.config)
             shell.save_pretrained(str(path), state_dict=lora.computed(self.weight_view(list(sd), merged=True), sd))
             AutoTokenizer.from_pretrained(self.model_path).save_pretrained(str(path))
+            for name in PROCESSOR_FILES:  # a vision-language model's image processor goes with it
+                if (pathlib.Path(self.model_path) / name).is_file():
+                    shutil.copyfile(pathlib.Path(self.model_path) / name, pathlib.Path(path) / name)
             if self.lora and adapter_path is not None:
                 adapter = lora.computed(self.weight_view(list(sd), merged=False), sd)
                 lora.save_adapter(pathlib.Path(adapter_path), lora.peft_of(self.module), self.model_path, adapter)

@@ -1,0 +1,263 @@
+"""Images in prompts: reading them from data rows, and turning them into what a vision-language model takes.
+
+A row's images travel as their encoded bytes (PNG or JPEG) in a non-tensor column, `images`, one list per
+row in the order the prompt refers to them; the prompt's messages hold a `{"type": "image"}` content part
+where each goes. Every service that runs the model (the rollout, the actor, the ref) decodes them and runs
+the model's own image processor, which is deterministic, so the pixels never cross the wire: a 56x56 PNG
+is a few hundred bytes, its pixel patches (16 x 1176 fp32) 75 KB (bench/vision_bench.py).
+
+Data may say where images go in any of the shapes our users' data has:
+- verl's: `<image>` in a message's text, the pictures in the row's `images` column ({"bytes", "path"}
+  structs as HF `datasets` writes them, raw bytes, or file paths);
+- TRL's: `{"type": "image"}` content parts, the pictures in `images`;
+- OpenAI's: `{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}` parts (a data URL or
+  a local path; the picture inside the message).
+
+The model side follows the Qwen2-VL family's scheme (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): the chat template
+writes one image token per picture, which becomes (grid_t x grid_h x grid_w) / merge_size**2 of them, one
+per merged patch. The image processor alone is used, not transformers' whole processor: the processor
+also builds a video processor, which needs torchvision, and no torchvision runs beside the CPU torch this
+project pins.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import io
+import math
+import pathlib
+from collections.abc import Sequence
+
+import torch
+
+IMAGE = {"type": "image"}  # the content part a picture becomes: the templates of the VL families render it
+PLACEHOLDER = "<image>"  # verl's mark in a message's text
+IMAGE_PARTS = ("image", "image_url", "input_image")
+FACTOR = 28  # patch 14 x merge 2: the Qwen2-VL family's side unit; data.max_pixels resizes in steps of it
+
+
+class ImageError(ValueError):
+    """A row's image that cannot be read or decoded (the message names the row)."""
+
+
+def image_bytes(value, where: str, base: pathlib.Path | None = None) -> bytes:
+    """One picture's encoded bytes from any form data holds it in: bytes, a {"bytes", "path"} struct, a
+    data URL, a file path (relative to `base`) or a file:// URL."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, dict):
+        if value.get("bytes"):
+            return bytes(value["bytes"])
+        if value.get("path"):
+            return image_bytes(value["path"], where, base)
+        if isinstance(value.get("url"), str):  # an image_url part's inner mapping
+            return image_bytes(value["url"], where, base)
+        raise ImageError(
+            f"{where}: an image is bytes, a path or a {{'bytes', 'path'}} mapping, got keys {sorted(value)}"
+        )
+    if not isinstance(value, str) or not value:
+        raise ImageError(f"{where}: an image is bytes, a path or a data URL, got {type(value).__name__}")
+    if value.startswith("data:"):
+        head, _, body = value.partition(",")
+        if ";base64" not in head:
+            raise ImageError(f"{where}: a data URL's image must be base64 ({head[:40]!r})")
+        try:
+            return base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError) as e:
+            raise ImageError(f"{where}: the data URL is not base64 ({e})") from None
+    if value.startswith(("http://", "https://")):
+        raise ImageError(f"{where}: images are not downloaded ({value[:60]}); save them with the data or as files")
+    path = pathlib.Path(value.removeprefix("file://"))
+    if not path.is_absolute() and base is not None:
+        path = base / path
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise ImageError(f"{where}: image {value[:80]!r} cannot be read ({e.strerror})") from None
+
+
+def decode(data: bytes, where: str):
+    """The picture as an RGB PIL image; ImageError naming `where` when it is not one PIL can read."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            img.load()
+            return img.convert("RGB")
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
+        raise ImageError(f"{where}: an image cannot be decoded ({type(e).__name__}: {e})") from None
+
+
+def within(width: int, height: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """(width, height) in steps of FACTOR, the aspect kept, with width x height within the limits (Qwen2-VL's
+    smart resize, so the model's processor leaves a picture this size as it is)."""
+    w, h = max(FACTOR, round(width / FACTOR) * FACTOR), max(FACTOR, round(height / FACTOR) * FACTOR)
+    if max_pixels and w * h > max_pixels:
+        scale = math.sqrt(width * height / max_pixels)
+        w = max(FACTOR, math.floor(width / scale / FACTOR) * FACTOR)
+        h = max(FACTOR, math.floor(height / scale / FACTOR) * FACTOR)
+    elif min_pixels and w * h < min_pixels:
+        scale = math.sqrt(min_pixels / (width * height))
+        w, h = math.ceil(width * scale / FACTOR) * FACTOR, math.ceil(height * scale / FACTOR) * FACTOR
+    return w, h
+
+
+def sized(data: bytes, where: str, min_pixels: int, max_pixels: int) -> bytes:
+    """The picture checked (it decodes) and, when its size is not one the limits keep, resized and saved as
+    PNG (lossless); as it was otherwise, bytes for bytes."""
+    img = decode(data, where)
+    size = within(img.size[0], img.size[1], min_pixels, max_pixels)
+    if size == img.size:
+        return data
+    out = io.BytesIO()
+    img.resize(size, resample=3).save(out, format="PNG")  # 3: bicubic, as Qwen2-VL's processor resizes
+    return out.getvalue()
+
+
+def with_image_parts(messages: list[dict], where: str) -> tuple[list[dict], list]:
+    """The messages with every picture as an IMAGE part, and the pictures the parts held themselves (an
+    OpenAI image_url part's URL; None for a part that points at the row's `images` column), in order.
+    verl's `<image>` marks in text become IMAGE parts in place."""
+    out: list[dict] = []
+    inline: list = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, str) and PLACEHOLDER in content:
+            parts: list = []
+            for k, text in enumerate(content.split(PLACEHOLDER)):
+                parts += ([IMAGE] if k else []) + ([{"type": "text", "text": text}] if text else [])
+                inline += [None] if k else []
+            content = parts
+        elif isinstance(content, list):
+            parts = []
+            for p in content:
+                kind = p.get("type") if isinstance(p, dict) else None
+                if kind is None and isinstance(p, dict):
+                    kind = next((k for k in IMAGE_PARTS if k in p), None)
+                if kind in IMAGE_PARTS:
+                    held = p.get(kind)
+                    inline.append(held if isinstance(held, (str, dict, bytes)) and held else None)
+                    parts.append(IMAGE)
+                else:
+                    parts.append(p)
+            content = parts
+        out.append({**m, "content": content} if content is not m.get("content") else m)
+    return out, inline
+
+
+def row_images(
+    messages: list[dict], column, where: str, base: pathlib.Path | None = None
+) -> tuple[list[dict], list[bytes]]:
+    """A row's messages with IMAGE parts, and its pictures' bytes in order: each part's own, or the next of
+    the `images` column's. A count that does not match is refused, naming the row."""
+    messages, inline = with_image_parts(messages, where)
+    listed = [] if column is None else list(column) if isinstance(column, (list, tuple)) else [column]
+    wanted = sum(1 for x in inline if x is None)
+    if wanted != len(listed):
+        raise ImageError(
+            f"{where}: the prompt has {wanted} image place(s) (<image> or image parts) but the row's images "
+            f"column holds {len(listed)} picture(s)"
+        )
+    column_pictures = iter(listed)
+    pictures = []
+    for k, held in enumerate(inline):
+        value = held if held is not None else next(column_pictures)
+        pictures.append(image_bytes(value, f"{where} image {k}", base))
+    return messages, pictures
+
+
+@dataclasses.dataclass
+class Tokens:
+    """A vision-language model's image token and how many each picture becomes."""
+
+    image: int  # the id the template writes once per picture, repeated to the picture's merged patches
+    merge: int  # merge_size: merged patches are merge x merge patches
+
+    def count(self, grid: torch.Tensor) -> int:
+        """Image tokens of one picture's (t, h, w) patch grid."""
+        return int(grid.prod()) // self.merge**2
+
+    def check(self, ids: Sequence[int] | torch.Tensor, grids: torch.Tensor, where: str) -> None:
+        """ids hold one image token per merged patch of the pictures (the model's forward fails obscurely
+        otherwise): the data and the pictures that came with it agree."""
+        have = int((torch.as_tensor(ids) == self.image).sum())
+        want = sum(self.count(g) for g in grids)
+        if have != want:
+            raise ImageError(
+                f"{where}: the prompt holds {have} image tokens where its {len(grids)} picture(s) make {want} "
+                "(the prompt's ids were made for other pictures, or another image processor)"
+            )
+
+    def expand(self, ids: Sequence[int], grids: torch.Tensor, where: str) -> list[int]:
+        """ids with the k-th image token repeated for the k-th picture's merged patches."""
+        places = [i for i, t in enumerate(ids) if t == self.image]
+        if len(places) != len(grids):
+            raise ImageError(
+                f"{where}: the prompt holds {len(places)} image token(s) after the chat template, for "
+                f"{len(grids)} picture(s) (does the template render image parts?)"
+            )
+        out: list[int] = []
+        last = 0
+        for place, grid in zip(places, grids):
+            out += list(ids[last:place]) + [self.image] * self.count(grid)
+            last = place + 1
+        return out + list(ids[last:])
+
+
+def is_vision(config) -> bool:
+    """A vision-language model's config (its own, or config.json's dict)."""
+    get = config.get if isinstance(config, dict) else lambda k: getattr(config, k, None)
+    return get("vision_config") is not None
+
+
+class Processor:
+    """A model folder's image processor and image token: pictures' bytes in, what the model's forward takes
+    out (pixel_values: (patches, channels x temporal x patch x patch); image_grid_thw: (pictures, 3))."""
+
+    def __init__(self, model: str):
+        import transformers
+
+        config = transformers.AutoConfig.from_pretrained(model)
+        if not is_vision(config) or getattr(config, "image_token_id", None) is None:
+            raise ValueError(f"{model} is not a vision-language model of the Qwen2-VL family (no image_token_id)")
+        self.images = transformers.AutoImageProcessor.from_pretrained(model)
+        self.tokens = Tokens(int(config.image_token_id), int(getattr(self.images, "merge_size", 2)))
+
+    def __call__(self, pictures: Sequence[bytes], where: str) -> tuple[torch.Tensor, torch.Tensor]:
+        imgs = [decode(p, f"{where} image {k}") for k, p in enumerate(pictures)]
+        out = self.images(images=imgs, return_tensors="pt")
+        return out["pixel_values"], out["image_grid_thw"]
+
+    def rows(self, images: Sequence, where: str = "row") -> dict[str, torch.Tensor]:
+        """A batch's pictures as two per-row tensors beside input_ids (what DataProto's operations split and
+        select with the rows): pixel_values (rows, most patches, D) and image_grid_thw (rows, most pictures, 3),
+        zero past each row's own (a zero grid is no picture)."""
+        done = [self(list(p or ()), f"{where} {i}") if p else None for i, p in enumerate(images)]
+        return stack(done)
+
+
+def stack(done: Sequence[tuple[torch.Tensor, torch.Tensor] | None]) -> dict[str, torch.Tensor]:
+    """Per-row (pixel_values, grid) pairs (None: no picture) as the two row tensors Processor.rows makes."""
+    real = [d for d in done if d is not None]
+    width = real[0][0].shape[1] if real else 0
+    patches = max((len(d[0]) for d in real), default=0)
+    pictures = max((len(d[1]) for d in real), default=0)
+    pixels = torch.zeros(len(done), patches, width, dtype=real[0][0].dtype if real else torch.float32)
+    grids = torch.zeros(len(done), pictures, 3, dtype=torch.int64)
+    for i, d in enumerate(done):
+        if d is not None:
+            pixels[i, : len(d[0])], grids[i, : len(d[1])] = d[0], d[1]
+    return {"pixel_values": pixels, "image_grid_thw": grids}
+
+
+def unstack(pixels: torch.Tensor, grids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows' pictures in row order, as the model's forward takes them: (all patches, D), (pictures, 3)."""
+    real = grids.prod(-1) > 0  # (rows, most pictures)
+    counts = (grids.prod(-1) * real).sum(1)  # each row's patches
+    keep = torch.arange(pixels.shape[1], device=pixels.device)[None] < counts[:, None]
+    return pixels[keep], grids[real]
+
+
+ROW_TENSORS = ("pixel_values", "image_grid_thw")  # per row, not per token: never cut with the sequence
