@@ -33,6 +33,14 @@ def cmd_make_data(args) -> int:
     return 0
 
 
+def cmd_make_visual_data(args) -> int:
+    from meshrl.tiny.visual import VisualConfig, make_data
+
+    for split, path in make_data(args.out, dataclass_from_args(VisualConfig, args)).items():
+        print(f"{split}: {path}")
+    return 0
+
+
 def cmd_health(args) -> int:
     """Exit 0 if the server at ADDRESS reports SERVING (for compose healthchecks); imports only grpc."""
     import grpc
@@ -257,6 +265,7 @@ def add_making_parsers(sub) -> None:
     """make-model and make-data: the tiny models and data, built here."""
     from meshrl.tiny.arithmetic import ArithmeticConfig
     from meshrl.tiny.models import TinyModelConfig
+    from meshrl.tiny.visual import VisualConfig
 
     p = sub.add_parser("make-model", help="write a tiny HF model folder (no download)")
     p.add_argument("out", help="output folder")
@@ -266,6 +275,10 @@ def add_making_parsers(sub) -> None:
     p.add_argument("out", help="output folder for train.parquet and test.parquet")
     add_dataclass_flags(p, ArithmeticConfig)
     p.set_defaults(fn=cmd_make_data)
+    p = sub.add_parser("make-visual-data", help="write the visual task (name a drawn shape) as parquet with images")
+    p.add_argument("out", help="output folder for train.parquet and test.parquet")
+    add_dataclass_flags(p, VisualConfig)
+    p.set_defaults(fn=cmd_make_visual_data)
 
 
 def add_certs_parser(sub) -> None:

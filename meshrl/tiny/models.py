@@ -80,6 +80,10 @@ def make_model(out_dir: str | pathlib.Path, cfg: TinyModelConfig = TinyModelConf
         from meshrl.tiny.arithmetic import ArithmeticConfig, corpus
 
         text = corpus(ArithmeticConfig(ops="+-*", max_operand=99), bpe.CHAT_TEMPLATE)
+        if cfg.family in VISION:
+            from meshrl.tiny import visual
+
+            text += visual.corpus()  # the bundled visual task's words
         if cfg.bpe_corpus:
             text += bpe.file_texts(cfg.bpe_corpus)
         tok = bpe.save_tokenizer(out, text, cfg.bpe_vocab, vision=cfg.family in VISION)

@@ -64,6 +64,7 @@ log = logging.getLogger(__name__)
 
 POLICY_INPUTS = ["input_ids", "attention_mask", "position_ids", "responses"]
 POLICY_TENSORS = [*POLICY_INPUTS, "response_mask"]  # what an update of the actor or critic takes
+PICTURES = ("images",)  # the non-tensor column an actor's pass reads too (meshrl/vision.py)
 MODELS = ("actor", "ref", "teacher", "critic")  # the roles an actor service serves, each its own process group
 FROZEN = ("ref", "teacher")  # served in the ref role: log-probs, no optimizer
 
@@ -372,7 +373,10 @@ class Mesh:
         spec = actor_pb2.LossSpec(name=loss, params={k: to_value(v, k) for k, v in params.items()})
         try:
             reads = update_inputs(loss, build(PARAMS[loss], params, f"loss {loss}"), batch.batch)
-            sent = batch.select([k for k in reads if k in batch.batch], [], [])  # a missing one: the actor says so
+            # a missing one: the actor says so; a vision-language task's pictures go with the tokens
+            sent = batch.select(
+                [k for k in reads if k in batch.batch], [k for k in PICTURES if k in batch.non_tensor_batch], []
+            )
         except ValueError:  # parameters the loss refuses: the actor's refusal (InvalidArgument) names them
             sent = batch
         request = Payload(actor_pb2.UpdateRequest(step=step, loss=spec), sent)

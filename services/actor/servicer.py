@@ -55,6 +55,7 @@ class ActorServicer:
         self.partial = ""  # why the weights are between two steps (a stopped Update); "" when they are not
         self.vocab_fingerprint: str | None = None  # the model folder's tokenizer's (_tokenizer), once read
         self.pictures: vision.Processor | None = None  # a vision-language model's, made for the first pictures
+        self.image_token: int | None = None  # a vision-language model's (from its config at init)
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -117,11 +118,13 @@ class ActorServicer:
         self._call("init", args)
         self.init_args = args
         config = json.loads(pathlib.Path(args["model"], "config.json").read_text())
+        text = config.get("text_config") or config  # a vision-language model's language model
         self.limits = {
-            "vocab_size": config.get("vocab_size"),  # ids the embedding holds, positions it encodes
-            "positions": config.get("max_position_embeddings") or config.get("n_positions"),
+            "vocab_size": text.get("vocab_size"),  # ids the embedding holds, positions it encodes
+            "positions": text.get("max_position_embeddings") or text.get("n_positions"),
             "experts": batches.routing_shape(config),  # a mixture of experts': what ROUTED must hold
         }
+        self.image_token = config.get("image_token_id") if config.get("vision_config") else None
         return self.Describe(None, None)
 
     # ---- compute --------------------------------------------------------------------
@@ -381,6 +384,13 @@ class ActorServicer:
         data = request.data
         column = data.non_tensor_batch.get("images")
         if column is None or not any(len(p or ()) for p in column):
+            token = self.image_token
+            if token is not None and "input_ids" in data.batch and bool((data.batch["input_ids"] == token).any()):
+                row = int((data.batch["input_ids"] == token).any(1).nonzero()[0, 0])
+                raise InvalidArgument(
+                    f"row {row} holds image tokens, but the batch carries no pictures (an `images` column of "
+                    "encoded pictures): the model would read the tokens' own embeddings in their place"
+                )
             return data
         if self.pictures is None:
             try:

@@ -104,6 +104,14 @@ class HFBackend:
         if s.routed_experts and not routers(self.model):
             raise InvalidArgument("sampling.routed_experts: the model is not a mixture of experts (no router)")
         seen = self._seen(prompts, images, s.n) if images is not None and any(images) else None
+        if seen is None and self.pictures is not None:
+            token = self.pictures.tokens.image
+            blind = next((i for i, p in enumerate(prompts) if token in p), None)
+            if blind is not None:
+                raise InvalidArgument(
+                    f"row {blind} holds image tokens, but the batch carries no pictures (an `images` column of "
+                    "encoded pictures): the model would read the tokens' own embeddings in their place"
+                )
         record = GenerationRecord(self.model) if s.routed_experts else None
         with record if record is not None else contextlib.nullcontext():
             completions = self._generate(prompts, s, alive, record, seen)

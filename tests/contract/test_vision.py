@@ -4,6 +4,7 @@ rollout, and scored by the actor (FSDP2 over two ranks, packed and padded passes
 log-probs; a trained actor's push lands in the rollout, vision tower included; bad pictures are refused."""
 
 import io
+import json
 
 import grpc
 import pandas as pd
@@ -65,9 +66,9 @@ def rollout(folder):
     servicer.close()
 
 
-def test_the_reader_expands_each_picture_to_its_patches(prompts):
+def test_the_reader_expands_each_picture_to_its_patches(prompts, folder):
     ids = prompts.batch["input_ids"]
-    image = 418  # the tiny tokenizer's <|image_pad|>
+    image = json.loads((folder / "config.json").read_text())["image_token_id"]  # <|image_pad|>
     # 56 x 56: 4 x 4 patches of 14, merged 2 x 2 -> 4 tokens; 84 x 56 -> 6; 28 x 28 (Qwen2-VL's floor is
     # 56 x 56: scaled up) -> 4
     assert (ids == image).sum(1).tolist() == [4, 4, 10]
@@ -92,6 +93,9 @@ def test_the_actor_scores_the_rollouts_pictures_at_its_log_probs(folder, prompts
             {**out.non_tensor_batch, "images": [[png("green")]] * 4 + list(out.non_tensor_batch["images"][4:])},
         )
         assert (actor.logprobs(swapped) - lp).abs()[mask.bool()].max() > 1e-4
+        # and a batch that lost them is refused, not scored on the image tokens' own embeddings
+        blind = DataProto(out.batch, {k: v for k, v in out.non_tensor_batch.items() if k != "images"})
+        expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: actor.logprobs(blind), "row 0 holds image tokens, but")
     finally:
         actor.stop()
 
@@ -120,6 +124,8 @@ def test_bad_pictures_are_refused_naming_the_row(prompts, rollout, tmp_path, fol
     expect(refused, lambda: generate(client, broken), "row 0 image 0: an image cannot be decoded")
     fewer = DataProto(prompts.batch, {**prompts.non_tensor_batch, "images": [[png("red")]] * 3})
     expect(refused, lambda: generate(client, fewer), "row 2: the prompt holds 10 image tokens")
+    blind = DataProto(prompts.batch, {k: v for k, v in prompts.non_tensor_batch.items() if k != "images"})
+    expect(refused, lambda: generate(client, blind), "row 0 holds image tokens, but the batch carries no pictures")
     from transformers import AutoTokenizer
 
     path = tmp_path / "bad.jsonl"

@@ -9,7 +9,7 @@ explicit table (no registration at import time).
 from collections.abc import Callable
 from typing import Any
 
-from services.reward.scorers import arithmetic, boxed_math, format_reward, gsm8k
+from services.reward.scorers import arithmetic, boxed_math, format_reward, gsm8k, visual
 
 # compute_score(data_source, solution_str, ground_truth, extra_info) of each
 BY_DATA_SOURCE: dict[str, Callable[[Any, str, Any, Any], Any]] = {
@@ -21,6 +21,7 @@ BY_DATA_SOURCE: dict[str, Callable[[Any, str, Any, Any], Any]] = {
     "HuggingFaceH4/MATH-500": boxed_math.compute_score,
     "math": boxed_math.compute_score,
     "format": format_reward.compute_score,
+    "visual": visual.compute_score,  # the bundled visual task (meshrl/tiny/visual.py)
 }
 
 

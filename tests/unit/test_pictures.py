@@ -19,7 +19,6 @@ from meshrl.tiny.models import TinyModelConfig, make_model
 from orchestrator.data import PromptDataset
 
 SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1}
-IMAGE = 418  # the tiny tokenizer's <|image_pad|>
 
 
 def png(size=(56, 56), colour=(200, 20, 20), fmt="PNG") -> bytes:
@@ -34,6 +33,12 @@ def folder(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def image(folder):
+    """The tiny model's image token (<|image_pad|>)."""
+    return json.loads((folder / "config.json").read_text())["image_token_id"]
+
+
+@pytest.fixture(scope="module")
 def tokenizer(folder):
     return AutoTokenizer.from_pretrained(folder)
 
@@ -42,7 +47,7 @@ def read(path, tokenizer, folder, **kw):
     return PromptDataset(str(path), tokenizer, 300, model=str(folder), **kw)
 
 
-def test_verl_trl_and_openai_shapes_read_into_the_same_rows(tmp_path, tokenizer, folder):
+def test_verl_trl_and_openai_shapes_read_into_the_same_rows(tmp_path, tokenizer, folder, image):
     picture = png()
     (tmp_path / "pic.png").write_bytes(picture)
     url = "data:image/png;base64," + base64.b64encode(picture).decode()
@@ -83,20 +88,20 @@ def test_verl_trl_and_openai_shapes_read_into_the_same_rows(tmp_path, tokenizer,
     # the same ids and pictures (parquet gives a text part the other parts' keys as None: the same text)
     assert all(g[:2] == first[:2] for g in got.values()), {k: v[2] for k, v in got.items() if v != first}
     ids, pictures, messages = first
-    assert ids.count(IMAGE) == 4 and pictures == [picture]  # 56 x 56: 4 x 4 patches, merged 2 x 2
+    assert ids.count(image) == 4 and pictures == [picture]  # 56 x 56: 4 x 4 patches, merged 2 x 2
     assert messages[0]["content"][0] == {"type": "image"}
 
 
-def test_a_datasets_folder_reads_as_parquet_does(tmp_path, tokenizer, folder):
+def test_a_datasets_folder_reads_as_parquet_does(tmp_path, tokenizer, folder, image):
     import datasets
 
     row = {"prompt": [{"role": "user", "content": "<image>?"}], "images": [{"bytes": png(), "path": None}]}
     datasets.Dataset.from_list([row]).save_to_disk(str(tmp_path / "ds"))
     data = read(tmp_path / "ds", tokenizer, folder)
-    assert data.prompt_ids[0].count(IMAGE) == 4
+    assert data.prompt_ids[0].count(image) == 4
 
 
-def test_sizes_keep_to_the_limits_and_a_picture_that_fits_is_kept_byte_for_byte(tmp_path, tokenizer, folder):
+def test_sizes_keep_to_the_limits_and_a_picture_that_fits_is_kept_byte_for_byte(tmp_path, tokenizer, folder, image):
     jpeg, big = png(fmt="JPEG"), png((560, 280))
     rows = [{"prompt": "<image>?", "images": [{"bytes": b}]} for b in (jpeg, big)]
     pd.DataFrame(rows).to_parquet(tmp_path / "r.parquet")
@@ -104,7 +109,7 @@ def test_sizes_keep_to_the_limits_and_a_picture_that_fits_is_kept_byte_for_byte(
     assert data.rows[0]["images"] == [jpeg]  # 56 x 56 fits: not decoded and saved again
     small = Image.open(io.BytesIO(data.rows[1]["images"][0]))
     assert small.size == (112, 56) and small.size[0] * small.size[1] <= 56 * 112
-    assert data.prompt_ids[1].count(IMAGE) == 8  # (112 / 14) x (56 / 14) / 4
+    assert data.prompt_ids[1].count(image) == 8  # (112 / 14) x (56 / 14) / 4
     assert vision.within(30, 30, 56 * 56, 0) == (56, 56)  # scaled up to the floor, in steps of 28
 
 
