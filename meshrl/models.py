@@ -102,6 +102,15 @@ def zero_dropout_config(config) -> None:
     config.classifier_dropout = 0.0
 
 
+TOWERS = ("visual", "vision_tower", "vision_model")  # what vision-language models call their vision encoder
+
+
+def vision_tower(model: torch.nn.Module) -> str | None:
+    """The dotted name of a vision-language model's vision encoder (Qwen2-VL's model.visual), None for a
+    language model."""
+    return next((n for n, _ in model.named_modules() if n.rsplit(".", 1)[-1] in TOWERS), None)
+
+
 def layer_classes(model: torch.nn.Module) -> set[type]:
     """The transformer block classes (HF names them in _no_split_modules): the units FSDP shards."""
     names = set(getattr(model, "_no_split_modules", None) or [])
@@ -144,6 +153,8 @@ def lora_target_modules(model: torch.nn.Module, cfg: EngineSettings) -> list[str
     if getattr(config, "is_encoder_decoder", False):
         raise ValueError(f"lora_rank > 0: LoRA here is for decoder-only models; {type(model).__name__} is not one")
     spec = lora_targets(cfg.lora_target_modules)
+    tower = vision_tower(model)
+    frozen = cfg.freeze_vision and tower is not None  # no adapter inside it (lora.add_adapter excludes it)
     linear = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     if spec == [ALL_LINEAR]:
         experts = fused_experts(model)
@@ -155,13 +166,16 @@ def lora_target_modules(model: torch.nn.Module, cfg: EngineSettings) -> list[str
                 "alone (e.g. q_proj,k_proj,v_proj,o_proj)"
             )
         blocks = layer_classes(model)  # ValueError when the model's blocks cannot be found
-        in_blocks = (b for b in model.modules() if type(b) in blocks)
-        # not a one-output gate (Qwen2-MoE's shared_expert_gate): no rank fits it
+        in_blocks = [(name, b) for name, b in model.named_modules() if type(b) in blocks]
+        # a vision tower's blocks by their last two names (attn.proj: its patch embedding is a `proj` too,
+        # a convolution), none of them when the tower is frozen
         names = sorted(
             {
-                n.rsplit(".", 1)[-1]
-                for b in in_blocks
+                ".".join(n.split(".")[-(2 if inside(name, tower) else 1) :])
+                for name, b in in_blocks
+                if not (frozen and inside(name, tower))
                 for n, m in b.named_modules()
+                # not a one-output gate (Qwen2-MoE's shared_expert_gate): no rank fits it
                 if isinstance(m, torch.nn.Linear) and m.out_features > 1
             }
         )
@@ -171,7 +185,11 @@ def lora_target_modules(model: torch.nn.Module, cfg: EngineSettings) -> list[str
         names = spec
     known = sorted({n.rsplit(".", 1)[-1] for n in linear})
     for target in names:
-        matched = [n for n, _ in model.named_modules() if n == target or n.endswith("." + target)]
+        matched = [
+            n
+            for n, _ in model.named_modules()
+            if (n == target or n.endswith("." + target)) and not (frozen and inside(n, tower))
+        ]
         if not matched:
             raise ValueError(
                 f"lora_target_modules: {type(model).__name__} has no module named {target!r} (its linear layers: "
@@ -188,6 +206,10 @@ def lora_target_modules(model: torch.nn.Module, cfg: EngineSettings) -> list[str
                     "allows: at most its smaller dimension"
                 )
     return names
+
+
+def inside(name: str, tower: str | None) -> bool:
+    return tower is not None and name.startswith(tower + ".")
 
 
 def lora_target_parameters(model: torch.nn.Module, cfg: EngineSettings) -> list[str]:

@@ -87,6 +87,12 @@ class EngineSettings(Checked):
     comma-separated (e.g. "q_proj,v_proj"), each matching linear layers of the model by the end of their
     name. On a mixture of experts "all-linear" needs lora_experts set, since its experts are not linear
     layers."""
+    freeze_vision: bool = True
+    """A vision-language model: its vision tower (Qwen2-VL's `visual`, with the merger that feeds the
+    language model) is not trained: no gradients for it in full fine-tuning, no adapter on it with LoRA.
+    verl's freeze_vision_tower defaults to false; a tower from pretraining seldom gains from RL's few
+    signals, and frozen it costs no optimizer state. false: trained as the rest (a tower trained from
+    scratch, as the bundled visual task's tiny one, needs it)."""
     lora_experts: bool = False
     """A mixture of experts: the adapter goes on every expert too (peft's target_parameters on the fused
     expert tensors: a rank-r pair per expert and projection, e.g. experts.gate_up_proj and

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from meshrl.config.actor import EngineConfig
+from meshrl.models import vision_tower
 from meshrl.v1 import rollout_pb2
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ def add_adapter(
     one) builds the same adapter."""
     from peft import LoraConfig, get_peft_model
 
+    tower = vision_tower(model) if cfg.freeze_vision else None  # a frozen vision tower gets no adapter
     config = LoraConfig(
         task_type=TASKS[kind],
         r=cfg.lora_rank,
@@ -52,6 +54,7 @@ def add_adapter(
         lora_dropout=cfg.lora_dropout,
         target_modules=targets,
         target_parameters=list(parameters) or None,
+        exclude_modules=None if tower is None else rf"{re.escape(tower)}\..*",
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)

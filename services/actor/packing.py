@@ -303,10 +303,6 @@ def run_row(model: torch.nn.Module, micro: dict, pick, read: torch.Tensor, head_
     of the row, and the group's outputs are gathered (every rank gets them all). seen: pictures
     (model.Seen), with their three-axis positions picked as the row's tokens are."""
     ids = pick(micro["input_ids"])
-    positions = pick(micro["position_ids"])[None]
-    if seen is not None:
-        positions = torch.stack([pick(axis) for axis in seen.positions])[:, None]  # (3, 1, tokens)
-        kw = {**kw, **seen.inputs}
     sp = sequence.of(model)
     if sp is not None:  # this rank's slice of the row and of what is read in it
         start, width = sp.rank * sp.width(len(ids)), sp.width(len(ids))
@@ -315,6 +311,10 @@ def run_row(model: torch.nn.Module, micro: dict, pick, read: torch.Tensor, head_
         sp.tokens = len(ids)  # for what reads the whole row's per-token outputs (a router's losses)
         pick = (lambda p: lambda r: sp.mine(p(r)))(pick)
     router_replay.feed(model, micro, pick)
+    positions = pick(micro["position_ids"])[None]  # with sequence parallelism this rank's slice
+    if seen is not None:
+        positions = torch.stack([pick(axis) for axis in seen.positions])[:, None]  # (3, 1, tokens)
+        kw = {**kw, **seen.inputs}
     out = model(
         input_ids=(ids if sp is None else sp.mine(ids))[None],  # the row made once
         position_ids=positions,

@@ -35,7 +35,7 @@ import threading
 import grpc
 from transformers import AutoConfig, AutoTokenizer
 
-from meshrl import telemetry
+from meshrl import file_layout, telemetry
 from meshrl.codec import Payload
 from meshrl.codec.rawbytes import decode_bytes_field
 from meshrl.config.rollout import BACKENDS, IN_FLIGHT, RolloutConfig
@@ -44,6 +44,7 @@ from meshrl.flags import settings_json
 from meshrl.layout import VERSIONS
 from meshrl.rpc.methods import raw_request
 from meshrl.v1 import common_pb2, rollout_pb2
+from meshrl.vision import is_vision
 from services.rollout import layout
 from services.rollout.gate import Gate
 from services.rollout.relay import Relay
@@ -111,6 +112,15 @@ def make_backend(cfg: RolloutConfig):
     return getattr(importlib.import_module(module), name)(cfg)
 
 
+def modules_of(config) -> dict[str, list[int]] | None:
+    """A vision-language model's parameters by its own names (an adapter is named by them; its files keep
+    another layout), from the model built on the meta device; None for the rest, whose adapters are named
+    as their files."""
+    if not is_vision(config):
+        return None
+    return {n: list(p.shape) for n, p in file_layout.shell(config).named_parameters()}
+
+
 class RolloutServicer:
     SERVICE = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
 
@@ -121,7 +131,7 @@ class RolloutServicer:
         config = AutoConfig.from_pretrained(cfg.model)
         tied = bool(getattr(config, "tie_word_embeddings", False))
         self.vocab_size = getattr(config, "vocab_size", None) or len(self.tokenizer)
-        self.receiver = WeightReceiver(checkpoint_shapes(cfg.model), tied, cfg.max_lora_rank)
+        self.receiver = WeightReceiver(checkpoint_shapes(cfg.model), tied, cfg.max_lora_rank, modules_of(config))
         self.backend = backend or make_backend(cfg)
         self.version = 0
         self.lora_rank, self.lora_version = 0, 0  # the adapter in use (its rank, the update it came in); 0: none

@@ -107,8 +107,17 @@ class Finished:
 
 
 class WeightReceiver:
-    def __init__(self, shapes: dict[str, list[int]], tied_embeddings: bool, max_lora_rank: int = 0):
+    def __init__(
+        self,
+        shapes: dict[str, list[int]],
+        tied_embeddings: bool,
+        max_lora_rank: int = 0,
+        modules: dict[str, list[int]] | None = None,
+    ):
+        """modules: the parameters by the loaded model's own names where an adapter is named by those, not by
+        the files' (a vision-language model, whose files keep Qwen2-VL's older layout)."""
         self.shapes = shapes  # the model's parameters: what a full update holds
+        self.modules = modules or shapes  # what an adapter's names are of
         # a tied lm_head is the embedding: senders may include it, the engine does not want it
         self.tied = {"lm_head.weight"} if tied_embeddings and "lm_head.weight" not in shapes else set()
         self.max_lora_rank = max_lora_rank
@@ -202,7 +211,7 @@ class WeightReceiver:
                 "LoraAdapter.target_modules: send the module names peft resolved 'all-linear' to "
                 "(peft_model.peft_config[adapter].target_modules), not the shorthand"
             )
-        return adapter_shapes(self.shapes, lora.rank, list(lora.target_modules))
+        return adapter_shapes(self.modules, lora.rank, list(lora.target_modules))
 
     def receive(self, buckets) -> list[list]:
         """Take one SendWeights call's messages, (WeightBucket without data, data view); any bad one abandons

@@ -59,8 +59,8 @@ def prompts(folder, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def rollout(folder):
-    servicer, server, client = serve(folder, max_model_len=200)
-    yield server, client
+    servicer, server, client = serve(folder, max_model_len=200, max_lora_rank=8)
+    yield servicer, server, client
     client.close()
     server.stop(0)
     servicer.close()
@@ -77,7 +77,7 @@ def test_the_reader_expands_each_picture_to_its_patches(prompts, folder):
 
 @pytest.mark.parametrize("flags", [(), ("--no-padding-free",)], ids=["packed", "padded"])
 def test_the_actor_scores_the_rollouts_pictures_at_its_log_probs(folder, prompts, rollout, flags):
-    _, client = rollout
+    _, _, client = rollout
     out = generate(client, prompts, n=2, max_new_tokens=6, seed=3).data
     assert len(out) == 6 and len(out.non_tensor_batch["images"][5]) == 2
     actor = Service(
@@ -100,25 +100,45 @@ def test_the_actor_scores_the_rollouts_pictures_at_its_log_probs(folder, prompts
         actor.stop()
 
 
-def test_a_trained_vision_model_pushes_to_the_rollout(folder, prompts, rollout):
-    server, client = rollout
+def tower_moved(servicer, folder) -> bool:
+    """The rollout's vision tower differs from the model folder's."""
+    from transformers import AutoModelForImageTextToText
+
+    loaded = dict(AutoModelForImageTextToText.from_pretrained(folder).named_parameters())
+    held = {n: p for n, p in servicer.backend.model.named_parameters() if ".visual." in n}
+    assert held and all(n in loaded for n in held)
+    return any(not torch.equal(loaded[n], p) for n, p in held.items())
+
+
+@pytest.mark.parametrize(
+    "flags, trained",
+    # the adapter first: it goes onto the rollout's base weights, which a full push replaces
+    [(("--lora-rank", "4"), False), (("--no-freeze-vision",), True), ((), False)],
+    ids=["lora", "whole", "frozen tower"],
+)
+def test_a_trained_vision_model_pushes_to_the_rollout(folder, prompts, rollout, flags, trained):
+    """A PPO step moves the language model, and the vision tower only where it is trained (by default it is
+    frozen, and with LoRA it gets no adapter); the push lands it in the rollout, in parity."""
+    servicer, server, client = rollout
     out = generate(client, prompts, n=2, max_new_tokens=6, seed=4).data
-    actor = Service("--role", "actor", "--model", str(folder), "--world-size", "2", "--lr", "1e-2")
+    actor = Service("--role", "actor", "--model", str(folder), "--world-size", "2", "--lr", "1e-2", *flags)
     try:
         out.batch["advantages"] = out.batch["response_mask"] * torch.tensor([1.0, -1.0] * 3)[:, None]
         metrics = actor.update(1, "ppo", out, old_logprobs_key="").metrics
         assert metrics["actor/grad_norm"] > 0
-        actor.call("PushWeights", actor_pb2.PushWeightsRequest(rollout_address=server.address, version=1))
+        version = servicer.version + 1
+        push = actor_pb2.PushWeightsRequest(rollout_address=server.address, version=version)
+        assert actor.call("PushWeights", push).version == version
+        assert tower_moved(servicer, folder) == trained
         again = generate(client, prompts, n=2, max_new_tokens=6, seed=5).data
-        assert (
-            kl_to_actor(again.batch["rollout_logprobs"], actor.logprobs(again), again.batch["response_mask"]) < PARITY
-        )
+        mask = again.batch["response_mask"]
+        assert kl_to_actor(again.batch["rollout_logprobs"], actor.logprobs(again), mask) < PARITY
     finally:
         actor.stop()
 
 
 def test_bad_pictures_are_refused_naming_the_row(prompts, rollout, tmp_path, folder):
-    _, client = rollout
+    _, _, client = rollout
     broken = DataProto(prompts.batch, {**prompts.non_tensor_batch, "images": [[b"not a picture"]] * 3})
     refused = grpc.StatusCode.INVALID_ARGUMENT
     expect(refused, lambda: generate(client, broken), "row 0 image 0: an image cannot be decoded")

@@ -28,7 +28,14 @@ from torch.distributed.tensor import DTensor
 
 from meshrl import file_layout
 from meshrl.config.actor import EngineConfig, OptimConfig
-from meshrl.models import causal_class, empty_model, load_model, lora_target_modules, lora_target_parameters
+from meshrl.models import (
+    causal_class,
+    empty_model,
+    load_model,
+    lora_target_modules,
+    lora_target_parameters,
+    vision_tower,
+)
 from meshrl.v1 import rollout_pb2
 from services.actor import lora, packing, sequence
 from services.actor.comm import Cancelled, stop_requested
@@ -136,6 +143,9 @@ class Engine:
             return peft
         if optim is None:  # a frozen model (the reference policy)
             model.requires_grad_(False)
+        tower = vision_tower(model)
+        if tower is not None and self.cfg.freeze_vision:  # a vision-language model's encoder stays as loaded
+            model.get_submodule(tower).requires_grad_(False)
         return model
 
     # ---- what subclasses decide --------------------------------------------------------
