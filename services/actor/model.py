@@ -8,6 +8,7 @@ prompts once in the same packed row.
 """
 
 import dataclasses
+from collections.abc import Callable
 from typing import cast
 
 import torch
@@ -27,12 +28,13 @@ class Seen:
     inputs: dict
 
 
-def pictures(model: torch.nn.Module, micro: dict) -> Seen | None:
-    """The micro-batch's pictures (the row tensors meshrl.vision.stack makes), None where it has none."""
+def pictures(model: torch.nn.Module, micro: dict, rows: torch.Tensor | None = None) -> Seen | None:
+    """The micro-batch's pictures (the row tensors meshrl.vision.stack makes), None where it has none; the
+    pixels of `rows` alone where given (a packed pass with shared prompts holds each distinct one once)."""
     if "pixel_values" not in micro:
         return None
-    pixels, grids = vision.unstack(micro["pixel_values"], micro["image_grid_thw"])
-    if not len(grids):
+    grids = micro["image_grid_thw"]
+    if not bool((grids.prod(-1) > 0).any()):
         return None
     core = next((m for m in model.modules() if hasattr(m, "get_rope_index")), None)
     if core is None:
@@ -41,8 +43,12 @@ def pictures(model: torch.nn.Module, micro: dict) -> Seen | None:
         raise ValueError("actor.sequence_parallel does not take pictures yet")
     ids, mask = micro["input_ids"], micro["attention_mask"]
     kinds = (ids == core.config.image_token_id).int()  # type: ignore[union-attr]
-    positions, _ = core.get_rope_index(ids, mm_token_type_ids=kinds, image_grid_thw=grids, attention_mask=mask)  # type: ignore[operator]
-    return Seen(positions, {"pixel_values": pixels, "image_grid_thw": grids})
+    every = vision.unstack(micro["pixel_values"], grids)[1]
+    get_rope_index = cast(Callable, core.get_rope_index)
+    positions, _ = get_rope_index(ids, mm_token_type_ids=kinds, image_grid_thw=every, attention_mask=mask)
+    picked = slice(None) if rows is None else rows
+    pixels, grid = vision.unstack(micro["pixel_values"][picked], grids[picked])
+    return Seen(positions, {"pixel_values": pixels, "image_grid_thw": grid})
 
 
 def forward_response(
@@ -58,12 +64,17 @@ def forward_response(
     the number of rows that share it. A causal LM also computes its head only where it is read."""
     T = micro["responses"].shape[1] if response_length is None else response_length
     flat = packed(model) and within_window(model, micro)
-    seen = pictures(model, micro)  # not shared yet: each row's prompt runs with its pictures
-    # the padded shared pass needs HF's cache, which gradient checkpointing drops; the packed one has none
-    if share_prompts and seen is None and (flat or not getattr(model, "is_gradient_checkpointing", False)):
+    seen = pictures(model, micro)
+    # the padded shared pass needs HF's cache, which gradient checkpointing drops; the packed one has none.
+    # With pictures, the packed one alone: each distinct prompt's pictures are encoded once
+    cached = not getattr(model, "is_gradient_checkpointing", False) and seen is None
+    if share_prompts and (flat or cached):
         shared = prompt_sharing(micro, T)
+        if shared is not None and flat:
+            once = pictures(model, micro, shared[0]) if seen is not None else None
+            return packing.forward_packed_shared(model, micro, T, *shared, seen=once)
         if shared is not None:
-            return (packing.forward_packed_shared if flat else forward_shared)(model, micro, T, *shared)
+            return forward_shared(model, micro, T, *shared)
     if flat:
         return packing.forward_packed(model, micro, T, head_only_where_read=share_prompts, seen=seen)
     kw = {"logits_to_keep": T + 1} if share_prompts else {}
@@ -110,10 +121,15 @@ def prompt_sharing(micro: dict, T: int) -> tuple[torch.Tensor, torch.Tensor] | N
 
 
 def prompt_index(tensors: dict, T: int) -> torch.Tensor:
-    """Each row's prompt (ids, mask and positions before the last T columns) as an index into the
-    distinct ones."""
+    """Each row's prompt (ids, mask and positions before the last T columns, and its pictures: the same
+    question about another picture is another prompt) as an index into the distinct ones."""
     P = tensors["input_ids"].shape[1] - T
     key = torch.cat([tensors[k][:, :P] for k in ("input_ids", "attention_mask", "position_ids")], 1)
+    if "pixel_values" in tensors:
+        rows = len(key)
+        for k in vision.ROW_TENSORS:
+            seen = torch.unique(tensors[k].reshape(rows, -1), dim=0, return_inverse=True)[1]
+            key = torch.cat([key, seen[:, None].to(key.dtype)], 1)
     return torch.unique(key, dim=0, return_inverse=True)[1]
 
 

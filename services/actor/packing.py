@@ -238,9 +238,12 @@ class Shared:
         return torch.cat(parts)
 
 
-def forward_packed_shared(model: torch.nn.Module, micro: dict, T: int, first: torch.Tensor, inverse: torch.Tensor):
+def forward_packed_shared(
+    model: torch.nn.Module, micro: dict, T: int, first: torch.Tensor, inverse: torch.Tensor, seen=None
+):
     """What forward_response returns, (B, T, V), with each distinct prompt run once and every row's response
-    padding-free, in one packed pass (the shared-prompt pass, services/actor/model.py, pads the responses)."""
+    padding-free, in one packed pass (the shared-prompt pass, services/actor/model.py, pads the responses).
+    seen: the pictures of the distinct prompts (model.Seen), each encoded once."""
     ids, mask = micro["input_ids"], micro["attention_mask"]
     P = ids.shape[1] - T
     prompt = mask[first, :P].bool()  # left-padded
@@ -257,6 +260,7 @@ def forward_packed_shared(model: torch.nn.Module, micro: dict, T: int, first: to
         lambda r: torch.cat([r[first, :P][prompt], r[:, P:-1][response]]),
         read,
         head_only_where_read=True,
+        seen=seen,
         meshrl_shared=shared,
     )
     result = out.new_zeros((len(inverse), T, out.shape[-1]))

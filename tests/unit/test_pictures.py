@@ -160,3 +160,35 @@ def test_the_row_tensors_and_the_pictures_travel_and_come_apart_per_row(folder):
         grids, torch.cat([d[1] for d in direct])
     )
     assert json.dumps(grids.tolist()) == "[[1, 4, 6], [1, 4, 4], [1, 4, 4]]"
+
+
+def test_packed_shared_and_padded_passes_agree_with_pictures(folder, image):
+    """The actor's passes over a micro-batch with pictures: padded, packed, and packed with shared prompts
+    (rows 0-1 share a prompt and its picture; rows 2-3 have the same ids with other pictures: two prompts)."""
+    from transformers import AutoModelForImageTextToText
+
+    from meshrl.layout import rollout_tensors
+    from services.actor import model as actor_model
+    from services.actor import packing
+
+    processor = vision.Processor(str(folder))
+    pictures = [[png(colour=(200, 20, 20))], [png(colour=(200, 20, 20))], [png(colour=(20, 20, 200))], [png()]]
+    prompt = [5, 6, image, 7]
+    _, grids = processor(pictures[0], "r")
+    ids = processor.tokens.expand(prompt, grids, "r")
+    g = torch.Generator().manual_seed(0)
+    responses = [torch.randint(10, 100, (n,), generator=g).tolist() for n in (3, 5, 4, 2)]
+    tensors = rollout_tensors([ids, ids, [9, *ids], [9, *ids]], responses, 0)
+    micro = {**tensors, **processor.rows(pictures)}
+    torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_pretrained(folder).eval()
+    padded = actor_model.forward_response(model, micro)
+    packing.enable(model)
+    packed = actor_model.forward_response(model, micro)
+    assert actor_model.prompt_sharing(micro, tensors["responses"].shape[1]) is not None  # the shared pass runs
+    shared = actor_model.forward_response(model, micro, share_prompts=True)
+    mask = tensors["response_mask"].bool()
+    for out in (packed, shared):
+        assert torch.allclose(out[mask], padded[mask], atol=1e-5)
+    other = {**micro, **processor.rows([pictures[2], *pictures[1:]])}  # row 0 sees another picture
+    assert not torch.allclose(actor_model.forward_response(model, other, share_prompts=True)[0], shared[0], atol=1e-4)
