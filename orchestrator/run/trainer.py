@@ -154,6 +154,7 @@ def start(cfg: Config, algorithm: Algorithm, roles: set[str], services: Services
     val = None
     if cfg.data.val_files and "rollout" in roles:
         val = dataset(cfg, "val_files", tokenizer)
+    check_pictures(cfg, roles, [d for d in (data, val) if d is not None])
     torch.manual_seed(cfg.trainer.seed)
     mesh = start_mesh(cfg, services, roles, tokenizer)
     if agree(cfg, mesh, given):
@@ -165,6 +166,20 @@ def start(cfg: Config, algorithm: Algorithm, roles: set[str], services: Services
     return RunState(
         cfg, services, mesh, algorithm, tokenizer, data, sampler, val, number=first, done=first - 1, partial=partial
     )
+
+
+def check_pictures(cfg: Config, roles: set[str], sets: list) -> None:
+    """Data with pictures meets what takes them, in one line before the first step: the hf rollout (meshrl
+    passes pictures to transformers' generate, not to vLLM yet) and no sequence parallelism."""
+    keys = [d.key for d in sets if any("images" in r for r in d.rows)]
+    if not keys:
+        return
+    if "rollout" in roles and cfg.rollout.backend != "hf":
+        raise ValueError(
+            f"{keys[0]} holds pictures: set rollout.backend=hf (meshrl does not pass pictures to vLLM yet)"
+        )
+    if cfg.actor.sequence_parallel > 1:
+        raise ValueError(f"{keys[0]} holds pictures: actor.sequence_parallel does not take them yet (set it to 1)")
 
 
 def train(state: RunState) -> None:

@@ -192,3 +192,19 @@ def test_packed_shared_and_padded_passes_agree_with_pictures(folder, image):
         assert torch.allclose(out[mask], padded[mask], atol=1e-5)
     other = {**micro, **processor.rows([pictures[2], *pictures[1:]])}  # row 0 sees another picture
     assert not torch.allclose(actor_model.forward_response(model, other, share_prompts=True)[0], shared[0], atol=1e-4)
+
+
+def test_a_run_with_pictures_is_refused_in_one_line_where_they_cannot_go():
+    from types import SimpleNamespace
+
+    from orchestrator.config import load_config
+    from orchestrator.run.trainer import check_pictures
+
+    sets = [SimpleNamespace(key="data.train_files", rows=[{"prompt": []}, {"prompt": [], "images": [b""]}])]
+    with pytest.raises(ValueError, match="data.train_files holds pictures: set rollout.backend=hf"):
+        check_pictures(load_config(None, ["rollout.backend=vllm"]), {"actor", "rollout"}, sets)
+    check_pictures(load_config(None, ["rollout.backend=vllm"]), {"actor"}, sets)  # SFT: no rollout
+    check_pictures(load_config(None, ["rollout.backend=hf"]), {"actor", "rollout"}, sets)
+    with pytest.raises(ValueError, match="actor.sequence_parallel does not take them yet"):
+        check_pictures(load_config(None, ["actor.sequence_parallel=2"]), {"actor"}, sets)
+    check_pictures(load_config(None, ["rollout.backend=vllm"]), {"rollout"}, [SimpleNamespace(key="k", rows=[{}])])
