@@ -7,6 +7,7 @@ L - T - 1 + t (T = response length, L = sequence length). A model set up for pad
 prompts once in the same packed row.
 """
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import cast
@@ -22,10 +23,29 @@ from services.actor import packing, sequence
 @dataclasses.dataclass
 class Seen:
     """A micro-batch's pictures as a vision-language model's forward takes them: its rows' three-axis
-    positions (3, rows, L; Qwen2-VL's multimodal rotary positions) and pixel_values with image_grid_thw."""
+    positions (3, rows, L; Qwen2-VL's multimodal rotary positions), pixel_values with image_grid_thw, and
+    where the pictures go: the image tokens of the prompts (rows, L). A response may hold the image token
+    too (a policy can sample it); the rollout ran it as a token, so the actor does."""
 
     positions: torch.Tensor
     inputs: dict
+    places: torch.Tensor
+    core: torch.nn.Module
+
+    @contextlib.contextmanager
+    def placed(self, places: torch.Tensor):
+        """The model's forward puts the pictures at `places` (its own input_ids' layout), not at every image
+        token: transformers' Qwen2-VL finds them by the token alone (get_placeholder_mask)."""
+
+        def mask(input_ids, inputs_embeds, image_features=None, video_features=None):
+            image = places.reshape(inputs_embeds.shape[:-1])[..., None].expand_as(inputs_embeds)
+            return image.to(inputs_embeds.device), torch.zeros_like(image)
+
+        self.core.get_placeholder_mask = mask  # type: ignore[assignment]  # this instance, for this call
+        try:
+            yield
+        finally:
+            del self.core.get_placeholder_mask
 
 
 def pictures(model: torch.nn.Module, micro: dict, rows: torch.Tensor | None = None) -> Seen | None:
@@ -42,13 +62,14 @@ def pictures(model: torch.nn.Module, micro: dict, rows: torch.Tensor | None = No
     if sequence.of(model) is not None:
         raise ValueError("actor.sequence_parallel does not take pictures yet")
     ids, mask = micro["input_ids"], micro["attention_mask"]
-    kinds = (ids == core.config.image_token_id).int()  # type: ignore[union-attr]
+    prompt = torch.arange(ids.shape[1], device=ids.device) < ids.shape[1] - micro["responses"].shape[1]
+    places = (ids == core.config.image_token_id) & prompt  # type: ignore[union-attr]
     every = vision.unstack(micro["pixel_values"], grids)[1]
     get_rope_index = cast(Callable, core.get_rope_index)
-    positions, _ = get_rope_index(ids, mm_token_type_ids=kinds, image_grid_thw=every, attention_mask=mask)
+    positions, _ = get_rope_index(ids, mm_token_type_ids=places.int(), image_grid_thw=every, attention_mask=mask)
     picked = slice(None) if rows is None else rows
     pixels, grid = vision.unstack(micro["pixel_values"][picked], grids[picked])
-    return Seen(positions, {"pixel_values": pixels, "image_grid_thw": grid})
+    return Seen(positions, {"pixel_values": pixels, "image_grid_thw": grid}, places, core)
 
 
 def forward_response(
@@ -79,14 +100,15 @@ def forward_response(
         return packing.forward_packed(model, micro, T, head_only_where_read=share_prompts, seen=seen)
     kw = {"logits_to_keep": T + 1} if share_prompts else {}
     router_replay.feed(model, micro, lambda r: r)
-    out = model(
-        input_ids=micro["input_ids"],
-        attention_mask=micro["attention_mask"],
-        position_ids=micro["position_ids"] if seen is None else seen.positions,
-        use_cache=False,
-        **kw,
-        **(seen.inputs if seen is not None else {}),
-    )
+    with seen.placed(seen.places) if seen is not None else contextlib.nullcontext():
+        out = model(
+            input_ids=micro["input_ids"],
+            attention_mask=micro["attention_mask"],
+            position_ids=micro["position_ids"] if seen is None else seen.positions,
+            use_cache=False,
+            **kw,
+            **(seen.inputs if seen is not None else {}),
+        )
     return out.logits[:, -T - 1 : -1]
 
 

@@ -16,6 +16,7 @@ row's response, and a response attends to its prompt's keys and values and to it
 shared-prompt pass of services/actor/model.py without its padded responses or HF's cache.
 """
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -316,16 +317,19 @@ def run_row(model: torch.nn.Module, micro: dict, pick, read: torch.Tensor, head_
         pick = (lambda p: lambda r: sp.mine(p(r)))(pick)
     router_replay.feed(model, micro, pick)
     positions = pick(micro["position_ids"])[None]  # with sequence parallelism this rank's slice
+    placed = contextlib.nullcontext()
     if seen is not None:
         positions = torch.stack([pick(axis) for axis in seen.positions])[:, None]  # (3, 1, tokens)
         kw = {**kw, **seen.inputs}
-    out = model(
-        input_ids=(ids if sp is None else sp.mine(ids))[None],  # the row made once
-        position_ids=positions,
-        attention_mask=PACKED.to(ids.device),
-        use_cache=False,
-        **({"logits_to_keep": read} if head_only_where_read else {}),
-        **kw,
-    ).logits[0]
+        placed = seen.placed(pick(seen.places))
+    with placed:
+        out = model(
+            input_ids=(ids if sp is None else sp.mine(ids))[None],  # the row made once
+            position_ids=positions,
+            attention_mask=PACKED.to(ids.device),
+            use_cache=False,
+            **({"logits_to_keep": read} if head_only_where_read else {}),
+            **kw,
+        ).logits[0]
     picked = out if head_only_where_read else out[read]
     return picked if sp is None else sp.gather(picked)

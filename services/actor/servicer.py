@@ -383,10 +383,13 @@ class ActorServicer:
             raise InvalidArgument("the request has no data")
         data = request.data
         column = data.non_tensor_batch.get("images")
+        ids = data.batch.get("input_ids")
+        if ids is not None and "responses" in data.batch:  # where the pictures go: the prompts (a sampled
+            ids = ids[:, : ids.shape[1] - data.batch["responses"].shape[1]]  # response may hold the token too)
         if column is None or not any(len(p or ()) for p in column):
             token = self.image_token
-            if token is not None and "input_ids" in data.batch and bool((data.batch["input_ids"] == token).any()):
-                row = int((data.batch["input_ids"] == token).any(1).nonzero()[0, 0])
+            if token is not None and ids is not None and bool((ids == token).any()):
+                row = int((ids == token).any(1).nonzero()[0, 0])
                 raise InvalidArgument(
                     f"row {row} holds image tokens, but the batch carries no pictures (an `images` column of "
                     "encoded pictures): the model would read the tokens' own embeddings in their place"
@@ -399,12 +402,12 @@ class ActorServicer:
                 raise InvalidArgument(f"the batch has images, but {e}") from None
         try:
             done = [self.pictures(list(p), f"row {i}") if p else None for i, p in enumerate(column)]
+            if ids is None:
+                raise InvalidArgument("the batch has images but no input_ids")
             for i, d in enumerate(done):
-                self.pictures.tokens.check(data.batch["input_ids"][i], d[1] if d else torch.zeros(0, 3), f"row {i}")
+                self.pictures.tokens.check(ids[i], d[1] if d else torch.zeros(0, 3), f"row {i}")
         except vision.ImageError as e:
             raise InvalidArgument(str(e)) from None
-        except KeyError:
-            raise InvalidArgument("the batch has images but no input_ids") from None
         return DataProto({**data.batch, **vision.stack(done)}, data.non_tensor_batch, data.meta_info)
 
     def _require_init(self) -> None:

@@ -178,6 +178,7 @@ def test_packed_shared_and_padded_passes_agree_with_pictures(folder, image):
     ids = processor.tokens.expand(prompt, grids, "r")
     g = torch.Generator().manual_seed(0)
     responses = [torch.randint(10, 100, (n,), generator=g).tolist() for n in (3, 5, 4, 2)]
+    responses[1][2] = image  # a policy may sample the image token: it is a token there, not a picture
     tensors = rollout_tensors([ids, ids, [9, *ids], [9, *ids]], responses, 0)
     micro = {**tensors, **processor.rows(pictures)}
     torch.manual_seed(0)
@@ -190,6 +191,18 @@ def test_packed_shared_and_padded_passes_agree_with_pictures(folder, image):
     mask = tensors["response_mask"].bool()
     for out in (packed, shared):
         assert torch.allclose(out[mask], padded[mask], atol=1e-5)
+    # row 1 as the rollout ran it: the prompt with its picture, then each response token as a token
+    prompt_ids = torch.tensor([ids])
+    first = model(
+        input_ids=prompt_ids,
+        attention_mask=torch.ones_like(prompt_ids),
+        mm_token_type_ids=(prompt_ids == image).int(),
+        use_cache=True,
+        **{k: v for k, v in zip(vision.ROW_TENSORS, processor(pictures[1], "r"))},
+    )
+    rest = model(input_ids=torch.tensor([responses[1][:-1]]), past_key_values=first.past_key_values, use_cache=True)
+    ran = torch.cat([first.logits[:, -1:], rest.logits], 1)[0]
+    assert torch.allclose(padded[1, :5], ran, atol=1e-4)
     other = {**micro, **processor.rows([pictures[2], *pictures[1:]])}  # row 0 sees another picture
     assert not torch.allclose(actor_model.forward_response(model, other, share_prompts=True)[0], shared[0], atol=1e-4)
 
