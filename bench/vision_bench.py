@@ -7,8 +7,9 @@ model, and the vision tower's share of an update.
    patches the image processor makes of them (pixel_values fp32 + image_grid_thw), each as the DataProto
    codec writes it: the visual task's 56 x 56 PNG, and a 448 x 448 photo-like JPEG (noise over a gradient).
 2. Step: the visual task through the mesh (configs/visual_grpo.yaml: hf rollout, one actor rank) against the
-   same run with the pictures taken out of the prompts (the same questions and answers, text only, the same
-   tiny Qwen2-VL): the mean of each phase over the steps after the first (timing_s/*).
+   same run with each picture's place in the prompt taken by six digits, distinct per row (the same prompt
+   lengths and as many distinct prompts, text only, the same tiny Qwen2-VL): the mean of each phase over the
+   steps after the first (timing_s/*).
 3. Tower: one micro-batch's update pass (forward and backward, the task's 256 samples) with the tower
    trained, and the tower's own forward and backward on its pictures, timed alone.
 """
@@ -85,16 +86,25 @@ def grpo(work: pathlib.Path, name: str, model: pathlib.Path, train: pathlib.Path
 
 
 def steps(work: pathlib.Path, model: pathlib.Path, data: dict, count: int) -> None:
+    from transformers import AutoTokenizer
+
+    from orchestrator.data import PromptDataset
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
     rows = pd.read_parquet(data["train"])
     text = rows.drop(columns=["images"])
-    text["prompt"] = [[{"role": "user", "content": p[0]["content"].replace("<image>", "")}] for p in rows.prompt]
+    # each picture's place taken by as many text tokens (six digits, one token each), distinct per row: the
+    # same prompt lengths, and as many distinct prompts (identical texts would share one prompt's pass)
+    text["prompt"] = [
+        [{"role": "user", "content": p[0]["content"].replace("<image>", f"{i:06d}")}] for i, p in enumerate(rows.prompt)
+    ]
     text.to_parquet(work / "text.parquet")
     print("\n| run | prompt tokens | step (s) | " + " | ".join(PHASES) + " |")
     print("|---|---|---|" + "---|" * len(PHASES))
     for name, train in (("with pictures", data["train"]), ("text only", work / "text.parquet")):
         got = grpo(work, name.replace(" ", "_"), model, train, count)
         mean = {k: statistics.mean(r.get(f"timing_s/{k}", 0.0) for r in got) for k in ("step", *PHASES)}
-        prompt = statistics.mean(r["prompt_length/mean"] for r in got)
+        prompt = statistics.mean(map(len, PromptDataset(str(train), tokenizer, 200, model=str(model)).prompt_ids))
         phases = " | ".join(f"{mean[k]:.3f}" for k in PHASES)
         print(f"| {name} | {prompt:.1f} | {mean['step']:.3f} | {phases} |", flush=True)
 
@@ -119,8 +129,9 @@ def tower(model_dir: pathlib.Path, data: dict) -> None:
     visual = model.model.visual
     sharing = actor_model.prompt_sharing(micro, tensors["responses"].shape[1])
     assert sharing is not None
-    shared = actor_model.pictures(model, micro, sharing[0])
-    assert shared is not None
+    seen = actor_model.pictures(model, micro)
+    assert seen is not None
+    shared = seen.only(sharing[0], micro)
 
     def whole() -> None:
         actor_model.forward_response(model, micro, share_prompts=True).float().logsumexp(-1).sum().backward()

@@ -230,26 +230,44 @@ class Processor:
         out = self.images(images=imgs, return_tensors="pt")
         return out["pixel_values"], out["image_grid_thw"]
 
+    def each(self, images: Sequence, where: str = "row") -> list[tuple[torch.Tensor, torch.Tensor] | None]:
+        """Each row's (pixel_values, grid), None for a row without pictures. Rows with the same pictures (a
+        GRPO group's n samples) are processed once: decoding and the processor are most of what pictures
+        cost a call here."""
+        made: dict[tuple[bytes, ...], tuple[torch.Tensor, torch.Tensor]] = {}
+        out: list[tuple[torch.Tensor, torch.Tensor] | None] = []
+        for i, p in enumerate(images):
+            key = tuple(p or ())
+            if key and key not in made:
+                made[key] = self(list(key), f"{where} {i}")
+            out.append(made.get(key))
+        return out
+
     def rows(self, images: Sequence, where: str = "row") -> dict[str, torch.Tensor]:
         """A batch's pictures as two per-row tensors beside input_ids (what DataProto's operations split and
         select with the rows): pixel_values (rows, most patches, D) and image_grid_thw (rows, most pictures, 3),
         zero past each row's own (a zero grid is no picture)."""
-        done = [self(list(p or ()), f"{where} {i}") if p else None for i, p in enumerate(images)]
-        return stack(done)
+        return stack(self.each(images, where))
 
 
 def stack(done: Sequence[tuple[torch.Tensor, torch.Tensor] | None]) -> dict[str, torch.Tensor]:
-    """Per-row (pixel_values, grid) pairs (None: no picture) as the two row tensors Processor.rows makes."""
+    """Per-row (pixel_values, grid) pairs (None: no picture) as the row tensors Processor.rows makes, and
+    picture_set: each row's pictures as an index into the distinct ones (-1: none; rows given the same pair
+    object, as Processor.each gives rows with the same pictures, are the same), so telling prompts apart
+    costs no comparison of pixels."""
     real = [d for d in done if d is not None]
     width = real[0][0].shape[1] if real else 0
     patches = max((len(d[0]) for d in real), default=0)
     pictures = max((len(d[1]) for d in real), default=0)
     pixels = torch.zeros(len(done), patches, width, dtype=real[0][0].dtype if real else torch.float32)
     grids = torch.zeros(len(done), pictures, 3, dtype=torch.int64)
+    sets: dict[int, int] = {}
+    index = torch.full((len(done),), -1, dtype=torch.int64)
     for i, d in enumerate(done):
         if d is not None:
             pixels[i, : len(d[0])], grids[i, : len(d[1])] = d[0], d[1]
-    return {"pixel_values": pixels, "image_grid_thw": grids}
+            index[i] = sets.setdefault(id(d), len(sets))
+    return {"pixel_values": pixels, "image_grid_thw": grids, "picture_set": index}
 
 
 def unstack(pixels: torch.Tensor, grids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -260,4 +278,4 @@ def unstack(pixels: torch.Tensor, grids: torch.Tensor) -> tuple[torch.Tensor, to
     return pixels[keep], grids[real]
 
 
-ROW_TENSORS = ("pixel_values", "image_grid_thw")  # per row, not per token: never cut with the sequence
+ROW_TENSORS = ("pixel_values", "image_grid_thw", "picture_set")  # per row, not per token: never cut with the sequence

@@ -32,6 +32,12 @@ class Seen:
     places: torch.Tensor
     core: torch.nn.Module
 
+    def only(self, rows: torch.Tensor, micro: dict) -> "Seen":
+        """The pictures of these rows alone, in their order (a packed pass with shared prompts holds each
+        distinct prompt once); positions and places stay every row's."""
+        pixels, grid = vision.unstack(micro["pixel_values"][rows], micro["image_grid_thw"][rows])
+        return dataclasses.replace(self, inputs={"pixel_values": pixels, "image_grid_thw": grid})
+
     @contextlib.contextmanager
     def placed(self, places: torch.Tensor):
         """The model's forward puts the pictures at `places` (its own input_ids' layout), not at every image
@@ -48,9 +54,11 @@ class Seen:
             del self.core.get_placeholder_mask
 
 
-def pictures(model: torch.nn.Module, micro: dict, rows: torch.Tensor | None = None) -> Seen | None:
-    """The micro-batch's pictures (the row tensors meshrl.vision.stack makes), None where it has none; the
-    pixels of `rows` alone where given (a packed pass with shared prompts holds each distinct one once)."""
+def pictures(model: torch.nn.Module, micro: dict) -> Seen | None:
+    """The micro-batch's pictures (the row tensors meshrl.vision.stack makes), None where it has none.
+
+    Positions: Qwen2-VL's get_rope_index (a loop over rows) runs on each distinct prompt once; a response
+    continues as text does after it, one past the prompt's largest position on all three axes."""
     if "pixel_values" not in micro:
         return None
     grids = micro["image_grid_thw"]
@@ -62,13 +70,23 @@ def pictures(model: torch.nn.Module, micro: dict, rows: torch.Tensor | None = No
     if sequence.of(model) is not None:
         raise ValueError("actor.sequence_parallel does not take pictures yet")
     ids, mask = micro["input_ids"], micro["attention_mask"]
-    prompt = torch.arange(ids.shape[1], device=ids.device) < ids.shape[1] - micro["responses"].shape[1]
-    places = (ids == core.config.image_token_id) & prompt  # type: ignore[union-attr]
-    every = vision.unstack(micro["pixel_values"], grids)[1]
+    T = micro["responses"].shape[1]
+    P = ids.shape[1] - T
+    places = F.pad(ids[:, :P] == core.config.image_token_id, (0, T))  # type: ignore[union-attr]
+    inverse = prompt_index(micro, T)
+    first = torch.full((int(inverse.max()) + 1,), len(inverse), device=ids.device)
+    first = first.scatter_reduce(0, inverse, torch.arange(len(inverse), device=ids.device), "amin")
     get_rope_index = cast(Callable, core.get_rope_index)
-    positions, _ = get_rope_index(ids, mm_token_type_ids=places.int(), image_grid_thw=every, attention_mask=mask)
-    picked = slice(None) if rows is None else rows
-    pixels, grid = vision.unstack(micro["pixel_values"][picked], grids[picked])
+    prompts, _ = get_rope_index(
+        ids[first, :P],
+        mm_token_type_ids=places[first, :P].int(),
+        image_grid_thw=vision.unstack(micro["pixel_values"][first], grids[first])[1],
+        attention_mask=mask[first, :P],
+    )
+    after = prompts.masked_fill(~mask[first, :P].bool(), -1).amax((0, 2)) + 1  # each prompt's next position
+    responses = (after[:, None] + torch.arange(T, device=ids.device))[None].expand(3, -1, -1)
+    positions = torch.cat([prompts, responses], 2)[:, inverse]
+    pixels, grid = vision.unstack(micro["pixel_values"], grids)
     return Seen(positions, {"pixel_values": pixels, "image_grid_thw": grid}, places, core)
 
 
@@ -92,7 +110,7 @@ def forward_response(
     if share_prompts and (flat or cached):
         shared = prompt_sharing(micro, T)
         if shared is not None and flat:
-            once = pictures(model, micro, shared[0]) if seen is not None else None
+            once = seen.only(shared[0], micro) if seen is not None else None
             return packing.forward_packed_shared(model, micro, T, *shared, seen=once)
         if shared is not None:
             return forward_shared(model, micro, T, *shared)
@@ -147,11 +165,8 @@ def prompt_index(tensors: dict, T: int) -> torch.Tensor:
     question about another picture is another prompt) as an index into the distinct ones."""
     P = tensors["input_ids"].shape[1] - T
     key = torch.cat([tensors[k][:, :P] for k in ("input_ids", "attention_mask", "position_ids")], 1)
-    if "pixel_values" in tensors:
-        rows = len(key)
-        for k in vision.ROW_TENSORS:
-            seen = torch.unique(tensors[k].reshape(rows, -1), dim=0, return_inverse=True)[1]
-            key = torch.cat([key, seen[:, None].to(key.dtype)], 1)
+    if "picture_set" in tensors:
+        key = torch.cat([key, tensors["picture_set"][:, None].to(key.dtype)], 1)
     return torch.unique(key, dim=0, return_inverse=True)[1]
 
 

@@ -401,7 +401,7 @@ class ActorServicer:
             except ValueError as e:
                 raise InvalidArgument(f"the batch has images, but {e}") from None
         try:
-            done = [self.pictures(list(p), f"row {i}") if p else None for i, p in enumerate(column)]
+            done = self.pictures.each(column)
             if ids is None:
                 raise InvalidArgument("the batch has images but no input_ids")
             for i, d in enumerate(done):
