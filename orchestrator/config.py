@@ -79,6 +79,7 @@ class DataSection(Checked):
     #   `extra_info.answer`): the reward's ground truth and SFT's target; empty: where verl keeps them
     #   (reward_model.ground_truth, extra_info.answer)
     system_prompt: str = ""  # a system message put before every prompt that has none of its own
+    image_key: str = "images"  # the column holding each row's pictures (verl's data.image_key)
     min_pixels: int = 0  # pictures (an `images` column, image parts) smaller are scaled up to this many
     #   pixels, in steps of 28 (Qwen2-VL's); 0: the model's image processor's own floor
     max_pixels: int = 0  # larger pictures are scaled down to this many pixels, fewer image tokens; 0: the

@@ -79,6 +79,7 @@ class PromptDataset:
         dataset_columns: bool = False,
         model: str = "",
         pixels: tuple[int, int] = (0, 0),
+        image_key: str = "images",
     ):
         """dataset_columns: each row also keeps its dataset columns as they are (the prompt under "prompt",
         as a TRL-form reward function is passed them), as `dataset_columns`. model: the policy's folder, whose
@@ -86,7 +87,7 @@ class PromptDataset:
         vision-language model); pixels: (data.min_pixels, data.max_pixels), what pictures are resized to."""
         self.key, self.prompt_key, self.answer_key = key, prompt_key, answer_key
         self.system_prompt, self.dataset_columns = system_prompt, dataset_columns
-        self.model, self.pixels = model, pixels
+        self.model, self.pixels, self.image_key = model, pixels, image_key
         self.processor: vision.Processor | None = None  # made for the first row with pictures
         paths = [files] if isinstance(files, (str, pathlib.Path)) else list(files)
         self.base = pathlib.Path(paths[0]).parent if paths else None  # relative image paths are from here
@@ -141,7 +142,8 @@ class PromptDataset:
                     f"{where}: message {i} has {kinds[0]!r} content, which meshrl does not train on yet "
                     "(it trains on text and pictures)"
                 )
-        messages, pictures = vision.row_images(messages, plain(record.get("images")), f"{key} row {number}", self.base)
+        column = plain(record.get(self.image_key))
+        messages, pictures = vision.row_images(messages, column, f"{key} row {number}", self.base)
         if self.system_prompt and messages[0]["role"] != "system":
             messages = [{"role": "system", "content": self.system_prompt}, *messages]
         tools = as_tools(plain(record.get("tools")), f"{key} row {number} ('tools')")
@@ -269,6 +271,7 @@ def dataset(cfg, files: str, tokenizer) -> PromptDataset:
         dataset_columns=trl_form(cfg.reward.function),
         model=cfg.actor.model,
         pixels=(d.min_pixels, d.max_pixels),
+        image_key=d.image_key,
     )
 
 

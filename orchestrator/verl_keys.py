@@ -68,6 +68,7 @@ VERL_KEYS = {
     "data.train_batch_size": "data.train_batch_size",
     "data.val_batch_size": "data.val_batch_size",
     "data.prompt_key": "data.prompt_key",
+    "data.image_key": "data.image_key",
     "critic.model.path": "critic.model",
     "critic.optim.lr": "critic.lr",
     "critic.cliprange_value": "critic.clip_range_value",

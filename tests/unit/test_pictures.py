@@ -221,3 +221,9 @@ def test_a_run_with_pictures_is_refused_in_one_line_where_they_cannot_go():
     with pytest.raises(ValueError, match="actor.sequence_parallel does not take them yet"):
         check_pictures(load_config(None, ["actor.sequence_parallel=2"]), {"actor"}, sets)
     check_pictures(load_config(None, ["rollout.backend=vllm"]), {"rollout"}, [SimpleNamespace(key="k", rows=[{}])])
+
+
+def test_data_image_key_names_the_pictures_column(tmp_path, tokenizer, folder, image):
+    pd.DataFrame([{"prompt": "<image>?", "pics": [{"bytes": png()}]}]).to_parquet(tmp_path / "r.parquet")
+    data = read(tmp_path / "r.parquet", tokenizer, folder, image_key="pics")
+    assert data.prompt_ids[0].count(image) == 4 and len(data.rows[0]["images"]) == 1
