@@ -6,7 +6,6 @@ rollout's is reported. And the main job's recipe on a Qwen3-MoE (8 experts, top 
 R3, learns by the learning tests' bar."""
 
 import json
-import pathlib
 
 import pytest
 
@@ -14,9 +13,8 @@ from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
 from meshrl.tiny.models import TinyModelConfig, make_model
 from orchestrator.config import load_config
 from orchestrator.main import run
-from orchestrator.output.report import gain_line, held_out_gain
+from testkit.recipe import check_gain, steps_run, warm_up_and_grpo
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 GAIN_Z = 4.0  # tests/e2e/test_learning.py's bar, in paired standard errors (15.6 seen at 80 steps here)
 
 
@@ -54,37 +52,11 @@ def test_the_main_jobs_recipe_on_a_mixture_of_experts_learns_with_routing_replay
     Qwen3-MoE with R3 on the hf rollout: held-out greedy accuracy rises by GAIN_Z standard errors, with the
     rollout in parity with the actor and the replayed experts agreeing with the actor's own choice on the
     rollout's weights (about 2 in 100 differ after an update's first optimizer step)."""
-    common = ["actor.engine=plain", "actor.world_size=1", "reward.workers=1", "trainer.trace="]
     model = make_model(tmp_path / "moe", TinyModelConfig(family="qwen3_moe", num_experts=8, experts_per_token=2))
     data = make_data(tmp_path / "data", ArithmeticConfig())  # the main job's task: 500 held-out problems
-    sft = run(
-        "sft",
-        load_config(
-            str(ROOT / "configs/arithmetic_sft.yaml"),
-            [*common, f"data.train_files={data['train']}", f"actor.model={model}", f"trainer.run_dir={tmp_path}/sft"],
-        ),
-    )
     steps = 40
-    grpo = run(
-        "grpo",
-        load_config(
-            str(ROOT / "configs/arithmetic_grpo.yaml"),
-            [
-                *common,
-                f"data.train_files={data['train']}",
-                f"data.val_files={data['test']}",
-                f"actor.model={sft / 'hf'}",
-                f"trainer.run_dir={tmp_path / 'grpo'}",
-                f"trainer.total_steps={steps}",
-                f"trainer.val_every={steps}",
-                "actor.router_replay=r3",
-            ],
-        ),
-    )
-    gain = held_out_gain(grpo)
-    assert gain is not None and gain["n"] == 500
-    assert gain["gain"] > 0 and gain["gain"] >= GAIN_Z * gain["gain_se"], gain_line(gain)
-    lines = [json.loads(line) for line in (grpo / "metrics.jsonl").read_text().splitlines()]
-    steps_run = [m for m in lines if m["step"] > 0]  # step 0's line holds the first validation only
-    assert len(steps_run) == steps and steps_run[0]["rollout/kl_to_actor"] < 1e-4
-    assert all(0.9 < m["actor/moe/routing_agreement"] <= 1.0 for m in steps_run)
+    grpo = warm_up_and_grpo("arithmetic", tmp_path, model, data, steps, "actor.router_replay=r3")
+    check_gain(grpo, 500, GAIN_Z)
+    logged = steps_run(grpo)
+    assert len(logged) == steps and logged[0]["rollout/kl_to_actor"] < 1e-4
+    assert all(0.9 < m["actor/moe/routing_agreement"] <= 1.0 for m in logged)
