@@ -137,7 +137,8 @@ def with_image_parts(messages: list[dict], where: str) -> tuple[list[dict], list
                 if kind is None and isinstance(p, dict):
                     kind = next((k for k in IMAGE_PARTS if k in p), None)
                 if kind in IMAGE_PARTS:
-                    held = p.get(kind)
+                    # OpenAI's Responses API writes {"type": "input_image", "image_url": "data:..."}
+                    held = p.get(kind) or p.get("image_url") or p.get("image")
                     inline.append(held if isinstance(held, (str, dict, bytes)) and held else None)
                     parts.append(IMAGE)
                 else:

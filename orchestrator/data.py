@@ -89,8 +89,7 @@ class PromptDataset:
         self.system_prompt, self.dataset_columns = system_prompt, dataset_columns
         self.model, self.pixels, self.image_key = model, pixels, image_key
         self.processor: vision.Processor | None = None  # made for the first row with pictures
-        paths = [files] if isinstance(files, (str, pathlib.Path)) else list(files)
-        self.base = pathlib.Path(paths[0]).parent if paths else None  # relative image paths are from here
+        self.bases: list[pathlib.Path] = []  # each row's file's folder: its relative image paths are from there
         frame = self.read(files)
         self.rows, self.prompt_ids = [], []
         lengths = []
@@ -112,7 +111,9 @@ class PromptDataset:
         if missing:
             raise ValueError(f"data file(s) not found: {missing}")
         key = self.key
-        frame = pd.concat([read_rows(pathlib.Path(p), key) for p in paths], ignore_index=True)
+        frames = [read_rows(pathlib.Path(p), key) for p in paths]
+        self.bases = [pathlib.Path(p).parent for p, f in zip(paths, frames) for _ in range(len(f))]
+        frame = pd.concat(frames, ignore_index=True)
         if len(frame) == 0:  # before the columns: an empty JSON lines file has none
             raise ValueError(f"{key}: {', '.join(map(str, paths))} {'has' if len(paths) == 1 else 'have'} no rows")
         if self.prompt_key not in frame.columns:
@@ -143,7 +144,7 @@ class PromptDataset:
                     "(it trains on text and pictures)"
                 )
         column = plain(record.get(self.image_key))
-        messages, pictures = vision.row_images(messages, column, f"{key} row {number}", self.base)
+        messages, pictures = vision.row_images(messages, column, f"{key} row {number}", self.bases[number])
         if self.system_prompt and messages[0]["role"] != "system":
             messages = [{"role": "system", "content": self.system_prompt}, *messages]
         tools = as_tools(plain(record.get("tools")), f"{key} row {number} ('tools')")

@@ -170,7 +170,8 @@ def start(cfg: Config, algorithm: Algorithm, roles: set[str], services: Services
 
 def check_pictures(cfg: Config, roles: set[str], sets: list) -> None:
     """Data with pictures meets what takes them, in one line before the first step: the hf rollout (meshrl
-    passes pictures to transformers' generate, not to vLLM yet) and no sequence parallelism."""
+    passes pictures to transformers' generate, not to vLLM yet), single-turn sampling, no critic and no
+    sequence parallelism."""
     keys = [d.key for d in sets if any("images" in r for r in d.rows)]
     if not keys:
         return
@@ -180,6 +181,11 @@ def check_pictures(cfg: Config, roles: set[str], sets: list) -> None:
         )
     if cfg.actor.sequence_parallel > 1:
         raise ValueError(f"{keys[0]} holds pictures: actor.sequence_parallel does not take them yet (set it to 1)")
+    if "rollout" in roles and (cfg.rollout.episodes or cfg.rollout.partial):
+        what = "partial rollouts (rollout.partial)" if cfg.rollout.partial else "multi-turn episodes and agents"
+        raise ValueError(f"{keys[0]} holds pictures: {what} do not carry them yet; sample single turns")
+    if "critic" in roles:
+        raise ValueError(f"{keys[0]} holds pictures: a critic (value model) does not take them yet; use grpo or rloo")
 
 
 def train(state: RunState) -> None:

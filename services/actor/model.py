@@ -10,7 +10,7 @@ prompts once in the same packed row.
 import contextlib
 import dataclasses
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -31,10 +31,13 @@ class Seen:
     inputs: dict
     places: torch.Tensor
     core: torch.nn.Module
+    blank: bool = False  # the one blank picture of a micro-batch without any (model.blank)
 
     def only(self, rows: torch.Tensor, micro: dict) -> "Seen":
         """The pictures of these rows alone, in their order (a packed pass with shared prompts holds each
         distinct prompt once); positions and places stay every row's."""
+        if self.blank:
+            return self
         pixels, grid = vision.unstack(micro["pixel_values"][rows], micro["image_grid_thw"][rows])
         return dataclasses.replace(self, inputs={"pixel_values": pixels, "image_grid_thw": grid})
 
@@ -61,14 +64,14 @@ def pictures(model: torch.nn.Module, micro: dict) -> Seen | None:
     continues as text does after it, one past the prompt's largest position on all three axes."""
     if "pixel_values" not in micro:
         return None
-    grids = micro["image_grid_thw"]
-    if not bool((grids.prod(-1) > 0).any()):
-        return None
     core = next((m for m in model.modules() if hasattr(m, "get_rope_index")), None)
     if core is None:
         raise ValueError(f"the batch has pictures, but {type(model).__name__} is not a vision-language model")
     if sequence.of(model) is not None:
         raise ValueError("actor.sequence_parallel does not take pictures yet")
+    grids = micro["image_grid_thw"]
+    if not bool((grids.prod(-1) > 0).any()):
+        return blank(core, micro)
     ids, mask = micro["input_ids"], micro["attention_mask"]
     T = micro["responses"].shape[1]
     P = ids.shape[1] - T
@@ -88,6 +91,23 @@ def pictures(model: torch.nn.Module, micro: dict) -> Seen | None:
     positions = torch.cat([prompts, responses], 2)[:, inverse]
     pixels, grid = vision.unstack(micro["pixel_values"], grids)
     return Seen(positions, {"pixel_values": pixels, "image_grid_thw": grid}, places, core)
+
+
+def blank(core: torch.nn.Module, micro: dict) -> Seen:
+    """A micro-batch without pictures in a batch with some: the tower still runs, on one blank picture that
+    goes nowhere (its features are scattered to no token, its gradients are zeros), so that every FSDP rank
+    gathers and reduces the tower's weights as the others do (a rank skipping it would hang the rest)."""
+    config: Any = core.config
+    vision_config = config.vision_config
+    merge = int(vision_config.spatial_merge_size)
+    width = int(vision_config.in_channels * vision_config.temporal_patch_size * vision_config.patch_size**2)
+    ids = micro["input_ids"]
+    pixels = torch.zeros(merge * merge, width, dtype=micro["pixel_values"].dtype, device=ids.device)
+    grid = torch.tensor([[1, merge, merge]], device=ids.device)
+    positions = micro["position_ids"][None].expand(3, -1, -1)
+    return Seen(
+        positions, {"pixel_values": pixels, "image_grid_thw": grid}, torch.zeros_like(ids, dtype=torch.bool), core
+    )
 
 
 def forward_response(

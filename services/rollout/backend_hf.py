@@ -112,6 +112,10 @@ class HFBackend:
                     f"row {blind} holds image tokens, but the batch carries no pictures (an `images` column of "
                     "encoded pictures): the model would read the tokens' own embeddings in their place"
                 )
+        if self.pictures is not None:  # Qwen2-VL keeps the last call's position offsets: not this call's
+            for module in self.model.modules():
+                if getattr(module, "rope_deltas", None) is not None:
+                    module.rope_deltas = None
         record = GenerationRecord(self.model) if s.routed_experts else None
         with record if record is not None else contextlib.nullcontext():
             completions = self._generate(prompts, s, alive, record, seen)

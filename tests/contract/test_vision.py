@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 from actor_process import Service
-from calls import expect, generate, serve
+from calls import chats, expect, generate, serve
 from PIL import Image
 
 from meshrl.algos.rollout_correction import kl_to_actor
@@ -155,3 +155,31 @@ def test_bad_pictures_are_refused_naming_the_row(prompts, rollout, tmp_path, fol
     pd.DataFrame([{"prompt": "<image>hi", "images": ["missing.png"]}]).to_json(path, orient="records", lines=True)
     with pytest.raises(ValueError, match="row 0 image 0: image 'missing.png' cannot be read"):
         PromptDataset(str(path), AutoTokenizer.from_pretrained(folder), 200, model=str(folder))
+
+
+def test_rows_without_pictures_beside_rows_with_them_and_text_calls_after_them(folder, rollout, tmp_path_factory):
+    """Two ranks whose rows differ: rank 0's have pictures, rank 1's none (the tower must still run on rank
+    1, or FSDP's gathers of its weights would wait forever); then text-only calls to a rollout that ran
+    pictures before (transformers' Qwen2-VL keeps the last call's position offsets), each at parity."""
+    from transformers import AutoTokenizer
+
+    _, _, client = rollout
+    path = tmp_path_factory.mktemp("mixed") / "rows.parquet"
+    rows = [{"prompt": "<image>colour?", "images": [{"bytes": png(c), "path": None}]} for c in ("red", "blue")]
+    rows += [{"prompt": f"colour {i}?", "images": []} for i in range(4)]
+    pd.DataFrame(rows).to_parquet(path)
+    data = PromptDataset(str(path), AutoTokenizer.from_pretrained(folder), 200, model=str(folder))
+    batch = data.batch(list(range(6)), [f"u{i}" for i in range(6)])
+    out = generate(client, batch, n=1, max_new_tokens=6, seed=6).data
+    actor = Service("--role", "actor", "--model", str(folder), "--world-size", "2", "--no-freeze-vision")
+    try:
+        mask = out.batch["response_mask"]
+        assert kl_to_actor(out.batch["rollout_logprobs"], actor.logprobs(out), mask) < PARITY
+        for n in (2, 1):  # n > 1 takes the rollout's shared prefill
+            text = generate(client, chats("colour?", "a longer question?"), n=n, max_new_tokens=6, seed=7).data
+            lengths = text.batch["response_mask"]
+            assert kl_to_actor(text.batch["rollout_logprobs"], actor.logprobs(text), lengths) < PARITY
+        out.batch["advantages"] = mask * torch.tensor([1.0, -1.0] * 3)[:, None]
+        assert actor.update(1, "ppo", out, old_logprobs_key="").metrics["actor/grad_norm"] > 0
+    finally:
+        actor.stop()

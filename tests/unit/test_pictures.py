@@ -69,6 +69,14 @@ def test_verl_trl_and_openai_shapes_read_into_the_same_rows(tmp_path, tokenizer,
             ]
         },
         "path": {"prompt": [{"role": "user", "content": "<image>What colour?"}], "images": ["pic.png"]},
+        "responses api": {  # OpenAI's Responses API: input_image parts with the URL beside the type
+            "prompt": [
+                {
+                    "role": "user",
+                    "content": [{"type": "input_image", "image_url": url}, {"type": "text", "text": "What colour?"}],
+                }
+            ]
+        },
         "file url": {
             "prompt": [{"role": "user", "content": "<image>What colour?"}],
             "images": [f"file://{tmp_path}/pic.png"],
@@ -221,6 +229,13 @@ def test_a_run_with_pictures_is_refused_in_one_line_where_they_cannot_go():
     with pytest.raises(ValueError, match="actor.sequence_parallel does not take them yet"):
         check_pictures(load_config(None, ["actor.sequence_parallel=2"]), {"actor"}, sets)
     check_pictures(load_config(None, ["rollout.backend=vllm"]), {"rollout"}, [SimpleNamespace(key="k", rows=[{}])])
+    hf = ["rollout.backend=hf"]
+    with pytest.raises(ValueError, match="multi-turn episodes and agents do not carry them yet"):
+        check_pictures(load_config(None, [*hf, "rollout.multi_turn=true"]), {"actor", "rollout"}, sets)
+    with pytest.raises(ValueError, match="partial rollouts"):
+        check_pictures(load_config(None, [*hf, "rollout.partial=true"]), {"actor", "rollout"}, sets)
+    with pytest.raises(ValueError, match="a critic"):
+        check_pictures(load_config(None, hf), {"actor", "rollout", "critic"}, sets)
 
 
 def test_data_image_key_names_the_pictures_column(tmp_path, tokenizer, folder, image):
