@@ -75,10 +75,9 @@ def test_the_reader_expands_each_picture_to_its_patches(prompts, folder):
     assert [len(p) for p in prompts.non_tensor_batch["images"]] == [1, 1, 2]
 
 
-# packed with shared prompts (rows 0-3 have the same ids and two pictures: two prompts), packed alone, padded
-@pytest.mark.parametrize(
-    "flags", [(), ("--no-share-prompts",), ("--no-padding-free",)], ids=["packed shared", "packed", "padded"]
-)
+# packed with shared prompts (rows 0-3 have the same ids and two pictures: two prompts), and padded; packed
+# without sharing equals both (tests/unit/test_pictures.py)
+@pytest.mark.parametrize("flags", [(), ("--no-padding-free",)], ids=["packed shared", "padded"])
 def test_the_actor_scores_the_rollouts_pictures_at_its_log_probs(folder, prompts, rollout, flags):
     _, _, client = rollout
     out = generate(client, prompts, n=2, max_new_tokens=6, seed=3).data
