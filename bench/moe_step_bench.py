@@ -12,7 +12,6 @@ data is rows x sequence x MoE layers x top-k bytes (uint8) beside the tokens.
 """
 
 import argparse
-import json
 import pathlib
 import statistics
 import sys
@@ -23,30 +22,9 @@ sys.path.insert(0, str(ROOT))
 
 from meshrl.tiny.arithmetic import ArithmeticConfig, make_data  # noqa: E402
 from meshrl.tiny.models import TinyModelConfig, make_model  # noqa: E402
-from orchestrator.config import load_config  # noqa: E402
-from orchestrator.main import run  # noqa: E402
+from testkit.recipe import timed_grpo  # noqa: E402
 
 PHASES = ("gen", "reward", "adv", "update_actor", "update_weights")
-
-
-def grpo(work: pathlib.Path, name: str, model: pathlib.Path, data: dict, steps: int, extra: list[str]) -> list[dict]:
-    cfg = load_config(
-        str(ROOT / "configs/arithmetic_grpo.yaml"),
-        [
-            f"actor.model={model}",
-            f"data.train_files={data['train']}",
-            f"trainer.run_dir={work / name}",
-            f"trainer.total_steps={steps}",
-            "trainer.val_every=0",
-            "trainer.save_every=100000",
-            "trainer.save_final=false",
-            "trainer.logger=[console]",
-            "trainer.trace=",
-            *extra,
-        ],
-    )
-    run_dir = run("grpo", cfg)
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()][1:]
 
 
 def main() -> int:
@@ -67,7 +45,8 @@ def main() -> int:
         print("| run | response tokens | step (s) | " + " | ".join(PHASES) + " | tokens/s | push carries (MB) |")
         print("|---|---|---|" + "---|" * len(PHASES) + "---|---|")
         for name, (model, extra) in runs.items():
-            rows = grpo(work, name.replace(" ", "_").replace(",", ""), model, data, args.steps, extra)
+            run_dir = work / name.replace(" ", "_").replace(",", "")
+            rows = timed_grpo("arithmetic", run_dir, model, data["train"], args.steps, *extra)
             mean = {k: statistics.mean(r.get(f"timing_s/{k}", 0.0) for r in rows) for k in ("step", *PHASES)}
             length = statistics.mean(r["response_length/mean"] for r in rows)
             speed = statistics.mean(r["perf/tokens_per_s"] for r in rows)

@@ -16,7 +16,6 @@ model, and the vision tower's share of an update.
 
 import argparse
 import io
-import json
 import pathlib
 import statistics
 import sys
@@ -34,8 +33,7 @@ from meshrl.codec import encode_dataproto  # noqa: E402
 from meshrl.dataproto import DataProto  # noqa: E402
 from meshrl.tiny.models import TinyModelConfig, make_model  # noqa: E402
 from meshrl.tiny.visual import VisualConfig, make_data  # noqa: E402
-from orchestrator.config import load_config  # noqa: E402
-from orchestrator.main import run  # noqa: E402
+from testkit.recipe import timed_grpo  # noqa: E402
 
 PHASES = ("gen", "reward", "adv", "update_actor", "update_weights")
 
@@ -65,26 +63,6 @@ def wire(model: pathlib.Path, data: dict) -> None:
         print(f"| {name} | {sent:,} B | {pixels:,} B | {pixels / sent:.0f}x |", flush=True)
 
 
-def grpo(work: pathlib.Path, name: str, model: pathlib.Path, train: pathlib.Path, steps: int) -> list[dict]:
-    cfg = load_config(
-        str(ROOT / "configs/visual_grpo.yaml"),
-        [
-            f"actor.model={model}",
-            f"data.train_files={train}",
-            f"trainer.run_dir={work / name}",
-            f"trainer.total_steps={steps}",
-            "trainer.val_every=0",
-            "trainer.save_every=100000",
-            "trainer.save_final=false",
-            "trainer.logger=[console]",
-            "trainer.trace=",
-            "reward.workers=1",
-        ],
-    )
-    run_dir = run("grpo", cfg)
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()][1:]
-
-
 def steps(work: pathlib.Path, model: pathlib.Path, data: dict, count: int) -> None:
     from transformers import AutoTokenizer
 
@@ -102,7 +80,7 @@ def steps(work: pathlib.Path, model: pathlib.Path, data: dict, count: int) -> No
     print("\n| run | prompt tokens | step (s) | " + " | ".join(PHASES) + " |")
     print("|---|---|---|" + "---|" * len(PHASES))
     for name, train in (("with pictures", data["train"]), ("text only", work / "text.parquet")):
-        got = grpo(work, name.replace(" ", "_"), model, train, count)
+        got = timed_grpo("visual", work / name.replace(" ", "_"), model, train, count, "reward.workers=1")
         mean = {k: statistics.mean(r.get(f"timing_s/{k}", 0.0) for r in got) for k in ("step", *PHASES)}
         prompt = statistics.mean(map(len, PromptDataset(str(train), tokenizer, 200, model=str(model)).prompt_ids))
         phases = " | ".join(f"{mean[k]:.3f}" for k in PHASES)

@@ -38,3 +38,13 @@ def steps_run(grpo: pathlib.Path) -> list[dict]:
     """Each step's metrics (step 0's line, the first validation alone, left out)."""
     lines = [json.loads(line) for line in (grpo / "metrics.jsonl").read_text().splitlines()]
     return [m for m in lines if m["step"] > 0]
+
+
+def timed_grpo(task: str, run_dir: pathlib.Path, model, train, steps: int, *extra: str) -> list[dict]:
+    """A benchmark's GRPO run of configs/<task>_grpo.yaml: no validation, no checkpoints, console only; each
+    step's metrics after step 0's line."""
+    settings = [f"actor.model={model}", f"data.train_files={train}", f"trainer.run_dir={run_dir}"]
+    quiet = ["trainer.val_every=0", "trainer.save_every=100000", "trainer.save_final=false"]
+    where = ["trainer.logger=[console]", "trainer.trace=", f"trainer.total_steps={steps}"]
+    done = run("grpo", load_config(str(ROOT / f"configs/{task}_grpo.yaml"), [*settings, *quiet, *where, *extra]))
+    return [json.loads(line) for line in (done / "metrics.jsonl").read_text().splitlines()][1:]
