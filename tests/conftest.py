@@ -44,6 +44,8 @@ FIRST = (
     "tests/e2e/test_learning.py",  # one warm-up, then GRPO, ahead, LoRA, across Ray nodes and OPD, ~7 min
     "tests/e2e/test_tool_template_learning.py",  # the tool task in the model's own format, by an agent, ~7 min
     "tests/e2e/test_tool_learning.py",
+    "tests/e2e/test_moe_run.py",  # the MoE recipe's warm-up and GRPO, ~3 min
+    "tests/e2e/test_visual_learning.py",  # the visual task's warm-up and GRPO, ~3 min
     "tests/unit/test_types.py",  # mypy, about a minute cold
     "tests/e2e/test_compose.py",
     "tests/e2e/test_chaos.py",
