@@ -162,16 +162,19 @@ def test_rows_without_pictures_beside_rows_with_them_and_text_calls_after_them(f
     pictures before (transformers' Qwen2-VL keeps the last call's position offsets), each at parity."""
     from transformers import AutoTokenizer
 
-    _, _, client = rollout
+    servicer, server, client = rollout
     path = tmp_path_factory.mktemp("mixed") / "rows.parquet"
     rows = [{"prompt": "<image>colour?", "images": [{"bytes": png(c), "path": None}]} for c in ("red", "blue")]
     rows += [{"prompt": f"colour {i}?", "images": []} for i in range(4)]
     pd.DataFrame(rows).to_parquet(path)
     data = PromptDataset(str(path), AutoTokenizer.from_pretrained(folder), 200, model=str(folder))
     batch = data.batch(list(range(6)), [f"u{i}" for i in range(6)])
-    out = generate(client, batch, n=1, max_new_tokens=6, seed=6).data
     actor = Service("--role", "actor", "--model", str(folder), "--world-size", "2", "--no-freeze-vision")
     try:
+        # the rollout takes this actor's weights first: the tests before may have pushed it others
+        push = actor_pb2.PushWeightsRequest(rollout_address=server.address, version=servicer.version + 1)
+        actor.call("PushWeights", push)
+        out = generate(client, batch, n=1, max_new_tokens=6, seed=6).data
         mask = out.batch["response_mask"]
         assert kl_to_actor(out.batch["rollout_logprobs"], actor.logprobs(out), mask) < PARITY
         for n in (2, 1):  # n > 1 takes the rollout's shared prefill
