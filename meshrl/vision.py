@@ -191,6 +191,16 @@ class Tokens:
                 "(the prompt's ids were made for other pictures, or another image processor)"
             )
 
+    def blind(self, prompts: Sequence[Sequence[int]] | torch.Tensor) -> None:
+        """Refuse prompts holding image tokens in a batch that carries no pictures: the model would read the
+        tokens' own embeddings in their place, silently."""
+        row = next((i for i, p in enumerate(prompts) if bool((torch.as_tensor(p) == self.image).any())), None)
+        if row is not None:
+            raise ImageError(
+                f"row {row} holds image tokens, but the batch carries no pictures (an `images` column of "
+                "encoded pictures): the model would read the tokens' own embeddings in their place"
+            )
+
     def expand(self, ids: Sequence[int], grids: torch.Tensor, where: str) -> list[int]:
         """ids with the k-th image token repeated for the k-th picture's merged patches."""
         places = [i for i, t in enumerate(ids) if t == self.image]

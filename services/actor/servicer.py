@@ -387,13 +387,11 @@ class ActorServicer:
         if ids is not None and "responses" in data.batch:  # where the pictures go: the prompts (a sampled
             ids = ids[:, : ids.shape[1] - data.batch["responses"].shape[1]]  # response may hold the token too)
         if column is None or not any(len(p or ()) for p in column):
-            token = self.image_token
-            if token is not None and ids is not None and bool((ids == token).any()):
-                row = int((ids == token).any(1).nonzero()[0, 0])
-                raise InvalidArgument(
-                    f"row {row} holds image tokens, but the batch carries no pictures (an `images` column of "
-                    "encoded pictures): the model would read the tokens' own embeddings in their place"
-                )
+            if self.image_token is not None and ids is not None:
+                try:
+                    vision.Tokens(self.image_token, 1).blind(ids)
+                except vision.ImageError as e:
+                    raise InvalidArgument(str(e)) from None
             return data
         if self.pictures is None:
             try:

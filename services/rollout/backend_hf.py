@@ -83,6 +83,7 @@ class HFBackend:
         config = AutoConfig.from_pretrained(cfg.model)
         model = causal_class(config).from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype))
         self.pictures = Processor(cfg.model) if is_vision(config) else None  # a vision-language model's
+        self.offsets = [m for m in model.modules() if hasattr(m, "rope_deltas")]  # its modules keeping them
         self.model = model.to(self.device)
         self.model.eval()
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.model)
@@ -105,17 +106,12 @@ class HFBackend:
             raise InvalidArgument("sampling.routed_experts: the model is not a mixture of experts (no router)")
         seen = self._seen(prompts, images, s.n) if images is not None and any(images) else None
         if seen is None and self.pictures is not None:
-            token = self.pictures.tokens.image
-            blind = next((i for i, p in enumerate(prompts) if token in p), None)
-            if blind is not None:
-                raise InvalidArgument(
-                    f"row {blind} holds image tokens, but the batch carries no pictures (an `images` column of "
-                    "encoded pictures): the model would read the tokens' own embeddings in their place"
-                )
-        if self.pictures is not None:  # Qwen2-VL keeps the last call's position offsets: not this call's
-            for module in self.model.modules():
-                if getattr(module, "rope_deltas", None) is not None:
-                    module.rope_deltas = None
+            try:
+                self.pictures.tokens.blind(prompts)
+            except ImageError as e:
+                raise InvalidArgument(str(e)) from None
+        for module in self.offsets:  # Qwen2-VL keeps the last call's position offsets: not this call's
+            module.rope_deltas = None
         record = GenerationRecord(self.model) if s.routed_experts else None
         with record if record is not None else contextlib.nullcontext():
             completions = self._generate(prompts, s, alive, record, seen)
