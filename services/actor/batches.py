@@ -48,17 +48,11 @@ def validate(
         raise InvalidArgument(f"a batch of {n} rows cannot be split over {world_size} ranks")
     if pairs and n % 2:
         raise InvalidArgument(f"a DPO batch holds (chosen, rejected) row pairs; {n} rows is odd")
-    ids = data.batch["input_ids"]
-    if ids.dim() != 2 or ids.dtype not in (torch.int64, torch.int32):
-        raise InvalidArgument(f"tensor 'input_ids' must be (B, L) integers, got {ids.dtype} {list(ids.shape)}")
-    L = ids.shape[1]
+    check_sequences(data)
+    L, T = data.batch["input_ids"].shape[1], data.batch["responses"].shape[1]
     for k in SEQUENCE[1:]:
         if tuple(data.batch[k].shape) != (n, L):
             raise InvalidArgument(f"tensor {k!r} must be {[n, L]} like input_ids, got {list(data.batch[k].shape)}")
-    responses = data.batch["responses"]
-    if responses.dim() != 2 or not 0 < responses.shape[1] < L:
-        raise InvalidArgument(f"tensor 'responses' must be (B, T) with 0 < T < {L}, got {list(responses.shape)}")
-    T = responses.shape[1]
     for k in ("responses", "position_ids"):  # indices (gather, embeddings): a float fails inside a rank
         if data.batch[k].dtype not in (torch.int64, torch.int32):
             raise InvalidArgument(f"tensor {k!r} must hold integers (int64 or int32), got {data.batch[k].dtype}")
@@ -80,6 +74,20 @@ def validate(
         if t.is_floating_point() and not torch.isfinite(t).all():
             row = int(torch.nonzero(~torch.isfinite(t))[0, 0])
             raise InvalidArgument(f"tensor {k!r} has NaN or inf (first at row {row})")
+
+
+def check_sequences(data: DataProto) -> None:
+    """input_ids (B, L) integers and responses (B, T) with 0 < T < L, each where the batch holds it: the
+    servicer cuts the prompts (input_ids' first L - T columns) out before the rest is checked, and a 1-D
+    tensor there was an IndexError (INTERNAL) instead of the caller's mistake."""
+    ids, responses = data.batch.get("input_ids"), data.batch.get("responses")
+    if ids is not None and (ids.dim() != 2 or ids.dtype not in (torch.int64, torch.int32)):
+        raise InvalidArgument(f"tensor 'input_ids' must be (B, L) integers, got {ids.dtype} {list(ids.shape)}")
+    if responses is None:
+        return
+    L = ids.shape[1] if ids is not None else math.inf  # without input_ids: `missing` is validate's to say
+    if responses.dim() != 2 or not 0 < responses.shape[1] < L:
+        raise InvalidArgument(f"tensor 'responses' must be (B, T) with 0 < T < {L}, got {list(responses.shape)}")
 
 
 def routing_shape(config: dict) -> tuple[int, int, int] | None:

@@ -382,6 +382,7 @@ class ActorServicer:
         if request.data is None:
             raise InvalidArgument("the request has no data")
         data = request.data
+        batches.check_sequences(data)  # before the prompts are cut out of input_ids below
         column = data.non_tensor_batch.get("images")
         ids = data.batch.get("input_ids")
         if ids is not None and "responses" in data.batch:  # where the pictures go: the prompts (a sampled

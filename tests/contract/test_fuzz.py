@@ -461,3 +461,20 @@ def test_the_issues_cases_are_the_callers_mistakes(rollout_address, reward, acto
     named.tensors.append(data_pb2.Tensor(name="n" * 10_000, dtype=99, shape=[1]))
     code, details = status(reward, score, [reward_pb2.ScoreRequest(data=named).SerializeToString()])
     assert code == grpc.StatusCode.INVALID_ARGUMENT and len(details) <= 2000
+
+
+@pytest.mark.parametrize("flat", ["input_ids", "responses"])
+def test_a_one_dimensional_sequence_is_refused_by_name(actor_address, flat):
+    """A 1-D input_ids or responses reached the servicer's prompt slicing before the batch's checks
+    (INTERNAL IndexError): it is the caller's mistake, named, and the service goes on serving."""
+    bad = sound_batch(2, 3, 2)
+    names = [t.name for t in bad.tensors]
+    flat_tensor = data_pb2.Tensor(name=flat, dtype=data_pb2.INT64, shape=[2], data=pack(data_pb2.INT64, [4, 5]))
+    bad.tensors[names.index(flat)].CopyFrom(flat_tensor)
+    sft = actor_pb2.UpdateRequest(step=1, loss=actor_pb2.LossSpec(name="sft"), data=bad)
+    for method, msg in (("ComputeLogProbs", actor_pb2.BatchRequest(data=bad)), ("Update", sft)):
+        with pytest.raises(grpc.RpcError) as e:
+            call(grpc.insecure_channel(actor_address), ACTOR.methods_by_name[method], [msg.SerializeToString()])
+        details = e.value.details() or ""
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and f"tensor '{flat}' must be" in details, details
+    assert Client(actor_address, ACTOR, timeout=60).health() == "SERVING"
