@@ -42,3 +42,13 @@ def special_difference(a, b) -> str:
         for k in SPECIAL
         if getattr(a, k, None) != getattr(b, k, None)
     )
+
+
+@functools.cache
+def model_vocab_size(path: str) -> int:
+    """How many token ids the model in folder `path` takes (its config's vocab_size, a vision-language
+    model's text config's; embeddings are often padded past the tokenizer's length)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path)
+    return int(config.get_text_config().vocab_size)

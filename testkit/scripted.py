@@ -21,6 +21,8 @@ SCRIPTS = {  # question -> the policy's turns, in order
     "2*6=": [CALL.format("2*6") + "<|endoftext|>", "12<|im_end|>"],  # ended at the model's other end token
 }
 
+FILLER = "ok " * 256  # what a prompt of no script is answered with, cut at its max_new_tokens
+
 
 class ScriptedEngine:
     """A rollout backend that writes each question's script, turn by turn (which turn: the tool results
@@ -35,8 +37,11 @@ class ScriptedEngine:
         out = []
         for ids in prompts:
             text = self.tok.decode(ids)
-            question = next(q for q in SCRIPTS if f"user\n{q}<|im_end|>" in text)
-            turn = SCRIPTS[question][text.count("<tool_response>") and text.count("<|im_start|>assistant") - 1]
+            question = next((q for q in SCRIPTS if f"user\n{q}<|im_end|>" in text), None)
+            if question is None:  # a prompt of no script (tests/contract/edge_agents.py): plain text to the end
+                turn = FILLER
+            else:
+                turn = SCRIPTS[question][text.count("<tool_response>") and text.count("<|im_start|>assistant") - 1]
             tokens = self.tok(turn, add_special_tokens=False)["input_ids"][: s.max_new_tokens]
             ended = self.tok.decode(tokens[-1:]) in ("<|im_end|>", "<|endoftext|>")
             text_out = self.tok.decode(tokens, skip_special_tokens=True)

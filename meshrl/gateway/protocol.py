@@ -5,7 +5,11 @@ object), and the chat.completion / text_completion objects and their stream chun
 Sampling fields the rollout cannot honour are refused, not ignored: `top_logprobs` above 0 (the rollout
 reports the sampled token's log-prob only), a `tool_choice` that forces a call (a model writes calls in
 its own format, nothing can force one), `response_format` other than text, `echo`, `logit_bias`,
-presence and frequency penalties, `best_of`, `suffix`. `max_tokens` above the cap is cut to it.
+presence and frequency penalties, `best_of`, `suffix`. An absent or large `max_tokens` is the room left in
+the context (as vLLM's server reads it), cut to the gateway's cap where it has one (a run's
+rollout.max_new_tokens). Input the rollout would refuse (token ids outside the vocabulary, a seed it cannot
+take, stop strings too long to search, text that is not Unicode, nesting too deep) is refused here with a
+400 naming the field, so that no client mistake reaches the rollout as a server failure.
 """
 
 import dataclasses
@@ -16,6 +20,9 @@ from typing import Any
 
 MAX_N = 16  # choices per request
 MAX_STOP = 8  # stop strings per request
+MAX_STOP_CHARS = 256  # characters per stop string: the hf rollout searches each at every step (400,000: 48 s)
+MAX_SEED = 2**62  # the rollout seeds row i with seed + i in an unsigned 64-bit field
+MAX_DEPTH = 32  # nesting of the body's arrays and objects (a chat body needs about 6)
 UNSUPPORTED = {  # fields refused unless they ask for nothing (their value that means "off")
     "echo": False,
     "logit_bias": {},
@@ -48,8 +55,9 @@ class Limits:
     max_body_bytes: int = 4 << 20
     max_messages: int = 256
     max_tools: int = 64
-    max_tokens: int = 1024  # new tokens per choice at most (a run: rollout.max_new_tokens)
+    max_tokens: int = 0  # new tokens per choice at most (a run: rollout.max_new_tokens); 0: the room left
     max_model_len: int = 4096  # prompt and new tokens together
+    vocab_size: int = 0  # token ids a completions prompt may hold are below it (0: the tokenizer's length)
 
 
 @dataclasses.dataclass
@@ -176,13 +184,56 @@ def _stop(body: dict) -> list[str]:
         not isinstance(stop, list) or len(stop) > MAX_STOP or not all(isinstance(s, str) and s for s in stop)
     ):
         raise RequestError(f"'stop' must be a string or an array of at most {MAX_STOP} non-empty strings", "stop")
+    if any(len(s) > MAX_STOP_CHARS for s in stop or ()):
+        raise RequestError(f"'stop' strings may be at most {MAX_STOP_CHARS} characters each", "stop")
     return stop or []
+
+
+def _seed(body: dict) -> int | None:
+    seed = _field(body, "seed", (int,))
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise RequestError(f"'seed' must be in [0, {MAX_SEED}], got {seed}", "seed")
+    return seed
+
+
+def _check_ids(ids: list[int], vocab_size: int) -> None:
+    for i, t in enumerate(ids):
+        if t < 0 or vocab_size and t >= vocab_size:
+            raise RequestError(f"'prompt[{i}]': token id {t} is outside the vocabulary (0..{vocab_size - 1})", "prompt")
+
+
+def check_body(body: Any) -> None:
+    """RequestError naming the place where the body nests deeper than MAX_DEPTH or holds text that is not
+    Unicode (a lone surrogate such as "\\ud800", which JSON allows and no tokenizer encodes)."""
+    todo: list[tuple[Any, str, int]] = [(body, "", 0)]
+    while todo:
+        value, where, depth = todo.pop()
+        if depth > MAX_DEPTH:
+            raise RequestError(f"the body nests deeper than {MAX_DEPTH} levels at '{where}'", where or None)
+        if isinstance(value, dict):
+            todo += [(v, f"{where}.{k}" if where else str(k), depth + 1) for k, v in value.items()]
+            keys = [k for k in value if not _unicode(k)]
+            if keys:
+                raise RequestError(f"a key in '{where or 'the body'}' is not valid Unicode", where or None)
+        elif isinstance(value, list):
+            todo += [(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
+        elif isinstance(value, str) and not _unicode(value):
+            raise RequestError(f"'{where}' is not valid Unicode (a lone surrogate)", where or None)
+
+
+def _unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def read_request(body: dict, chat: bool, limits: Limits) -> Request:
     """The request body, checked (RequestError naming the field otherwise)."""
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
+    check_body(body)
     model = _field(body, "model", (str,))
     if not model:
         raise RequestError("'model' is required", "model")
@@ -194,7 +245,8 @@ def read_request(body: dict, chat: bool, limits: Limits) -> Request:
     max_tokens = _field(body, name, (int,)) or 0
     if max_tokens < 0:
         raise RequestError(f"'{name}' must be >= 1", name)
-    max_tokens = min(max_tokens, limits.max_tokens)  # capped, as a harness asking for 4096 expects to be
+    if limits.max_tokens:
+        max_tokens = min(max_tokens, limits.max_tokens)  # capped, as a harness asking for 4096 expects to be
     if _number(body, "top_logprobs", 0, 20):
         why = "the rollout reports the sampled token's log-prob only"
         raise RequestError(f"'top_logprobs' must be 0: {why}", "top_logprobs")
@@ -213,7 +265,7 @@ def read_request(body: dict, chat: bool, limits: Limits) -> Request:
         temperature=_number(body, "temperature", 0, 2),
         top_p=_number(body, "top_p", 0, 1),
         stop=_stop(body),
-        seed=_field(body, "seed", (int,)),
+        seed=_seed(body),
         stream=bool(_field(body, "stream", (bool,), False)),
         include_usage=bool(options.get("include_usage")),
     )
@@ -224,6 +276,7 @@ def read_request(body: dict, chat: bool, limits: Limits) -> Request:
     else:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            _check_ids(prompt, limits.vocab_size)
             request.prompt = prompt
         elif isinstance(prompt, str) and prompt:
             request.prompt = prompt

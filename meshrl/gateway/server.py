@@ -14,17 +14,22 @@ rollout fleet, or the rollout services `meshrl serve gateway` was pointed at) is
 
 Tool calls are read with the run's parser (meshrl/tool_calls.py, rollout.tool_parser), the prompt is
 rendered by meshrl/chat.py: the same code the multi-turn path runs. Bad requests get OpenAI's error
-object with a 4xx status naming the field; a failing engine a 503; nothing drops the connection.
+object with a 4xx status naming the field (a prompt that leaves no room in the context:
+context_length_exceeded; what the rollout itself refuses as invalid: 400 too); a failing engine a 503;
+nothing drops the connection.
 A stream (`stream: true`) is sent as server-sent events once the turn is whole.
 """
 
+import dataclasses
 import http.server
 import json
 import logging
 import threading
 from typing import Any, Protocol
 
+from meshrl.errors import ServiceError
 from meshrl.gateway.protocol import (
+    MAX_DEPTH,
     Choice,
     Limits,
     Request,
@@ -42,6 +47,7 @@ from meshrl.tool_calls import CONTENT, PARSERS
 log = logging.getLogger(__name__)
 
 Turn = tuple[list[int], list[float], str | None, int]  # tokens, log-probs, text (None: decode), version
+DRAIN = 16  # a body up to this many times the limit is read before its 413 (past it: the connection drops)
 
 
 class Engine(Protocol):
@@ -63,7 +69,8 @@ class Gateway:
     ):
         self.engine, self.tokenizer, self.model, self.ends = engine, tokenizer, model, ends
         self.parse, self.content = PARSERS.get(tool_parser), CONTENT.get(tool_parser)
-        self.limits = limits or Limits()
+        limits = limits or Limits()
+        self.limits = dataclasses.replace(limits, vocab_size=limits.vocab_size or len(tokenizer))
         self.sessions: dict[str, Session] = {}
         self.lock = threading.Lock()
         self.http = Listener((host, port), Handler)
@@ -105,7 +112,8 @@ class Gateway:
         return session
 
     def session(self, authorization: str | None) -> Session:
-        key = (authorization or "").removeprefix("Bearer ").strip()
+        scheme, _, key = (authorization or "").strip().partition(" ")
+        key = key.strip() if scheme.lower() == "bearer" else ""  # the scheme is case-insensitive (RFC 9110)
         with self.lock:
             session = self.sessions.get(key) if key else None
         if session is None:
@@ -120,16 +128,16 @@ class Gateway:
         plan = session.plan(request, self.tokenizer, self.ends)
         ids = plan.base.prompt + plan.base.tokens
         room = self.limits.max_model_len - len(ids)
-        if room <= 0 and session.budget is None:  # a run's episode ends at its limit instead, as on a budget
+        if room <= 0:  # OpenAI's answer; a run's agent decides what its episode does next
             raise RequestError(
-                f"the conversation is {len(ids)} tokens; the model takes {self.limits.max_model_len}",
+                f"the conversation is {len(ids)} tokens; the model takes {self.limits.max_model_len} in all",
                 "messages" if chat else "prompt",
                 code="context_length_exceeded",
             )
         budget = session.room(plan)
-        max_new = min(request.max_tokens or self.limits.max_tokens, room, self.limits.max_tokens)
+        max_new = min(request.max_tokens or room, room, self.limits.max_tokens or room)
         max_new = max(0, max_new if budget is None else min(max_new, budget))
-        turns = self.engine.generate(session, ids, request.n, max_new, request) if max_new > 0 else []
+        turns = self._generate(session, ids, request, max_new) if max_new > 0 else []
         if not turns:  # the episode's token budget is spent: an empty turn that says so
             turns = [([], [], "", 0)] * request.n
         choices = [self._choice(request, t, max_new) for t in turns]
@@ -140,6 +148,14 @@ class Gateway:
         session.record(plan, [(t[0], t[1], t[3], s) for t, s in zip(turns, said) if t[0]])
         version = max(t[3] for t in turns)
         return request, reply(request, choices, completion_id(chat), f"meshrl-v{version}", len(ids))
+
+    def _generate(self, session: Session, ids: list[int], request: Request, max_new: int) -> list[Turn]:
+        try:
+            return self.engine.generate(session, ids, request.n, max_new, request)
+        except ServiceError as e:  # what the rollout refused in this request is the caller's, not a failure
+            if e.code.name != "INVALID_ARGUMENT":
+                raise
+            raise RequestError(f"the model refused the request: {e.details}") from None
 
     def _choice(self, request: Request, turn: Turn, max_new: int) -> Choice:
         tokens, logprobs, text, _ = turn
@@ -238,9 +254,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             length = -1
-        if length < 0 or length > self.gateway.limits.max_body_bytes:
-            self.close_connection = True  # the body is not read: the connection cannot be reused
-            raise RequestError(f"the body may be at most {self.gateway.limits.max_body_bytes} bytes", status=413)
+        limit = self.gateway.limits.max_body_bytes
+        if length < 0 or length > limit:
+            self.close_connection = True  # what is left unread makes the connection unusable
+            if 0 < length <= DRAIN * limit:  # read it, so that a client still sending sees the 413
+                self._drain(length)
+            raise RequestError(f"the body may be at most {limit} bytes", status=413)
         data = self.rfile.read(length)
         if discard:
             return None
@@ -248,6 +267,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return json.loads(data or b"null")
         except ValueError as e:
             raise RequestError(f"the body is not JSON: {e}") from None
+        except RecursionError:
+            raise RequestError(f"the body nests deeper than {MAX_DEPTH} levels") from None
+
+    def _drain(self, length: int) -> None:
+        while length > 0:
+            got = self.rfile.read(min(length, 1 << 20))
+            if not got:
+                return
+            length -= len(got)
 
     def _json(self, status: int, body: dict) -> None:
         data = json.dumps(body).encode()

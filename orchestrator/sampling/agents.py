@@ -28,10 +28,12 @@ import time
 from meshrl.chat import as_tools
 from meshrl.clients.reward import Scores
 from meshrl.dataproto import DataProto
+from meshrl.errors import ServiceError
 from meshrl.gateway.protocol import Limits, Request
 from meshrl.gateway.server import Gateway
 from meshrl.gateway.sessions import Session
 from meshrl.trajectory import Trajectory
+from meshrl.vocab import model_vocab_size
 from orchestrator.agents.pool import AgentPool, CommandAgent, agent_runner
 from orchestrator.sampling.multi_turn import Batcher, cell, jsonable, layout, scores, task_of, turn_ends
 
@@ -102,6 +104,11 @@ class FleetEngine:
         batcher.count(active=change)
         try:
             return batcher.generate(ids, max_new, n)
+        except ServiceError as e:  # the request's own refusal is the agent's 400; anything else fails the step
+            if e.code.name != "INVALID_ARGUMENT":
+                with self.lock:
+                    self.failure = self.failure or e
+            raise
         except Exception as e:  # the agent gets a 503; the step is failed with it once its episodes end
             with self.lock:
                 self.failure = self.failure or e
@@ -171,7 +178,8 @@ def sample(
     ids, attn = rows.batch["input_ids"], rows.batch["attention_mask"]
     ends = turn_ends(mesh.cfg.actor.model, tokenizer)
     engine = FleetEngine(mesh, seed, greedy)
-    limits = Limits(max_tokens=r.max_new_tokens, max_model_len=r.max_model_len)
+    vocab = model_vocab_size(mesh.cfg.actor.model)
+    limits = Limits(max_tokens=r.max_new_tokens, max_model_len=r.max_model_len, vocab_size=vocab)
     gateway = Gateway(engine, tokenizer, MODEL, ends, tool_parser=r.tool_parser, limits=limits)
     runner, needs_reward = runner_for(mesh), mesh.cfg.env.reward in ("env", "sum")
     gateway.start()

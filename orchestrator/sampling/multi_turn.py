@@ -123,29 +123,8 @@ class Batcher:
 
     def _call(self, batch: list, seed: int) -> None:
         try:
-            data = DataProto(prompt_tensors([b[0] for b in batch], 0))
-            reply = self.mesh.generate(
-                data,
-                seed=seed,
-                n=1,
-                stop=self.stop,
-                greedy=self.greedy,
-                colocated=False,
-                max_new_tokens=max(b[1] for b in batch),
-                replica=self.mesh.router.pick(len(batch), prefer=self.replica),
-            )
-            version = int(reply.meta_info.get("weight_version", 0))
-            for i, (_, max_new, future) in enumerate(batch):
-                n = int(reply.batch["response_mask"][i].sum())
-                n_kept = min(n, max_new)
-                tokens = reply.batch["responses"][i, :n_kept].tolist()
-                logprobs = (
-                    reply.batch["rollout_logprobs"][i, :n_kept].tolist()
-                    if "rollout_logprobs" in reply.batch
-                    else [0.0] * n_kept
-                )  # greedy (validation): none asked for
-                text = reply.non_tensor_batch["response_text"][i] if n_kept == n else None
-                future.set_result((tokens, logprobs, text, version))
+            for part, part_seed in by_room(batch, seed, self.mesh.cfg.rollout.max_model_len):
+                self._send(part, part_seed)
         except BaseException as e:  # every turn of the call sees it
             for _, _, future in batch:
                 if not future.done():
@@ -155,6 +134,62 @@ class Batcher:
                 self.generating -= len(batch)
                 self.cond.notify_all()
             self.slots.release()
+
+    def _send(self, batch: list, seed: int) -> None:
+        """One Generate for `batch`; a row the rollout refuses (INVALID_ARGUMENT) fails its own turn alone:
+        the call is sent again row by row, so that the other trajectories' turns go on."""
+        try:
+            reply = self.mesh.generate(
+                DataProto(prompt_tensors([b[0] for b in batch], 0)),
+                seed=seed,
+                n=1,
+                stop=self.stop,
+                greedy=self.greedy,
+                colocated=False,
+                max_new_tokens=max(b[1] for b in batch),
+                replica=self.mesh.router.pick(len(batch), prefer=self.replica),
+            )
+        except ServiceError as e:
+            if e.code != grpc.StatusCode.INVALID_ARGUMENT:
+                raise
+            if len(batch) == 1:
+                batch[0][2].set_exception(e)
+                return
+            log.warning("the rollout refused a turn (%s); sending the call's %d turns one by one", e, len(batch))
+            for i, row in enumerate(batch):
+                self._send([row], seed + i)
+            return
+        version = int(reply.meta_info.get("weight_version", 0))
+        for i, (_, max_new, future) in enumerate(batch):
+            n = int(reply.batch["response_mask"][i].sum())
+            n_kept = min(n, max_new)
+            tokens = reply.batch["responses"][i, :n_kept].tolist()
+            logprobs = (
+                reply.batch["rollout_logprobs"][i, :n_kept].tolist()
+                if "rollout_logprobs" in reply.batch
+                else [0.0] * n_kept
+            )  # greedy (validation): none asked for
+            text = reply.non_tensor_batch["response_text"][i] if n_kept == n else None
+            future.set_result((tokens, logprobs, text, version))
+
+
+def by_room(batch: list, seed: int, max_model_len: int) -> list[tuple[list, int]]:
+    """A batcher's turns as Generate calls that each fit the context: one call takes the longest max_new
+    of its turns, so a turn near the model's limit (250 + its own 6 fits 256, + another's 8 does not)
+    goes in a call of the turns with its own max_new. Each call keeps seeds apart from the others'."""
+    top = max(b[1] for b in batch)
+    fits = [b for b in batch if len(b[0]) + top <= max_model_len]
+    if len(fits) == len(batch):
+        return [(batch, seed)]
+    parts: dict[int, list] = {}
+    for b in batch:
+        if len(b[0]) + top > max_model_len:
+            parts.setdefault(b[1], []).append(b)
+    calls, start = ([(fits, seed)] if fits else []), seed + len(batch)
+    for part in parts.values():
+        calls.append((part, start))
+        start += len(part)
+    return calls
 
 
 @functools.lru_cache(maxsize=8)

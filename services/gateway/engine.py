@@ -15,7 +15,7 @@ from meshrl.errors import ServiceError
 from meshrl.gateway.protocol import Request
 from meshrl.gateway.sessions import Session
 from meshrl.rpc import Client
-from meshrl.v1 import rollout_pb2
+from meshrl.v1 import common_pb2, rollout_pb2
 
 log = logging.getLogger(__name__)
 SERVICE = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
@@ -28,6 +28,17 @@ class RolloutEngine:
         self.down: set[str] = set()
         self.seeds = itertools.count(1)
         self.lock = threading.Lock()
+
+    def max_model_len(self) -> int:
+        """The context the replicas take (the least of theirs), from their Describe."""
+        lengths = []
+        for address, client in self.clients.items():
+            info = client.call("Describe", timeout=30)
+            assert isinstance(info, common_pb2.ServiceInfo)
+            if "max_model_len" not in info.details:
+                raise ValueError(f"the rollout at {address} does not say its max_model_len: give --max-model-len")
+            lengths.append(int(info.details["max_model_len"]))
+        return min(lengths)
 
     def _replica(self, session: Session) -> str:
         with self.lock:

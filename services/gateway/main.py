@@ -21,6 +21,7 @@ from meshrl.gateway.sessions import Session
 from meshrl.models import end_ids, generation_config
 from meshrl.rpc.server import check_bind
 from meshrl.tool_calls import PARSERS
+from meshrl.vocab import model_vocab_size
 from services.gateway.engine import RolloutEngine
 
 KEEP = 64  # samples a long-lived key keeps for matching what its agent sends back
@@ -38,8 +39,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--insecure-bind", action="store_true", help="serve beyond loopback (plain HTTP)")
-    p.add_argument("--max-tokens", type=int, default=1024, help="new tokens per choice at most")
-    p.add_argument("--max-model-len", type=int, default=4096, help="prompt and new tokens together")
+    p.add_argument("--max-tokens", type=int, default=0, help="new tokens per choice at most (0: the room left)")
+    p.add_argument("--max-model-len", type=int, default=0, help="prompt and new tokens together (0: the rollout's own)")
     args = p.parse_args(argv)
     keys = [k for k in (os.environ.get("MESHRL_GATEWAY_KEYS", "") or args.api_key).split(",") if k.strip()]
     if not keys:
@@ -50,7 +51,8 @@ def main(argv: list[str]) -> int:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     ends = frozenset(end_ids(tokenizer, generation_config(args.model)))
     engine = RolloutEngine(hosts.address_list(args.rollout))
-    limits = Limits(max_tokens=args.max_tokens, max_model_len=args.max_model_len)
+    max_model_len = args.max_model_len or engine.max_model_len()
+    limits = Limits(max_tokens=args.max_tokens, max_model_len=max_model_len, vocab_size=model_vocab_size(args.model))
     name = args.name or os.path.basename(os.path.normpath(args.model))
     gateway = Gateway(
         engine, tokenizer, name, ends, tool_parser=args.tool_parser, limits=limits, host=args.host, port=args.port

@@ -7,6 +7,9 @@ from typing import Any
 from meshrl.errors import InvalidArgument
 from meshrl.v1 import rollout_pb2
 
+MAX_STOPS = 64  # stop strings per request
+MAX_STOP_CHARS = 1024  # characters per stop string: the hf rollout searches each at every step (400,000: 48 s)
+
 
 @dataclasses.dataclass
 class Sampling:
@@ -50,6 +53,8 @@ def from_proto(p: rollout_pb2.SamplingParams) -> Sampling:
         raise InvalidArgument(f"sampling.top_k must be -1 (off) or >= 1, got {p.top_k}")
     if any(not s for s in p.stop):
         raise InvalidArgument("sampling.stop holds an empty string")
+    if len(p.stop) > MAX_STOPS or any(len(s) > MAX_STOP_CHARS for s in p.stop):
+        raise InvalidArgument(f"sampling.stop may hold {MAX_STOPS} strings of {MAX_STOP_CHARS} characters at most")
     greedy = p.greedy or p.temperature == 0
     return Sampling(
         n=p.n,

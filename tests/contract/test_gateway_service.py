@@ -43,11 +43,7 @@ def gateway(fleet, bpe_lm):
             str(bpe_lm),
             "--port",
             "0",
-            "--max-model-len",
-            "512",
-            "--max-tokens",
-            "32",
-        ],
+        ],  # the context is the rollouts' own (512), read from their Describe; no cap on max_tokens
         stdout=subprocess.PIPE,
         env=env,
         text=True,
@@ -71,6 +67,16 @@ def test_a_chat_through_the_served_gateway(gateway):
     assert len(many.choices) == 3
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=gateway, api_key="sk-nope", max_retries=0).models.list()
+
+
+def test_the_sdks_default_request_gets_the_room_left(gateway):
+    """Issue 58.3: no max_tokens (the openai SDK's default) was capped at 1024 past the rollout's 512 and
+    answered 503; now it is the room the rollout's context leaves, and too long a prompt is a 400."""
+    c = openai.OpenAI(base_url=gateway, api_key="sk-b", max_retries=0)
+    reply = c.chat.completions.create(model="bpe", messages=[{"role": "user", "content": "2+2="}])
+    assert reply.usage.prompt_tokens + reply.usage.completion_tokens <= 512
+    with pytest.raises(openai.BadRequestError, match="context_length_exceeded|takes 512"):
+        c.completions.create(model="bpe", prompt=[5] * 600)
 
 
 def test_a_lost_replica_sends_the_session_to_the_other(gateway, fleet):

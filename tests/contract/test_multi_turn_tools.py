@@ -19,6 +19,7 @@ from meshrl.config.rollout import RolloutConfig
 from meshrl.rpc import Client, Server
 from meshrl.tiny.arithmetic import CALCULATOR, conversation
 from meshrl.tiny.models import TinyModelConfig, make_model
+from meshrl.vocab import model_vocab_size
 from orchestrator.config import load_config
 from orchestrator.lifecycle.mesh import Mesh
 from orchestrator.sampling import agents, multi_turn
@@ -142,3 +143,28 @@ def test_an_openai_agent_plays_the_same_episode_token_for_token(mesh):
     assert gen.non_tensor_batch["turn_spans"].tolist() == env_gen.non_tensor_batch["turn_spans"].tolist()
     assert scored.metrics["agent/episodes_lost"] == 0 and scored.metrics["agent/calls/mean"] == 2
     assert scored.columns["acc"].tolist() == [True, True, True]
+
+
+def test_one_agents_refused_call_stays_its_own(mesh):
+    """Issue 58.1: episodes' calls meet in one Generate, so a call the rollout refuses (a prompt that leaves
+    3 tokens of room, batched with turns of 64; a token id outside the vocabulary) failed every episode and
+    the step. Now the long call is sent in a call of its own and answered, the bad id is a 400 naming the
+    prompt to that agent alone, and the calculator episodes beside them score as always."""
+    tok = mesh.tokenizer
+    questions = ["12*7=", "long", "5*5=", "oov", "2*6="]
+    data = batch(questions, ["84", "", "25", "", "12"])
+    data.batch["attention_mask"] = data.batch["input_ids"]
+    data.non_tensor_batch["tools"] = np.array([json.dumps([CALCULATOR])] * 5, dtype=object)
+    vocab = model_vocab_size(mesh.cfg.actor.model)
+    data.non_tensor_batch["extra_info"] = np.array([{"max_model_len": 512, "vocab_size": vocab}] * 5, dtype=object)
+    spec = f"{ROOT / 'tests/contract/edge_agents.py'}:agent"
+    over = [*CONFIG, "rollout.multi_turn=false", f"rollout.agent={spec}", "rollout.agent_workers=2"]
+    cfg = load_config(None, [*over, "rollout.max_model_len=512", "rollout.concurrency=8"])
+    agent_mesh = Mesh(cfg, {"rollout": mesh["rollout"]})
+    try:
+        gen, scored, _ = agents.sample(agent_mesh, data, seed=5, tokenizer=tok)
+    finally:
+        agents.close_runners()
+    # 0.5: the long call answered with the 3 tokens of room; the bad id's episode recorded no call: lost
+    assert scored.scores.tolist() == [1.0, 0.5, 1.0, 0.0, 1.0]
+    assert scored.metrics["agent/episodes_lost"] == 1

@@ -91,6 +91,7 @@ def test_a_prompt_sampled_n_times_runs_once_with_the_same_results(rollout, tiny_
         (chats("1+1="), {"max_new_tokens": 0}, "max_new_tokens must be >= 1"),
         (chats("1+1="), {"top_p": 1.5}, "top_p must be in"),
         (chats("1+1="), {"temperature": -1.0}, "temperature must be a finite number >= 0"),
+        (chats("1+1="), {"stop": ["x" * 400_000]}, "characters at most"),  # 48 s of the hf rollout's search
         (chats("1+1=" * 30), {}, "row 0: prompt of"),
         (
             DataProto(
