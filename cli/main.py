@@ -91,6 +91,7 @@ def service_main(service: str):
 def cmd_serve(args) -> int:
     """Run a service's own main (services.<role>.main)."""
     from meshrl.lifeline import die_with_parent
+    from meshrl.rpc.server import BindRefused
 
     die_with_parent()  # started by an orchestrator (or rank 0): do not outlive it
     try:
@@ -100,6 +101,9 @@ def cmd_serve(args) -> int:
         return 2
     try:
         return main(args.args)
+    except BindRefused as e:  # the user's flags, whichever main checked the bind: as argparse says them
+        print(f"meshrl serve {args.service}: error: {e}", file=sys.stderr)
+        return 2
     except OSError as e:  # a port already taken: one line, not a traceback
         print(f"meshrl serve {args.service}: {e}", file=sys.stderr)
         return 1

@@ -61,11 +61,16 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+class BindRefused(ValueError):
+    """check_bind's refusal: the user's flags or environment, which `meshrl serve` says in one line (exit 2)
+    whichever service's main met it (cli/main.py cmd_serve)."""
+
+
 def check_bind(host: str, tls_on: bool, insecure_bind: bool = False) -> None:
-    """ValueError for a bind beyond loopback without TLS that nobody asked for."""
+    """BindRefused (a ValueError) for a bind beyond loopback without TLS that nobody asked for."""
     if tls_on or is_loopback(host) or insecure_bind or os.environ.get(INSECURE_BIND_VAR) == "1":
         return
-    raise ValueError(
+    raise BindRefused(
         f"refusing to serve on {host or 'every address'} without TLS: any machine that reaches the "
         "port could call it, and a token would travel in clear text. Set MESHRL_TLS_DIR (`meshrl "
         f"certs`), bind 127.0.0.1, or accept it with --insecure-bind (or {INSECURE_BIND_VAR}=1)"

@@ -65,13 +65,21 @@ def test_an_open_loopback_service_warns_once(plain_env, caplog):
     assert server.address in warnings[0]
 
 
-def test_meshrl_serve_names_the_flag(plain_env):
-    cmd = [sys.executable, "-m", "cli", "serve", "reward", "--workers", "0", "--host", "0.0.0.0"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=plain_env)
+@pytest.mark.parametrize(
+    "service",
+    [
+        ["reward", "--workers", "0"],  # through run_service
+        ["gateway", "--rollout", "127.0.0.1:1", "--model", "unread"],  # checks its bind itself (issue 58, item 16)
+    ],
+)
+def test_meshrl_serve_names_the_flag(plain_env, service):
+    cmd = [sys.executable, "-m", "cli", "serve", *service, "--host", "0.0.0.0"]
+    env = {**plain_env, "MESHRL_GATEWAY_KEYS": "k"}
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 2, out.stderr[-2000:]
-    last = out.stderr.strip().splitlines()[-1]
-    assert "without TLS" in last and "--insecure-bind" in last, last
-    assert "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr[-2000:]  # as argparse says a usage error: one line, no traceback
+    assert "without TLS" in lines[0] and "--insecure-bind" in lines[0], lines[0]
 
 
 def test_meshrl_serve_with_the_flag_listens_everywhere(plain_env):
