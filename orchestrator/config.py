@@ -352,6 +352,13 @@ class TrainerSection(Checked):
     #   each) or adopt (use theirs; run_dir/config.yaml records them)
     deterministic: bool = True  # K >= 1: step s is sampled from the weights of step max(last checkpoint,
     #   s - 1 - K) in every run and after a resume; false: from the newest the rollout has (within K)
+    parity_bound: float | None = None  # rollout/kl_to_actor (mean |rollout - actor| log-prob) a compared
+    #   step may reach: past it the rollout computes the model otherwise than the actor, and the run stops
+    #   (orchestrator/run/parity.py); null: by dtype, 1e-5 in float32, 2e-2 with bfloat16 or float16 on
+    #   either side (rollout.dtype, actor.mixed_precision), none where the two differ by design (vLLM's
+    #   log-probs with top_k/top_p, of the truncated distribution; actor.dropout); a number: that bound;
+    #   0 or less: a warning past the dtype's bound, no stop. A jump after a weight push stops the run
+    #   whatever this says
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -47,7 +47,8 @@ class RunState:
     partial: Partial | None = None  # rollout.partial: the unfinished samples carried between steps
     before_producer: dict = dataclasses.field(default_factory=dict)  # the sampler's state when it started
     fleet: dict | None = None  # the last RUN_DIR/fleet.json acted on (run.fleet.resize)
-    parity: Parity = dataclasses.field(default_factory=Parity)  # stops a run whose push broke the rollout
+    parity: Parity = dataclasses.field(default_factory=Parity)  # stops a run whose rollout disagrees with the
+    #   actor (run.parity.of: its bound; this default has none, only the jump after a push)
 
     @property
     def run_dir(self) -> pathlib.Path:

@@ -31,10 +31,9 @@ from orchestrator.lifecycle.services import Services
 from orchestrator.loops.algorithm import Algorithm
 from orchestrator.output.loggers import RunLog
 from orchestrator.output.report import finish_report
-from orchestrator.run import fleet
+from orchestrator.run import fleet, parity
 from orchestrator.run.checkpoints import DiskFull, link_final_model, resume, save
 from orchestrator.run.interrupt import Interrupts
-from orchestrator.run.parity import Parity
 from orchestrator.run.recovery import StepFailed, check_not_ahead, recover, snapshot
 from orchestrator.run.state import RunState
 from orchestrator.run.validation import validate
@@ -164,7 +163,18 @@ def start(cfg: Config, algorithm: Algorithm, roles: set[str], services: Services
     first = resume(run_dir, mesh, algorithm, sampler, partial) + 1 if cfg.trainer.resume else 1
     check_not_ahead(mesh, algorithm.trained, first - 1)
     return RunState(
-        cfg, services, mesh, algorithm, tokenizer, data, sampler, val, number=first, done=first - 1, partial=partial
+        cfg,
+        services,
+        mesh,
+        algorithm,
+        tokenizer,
+        data,
+        sampler,
+        val,
+        number=first,
+        done=first - 1,
+        partial=partial,
+        parity=parity.of(cfg),  # after agree(): the settings of services given by address, if adopted
     )
 
 
@@ -227,7 +237,7 @@ def train(state: RunState) -> None:
                     state.partial.commit()
             except StepFailed as e:
                 state.restarts += 1
-                state.parity = Parity()  # the pushes recovery makes start the comparison again
+                state.parity.restart()  # the pushes recovery makes start the comparison again
                 state.stop_sampling_ahead()  # nothing sampled ahead survives: drawn again from this step
                 state.number, state.batch = recover(e, state)
                 bar.n = state.number - 1
