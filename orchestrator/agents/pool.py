@@ -1,6 +1,6 @@
 """Where agents run: a pool of worker processes for a Python agent (rollout.agent=FILE.py:function), each
 playing several episodes at once on threads, or a process per episode for a command in any language
-(rollout.agent_command).
+(rollout.agent_command, orchestrator/agents/command.py).
 
     pool = agent_runner(cfg.rollout)           # AgentPool or CommandAgent
     result, error = pool.play(task, base_url, key)
@@ -19,13 +19,12 @@ import json
 import logging
 import os
 import select
-import signal
-import subprocess
 import threading
 from typing import Any
 
 from meshrl.lifeline import child_env
 from meshrl.pipes import Child, read_frame, write_frame
+from orchestrator.agents.command import CommandAgent
 
 log = logging.getLogger(__name__)
 START_TIMEOUT = 120.0  # seconds a worker may take to import the agent
@@ -155,63 +154,6 @@ class AgentPool:
         for w in list(self.slots):
             if w is not None:
                 w.child.signal_kill()
-
-
-class CommandAgent:
-    """rollout.agent_command: `sh -c COMMAND` per episode, with OPENAI_BASE_URL, OPENAI_API_KEY and
-    MESHRL_TASK in its environment and the task as JSON on stdin; its result is the last line it prints."""
-
-    def __init__(self, command: str, timeout: float):
-        self.command, self.timeout = command, timeout
-        self.procs: set[subprocess.Popen] = set()
-        self.lock = threading.Lock()
-
-    def play(self, task: dict, base_url: str, key: str) -> tuple[Any, str]:
-        text = json.dumps(task)
-        env = child_env({**os.environ, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": key, "MESHRL_TASK": text})
-        proc = subprocess.Popen(
-            ["sh", "-c", self.command],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-            text=True,
-        )
-        with self.lock:
-            self.procs.add(proc)
-        try:
-            out, err = proc.communicate(text, timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            _killpg(proc)
-            proc.communicate()
-            return None, f"the agent command did not finish within rollout.agent_timeout={self.timeout:g} s"
-        finally:
-            with self.lock:
-                self.procs.discard(proc)
-        if proc.returncode:
-            tail = err.strip().splitlines()[-1:] or [""]
-            return None, f"the agent command exited with {proc.returncode}: {tail[0][:300]}"
-        lines = [line for line in out.splitlines() if line.strip()]
-        try:
-            return json.loads(lines[-1]), ""
-        except (IndexError, ValueError):
-            return None, f"the agent command's last line is not JSON: {(lines or [''])[-1][:200]!r}"
-
-    def close(self) -> None:
-        self.kill()
-
-    def kill(self) -> None:
-        with self.lock:
-            for proc in self.procs:
-                _killpg(proc)
-
-
-def _killpg(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def agent_runner(r) -> "AgentPool | CommandAgent":
