@@ -122,7 +122,7 @@ def forward_response(
     and the gradients sum over the rows, as the full pass's do; the prompt's share of the compute falls by
     the number of rows that share it. A causal LM also computes its head only where it is read."""
     T = micro["responses"].shape[1] if response_length is None else response_length
-    flat = packed(model) and within_window(model, micro)
+    flat = packed(model)
     seen = pictures(model, micro)
     # the padded shared pass needs HF's cache, which gradient checkpointing drops; the packed one has none.
     # With pictures, the packed one alone: each distinct prompt's pictures are encoded once
@@ -153,14 +153,6 @@ def forward_response(
 def packed(model: torch.nn.Module) -> bool:
     """The model runs padding-free passes (actor.padding_free: services/actor/packing.py)."""
     return getattr(model_config(model), "_attn_implementation", None) == packing.NAME
-
-
-def within_window(model: torch.nn.Module, micro: dict) -> bool:
-    """No sequence of the micro-batch is longer than the model's sliding attention window (Gemma2's every
-    other layer), which packed attention does not apply; a longer one takes the padded pass, whose masks
-    do."""
-    window = getattr(model_config(model), "sliding_window", None)
-    return window is None or int(micro["attention_mask"].sum(1).max()) <= window
 
 
 def model_config(model: torch.nn.Module):
@@ -243,7 +235,7 @@ def record_routing(model: torch.nn.Module, micro: dict) -> torch.Tensor:
     assert replay is not None, "record_routing needs a mixture of experts"
     micro = {k: v for k, v in micro.items() if k != router_replay.ROUTED}  # routed afresh
     ids = micro["input_ids"]
-    flat = packed(model) and within_window(model, micro)
+    flat = packed(model)
     replay.recording = True
     try:  # the routers are what is wanted: the head runs nowhere (packed), or once a row
         if flat:

@@ -7,9 +7,11 @@ stays inside each sequence: the model runs with attention "meshrl_packed", which
 calls and, given the sequences' boundaries (cu_seq_lens_q, the names HF's own packed flash-attention
 path reads), attention over the packed row itself: on CUDA in half precision through flash-attention's
 varlen kernel (torch.nn.attention.varlen), which computes no padding; elsewhere (CPU, fp32) one batched
-causal SDPA over the sequences laid side by side again, as padded as before. The
-log-probs, values and gradients are the padded pass's (a test compares them); the head is computed
-only at the positions that predict a response token.
+causal SDPA over the sequences laid side by side again, as padded as before. What a layer adds to
+causal attention (gpt-oss's sinks, Gemma-2's soft-cap, sliding windows, Llama-4's chunks) is applied
+(services/actor/attention_extras.py), and a keyword it does not know is refused. The log-probs, values
+and gradients are the padded eager pass's (tests compare them); the head is computed only at the
+positions that predict a response token.
 
 Rows that share a prompt (a GRPO group) pack it once: the row holds each distinct prompt, then each
 row's response, and a response attends to its prompt's keys and values and to its own (Shared), the
@@ -17,6 +19,7 @@ shared-prompt pass of services/actor/model.py without its padded responses or HF
 """
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import logging
@@ -29,6 +32,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from meshrl.algos import router_replay
 from services.actor import sequence
+from services.actor.attention_extras import Extras
 
 try:  # flash-attention's varlen kernel, through torch (CUDA only; torch >= 2.9 carries it)
     from torch.nn.attention.varlen import varlen_attn
@@ -47,52 +51,69 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
     """HF's attention interface (its signature, which transformers calls positionally): query (1, heads,
     tokens, dim), key and value (1, kv heads, tokens, dim). With sequence parallelism (meshrl_sp) the
     tokens are this rank's slice of the row: attention runs on every token for this rank's share of the
-    heads, between two all-to-alls (services/actor/sequence.py)."""
+    heads, between two all-to-alls (services/actor/sequence.py). What the layer adds to causal attention
+    (sinks, soft-caps, windows: attention_extras.Extras) is applied; what it cannot be is refused."""
     bounds, shared = kwargs.get("cu_seq_lens_q"), kwargs.get("meshrl_shared")
-    if bounds is None and shared is None:  # a padded call (a value model's, generation's): SDPA
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    if bounds is None and shared is None:  # a padded call (a value model's, generation's)
+        return padded(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    extras = Extras.of(module, kwargs, dropout)
     sp = kwargs.get("meshrl_sp")
     if sp is None:
         q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # (tokens, heads, dim)
-        return attend(q, k, v, kwargs, scaling)[None], None
+        return attend(q, k, v, kwargs, scaling, extras)[None], None
     heads, n = query.shape[1], kwargs["meshrl_tokens"]  # the row's real tokens
+    if extras.sinks is not None:  # this rank's heads' sinks (heads_for_tokens: rank r holds chunk r)
+        extras = dataclasses.replace(extras, sinks=extras.sinks.view(sp.size, -1)[sp.rank])
     q = sp.heads_for_tokens(query[0])
     k, v = (sp.heads_for_tokens(sequence.kv_heads_for(t[0], heads, sp.size)) for t in (key, value))
     q, k, v = (t[:, :n].transpose(0, 1) for t in (q, k, v))  # the row's real tokens, (tokens, heads, dim)
-    out = attend(q, k, v, kwargs, scaling)
+    out = attend(q, k, v, kwargs, scaling, extras)
     return sp.tokens_for_heads(F.pad(out, (0, 0, 0, 0, 0, sp.width(n) * sp.size - n)))[None], None
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kwargs: dict, scaling) -> torch.Tensor:
+def padded(module, query, key, value, attention_mask, dropout, scaling, **kwargs):
+    """A padded call: SDPA over SDPA's masks; where the layer adds what SDPA drops (gpt-oss's sinks, Gemma-2's
+    soft-cap), the model's own eager attention over the same masks made additive."""
+    if kwargs.get("s_aux") is None and kwargs.get("softcap") is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    eager = getattr(inspect.getmodule(type(module)), "eager_attention_forward", None)
+    if eager is None:
+        raise ValueError(
+            f"actor.padding_free: {type(module).__name__} adds sinks or a soft-cap and has no eager attention"
+        )
+    q_len, kv_len = query.shape[2], key.shape[2]
+    if attention_mask is None and q_len > 1:  # SDPA's mask builder left causality to is_causal
+        attention_mask = torch.ones(q_len, kv_len, dtype=torch.bool, device=query.device).tril(kv_len - q_len)
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
+        attention_mask = torch.zeros(attention_mask.shape, dtype=query.dtype, device=query.device).masked_fill(
+            ~attention_mask, torch.finfo(query.dtype).min
+        )
+    return eager(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kwargs: dict, scaling, extras: Extras) -> torch.Tensor:
     """A packed row's causal attention within each sequence (or, meshrl_shared, each response to its
     prompt and itself): (tokens, heads, dim), k and v (tokens, kv heads, dim) -> (tokens, heads, dim)."""
     bounds, shared = kwargs.get("cu_seq_lens_q"), kwargs.get("meshrl_shared")
     if shared is not None:
-        within_window(kwargs.get("sliding_window"), shared.longest["keys"])
-        return shared.attend(q, k, v, scaling)
+        return shared.attend(q, k, v, scaling, extras.within(shared.longest["keys"]))
     assert bounds is not None
     width = int(kwargs.get("max_length_q") or bounds.diff().max())
-    within_window(kwargs.get("sliding_window"), width)
-    out = flash(q, k, v, bounds, bounds, max_q=width, max_k=width, scaling=scaling)
+    extras = extras.within(width)
+    out = flash(q, k, v, bounds, bounds, max_q=width, max_k=width, scaling=scaling, window=extras.kernel_window())
     if out is not None:
         return out
     # the sequences side by side again, each from its own start and padded on the right, for one batched
-    # causal SDPA: a real token sees only its own sequence's earlier tokens, so no mask is needed, and the
-    # padding's outputs are dropped (only the linear layers run padding-free)
+    # causal attention: a real token sees only its own sequence's earlier tokens, so causality is the only
+    # mask (with a window or chunk, theirs too), and the padding's outputs are dropped (only the linear
+    # layers run padding-free)
     index, real = window(bounds.diff(), 0)
     q, k, v = side_by_side(q, k, v, index, index)
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling).transpose(1, 2)[real]
-
-
-def within_window(sliding_window: int | None, longest: int) -> None:
-    """The packed attention is full causal attention within each sequence; a layer with a sliding window
-    computes the same only while no sequence is longer than the window. forward_response sends longer ones
-    to the padded pass (services/actor/model.within_window); this is the guard that none got here."""
-    if sliding_window is not None and longest > sliding_window:
-        raise ValueError(
-            f"actor.padding_free: a sequence of {longest} tokens is longer than this model's sliding attention "
-            f"window ({sliding_window}), which packed passes do not apply"
-        )
+    mask = None
+    if extras.masked():
+        place = torch.arange(index.shape[1], device=q.device)
+        mask = extras.allowed(place[:, None], place[None, :])[None, None]
+    return extras.attend(q, k, v, mask, scaling).transpose(1, 2)[real]
 
 
 def kernel_runs(query: torch.Tensor) -> bool:
@@ -100,15 +121,16 @@ def kernel_runs(query: torch.Tensor) -> bool:
     return varlen_attn is not None and query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) and not OFF
 
 
-def flash(q, k, v, cu_q, cu_k, *, max_q: int, max_k: int, scaling) -> torch.Tensor | None:
+def flash(q, k, v, cu_q, cu_k, *, max_q: int, max_k: int, scaling, window: tuple[int, int] | None = (-1, 0)):
     """Causal attention of packed sequences through the varlen kernel: q (tokens, heads, dim), k and v (key
     tokens, kv heads, dim), each query sequence aligned to the end of its key sequence (flash-attention's
-    causal mask: a response sees its whole prompt); None where the kernel cannot run (the caller pads)."""
+    causal mask: a response sees its whole prompt); window: its window_size (Extras.kernel_window), None for a
+    layer it cannot compute. None where the kernel cannot run (the caller pads)."""
     global OFF
-    if not kernel_runs(q):
+    if window is None or not kernel_runs(q):
         return None
     groups = q.shape[1] // k.shape[1]
-    kw = kernel_kwargs(varlen_attn, groups)
+    kw = kernel_kwargs(varlen_attn, groups, window)
     if kw is None:
         return None
     if groups > 1 and "enable_gqa" not in kw:  # grouped-query attention on a kernel that takes equal heads only
@@ -128,15 +150,16 @@ def parameters(kernel) -> frozenset[str]:
     return frozenset(inspect.signature(kernel).parameters)
 
 
-def kernel_kwargs(kernel, groups: int) -> dict | None:
+def kernel_kwargs(kernel, groups: int, window: tuple[int, int] = (-1, 0)) -> dict | None:
     """The causal and grouped-query arguments this torch's varlen_attn takes, or None where it cannot take
-    what we need. torch >= 2.11 takes scale and window_size=(-1, 0) (causal, aligned to the end of the keys);
+    what we need. torch >= 2.11 takes scale and window_size=(-1, 0) (causal, aligned to the end of the keys;
+    (w - 1, 0): a sliding window of w);
     2.13 also enable_gqa (on 2.11 the caller repeats k and v to the query heads instead). 2.10's kernel has
     is_causal and no scale: the padded attention runs there."""
     names = parameters(kernel)
     if "window_size" not in names or "scale" not in names:
         return None
-    return {"window_size": (-1, 0), **({"enable_gqa": True} if groups > 1 and "enable_gqa" in names else {})}
+    return {"window_size": window, **({"enable_gqa": True} if groups > 1 and "enable_gqa" in names else {})}
 
 
 def window(lengths: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -195,6 +218,13 @@ class Shared:
         causal = torch.ones(width, p_index.shape[1] + width, dtype=torch.bool, device=device)
         causal[:, p_index.shape[1] :] = torch.tril(causal[:, p_index.shape[1] :])
         self.mask = (keys_real[:, None, :] & causal)[:, None]  # (B, 1, Wr, Wp+Wr)
+        # each response's queries' and keys' positions in its sequence, for a window's or chunk's mask
+        start = prompt_lengths[inverse][:, None]
+        place = torch.arange(width, device=device)
+        self.places = (
+            start + place,
+            torch.cat([torch.arange(p_index.shape[1], device=device).expand_as(p_index[inverse]), start + place], 1),
+        )
         # the same for the varlen kernel: each response's keys (its prompt's, then its own) end to end
         self.flat_keys = self.keys[keys_real]
         key_lengths = prompt_lengths[inverse] + response_lengths
@@ -207,11 +237,13 @@ class Shared:
             for name, lengths in (("prompts", prompt_lengths), ("responses", response_lengths), ("keys", key_lengths))
         }
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling) -> torch.Tensor:
-        """(tokens, heads, dim) each (k and v: kv heads) -> (tokens, heads, dim)."""
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling, extras: Extras) -> torch.Tensor:
+        """(tokens, heads, dim) each (k and v: kv heads) -> (tokens, heads, dim), with the layer's extras."""
         n, cu, longest = self.prompt_tokens, self.cu, self.longest
-        top = longest["prompts"]
-        fast = flash(q[:n], k[:n], v[:n], cu["prompts"], cu["prompts"], max_q=top, max_k=top, scaling=scaling)
+        top, wide = longest["prompts"], extras.kernel_window()
+        fast = flash(
+            q[:n], k[:n], v[:n], cu["prompts"], cu["prompts"], max_q=top, max_k=top, scaling=scaling, window=wide
+        )
         if fast is not None:
             if q.shape[0] == n:
                 return fast
@@ -225,17 +257,25 @@ class Shared:
                 max_q=longest["responses"],
                 max_k=longest["keys"],
                 scaling=scaling,
+                window=wide,
             )
             if rest is not None:
                 return torch.cat([fast, rest])
         index, real = self.prompts
         pq, pk, pv = side_by_side(q, k, v, index, index)
-        parts = [F.scaled_dot_product_attention(pq, pk, pv, is_causal=True, scale=scaling).transpose(1, 2)[real]]
+        mask = None
+        if extras.masked():
+            place = torch.arange(index.shape[1], device=q.device)
+            mask = extras.allowed(place[:, None], place[None, :])[None, None]
+        parts = [extras.attend(pq, pk, pv, mask, scaling).transpose(1, 2)[real]]
         index, real = self.responses
         if real.any():
             rq, rk, rv = side_by_side(q, k, v, index, self.keys)
-            out = F.scaled_dot_product_attention(rq, rk, rv, attn_mask=self.mask, scale=scaling)
-            parts.append(out.transpose(1, 2)[real])
+            mask = self.mask
+            if extras.masked():
+                queries, keys = self.places
+                mask = mask & extras.allowed(queries[:, :, None], keys[:, None, :])[:, None]
+            parts.append(extras.attend(rq, rk, rv, mask, scaling).transpose(1, 2)[real])
         return torch.cat(parts)
 
 

@@ -1,0 +1,110 @@
+"""The packed passes apply what a layer adds to causal attention (services/actor/attention_extras.py):
+gpt-oss's attention sinks, Gemma-2's logit soft-cap, sliding windows (also Gemma-3's, whose config keeps
+it in text_config), each against the model's own eager attention padded; a keyword the packed attention
+does not know is refused. Tiny models from transformers' own config classes (hidden 64, 2 layers)."""
+
+from typing import Any
+
+import pytest
+import torch
+import transformers
+
+from meshrl.models import load_model
+from services.actor import packing
+from services.actor.model import forward_response, token_logprobs
+from tests.unit.test_packing import batch, grouped
+
+SIZES: dict[str, Any] = {
+    "vocab_size": 96,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "max_position_embeddings": 256,
+}
+
+
+def gpt_oss(window: int):
+    """gpt-oss: sinks on every layer (drawn large, so they take much of the softmax), a window on the first."""
+    config = transformers.GptOssConfig(**SIZES, num_local_experts=4, num_experts_per_tok=2, sliding_window=window)
+    model = transformers.GptOssForCausalLM(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("sinks"):
+                p.normal_(0.0, 1.0)
+    return model
+
+
+def gemma2(window: int):
+    """Gemma-2 with a soft-cap small enough to bite on a tiny model's logits."""
+    config = transformers.Gemma2Config(
+        **SIZES, sliding_window=window, attn_logit_softcapping=0.01, query_pre_attn_scalar=16
+    )
+    return transformers.Gemma2ForCausalLM(config)
+
+
+def gemma3_vl(window: int):
+    """Gemma-3's vision-language model: the sliding window sits in text_config (rows without pictures)."""
+    text = {**SIZES, "sliding_window": window, "layer_types": ["sliding_attention", "full_attention"]}
+    vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2}
+    config = transformers.Gemma3Config(
+        text_config=text,
+        vision_config={**vision, "image_size": 28, "patch_size": 14},
+        mm_tokens_per_image=1,
+        image_token_index=95,
+        boi_token_index=94,
+        eoi_token_index=93,
+    )
+    return transformers.Gemma3ForConditionalGeneration(config)
+
+
+def passes(model: torch.nn.Module, mb: dict, share: bool):
+    lp = token_logprobs(forward_response(model, mb, share_prompts=share), mb["responses"]) * mb["response_mask"]
+    (-lp.sum()).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    return lp, grads
+
+
+@pytest.mark.parametrize("build", [gpt_oss, gemma2, gemma3_vl])
+def test_packed_passes_give_the_eager_padded_ones(tmp_path, build):
+    """Rows of up to 16 tokens, a window of 8: packed (shared prompts or not) equals the model's eager
+    attention padded, log-probs and gradients (the sinks' too)."""
+    torch.manual_seed(0)
+    build(8).save_pretrained(str(tmp_path))
+    eager, flat = load_model(str(tmp_path), "causal"), load_model(str(tmp_path), "causal")
+    eager.set_attn_implementation("eager")
+    packing.enable(flat)
+    for share, mb in ((False, batch([5, 9, 2, 7], [6, 1, 8, 3], 90)), (True, grouped(90))):
+        (want, want_grads), (got, got_grads) = passes(eager, mb, share), passes(flat, mb, share)
+        assert (want - got).abs().max() < 1e-5
+        assert want_grads.keys() == got_grads.keys()
+        for name, g in want_grads.items():
+            assert torch.allclose(g, got_grads[name], atol=1e-5), name
+
+
+def test_a_padded_call_keeps_the_sinks(tmp_path):
+    """A call without the packed row's boundaries (a padded pass through the packed model) runs gpt-oss's own
+    eager attention, sinks and all, over SDPA's masks."""
+    torch.manual_seed(0)
+    gpt_oss(128).save_pretrained(str(tmp_path))
+    eager, flat = load_model(str(tmp_path), "causal"), load_model(str(tmp_path), "causal")
+    packing.enable(flat)
+    mb = batch([5, 9, 2, 7], [6, 1, 8, 3], 90)
+    for mask in (mb["attention_mask"], torch.ones_like(mb["attention_mask"])):  # padded; none (SDPA: is_causal)
+        want, got = (m(input_ids=mb["input_ids"], attention_mask=mask).logits for m in (eager, flat))
+        assert torch.allclose(want[mask.bool()], got[mask.bool()], atol=1e-5)
+
+
+def test_what_the_packed_attention_cannot_apply_is_refused():
+    module = torch.nn.Module()
+    q = torch.randn(1, 2, 5, 4)
+    bounds = torch.tensor([0, 2, 5], dtype=torch.int32)
+    out, _ = packing.attention(module, q, q, q, packing.PACKED, cu_seq_lens_q=bounds, max_length_q=3, softcap=None)
+    assert out.shape == (1, 5, 2, 4)
+    with pytest.raises(ValueError, match="position_bias"):
+        packing.attention(module, q, q, q, packing.PACKED, cu_seq_lens_q=bounds, position_bias=torch.zeros(1))
+    with pytest.raises(ValueError, match="bidirectional"):
+        packing.attention(module, q, q, q, packing.PACKED, cu_seq_lens_q=bounds, is_causal=False)
