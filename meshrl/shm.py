@@ -25,9 +25,16 @@ file an actor names into its weights) and need a second staging segment for the
 stream transport; sealing keeps one segment, owned by the side that keeps it
 across updates. The seal sits at the end, not the start, so every reader's offsets
 (refs count from byte 0) stay as they are.
+
+A process killed with SIGKILL (a whole run, by the OOM killer) cannot remove its
+segments, and a weight segment is the model's size. So every segment Segment.create
+makes carries its creator's pid in its name and a lock its creator holds until it
+unlinks it or exits, and each create first removes the segments whose creator is
+gone by both marks (sweep).
 """
 
 import errno
+import fcntl
 import hmac
 import mmap
 import os
@@ -42,6 +49,7 @@ import torch
 SHM_DIR = pathlib.Path("/dev/shm")
 WEIGHT_PREFIX = "meshrl-rollout"  # the weight-staging segments a rollout creates (Segment.create names them)
 WEIGHT_SEGMENT = re.compile(rf"{WEIGHT_PREFIX}-[0-9]+-[0-9a-f]{{12}}")
+CREATED = re.compile(r"meshrl(?:-[a-z]+)*-([0-9]+)-[0-9a-f]{12}")  # Segment.create's names: PREFIX-PID-HEX
 SEAL_BYTES = 64  # at the end of a weight segment: SEAL_MAGIC, the nonce, zeros
 SEAL_MAGIC = b"meshrl-seal-v1\0\0"
 NONCE_BYTES = 32
@@ -53,6 +61,7 @@ class Segment:
         if "/" in name or not name:
             raise ValueError(f"bad shared-memory segment name {name!r}")
         self.name, self.path = name, SHM_DIR / name
+        self.lock_fd: int | None = None  # the creator's: held until it unlinks the segment or exits (sweep)
         created = False
         try:
             fd = os.open(self.path, os.O_RDWR)
@@ -60,6 +69,7 @@ class Segment:
             if size is None:
                 raise ValueError(f"no shared-memory segment {name!r}") from None
             fd, created = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), True
+            fcntl.flock(fd, fcntl.LOCK_SH)  # before it is sized: sweep leaves an empty file alone
         try:
             if size is not None and os.fstat(fd).st_size < size:
                 os.ftruncate(fd, size)
@@ -68,14 +78,18 @@ class Segment:
         except BaseException:
             if created:  # a segment that could not be sized or mapped is not left in /dev/shm
                 self.path.unlink(missing_ok=True)
+            os.close(fd)
             raise
-        finally:
+        if created:
+            self.lock_fd = fd  # not inherited by an exec'd child (PEP 446); a forked one shares it
+        else:
             os.close(fd)
 
     @classmethod
     def create(cls, size: int, prefix: str = "meshrl") -> "Segment":
-        """A new segment named after its creator's process id: what a killed process left is found by it
-        (remove_segments_of)."""
+        """A new segment named after its creator's process id, after removing what dead creators left
+        (sweep): a run killed whole (the OOM killer) left its weight segment, the model's size, for good."""
+        sweep()
         return cls(f"{prefix}-{os.getpid()}-{uuid.uuid4().hex[:12]}", size)
 
     @classmethod
@@ -83,6 +97,7 @@ class Segment:
         """The segment open as `fd` (already checked by the caller), mapped whole."""
         seg = cls.__new__(cls)
         seg.name, seg.path, seg.size, seg.map = name, SHM_DIR / name, size, _map(fd, size)
+        seg.lock_fd = None  # not its creator
         return seg
 
     def tensor(self, dtype: torch.dtype, shape: list[int], offset: int) -> torch.Tensor:
@@ -108,6 +123,9 @@ class Segment:
     def unlink(self) -> None:
         self.close()
         self.path.unlink(missing_ok=True)
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
 
 
 def _map(fd: int, size: int) -> mmap.mmap | None:
@@ -202,3 +220,59 @@ def remove_segments_of(pid: int) -> list[str]:
         path.unlink(missing_ok=True)
         gone.append(path.name)
     return gone
+
+
+def sweep() -> list[str]:
+    """Unlink the segments of creators that are gone (named CREATED, this user's), so that what a killed run
+    left is removed by the next one; the names removed.
+
+    A segment goes only if both say its creator is gone: the pid in its name is no running process here
+    (a zombie counts as gone), and nobody holds the lock its creator takes at creation and keeps until it
+    unlinks the segment or exits. The pid alone is not enough: containers that share /dev/shm (the compose
+    files' `ipc: service:shm`) each number their processes from 1, so a live rollout's pid may be free
+    here; the lock is the same file's wherever its holder runs. A pid reused since keeps a leftover until
+    that process ends too (a segment kept too long, never one removed too soon)."""
+    gone = []
+    for path in SHM_DIR.iterdir():
+        match = CREATED.fullmatch(path.name)
+        if match is not None and not _running(int(match.group(1))) and _unlink_unheld(path):
+            gone.append(path.name)
+    return gone
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    try:  # "PID (name) STATE ...": a zombie holds no files and maps nothing
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _unlink_unheld(path: pathlib.Path) -> bool:
+    """Unlink `path` if it is this user's regular file and nobody holds its lock; False if kept."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:  # gone already, a symlink, not ours to read
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # its creator (or a fork of it) lives, maybe in another pid namespace
+            return False
+        # empty: a creator between its open and its lock (it sizes the file only after locking it)
+        if os.fstat(fd).st_size == 0 or os.stat(path, follow_symlinks=False).st_ino != st.st_ino:
+            return False
+        path.unlink(missing_ok=True)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
