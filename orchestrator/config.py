@@ -338,7 +338,8 @@ class TrainerSection(Checked):
     #   OTEL_EXPORTER_OTLP_ENDPOINT is set
     run_dir: str = "runs/default"
     seed: int = 0  # data order and sampling seeds (step s samples with seed * 1_000_003 + s)
-    resume: bool = False  # continue from run_dir/checkpoints/latest
+    resume: bool = False  # continue from run_dir/checkpoints/latest; false: run_dir must hold no run that
+    #   trained (checkpoints, or steps in its metrics.jsonl), which a fresh run would overwrite
     max_restarts: int = 3  # services this run started that die are started again, this many times in all:
     #   a dead rollout, reward or ref service and the step is retried; a dead actor or critic and the run
     #   goes on from its last checkpoint; 0: a dead service ends the run

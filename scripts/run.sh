@@ -22,7 +22,7 @@ done
 [[ "$seed" =~ ^[0-9]+$ ]] || { echo "--seed must be a whole number >= 0, got '$seed'" >&2; exit 2; }
 bash scripts/setup.sh
 run=runs/default
-rm -rf "$run/sft" "$run/grpo"
+rm -rf "$run/sft" "$run/grpo"  # a fresh run each time: meshrl refuses a folder a run trained in (unless it resumes)
 SEED="$seed" bash scripts/prepare.sh "$run"
 .venv/bin/meshrl grpo --config configs/arithmetic_grpo.yaml actor.model="$run/sft/hf" \
     data.train_files="$run/data/train.parquet" data.val_files="$run/data/test.parquet" \

@@ -4,10 +4,11 @@
 
 One key's own range is checked where the key is defined, when the config is
 read (meshrl/config and orchestrator/config.py). What is left here needs more
-than one key, or the machine: the model folder and data files, the run
-folder, the weight transport on this machine, the reward function's file (and
-its form, and what it takes from each row against the data: scorer_inputs) or
-that something listens at reward.url, engine, world and tensor-parallel sizes
+than one key, or the machine: the model folders (actor, critic, teacher) and data
+files, the run folder (not one where a run trained, unless trainer.resume), the
+weight transport on this machine, the reward function's file (and its form, and
+what it takes from each row against the data: scorer_inputs) or that something
+listens at reward.url, engine, world and tensor-parallel sizes
 against the batch and the GPUs, a LoRA adapter against the model, sequence
 lengths across sections and against the model's positions, the chat template on the tool path
 (tool_template), a teacher's tokenizer against the student's, and the loggers' packages. Services started
@@ -44,6 +45,7 @@ LOGGER_PACKAGES = {"wandb": "wandb", "mlflow": "mlflow"}
 def check(cfg: Config, roles: set[str], local: bool = True) -> None:
     """local: the services start on this machine (not placed by Ray), so its GPUs bound their ranks."""
     check_inputs(cfg)
+    check_model_folders(cfg, roles)
     check_run_dir(cfg)
     check_addresses(cfg, roles)
     warn_unread(cfg, roles)
@@ -78,6 +80,18 @@ def check(cfg: Config, roles: set[str], local: bool = True) -> None:
             )
 
 
+def check_model_folders(cfg: Config, roles: set[str]) -> None:
+    """The critic's and the teacher's model folders hold a model, as the actor's must (check_inputs): their
+    service would otherwise fail to load it only after every other service has started."""
+    for role in ("critic", "teacher"):
+        section = getattr(cfg, role)
+        if role in roles and not section.address and section.model:
+            if not (pathlib.Path(section.model) / "config.json").is_file():
+                raise ValueError(
+                    f"{role}.model={section.model} is not a HuggingFace model folder (no config.json there)"
+                )
+
+
 def check_teacher(cfg: Config) -> None:
     """A teacher folder with the student's tokenizer: distillation compares their log-probs token id by
     token id, which across two vocabularies would train on noise without an error anywhere."""
@@ -101,19 +115,48 @@ def check_teacher(cfg: Config) -> None:
 
 
 def check_run_dir(cfg: Config) -> None:
-    """A run folder that is named, a folder, and keeps its checkpoints inside it (the services it starts
-    write them only under it: a symlinked checkpoints/ would fail at the first save)."""
+    """A run folder that is named, a folder, holds no other run unless this one resumes it, and keeps its
+    checkpoints inside it (the services it starts write them only under it: a symlinked checkpoints/ would
+    fail at the first save)."""
     if not cfg.trainer.run_dir.strip():
         raise ValueError("trainer.run_dir is empty: name the run's folder (e.g. runs/my_run)")
     run_dir = pathlib.Path(cfg.trainer.run_dir).expanduser()
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"trainer.run_dir={cfg.trainer.run_dir} is a file, not a folder")
+    held = run_held(run_dir)
+    if held and not cfg.trainer.resume:  # a fresh run would rewrite its logs and save beside its checkpoints
+        raise ValueError(
+            f"trainer.run_dir={cfg.trainer.run_dir} holds a run ({held}), whose logs a new run there would "
+            "overwrite: continue it with trainer.resume=true, or start afresh in another trainer.run_dir (or "
+            "remove that folder)"
+        )
     checkpoints = run_dir / "checkpoints"
     if checkpoints.is_symlink() or checkpoints.exists() and run_dir.resolve() not in checkpoints.resolve().parents:
         raise ValueError(
             f"{checkpoints} is a link to {checkpoints.resolve()}: the services write checkpoints only "
             "inside trainer.run_dir; remove the link (or point trainer.run_dir where they should go)"
         )
+
+
+def run_held(run_dir: pathlib.Path) -> str:
+    """What shows that a run trained in the folder ('' where nothing does): its checkpoints, or a training
+    step in its metrics.jsonl (a run that failed before its first step leaves only its config and step 0's
+    validation, which a fresh run may take over)."""
+    latest = run_dir / "checkpoints" / "latest"
+    if latest.is_file():
+        return f"checkpoints up to {latest.read_text().strip()}"
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.is_file():
+        return ""
+    with metrics.open() as lines:
+        for line in lines:  # step 0 first, if any: step 1 is at most the second line
+            try:
+                step = json.loads(line).get("step", 0)
+            except (ValueError, AttributeError):  # a line cut short by a killed run
+                continue
+            if isinstance(step, int) and step >= 1:
+                return "steps logged in metrics.jsonl"
+    return ""
 
 
 def check_router(cfg: Config) -> None:

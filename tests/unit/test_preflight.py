@@ -141,7 +141,7 @@ def checked(algorithm, overrides):
         ("grpo", ["actor.tau_pos=2"], r"actor.tau_pos=2.0 is read by policy_loss sapo, not ppo"),
         ("opd", [], r"meshrl opd needs a teacher: teacher.model=FOLDER"),
         ("opd", ["teacher.address=127.0.0.1:1", "rollout.temperature=0"], r"greedy sampling \(rollout.temperature=0\)"),
-        ("grpo", ["teacher.model=/no/such/folder"], r"teacher.model=/no/such/folder: no tokenizer read there"),
+        ("grpo", ["teacher.model=/no/such/folder"], r"teacher.model=/no/such/folder is not a HuggingFace model"),
         ("grpo", ["teacher.model=x", "algorithm.distill_coef=0"], r"algorithm.distill_coef=0.0 must be > 0"),
         # a LoRA adapter the model cannot take: refused before any service starts
         ("grpo", ["actor.lora_rank=1000"], r"actor.lora_rank=1000 is larger than model.layers.0.\S+ \(\d+ x \d+\)"),
@@ -425,3 +425,45 @@ def test_a_typo_key_gets_the_closest_known_one(override, match, tmp_path):
     with pytest.raises(ValueError) as e:
         load_config(None, ["trainer.save_freq=5"])  # verl's key: its hint, not a near miss
     assert "did you mean" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "algorithm, key",
+    [("ppo", "critic.model"), ("grpo", "teacher.model"), ("opd", "teacher.model")],
+)
+def test_a_critic_or_teacher_folder_that_is_not_there_is_refused_before_anything_starts(algorithm, key, base, tmp_path):
+    with pytest.raises(ValueError, match=rf"^{key}=.*nope is not a HuggingFace model folder \(no config.json"):
+        checked(algorithm, [*base, f"{key}={tmp_path / 'nope'}", f"trainer.run_dir={tmp_path / 'run'}"])
+    if key == "critic.model":  # given by address, the folder is that service's to read
+        checked(algorithm, [*base, f"{key}={tmp_path / 'nope'}", "critic.address=127.0.0.1:1"])
+
+
+def test_a_folder_where_a_run_trained_is_refused_without_resume(base, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("{}")
+    (run / "metrics.jsonl").write_text('{"step": 0, "val/acc/mean": 0.1}\n')
+    checked("grpo", [*base, f"trainer.run_dir={run}"])  # a run that failed before its first step: taken over
+    (run / "metrics.jsonl").write_text('{"step": 0}\n{"step": 1}\n{"step": 2, "critic')  # killed mid-line
+    with pytest.raises(ValueError) as e:
+        checked("grpo", [*base, f"trainer.run_dir={run}"])
+    line = str(e.value)
+    assert "\n" not in line and f"trainer.run_dir={run} holds a run (steps logged in metrics.jsonl)" in line
+    assert "trainer.resume=true" in line and "another trainer.run_dir (or remove that folder)" in line
+    (run / "metrics.jsonl").unlink()
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "latest").write_text("step_80")
+    with pytest.raises(ValueError, match=r"holds a run \(checkpoints up to step_80\)"):
+        checked("sft", [*base, f"trainer.run_dir={run}"])
+    checked("grpo", [*base, f"trainer.run_dir={run}", "trainer.resume=true"])  # the way on
+
+
+def test_a_second_run_into_the_folder_stops_before_any_service_starts(base, tmp_path):
+    from orchestrator.main import run
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "latest").write_text("step_2")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    with pytest.raises(ValueError, match="holds a run"):
+        run("grpo", load_config(None, [*base, f"trainer.run_dir={tmp_path}"]))
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written, nothing started
