@@ -120,6 +120,13 @@ def layer_classes(model: torch.nn.Module) -> set[type]:
     return classes
 
 
+def weight_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and persistent buffer by state_dict name, the tensors themselves: what a weight push
+    fills. A persistent buffer (the router's e_score_correction_bias of DeepSeek-V3, GLM-4.5, dots1,
+    MiniMax-M2) is in the model's files and in a push, not in named_parameters()."""
+    return dict(model.state_dict(keep_vars=True))
+
+
 def expert_tensors(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
     """A mixture of experts' fused expert tensors by name (3-d: one slice per expert, as transformers holds
     them in memory); {} for a dense model."""

@@ -35,7 +35,7 @@ from meshrl.algos.moe import routers
 from meshrl.algos.router_replay import GenerationRecord
 from meshrl.config.rollout import RolloutConfig
 from meshrl.errors import Aborted, InvalidArgument
-from meshrl.models import causal_class, end_ids
+from meshrl.models import causal_class, end_ids, weight_tensors
 from meshrl.shm import attach
 from meshrl.vision import ImageError, Processor, is_vision
 from services.rollout.row_sampler import RowSampler, row_seeds
@@ -301,14 +301,14 @@ class HFBackend:
     @torch.no_grad()
     def _copy_in(self, named) -> None:
         self.drop_lora()  # full weights: the policy whole (and the model's parameter names again)
-        params = dict(self.model.named_parameters())
+        params = weight_tensors(self.model)
         tensors = dict(named)
         if any(name not in params for name in tensors):  # the files' names: a mixture of experts' per expert
             tensors = file_layout.to_memory(self.model, tensors)
         for name, t in tensors.items():
             param = params.get(name)
             if param is None or param.shape != t.shape:
-                have = "no such parameter" if param is None else f"the parameter is {list(param.shape)}"
+                have = "no such parameter or buffer" if param is None else f"the parameter is {list(param.shape)}"
                 raise ValueError(f"weights: {name} {list(t.shape)} does not fit the model ({have})")
             param.copy_(t)
 
