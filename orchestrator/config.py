@@ -453,9 +453,10 @@ def from_dict(raw: dict) -> Config:
         try:
             sections[name] = build(cls, values, name)
         except ValueError as e:
-            hints = verl_keys.hints({name: values})
             known = {f.name for f in dataclasses.fields(cls)}
-            typos = "" if hints else "".join(did_you_mean(f"{name}.{k}") for k in values if k not in known)
+            strange = {k: v for k, v in values.items() if k not in known}  # the section's own keys need no hint
+            hints = verl_keys.hints({name: strange})
+            typos = "" if hints else "".join(did_you_mean(f"{name}.{k}") for k in strange)
             raise ValueError(f"{e}{hints}{typos}") from None
     return Config(**sections)
 

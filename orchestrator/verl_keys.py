@@ -4,8 +4,9 @@ when one of theirs meets our config (`actor_rollout_ref.actor.optim.lr=...` -> `
 
 Only keys with the same meaning are listed; a key missing here has no single equivalent. OpenRLHF's are
 listed by both its names: the flat flags of its releases before 2026 (`--input_key`) and the dotted ones
-after (`--data.input_key`, openrlhf/cli/train_ppo_ray.py). A whole verl file (a YAML or a launch script)
-is told apart here too, and pointed to `meshrl config from-verl`.
+after (`--data.input_key`, openrlhf/cli/train_ppo_ray.py); a flat one put under a section, as a dotted
+override (`reward.remote_rm_url`), is read as that flag. A whole verl file (a YAML or a launch script) is
+told apart here too, and pointed to `meshrl config from-verl`.
 """
 
 import re
@@ -200,14 +201,33 @@ def convert_first(path: str, text: str) -> str:
 
 def hint(key: str) -> str:
     """' (verl's KEY is OURS here)' for a verl key with an equivalent, likewise for OpenRLHF's (its flags'
-    names, with or without their dashes); '' otherwise."""
+    names, with or without their dashes, or put under a section: openrlhf_flag); '' otherwise."""
     ours = VERL_KEYS.get(key)
     if ours is None and key.split(".")[0] in VERL_SECTIONS:
         return " (a verl key: `meshrl grpo --help` lists ours)"
     if ours:
         return f" (verl's {key} is {ours} here)"
+    flag = openrlhf_flag(key)
+    return f" (OpenRLHF's {flag} is {OPENRLHF_KEYS[flag]} here)" if flag else ""
+
+
+def openrlhf_flag(key: str) -> str:
+    """The OpenRLHF flag a key names ('' for none): as typed (`--remote_rm_url`, `reward.remote_url`), or a
+    flat flag put under a section, as its users type a dotted override: `reward.remote_rm_url` is
+    remote_rm_url, `critic.pretrain` is critic_pretrain. A flag whose equivalent has its name (OpenRLHF's
+    temperature is rollout.temperature) is one of our keys in a section, the right one or not, which the
+    closest-key hint names (`actor.temperature`: did you mean rollout.temperature?)."""
     flag = key.lstrip("-")
-    return f" (OpenRLHF's {flag} is {OPENRLHF_KEYS[flag]} here)" if flag in OPENRLHF_KEYS else ""
+    if flag in OPENRLHF_KEYS:
+        return flag
+    section, _, name = flag.partition(".")
+    if not name or "." in name:
+        return ""
+    for candidate in (f"{section}_{name}", name):
+        ours = OPENRLHF_KEYS.get(candidate)
+        if ours is not None and ours.split()[0].rpartition(".")[2] != candidate:
+            return candidate
+    return ""
 
 
 def hints(raw: dict, prefix: str = "") -> str:
@@ -217,6 +237,6 @@ def hints(raw: dict, prefix: str = "") -> str:
         key = f"{prefix}{k}"
         if isinstance(v, dict):
             out.append(hints(v, key + "."))
-        elif key in VERL_KEYS or key in OPENRLHF_KEYS:
+        elif key in VERL_KEYS or openrlhf_flag(key):
             out.append(hint(key))
     return "".join(out)

@@ -357,6 +357,27 @@ def test_openrlhf_flags_and_flat_yaml_keys_get_the_hint_too(tmp_path, capsys):
         load_config(str(f))
 
 
+def test_a_flat_openrlhf_flag_under_a_section_gets_its_hint_not_a_close_key(tmp_path):
+    """`reward.remote_rm_url` (a verl or OpenRLHF user's dotted override) was told "did you mean
+    reward.model?"; it is OpenRLHF's remote_rm_url, which is reward.url here, in an override as in a YAML."""
+    for override, ours in [
+        ("reward.remote_rm_url=http://rm:5000/get_reward", "OpenRLHF's remote_rm_url is reward.url here"),
+        ("critic.pretrain=models/rm", "OpenRLHF's critic_pretrain is critic.model here"),
+        ("actor.learning_rate=1e-6", "OpenRLHF's actor_learning_rate is actor.lr here"),
+    ]:
+        with pytest.raises(ValueError) as e:
+            load_config(None, [override])
+        assert ours in str(e.value) and "did you mean" not in str(e.value), str(e.value)
+    f = tmp_path / "mixed.yaml"
+    f.write_text("reward:\n  remote_rm_url: http://rm:5000/get_reward\n")
+    with pytest.raises(ValueError, match=r"remote_rm_url'\].*OpenRLHF's remote_rm_url is reward.url here\)$"):
+        load_config(str(f))
+    f.write_text("trainer:\n  seed: 1\n  sed: 2\n")  # trainer.seed is ours: no hint about it, the typo's
+    with pytest.raises(ValueError) as e:
+        load_config(str(f))
+    assert "OpenRLHF" not in str(e.value) and "(did you mean trainer.seed?)" in str(e.value), str(e.value)
+
+
 def test_reward_url_with_nothing_listening_stops_the_run_before_it_starts(base):
     with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))
