@@ -9,12 +9,17 @@
 one tag per call, several per turn allowed. A parser returns, in the order written, a Call for each tag:
 its name and arguments, or the error that makes it unusable (not JSON, no name, arguments not an object,
 a tag left open), which the run answers as that call's tool result so the policy can learn from it.
+
+Every other name is one of vLLM's parsers (llama3_json, mistral, qwen3_coder, deepseek_v3, glm45,
+pythonic, ...), read through meshrl/vllm_tools.py to the same rule. `parser_for(name, tokenizer)` gives
+either as a Parser: calls(text), content(text) and readable(tokens), the turn's text as it reads it.
 """
 
 import dataclasses
 import json
 import re
 from collections.abc import Callable
+from typing import Protocol
 
 
 @dataclasses.dataclass
@@ -57,5 +62,43 @@ def hermes_content(text: str) -> str:
     return HERMES.sub("", text).strip()
 
 
-PARSERS: dict[str, Callable[[str], list[Call]]] = {"hermes": hermes}
+PARSERS: dict[str, Callable[[str], list[Call]]] = {"hermes": hermes}  # built in: no vLLM import
 CONTENT: dict[str, Callable[[str], str]] = {"hermes": hermes_content}  # each parser's text without the calls
+
+
+class Parser(Protocol):
+    special: bool  # its format opens calls with special tokens: read the turn with them (readable)
+
+    def __call__(self, text: str) -> list[Call]: ...
+
+    def content(self, text: str) -> str: ...
+
+    def readable(self, tokens: list[int]) -> str: ...
+
+
+class Builtin:
+    special = False
+
+    def __init__(self, name: str, tokenizer):
+        self.name, self.tokenizer = name, tokenizer
+
+    def __call__(self, text: str) -> list[Call]:
+        return PARSERS[self.name](text)
+
+    def content(self, text: str) -> str:
+        return CONTENT[self.name](text)
+
+    def readable(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+
+def parser_for(name: str, tokenizer, tools: list[dict] | None = None) -> Parser | None:
+    """rollout.tool_parser's Parser for this tokenizer (None for ""); ValueError in one line for a name
+    no parser has, or a parser whose family's tokens the tokenizer lacks."""
+    if not name:
+        return None
+    if name in PARSERS:
+        return Builtin(name, tokenizer)
+    from meshrl.vllm_tools import VllmParser  # vLLM's import takes seconds: only for its parsers
+
+    return VllmParser(name, tokenizer, tools)

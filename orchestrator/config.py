@@ -38,7 +38,6 @@ from meshrl.config.losses import (
 from meshrl.config.reward import RewardConfig
 from meshrl.config.rollout import DEFAULT_BUCKET_BYTES, MAX_CALLS, TRANSPORTS, RolloutSettings
 from meshrl.flags import field_docs
-from meshrl.tool_calls import PARSERS
 from meshrl.typed import build
 from orchestrator import verl_keys
 
@@ -189,7 +188,9 @@ class RolloutSection(RolloutSettings):
     tool_parser: str = ""  # multi-turn: "" the text protocol (turns end at the environment's stop strings,
     #   observations appended as text); "hermes": the model's own format (the chat template lists the
     #   environment's tools, turns end at the end token, <tool_call> JSON is parsed, results come back
-    #   through the template's tool role); with an agent, how its replies' tool calls are read
+    #   through the template's tool role); any parser of vLLM's reads its family's format the same way
+    #   (llama3_json, mistral, qwen3_coder, deepseek_v3, glm45, pythonic, ...); with an agent, how its
+    #   replies' tool calls are read
     agent: str = ""  # every sample is an episode of this agent, "path/file.py:function" or "module:function",
     #   called as function(task, base_url, api_key) -> reward or {"reward": ..., ...} in worker processes; it
     #   talks to the policy through the run's OpenAI-compatible endpoint (docs/agents.md)
@@ -234,7 +235,8 @@ class RolloutSection(RolloutSettings):
         require(0 < self.top_p <= 1, self, "top_p", "must be in (0, 1]")
         require(self.top_k == -1 or self.top_k >= 1, self, "top_k", "must be -1 (off) or >= 1")
         one_of(self, "weight_transport", TRANSPORTS)
-        one_of(self, "tool_parser", ("", *PARSERS))
+        # any of vLLM's parsers too: its name is checked with the model's tokenizer in preflight (tool_template)
+        require(self.tool_parser == self.tool_parser.strip(), self, "tool_parser", "must be a parser's name")
         require(
             not self.tool_parser or self.episodes,
             self,

@@ -42,7 +42,7 @@ from meshrl.gateway.protocol import (
     reply,
 )
 from meshrl.gateway.sessions import Session
-from meshrl.tool_calls import CONTENT, PARSERS
+from meshrl.tool_calls import parser_for
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class Gateway:
         port: int = 0,
     ):
         self.engine, self.tokenizer, self.model, self.ends = engine, tokenizer, model, ends
-        self.parse, self.content = PARSERS.get(tool_parser), CONTENT.get(tool_parser)
+        self.parser = parser_for(tool_parser, tokenizer)
         limits = limits or Limits()
         self.limits = dataclasses.replace(limits, vocab_size=limits.vocab_size or len(tokenizer))
         self.sessions: dict[str, Session] = {}
@@ -163,11 +163,12 @@ class Gateway:
             text = self.tokenizer.decode(tokens, skip_special_tokens=True)
         ended = bool(tokens) and tokens[-1] in self.ends or len(tokens) < max_new
         calls = []
-        if request.chat and request.tools and request.parse_tools and self.parse is not None:
-            found = self.parse(text)
+        if request.chat and request.tools and request.parse_tools and self.parser is not None:
+            read = self.parser.readable(tokens) if self.parser.special else text
+            found = self.parser(read)
             calls = [{"name": c.name, "arguments": c.arguments} for c in found if not c.error]
             if calls and len(calls) == len(found):
-                text = self.content(text)  # type: ignore[misc]
+                text = self.parser.content(read)
         finish = "tool_calls" if calls else "stop" if ended else "length"
         pieces = [self.tokenizer.decode([t]) for t in tokens] if request.logprobs else []
         choice = Choice(text, pieces, list(logprobs) if request.logprobs else [], finish, calls, count=len(tokens))

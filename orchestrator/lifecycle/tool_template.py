@@ -21,7 +21,7 @@ import pathlib
 
 from meshrl.chat import after_turn, turns
 from meshrl.rows import plain, read_rows
-from meshrl.tool_calls import PARSERS
+from meshrl.tool_calls import parser_for
 from orchestrator.config import Config
 
 NAME, PARAM, VALUE, RESULT = "probe_lookup_zq", "probe_city_zq", "Zanzibar-4711", "probe result 9137"
@@ -91,13 +91,15 @@ def probe(tokenizer, parser: str = "", path: str = "rollout") -> str:
     if NAME not in turn or VALUE not in turn:
         return f"does not render an assistant tool call (tool_calls): the call turn is {tail(turn)}"
     if parser:
-        # what the policy's turn reads as after sampling: decoded without special tokens
-        text = tokenizer.decode(tokenizer(turn, add_special_tokens=False)["input_ids"], skip_special_tokens=True)
-        calls = [(c.name, c.arguments, c.error) for c in PARSERS[parser](text)]
+        read = parser_for(parser, tokenizer, TOOLS)  # ValueError: no such parser, or not for this vocabulary
+        assert read is not None
+        # what the policy's turn reads as after sampling: decoded as the parser reads a turn
+        text = read.readable(tokenizer(turn, add_special_tokens=False)["input_ids"])
+        calls = [(c.name, c.arguments, c.error) for c in read(text)]
         if calls != [(NAME, {PARAM: VALUE}, "")]:
             return (
                 f"writes a tool call that rollout.tool_parser={parser} does not read back: {tail(text)} parses "
-                f"to {calls or 'no call'} (parsers: {', '.join(PARSERS)})"
+                f"to {calls or 'no call'} (the parser must be the template's family's)"
             )
     try:
         answered = render([USER, CALL, ANSWER], True)

@@ -50,7 +50,7 @@ from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.layout import prompt_tensors, rollout_tensors
 from meshrl.models import end_ids, generation_config
-from meshrl.tool_calls import PARSERS, Call
+from meshrl.tool_calls import Call, parser_for
 from meshrl.trajectory import Trajectory
 from meshrl.v1 import env_pb2
 
@@ -284,7 +284,9 @@ class Episode:
         )
         traj.add(tokens, logprobs, policy=True)
         traj.versions.append(version)
-        if text is None:  # cut to the token budget: the text of what is kept
+        if self.parser is not None and self.parser.special:  # the format's special tokens are in its calls
+            text = self.parser.readable(tokens)
+        elif text is None:  # cut to the token budget: the text of what is kept
             text = tokenizer.decode(tokens, skip_special_tokens=True)
         calls = self.parser(text) if self.parser is not None else []
         if calls:  # the model's own format: the calls answered, through the template's tool role
@@ -338,7 +340,7 @@ def sample(
     trajectories = [
         Trajectory(ids[i][attn[i].bool()].tolist(), task_of(rows.non_tensor_batch, i)) for i in range(len(rows))
     ]
-    parser = PARSERS.get(r.tool_parser)
+    parser = parser_for(r.tool_parser, tokenizer)
     if parser is not None:  # the prompt lists the row's tools, or else the environment's
         for i, t in enumerate(trajectories):
             t.tools = as_tools(cell(rows.non_tensor_batch, "tools", i), f"row {i}") or mesh.env_tools or None

@@ -20,7 +20,6 @@ from meshrl.gateway.server import Gateway
 from meshrl.gateway.sessions import Session
 from meshrl.models import end_ids, generation_config
 from meshrl.rpc.server import check_bind
-from meshrl.tool_calls import PARSERS
 from meshrl.vocab import model_vocab_size
 from services.gateway.engine import RolloutEngine
 
@@ -34,7 +33,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rollout", required=True, help="rollout service address(es), comma-separated")
     p.add_argument("--model", required=True, help="the served model's folder: its tokenizer and chat template")
     p.add_argument("--name", default="", help="the model's name in /v1/models (default: the folder's name)")
-    p.add_argument("--tool-parser", default="hermes", choices=["", *PARSERS], help="how replies' tool calls are read")
+    p.add_argument(
+        "--tool-parser", default="hermes", help="how replies' tool calls are read: hermes, any of vLLM's, or ''"
+    )
     p.add_argument("--api-key", default="", help="better MESHRL_GATEWAY_KEYS (a command line is readable by all)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -54,9 +55,13 @@ def main(argv: list[str]) -> int:
     max_model_len = args.max_model_len or engine.max_model_len()
     limits = Limits(max_tokens=args.max_tokens, max_model_len=max_model_len, vocab_size=model_vocab_size(args.model))
     name = args.name or os.path.basename(os.path.normpath(args.model))
-    gateway = Gateway(
-        engine, tokenizer, name, ends, tool_parser=args.tool_parser, limits=limits, host=args.host, port=args.port
-    )
+    try:
+        gateway = Gateway(
+            engine, tokenizer, name, ends, tool_parser=args.tool_parser, limits=limits, host=args.host, port=args.port
+        )
+    except ValueError as e:  # a parser that is not one, or not for this model's vocabulary
+        engine.close()
+        p.error(str(e))
     for key in keys:
         gateway.open(Session(key.strip(), keep=KEEP))
     stopped = threading.Event()
