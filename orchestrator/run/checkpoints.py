@@ -20,6 +20,7 @@ import shutil
 import torch
 from safetensors.torch import load_file, save_file
 
+from meshrl import disk
 from orchestrator.lifecycle.mesh import Mesh
 from orchestrator.loops.algorithm import Algorithm
 from orchestrator.sampling.partial import Partial
@@ -67,16 +68,23 @@ def save(
         os.replace(partial, path)
         (run_dir / "checkpoints" / "latest").write_text(path.name)  # last: a half-saved step is not "latest"
     except BaseException as e:
+        full = full_disk(path.parent, e)  # before the partial folder goes: the space free when the save failed
         shutil.rmtree(partial, ignore_errors=True)
-        if out_of_space(e):
-            raise DiskFull(errno.ENOSPC, f"no space left on the disk to save step {number} under {path.parent}") from e
+        if full is not None:
+            latest = run_dir / "checkpoints" / "latest"
+            good = latest.read_text().strip() if latest.is_file() else "none yet"
+            raise DiskFull(errno.ENOSPC, f"cannot save step {number}: {full}; the last whole checkpoint: {good}") from e
         raise
     return path
 
 
-def out_of_space(e: BaseException) -> bool:
-    """ENOSPC here, or in the service that wrote its part (its error's text)."""
-    return (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "No space left on device" in str(e)
+def full_disk(folder: pathlib.Path, e: BaseException) -> str | None:
+    """The line saying which disk is full: the service's own where it said it (of its disk, as it sees the
+    folder), else from this process's error and view of `folder` (meshrl.disk); None for another failure."""
+    text = str(e)
+    if disk.SAID in text:
+        return text[text.index(disk.SAID) :]
+    return disk.full_disk(folder, e)
 
 
 def resume(run_dir: pathlib.Path, mesh: Mesh, algorithm: Algorithm, sampler, partial: Partial | None = None) -> int:

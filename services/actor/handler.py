@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from meshrl import weights
+from meshrl import disk, weights
 from meshrl.config.actor import EngineConfig, OptimConfig
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
@@ -65,11 +65,13 @@ class RankHandler:
 
     def save(self, args: dict, part=None) -> None:
         """The checkpoint at path; export_hf: the HF model at path/hf (with LoRA: merged) and, with LoRA, the
-        peft adapter folder at path/hf_adapter."""
-        self.engine.save(args["path"])
-        if args.get("export_hf"):
-            path = pathlib.Path(args["path"])
-            self.engine.export_hf(path / "hf", path / "hf_adapter" if self.engine.lora else None)
+        peft adapter folder at path/hf_adapter. A full disk is DiskFull, said on the rank that met it: its own
+        disk (the errno behind DCP's short write is lost on the way)."""
+        path = pathlib.Path(args["path"])
+        with disk.said_full(path, "the checkpoint"):
+            self.engine.save(path)
+            if args.get("export_hf"):
+                self.engine.export_hf(path / "hf", path / "hf_adapter" if self.engine.lora else None)
 
     def load(self, args: dict, part=None) -> None:
         self.engine.load(args["path"])

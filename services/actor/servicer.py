@@ -17,7 +17,7 @@ import pathlib
 
 import torch
 
-from meshrl import vision, weights
+from meshrl import disk, vision, weights
 from meshrl.codec import Payload
 from meshrl.codec.values import from_value
 from meshrl.config.actor import EngineConfig, OptimConfig, engine_for
@@ -235,10 +235,11 @@ class ActorServicer:
         except OSError as e:  # a file in the way, a full disk: the caller's path, named
             raise InvalidArgument(f"cannot make the checkpoint folder {request.path[:200]!r}: {e.strerror}") from None
         before = self._checked(integrity.snapshot, path)
-        self._call("save", {"path": str(path), "export_hf": request.export_hf})
-        state = {"last_step": self.last_step, "weight_version": self.weight_version, "role": self.role}
-        (path / STATE_FILE).write_text(json.dumps({**state, "lora_rank": self._lora_rank()}))
-        self._checked(lambda p: integrity.sign(p, before, integrity.checkpoint_key()), path)  # last: over it all
+        with disk.said_full(path, "the checkpoint"):  # a full disk: one line (RESOURCE_EXHAUSTED), not INTERNAL
+            self._call("save", {"path": str(path), "export_hf": request.export_hf})
+            state = {"last_step": self.last_step, "weight_version": self.weight_version, "role": self.role}
+            (path / STATE_FILE).write_text(json.dumps({**state, "lora_rank": self._lora_rank()}))
+            self._checked(lambda p: integrity.sign(p, before, integrity.checkpoint_key()), path)  # last: over it all
         return actor_pb2.CheckpointResponse(path=str(path), step=self.last_step)
 
     def LoadCheckpoint(self, request: actor_pb2.CheckpointRequest, context) -> actor_pb2.CheckpointResponse:
@@ -431,6 +432,8 @@ class ActorServicer:
         except RankError as e:
             if e.error_type == "Cancelled":
                 raise Aborted(str(e), e.meta) from None
+            if e.error_type == disk.DiskFull.__name__:  # said by the rank, of its own disk (handler.save)
+                raise disk.DiskFull(str(e)) from None
             cls = InvalidArgument if e.error_type in ("ValueError", "InvalidArgument") else RuntimeError
             raise cls(str(e)) from None
 
