@@ -35,7 +35,7 @@ BENCH = pathlib.Path(__file__).resolve().parent
 MODEL = TinyModelConfig(hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=1024)
 
 
-def main() -> int:
+def main() -> int:  # limit: one benchmark's script, read top to bottom
     ap = argparse.ArgumentParser()
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--n", type=int, default=4)

@@ -114,7 +114,7 @@ def generation(a, tmp: pathlib.Path) -> None:
         print(f"| {name} | {samples / s:.0f} | {base / s:.2f} | {', '.join(f'{x:.2f}' for x in runs)} |")
 
 
-def push(a, tmp: pathlib.Path) -> None:
+def push(a, tmp: pathlib.Path) -> None:  # limit: one benchmark's script, read top to bottom
     model = make_model(tmp / "model", MODELS[a.model])
     largest = max(a.replicas)
     procs = []

@@ -48,7 +48,7 @@ def median(values) -> float:
     return statistics.median(values) if values else 0.0
 
 
-def main() -> int:
+def main() -> int:  # limit: one benchmark's script, read top to bottom
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--hidden", type=int, default=768)

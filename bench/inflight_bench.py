@@ -42,7 +42,7 @@ def generate(client: Client, data: DataProto, **sampling) -> Payload:
     return client.call("Generate", Payload(rollout_pb2.GenerateRequest(sampling=params), data))
 
 
-def one(model: pathlib.Path, mode: str, new_weights: dict) -> dict:
+def one(model: pathlib.Path, mode: str, new_weights: dict) -> dict:  # noqa: PLR0915 - limit: one benchmark's script, read top to bottom
     steps: list[float] = []
     parked: list[float] = []
     loads: list[tuple[float, float]] = []

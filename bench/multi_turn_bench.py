@@ -31,7 +31,7 @@ from orchestrator.sampling import multi_turn
 BENCH = pathlib.Path(__file__).resolve().parent
 
 
-def main() -> int:
+def main() -> int:  # limit: one benchmark's script, read top to bottom
     ap = argparse.ArgumentParser()
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--n", type=int, default=4)

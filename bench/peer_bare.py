@@ -29,7 +29,7 @@ def clock(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def step(model, tok, opt, batch: list[dict], optimizer_steps: int, n: int, new_tokens: int) -> dict[str, float]:
+def step(model, tok, opt, batch: list[dict], *, optimizer_steps: int, n: int, new_tokens: int) -> dict[str, float]:
     """One GRPO step; seconds of its generation and of its update (reward and advantages between)."""
     device = model.device
     start = clock(device)
@@ -105,9 +105,9 @@ def main():
             tok,
             opt,
             [train[i] for i in (order + order)[start : start + a.prompts]],
-            a.optimizer_steps,
-            a.samples,
-            a.max_new_tokens,
+            optimizer_steps=a.optimizer_steps,
+            n=a.samples,
+            new_tokens=a.max_new_tokens,
         ).items():
             phases[phase].append(seconds)
         steps.append(clock(model.device) - t)

@@ -76,7 +76,7 @@ def segment_bytes(pid: int) -> int:
     return sum(f.stat().st_size for f in pathlib.Path("/dev/shm").glob(f"meshrl-rollout-{pid}-*"))
 
 
-def main():
+def main():  # limit: one benchmark's script, read top to bottom
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--hidden", type=int, default=1024)

@@ -28,7 +28,7 @@ from orchestrator.config import load_config
 from orchestrator.main import run
 
 
-def grpo(work: pathlib.Path, name: str, model, data, steps: int, trace: str, extra=()) -> pathlib.Path:
+def grpo(work: pathlib.Path, name: str, model, data, steps: int, *, trace: str, extra=()) -> pathlib.Path:
     cfg = load_config(
         "configs/arithmetic_grpo.yaml",
         [
@@ -86,12 +86,12 @@ def main() -> int:
         model = make_model(work / "model", config)
         data = make_data(work / "data", ArithmeticConfig(num_train=2000, num_test=100, ops="+", max_operand=20))
         if args.compare in VARIANTS:
-            return compare(work, model, data, args.steps, args.repeats, args.compare, extra)
+            return compare(work, model, data, args.steps, args.repeats, which=args.compare, base_extra=extra)
         times: dict[str, list[float]] = {"": [], "jsonl": []}
         last_traced = None
         for i in range(args.repeats):
             for trace in ("", "jsonl"):
-                run_dir = grpo(work, f"{trace or 'off'}-{i}", model, data, args.steps, trace)
+                run_dir = grpo(work, f"{trace or 'off'}-{i}", model, data, args.steps, trace=trace)
                 times[trace] += [x["timing_s/step"] for x in rows(run_dir)]
                 if trace:
                     last_traced = run_dir
@@ -151,7 +151,7 @@ VARIANTS = {
 }
 
 
-def compare(work: pathlib.Path, model, data, steps: int, repeats: int, which: str, base_extra=()) -> int:
+def compare(work: pathlib.Path, model, data, steps: int, repeats: int, *, which: str, base_extra=()) -> int:
     """Median step time of each variant, runs alternated `repeats` times in this one invocation."""
     variants = VARIANTS[which]
     times: defaultdict[str, list[float]] = defaultdict(list)
@@ -164,8 +164,8 @@ def compare(work: pathlib.Path, model, data, steps: int, repeats: int, which: st
                 model,
                 data,
                 steps,
-                "",
-                [*base_extra, *extra],
+                trace="",
+                extra=[*base_extra, *extra],
             )
             r = rows(run_dir)
             times[name] += [x["timing_s/step"] for x in r]

@@ -66,7 +66,7 @@ def media_kind(part: dict) -> str:
 
 
 class PromptDataset:
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the data section's keys, passed by name
         self,
         files: str | list[str],
         tokenizer,

@@ -69,12 +69,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_collection_finish(session):
-    """The type check, when it is among the tests, starts now and runs beside the others (test_types.Early);
+    """The type check, when it is among the tests, starts now and runs beside the others (testkit/mypy_check.py Early);
     on xdist workers it runs as a test of its own, first on one of them (the other worker is the company)."""
     if hasattr(session.config, "workerinput"):
         return
     if any(item.nodeid.startswith("tests/unit/test_types.py") for item in session.items):
-        from tests.unit.test_types import Early
+        from testkit.mypy_check import Early
 
         session.config.mypy_early = Early()
 

@@ -32,7 +32,7 @@ def aggregate(losses, response_mask, mode: str, weights, metrics: dict) -> tuple
     return loss, {"actor/pg_loss": loss.item(), **metrics}
 
 
-def ppo_policy_loss(
+def ppo_policy_loss(  # noqa: PLR0913 - the loss's tensors and its paper's coefficients, each named as verl names them
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
@@ -213,7 +213,7 @@ def covariances(logprobs: torch.Tensor, advantages: torch.Tensor, response_mask:
     return (advantages - masked_mean(advantages, response_mask)) * (lp - masked_mean(lp, response_mask))
 
 
-def clip_cov_policy_loss(
+def clip_cov_policy_loss(  # noqa: PLR0913 - the loss's tensors and its paper's coefficients, each named as verl names them
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,

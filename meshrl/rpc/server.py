@@ -82,7 +82,7 @@ def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[st
 
 
 class Server:
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword settings of a server, each with a default
         self,
         servicers: list,
         host: str = "127.0.0.1",

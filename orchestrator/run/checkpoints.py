@@ -38,6 +38,7 @@ def save(
     number: int,
     mesh: Mesh,
     algorithm: Algorithm,
+    *,
     sampler_state: dict,
     last: bool,
     carry: Partial | None = None,

@@ -114,9 +114,9 @@ def save_if_due(state: RunState) -> None:
                 number,
                 state.mesh,
                 state.algorithm,
-                state.sampler_state(number),
-                number == total,
-                state.partial,
+                sampler_state=state.sampler_state(number),
+                last=number == total,
+                carry=state.partial,
             )
     except DiskFull as e:  # nothing to recover from: the step's partial folder is gone, the hint says the rest
         raise StepFailed(e.strerror) from None

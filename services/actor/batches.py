@@ -19,7 +19,7 @@ import torch
 from meshrl.algos.router_replay import ROUTED
 from meshrl.dataproto import DataProto, pad_to_divisor
 from meshrl.errors import InvalidArgument
-from meshrl.models import moe_layers
+from meshrl.moe_facts import facts
 from meshrl.vision import ROW_TENSORS
 from services.actor.model import prompt_index
 
@@ -32,6 +32,7 @@ def validate(
     data: DataProto,
     required: tuple[str, ...],
     world_size: int,
+    *,
     pairs: bool = False,
     vocab_size: int | None = None,
     positions: int | None = None,
@@ -92,10 +93,10 @@ def check_sequences(data: DataProto) -> None:
 
 def routing_shape(config: dict) -> tuple[int, int, int] | None:
     """(MoE layers, experts per token, experts) of a model's config.json; None for a dense model."""
-    layers = moe_layers(config)
-    if not layers:
+    moe = facts(config)
+    if moe is None or not moe.layers:
         return None
-    return len(layers), config["num_experts_per_tok"], config.get("num_experts") or config["num_local_experts"]
+    return len(moe.layers), moe.top_k, moe.num_experts
 
 
 def check_routed(t: torch.Tensor, rows_by_columns: tuple[int, int], experts: tuple[int, int, int] | None) -> None:

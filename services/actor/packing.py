@@ -47,7 +47,9 @@ PACKED = torch.zeros(1, 1, 0, 0, dtype=torch.bool)
 building a (tokens x tokens) one; the attention below reads the boundaries instead."""
 
 
-def attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
+def attention(  # limit: transformers' attention interface, which calls it positionally
+    module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs
+):
     """HF's attention interface (its signature, which transformers calls positionally): query (1, heads,
     tokens, dim), key and value (1, kv heads, tokens, dim). With sequence parallelism (meshrl_sp) the
     tokens are this rank's slice of the row: attention runs on every token for this rank's share of the
@@ -71,7 +73,9 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
     return sp.tokens_for_heads(F.pad(out, (0, 0, 0, 0, 0, sp.width(n) * sp.size - n)))[None], None
 
 
-def padded(module, query, key, value, attention_mask, dropout, scaling, **kwargs):
+def padded(  # limit: transformers' attention interface, which calls it positionally
+    module, query, key, value, attention_mask, dropout, scaling, **kwargs
+):
     """A padded call: SDPA over SDPA's masks; where the layer adds what SDPA drops (gpt-oss's sinks, Gemma-2's
     soft-cap), the model's own eager attention over the same masks made additive."""
     if kwargs.get("s_aux") is None and kwargs.get("softcap") is None:
@@ -121,7 +125,9 @@ def kernel_runs(query: torch.Tensor) -> bool:
     return varlen_attn is not None and query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) and not OFF
 
 
-def flash(q, k, v, cu_q, cu_k, *, max_q: int, max_k: int, scaling, window: tuple[int, int] | None = (-1, 0)):
+def flash(  # noqa: PLR0913 - the varlen kernel's inputs, the lengths and scale by name
+    q, k, v, cu_q, cu_k, *, max_q: int, max_k: int, scaling, window: tuple[int, int] | None = (-1, 0)
+):
     """Causal attention of packed sequences through the varlen kernel: q (tokens, heads, dim), k and v (key
     tokens, kv heads, dim), each query sequence aligned to the end of its key sequence (flash-attention's
     causal mask: a response sees its whole prompt); window: its window_size (Extras.kernel_window), None for a

@@ -235,7 +235,7 @@ class WeightReceiver:
             self._reset()
             raise
 
-    def _bucket(self, b, data: memoryview) -> None:
+    def _bucket(self, b, data: memoryview) -> None:  # noqa: C901 - one check per way a bucket can be refused, in order
         if not self.in_progress:
             raise FailedPrecondition("no weight update in progress: call BeginWeightUpdate first")
         if b.version != self.version:

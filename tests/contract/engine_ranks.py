@@ -70,7 +70,7 @@ def batch():
     }
 
 
-def main():
+def main():  # noqa: PLR0915 - one rank's script, read top to bottom
     engine_name, model, out = sys.argv[1:4]
     flags = sys.argv[4:]
     if torch.cuda.is_available():  # as the service's ranks do (services/actor/launch.py): one GPU per rank

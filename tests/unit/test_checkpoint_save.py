@@ -37,7 +37,7 @@ class Mesh:
 def test_a_saved_step_is_renamed_into_place_whole(tmp_path):
     (tmp_path / "checkpoints" / "step_2").mkdir(parents=True)  # a step redone after a recovery
     (tmp_path / "checkpoints" / "step_2" / "stale").write_text("old")
-    path = save(tmp_path, 2, Mesh(), Algo(), {"epoch": 0}, last=False)
+    path = save(tmp_path, 2, Mesh(), Algo(), sampler_state={"epoch": 0}, last=False)
     assert path == tmp_path / "checkpoints" / "step_2"
     assert sorted(p.name for p in path.iterdir()) == ["actor", "orchestrator.json"]
     assert json.loads((path / "orchestrator.json").read_text())["step"] == 2
@@ -67,11 +67,11 @@ def test_a_saved_step_is_renamed_into_place_whole(tmp_path):
 )
 def test_a_full_disk_says_so_and_leaves_the_last_good_checkpoint(tmp_path, fail, monkeypatch):
     monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**12, 10**12, 0))
-    save(tmp_path, 5, Mesh(), Algo(), {"epoch": 0}, last=False)
+    save(tmp_path, 5, Mesh(), Algo(), sampler_state={"epoch": 0}, last=False)
     said = "/c/actor is full (3" if "/c/actor is full" in str(fail) else f"{tmp_path / 'checkpoints'} is full (0"
     wanted = f"cannot save step 10: the disk holding {said} bytes free); the last whole checkpoint: step_5"
     with pytest.raises(DiskFull) as e:
-        save(tmp_path, 10, Mesh(fail), Algo(), {"epoch": 1}, last=False)
+        save(tmp_path, 10, Mesh(fail), Algo(), sampler_state={"epoch": 1}, last=False)
     assert e.value.strerror == wanted  # the one line the run ends with (trainer.save_if_due)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step_5"]
     assert (tmp_path / "checkpoints" / "latest").read_text() == "step_5"
@@ -80,5 +80,5 @@ def test_a_full_disk_says_so_and_leaves_the_last_good_checkpoint(tmp_path, fail,
 def test_another_failure_is_raised_as_it_was_and_leaves_nothing(tmp_path):
     lost = ServiceError("127.0.0.1:1", "SaveCheckpoint", grpc.StatusCode.UNAVAILABLE, "Connection refused")
     with pytest.raises(ServiceError, match="Connection refused"):
-        save(tmp_path, 3, Mesh(lost), Algo(), {}, last=False)
+        save(tmp_path, 3, Mesh(lost), Algo(), sampler_state={}, last=False)
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == []

@@ -13,7 +13,7 @@ from meshrl.models import load_model
 from meshrl.tiny.models import TinyModelConfig, make_model
 from services.actor import head, packing
 from services.actor.model import logprobs_and_entropy
-from tests.unit.test_packing import SMALL, grouped
+from testkit.packed import SMALL, grouped
 
 
 def full(model, mb, temperature, share):

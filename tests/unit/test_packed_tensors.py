@@ -26,7 +26,7 @@ from meshrl.v1 import reward_pb2
 
 
 def rollout_batch(
-    groups: int, n: int, max_prompt: int, max_response: int, seed: int = 0, multi_turn: bool = False, pad: int = 0
+    groups: int, n: int, max_prompt: int, max_response: int, *, seed: int = 0, multi_turn: bool = False, pad: int = 0
 ) -> DataProto:
     """A rollout's batch as the rollout service returns it, with a step's advantages beside it."""
     rng = random.Random(seed)
@@ -65,7 +65,7 @@ def roundtrip(data: DataProto) -> tuple[DataProto, pb.DataProto]:
     st.sampled_from([0, 1, 151643]),
 )
 def test_a_rollout_batch_comes_back_exactly(groups, n, max_prompt, max_response, seed, multi_turn, pad):
-    data = rollout_batch(groups, n, max_prompt, max_response, seed, multi_turn, pad)
+    data = rollout_batch(groups, n, max_prompt, max_response, seed=seed, multi_turn=multi_turn, pad=pad)
     back, msg = roundtrip(data)
     assert_exact(data, back)
     if msg.HasField("packing"):

@@ -11,21 +11,12 @@ import torch
 import transformers
 
 from meshrl.dataproto import DataProto
-from meshrl.layout import rollout_tensors
 from meshrl.models import load_model
 from meshrl.tiny.models import TinyModelConfig, make_model
 from services.actor import packing
 from services.actor.batches import token_groups
 from services.actor.model import forward_response, packed, token_logprobs
-
-SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2}
-
-
-def batch(prompts: list[int], responses: list[int], vocab: int, seed: int = 0) -> dict:
-    """verl's layout (meshrl.layout.rollout_tensors: left-padded prompts, right-padded responses)."""
-    g = torch.Generator().manual_seed(seed)
-    draw = lambda n: torch.randint(3, vocab, (n,), generator=g).tolist()  # noqa: E731
-    return rollout_tensors([draw(p) for p in prompts], [draw(r) for r in responses], 0)
+from testkit.packed import SMALL, batch, grouped
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gemma2", "gpt2"])
@@ -95,15 +86,6 @@ def test_a_value_model_packed(tmp_path):
     assert torch.allclose(a, b, atol=1e-5)
 
 
-def grouped(vocab: int) -> dict:
-    """Three GRPO groups (prompts of 6, 9 and 4 tokens, 2-3 samples each), responses of every length."""
-    mb = batch([6, 6, 9, 9, 9, 4, 4, 4], [4, 2, 5, 1, 7, 3, 6, 2], vocab)
-    width = mb["input_ids"].shape[1] - mb["responses"].shape[1]
-    for rows in ([0, 1], [2, 3, 4], [5, 6, 7]):
-        mb["input_ids"][rows, :width] = mb["input_ids"][rows[0], :width]
-    return mb
-
-
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
 def test_shared_prompts_packed_give_the_shared_passes_logprobs_and_gradients(tmp_path, family, monkeypatch):
     """Packing keeps prompt sharing: each distinct prompt once and every response padding-free in one pass,
@@ -153,7 +135,9 @@ def test_a_packed_budget_with_shared_prompts_counts_each_prompt_once():
     assert len(token_groups(data, 58, shared=True, packed=False)) > 1
 
 
-def reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1), enable_gqa=False):
+def reference_varlen(  # noqa: PLR0913 - limit: the varlen kernel's own signature
+    q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1), enable_gqa=False
+):
     """What flash-attention's varlen kernel computes, one sequence at a time (the kernel runs on CUDA only):
     causal attention with each query sequence aligned to the end of its key sequence."""
     assert window_size == (-1, 0) and cu_q.dtype == cu_k.dtype == torch.int32
@@ -168,13 +152,17 @@ def reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_si
     return torch.cat([o.transpose(0, 1) for o in out])
 
 
-def kernel_2_11(q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None, window_size=(-1, -1)):
+def kernel_2_11(  # noqa: PLR0913 - limit: the varlen kernel's own signature
+    q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None, window_size=(-1, -1)
+):
     """torch 2.11's varlen_attn: causal by window_size, no enable_gqa (k and v come with the query's heads)."""
     assert k.shape[1] == q.shape[1], "torch 2.11's kernel takes as many key heads as query heads"
     return reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale=scale, window_size=window_size)
 
 
-def kernel_2_10(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal=False, return_aux=None):
+def kernel_2_10(  # noqa: PLR0913 - limit: the varlen kernel's own signature
+    query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal=False, return_aux=None
+):
     """torch 2.10's signature: is_causal, no scale (so the packed pass cannot use it: never called)."""
     raise AssertionError("torch 2.10's kernel takes no scale; the padded attention should run instead")
 

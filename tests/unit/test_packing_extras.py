@@ -12,7 +12,7 @@ import transformers
 from meshrl.models import load_model
 from services.actor import packing
 from services.actor.model import forward_response, token_logprobs
-from tests.unit.test_packing import batch, grouped
+from testkit.packed import batch, grouped
 
 SIZES: dict[str, Any] = {
     "vocab_size": 96,

@@ -11,7 +11,7 @@ from meshrl.trace_view import attempts, load_spans, timeline
 S = 1_000_000_000  # ns
 
 
-def span(name, trace, start, end, parent=None, service="meshrl-orchestrator", status="UNSET", **attributes):
+def span(name, trace, start, end, *, parent=None, service="meshrl-orchestrator", status="UNSET", **attributes):
     return {
         "name": name,
         "trace_id": trace,

@@ -34,7 +34,7 @@ def same_answer(a: str, b: str) -> bool:
         return a == b
 
 
-def compute_score(
+def compute_score(  # limit: verl's gsm8k scorer's signature, which users call positionally
     data_source, solution_str, ground_truth, extra_info=None, method="strict", format_score=0.0, score=1.0
 ):
     # verl's signature for this scorer (verl/utils/reward_score/gsm8k.py), positional as user code calls it
