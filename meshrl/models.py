@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 import torch
 
 from meshrl.config.actor import ALL_LINEAR, EngineSettings, lora_targets
+from meshrl.moe_facts import facts
 
 if TYPE_CHECKING:  # transformers is imported where a model is built, not with this module
     from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, PretrainedConfig, PreTrainedModel
@@ -139,17 +140,9 @@ def fused_experts(model: torch.nn.Module) -> list[str]:
 
 
 def is_moe(config) -> bool:
-    """Whether a transformers config is a mixture of experts' (it names a number of experts)."""
-    return any(getattr(config, k, 0) for k in ("num_experts", "num_local_experts", "n_routed_experts"))
-
-
-def moe_layers(config: dict) -> list[int]:
-    """The indices of a config.json's MoE layers ([] for a dense model): Qwen's families keep some layers
-    dense (mlp_only_layers, decoder_sparse_step); Mixtral's are all MoE."""
-    if not (config.get("num_experts") or config.get("num_local_experts")):
-        return []
-    step, dense = config.get("decoder_sparse_step") or 1, set(config.get("mlp_only_layers") or ())
-    return [i for i in range(config["num_hidden_layers"]) if i not in dense and (i + 1) % step == 0]
+    """Whether a config (a transformers config, a config.json's dict or a namespace of one) is a mixture of
+    experts' (meshrl/moe_facts.py reads its spellings)."""
+    return facts(config) is not None
 
 
 def lora_target_modules(model: torch.nn.Module, cfg: EngineSettings) -> list[str]:

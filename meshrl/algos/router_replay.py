@@ -5,9 +5,10 @@ update moves the router), and the policy ratio then compares two different netwo
 choice: R3 (rollout routing replay, arXiv 2510.11370) replays the experts the rollout chose; R2 replays
 the trainer's own first pass in the update's later passes (verl and slime name both so).
 
-The choice is replaced in a forward hook on each router (transformers' *TopKRouter modules return
-(logits, weights, experts)): the weights become the router's own probabilities of the replayed experts,
-renormalized as the router does, so the router still gets gradients for the experts it is given, as the
+The choice is replaced in a forward hook on each router (meshrl/moe_facts.routers; most return (logits,
+weights, experts), Llama-4's (scores, logits): meshrl/algos/moe.read): the weights become the router's own
+weights of the replayed experts (softmax or sigmoid of their logits, renormalized and scaled as the
+router does: moe.weight_rule), so the router still gets gradients for the experts it is given, as the
 R3 paper does. A pass feeds the experts of the tokens it runs, in the order it runs them
 (`RouterReplay.feed`), as (tokens, layers, top-k) integers; `record` collects what the routers chose.
 Batches carry them as ROUTED, (rows, sequence, layers, top-k) beside input_ids, uint8 (int32 past 256
@@ -21,6 +22,7 @@ from typing import Any, cast
 
 import torch
 
+from meshrl.algos import moe
 from meshrl.algos.moe import routers
 from meshrl.config.losses import ROUTED
 
@@ -63,12 +65,13 @@ class RouterReplay:
         self.recording = False
         self.observe = False  # compare with the fed experts, count, but route afresh (router_agreement)
         self.recorded: list[torch.Tensor] = []
+        self.rules: dict[int, tuple[str, bool]] = {}  # each router's weights (moe.WEIGHTS), told by its first output
         for layer, router in enumerate(self.routers):
             router.register_forward_hook(self._hook(layer))
 
     def _hook(self, layer: int):
         def replace(module, args, out):
-            logits, weights, chosen = out
+            logits, weights, chosen = moe.read(module, out)
             if self.recording:
                 self.recorded.append(chosen.detach())
             if self.experts is None:
@@ -84,10 +87,11 @@ class RouterReplay:
                 self.agreed, self.compared = self.agreed + int(same.sum()), self.compared + len(same)
             if self.observe:
                 return None
-            probs = torch.softmax(logits.float(), -1).gather(-1, given)
-            if getattr(module, "norm_topk_prob", True):  # Mixtral always renormalizes; Qwen's say so
-                probs = probs / probs.sum(-1, keepdim=True)
-            return logits, probs.to(weights.dtype), given
+            rule = self.rules.get(layer) or moe.weight_rule(module, out)
+            if rule is None:  # no tokens: nothing to replay or to tell the router's rule by
+                return None
+            self.rules[layer] = rule
+            return moe.written(out, moe.WEIGHTS[rule](module, logits, given), given)
 
         return replace
 

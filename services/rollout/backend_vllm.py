@@ -25,7 +25,7 @@ import torch
 from meshrl import telemetry
 from meshrl.config.rollout import IN_FLIGHT, ROUTED_ON_CPU, RolloutConfig
 from meshrl.errors import Aborted, FailedPrecondition
-from meshrl.models import moe_layers
+from meshrl.moe_facts import facts
 from meshrl.shm import WEIGHT_PREFIX, Segment
 from meshrl.weights import layout
 from services.rollout.sampling import Completion, Sampling
@@ -94,7 +94,8 @@ class VLLMBackend:
         self.llm = LLM(**engine_args(cfg), worker_extension_cls="services.rollout.vllm_ext.WeightLoader")
         self.routed_experts = cfg.routed_experts
         # vLLM's capture has a row for every decoder layer; the actor replays the MoE layers'
-        self.moe_layers = moe_layers(json.loads(pathlib.Path(cfg.model, "config.json").read_text()))
+        moe = facts(json.loads(pathlib.Path(cfg.model, "config.json").read_text()))
+        self.moe_layers = list(moe.layers) if moe is not None else []
         self.engine_lock = threading.Lock()  # one step, enqueue, abort or collective_rpc at a time
         self.owners: dict[str, dict] = {}  # an unfinished request's external id -> its call's finished outputs
         self.lora_request: LoRARequest | None = (
