@@ -3,6 +3,7 @@ gpt-oss's attention sinks, Gemma-2's logit soft-cap, sliding windows (also Gemma
 it in text_config), each against the model's own eager attention padded; a keyword the packed attention
 does not know is refused. Tiny models from transformers' own config classes (hidden 64, 2 layers)."""
 
+import inspect
 from typing import Any
 
 import pytest
@@ -60,6 +61,11 @@ def gemma3_vl(window: int):
     return transformers.Gemma3ForConditionalGeneration(config)
 
 
+def mistral(window: int):
+    """Mistral: a sliding window on every layer and nothing else, which flash-attention's kernel takes."""
+    return transformers.MistralForCausalLM(transformers.MistralConfig(**SIZES, sliding_window=window))
+
+
 def passes(model: torch.nn.Module, mb: dict, share: bool):
     lp = token_logprobs(forward_response(model, mb, share_prompts=share), mb["responses"]) * mb["response_mask"]
     (-lp.sum()).backward()
@@ -108,3 +114,46 @@ def test_what_the_packed_attention_cannot_apply_is_refused():
         packing.attention(module, q, q, q, packing.PACKED, cu_seq_lens_q=bounds, position_bias=torch.zeros(1))
     with pytest.raises(ValueError, match="bidirectional"):
         packing.attention(module, q, q, q, packing.PACKED, cu_seq_lens_q=bounds, is_causal=False)
+
+
+def windowed_varlen(  # noqa: PLR0913 - limit: the varlen kernel's own signature
+    q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None, window_size=(-1, -1), enable_gqa=False
+):
+    """What flash-attention's varlen kernel computes, one sequence at a time (it runs on CUDA only): each
+    query sequence aligned to the end of its keys, a query seeing keys at most window_size[0] back."""
+    left, right = window_size
+    assert right == 0 and enable_gqa
+    out = []
+    for i in range(len(cu_q) - 1):
+        qs, ks, vs = (t[c[i] : c[i + 1]].transpose(0, 1) for t, c in ((q, cu_q), (k, cu_k), (v, cu_k)))
+        ks, vs = (t.repeat_interleave(qs.shape[0] // t.shape[0], 0) for t in (ks, vs))
+        at = torch.arange(qs.shape[1])[:, None] + ks.shape[1] - qs.shape[1]
+        keys = torch.arange(ks.shape[1])[None]
+        seen = (keys <= at) & ((left < 0) | (keys >= at - left))
+        out.append(torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, attn_mask=seen, scale=scale))
+    return torch.cat([o.transpose(0, 1) for o in out])
+
+
+@pytest.mark.parametrize("build", [mistral, gpt_oss])
+def test_the_varlen_kernel_takes_windows_and_leaves_sinks_to_the_padded_attention(tmp_path, monkeypatch, build):
+    """On CUDA a window goes to flash-attention's varlen kernel as window_size=(window - 1, 0) (checked here
+    with a stand-in computing what the kernel does); a layer with sinks, which the kernel cannot add, lays
+    its sequences side by side instead. Both give the eager padded pass's log-probs."""
+    calls = []
+
+    def kernel(*args, **kw):
+        calls.append(kw["window_size"])
+        return windowed_varlen(*args, **kw)
+
+    kernel.__signature__ = inspect.signature(windowed_varlen)  # type: ignore[attr-defined]
+    monkeypatch.setattr(packing, "varlen_attn", kernel)
+    monkeypatch.setattr(packing, "kernel_runs", lambda q: True)
+    torch.manual_seed(0)
+    build(8).save_pretrained(str(tmp_path))
+    eager, flat = load_model(str(tmp_path), "causal"), load_model(str(tmp_path), "causal")
+    eager.set_attn_implementation("eager")
+    packing.enable(flat)
+    for share, mb in ((False, batch([5, 9, 2, 7], [6, 1, 8, 3], 90)), (True, grouped(90))):
+        (want, _), (got, _) = passes(eager, mb, share), passes(flat, mb, share)
+        assert (want - got).abs().max() < 1e-5
+    assert set(calls) == ({(7, 0)} if build is mistral else set())
