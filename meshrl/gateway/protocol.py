@@ -3,13 +3,18 @@ into a checked Request (every refusal a RequestError naming its field, answered 
 object), and the chat.completion / text_completion objects and their stream chunks built back.
 
 Sampling fields the rollout cannot honour are refused, not ignored: `top_logprobs` above 0 (the rollout
-reports the sampled token's log-prob only), a `tool_choice` that forces a call (a model writes calls in
-its own format, nothing can force one), `response_format` other than text, `echo`, `logit_bias`,
-presence and frequency penalties, `best_of`, `suffix`. An absent or large `max_tokens` is the room left in
-the context (as vLLM's server reads it), cut to the gateway's cap where it has one (a run's
-rollout.max_new_tokens). Input the rollout would refuse (token ids outside the vocabulary, a seed it cannot
-take, stop strings too long to search, text that is not Unicode, nesting too deep) is refused here with a
-400 naming the field, so that no client mistake reaches the rollout as a server failure.
+reports the sampled token's log-prob only), `echo`, `logit_bias`, presence and frequency penalties,
+`best_of`, `suffix`. What asks to constrain what the model writes is served by one stated rule, since
+the samples a run trains on must be the policy's own (their log-probs are the loss's): `tool_choice`
+required or a named function, and `response_format` json_object / json_schema, are accepted and the
+model writes unconstrained (a named function is the only tool its prompt lists); the agent decides what a
+reply without the call or the JSON it asked for means, as it would with any model that ignores them.
+
+An absent or large `max_tokens` is the room left in the context (as vLLM's server reads it), cut to the
+gateway's cap where it has one (a run's rollout.max_new_tokens). Input the rollout would refuse (token ids
+outside the vocabulary, a seed it cannot take, stop strings too long to search, text that is not Unicode,
+nesting too deep) is refused here with a 400 naming the field, so that no client mistake reaches the
+rollout as a server failure.
 """
 
 import dataclasses
@@ -168,13 +173,17 @@ def _tools(body: dict, limits: Limits) -> tuple[list[dict] | None, bool]:
             if not isinstance(fn, dict) or t.get("type", "function") != "function" or not fn.get("name"):
                 raise RequestError(f"'tools[{i}]' must be a function tool with function.name", f"tools[{i}]")
     choice = body.get("tool_choice", "auto")
-    if choice not in ("auto", "none"):
-        raise RequestError(
-            "'tool_choice' may be auto or none: the model writes its calls in its own format and cannot be "
-            "made to call one",
-            "tool_choice",
-        )
-    return tools or None, choice == "auto"
+    if choice in ("auto", "none", "required", None):
+        if choice == "required" and not tools:
+            raise RequestError("'tool_choice' required needs tools", "tool_choice")
+        return tools or None, choice != "none"
+    # a named tool, as chat ({"type": "function", "function": {"name": ...}}) or the Responses API writes it
+    named = choice.get("function", choice) if isinstance(choice, dict) else None
+    name = named.get("name") if isinstance(named, dict) else None
+    chosen = [t for t in tools or [] if t["function"]["name"] == name]
+    if not chosen:
+        raise RequestError("'tool_choice' must be auto, none, required or a function of 'tools' by name", "tool_choice")
+    return chosen, True  # the prompt lists the chosen tool alone
 
 
 def _stop(body: dict) -> list[str]:
@@ -254,8 +263,8 @@ def read_request(body: dict, chat: bool, limits: Limits) -> Request:
         if body.get(name) not in (None, off):
             raise RequestError(f"'{name}' is not supported: the rollout samples without it", name)
     fmt = body.get("response_format")
-    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
-        raise RequestError("'response_format' may only be text", "response_format")
+    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema")):
+        raise RequestError("'response_format' may be text, json_object or json_schema", "response_format")
     options = _field(body, "stream_options", (dict,)) or {}
     request = Request(
         chat=chat,

@@ -2,6 +2,7 @@
 
     POST /v1/chat/completions   messages (+ tools) rendered with the model's chat template
     POST /v1/completions        a prompt as text or token ids
+    POST /v1/responses          the Responses API on the chat path (meshrl/gateway/responses.py)
     GET  /v1/models             the one model it serves
     GET  /health                200 while it serves
 
@@ -28,6 +29,7 @@ import threading
 from typing import Any, Protocol
 
 from meshrl.errors import ServiceError
+from meshrl.gateway import responses
 from meshrl.gateway.protocol import (
     MAX_DEPTH,
     Choice,
@@ -213,9 +215,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         path = self.path.split("?")[0].rstrip("/")
         try:
             body = self._body()
-            if path not in ("/v1/chat/completions", "/v1/completions"):
+            if path not in ("/v1/chat/completions", "/v1/completions", "/v1/responses"):
                 raise RequestError(f"no route POST {path}", status=404)
             session = self.gateway.session(self.headers.get("Authorization"))
+            if path == "/v1/responses":  # the chat path's, asked and answered in the Responses API's shapes
+                _, whole = self.gateway.complete(session, responses.chat_body(body), True)
+                return self._response(body, responses.response(body, whole))
             request, whole = self.gateway.complete(session, body, path == "/v1/chat/completions")
         except RequestError as e:
             return self._json(e.status, e.body())
@@ -225,15 +230,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self._json(503, error.body())
         if not request.stream:
             return self._json(200, whole)
+        self._events()
+        for chunk in chunks(request, whole):
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def _response(self, body: dict, whole: dict) -> None:
+        if not body.get("stream"):
+            return self._json(200, whole)
+        self._events()
+        for kind, data in responses.events(whole):
+            self.wfile.write(responses.sse(kind, data))
+
+    def _events(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
-        for chunk in chunks(request, whole):
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        self.wfile.write(b"data: [DONE]\n\n")
 
     def do_PUT(self) -> None:  # noqa: N802
         self._refuse()

@@ -165,13 +165,25 @@ BAD = [  # (body, the field the error names)
     ({"model": "p", "messages": [{"role": "user", "content": "x"}], "echo": True}, "echo"),
     ({"model": "p", "messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": 100}}, "logit_bias"),
     ({"model": "p", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 5}, "top_logprobs"),
-    ({"model": "p", "messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}, "tool_choice"),
+    (
+        {"model": "p", "messages": [{"role": "user", "content": "x"}], "tool_choice": "required"},
+        "tool_choice",
+    ),  # no tools
+    (
+        {
+            "model": "p",
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": [{"type": "function", "function": {"name": "a"}}],
+            "tool_choice": {"type": "function", "function": {"name": "b"}},
+        },
+        "tool_choice",
+    ),
     ({"model": "p", "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web"}]}, "tools[0]"),
     ({"model": "p", "messages": [{"role": "user", "content": "x"}], "stop": [""]}, "stop"),
     ({"model": "p", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}, "stream"),
     ({"model": "p", "messages": [{"role": "assistant", "tool_calls": [{"x": 1}]}]}, "messages[0].tool_calls"),
     (
-        {"model": "p", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}},
+        {"model": "p", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}},
         "response_format",
     ),
     ({"model": "p", "messages": [{"role": "user", "content": "x" * 20000}]}, "messages"),  # past max_model_len
