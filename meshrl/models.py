@@ -183,12 +183,19 @@ def lora_target_modules(model: torch.nn.Module, cfg: EngineSettings) -> list[str
             raise ValueError(f"lora_target_modules=all-linear: {type(model).__name__}'s blocks have no linear layer")
     else:
         names = spec
+    check_lora_targets(model, cfg, names, linear, tower if frozen else None)
+    return names
+
+
+def check_lora_targets(model, cfg: EngineSettings, names: list[str], linear: dict, frozen_tower) -> None:
+    """ValueError in one line for a target the model lacks (outside a frozen tower), one that is not a
+    linear layer, or a rank larger than a target's smaller dimension."""
     known = sorted({n.rsplit(".", 1)[-1] for n in linear})
     for target in names:
         matched = [
             n
             for n, _ in model.named_modules()
-            if (n == target or n.endswith("." + target)) and not (frozen and inside(n, tower))
+            if (n == target or n.endswith("." + target)) and not inside(n, frozen_tower)
         ]
         if not matched:
             raise ValueError(
@@ -205,7 +212,6 @@ def lora_target_modules(model: torch.nn.Module, cfg: EngineSettings) -> list[str
                     f"lora_rank={cfg.lora_rank} is larger than {n} ({layer.out_features} x {layer.in_features}) "
                     "allows: at most its smaller dimension"
                 )
-    return names
 
 
 def inside(name: str, tower: str | None) -> bool:

@@ -119,6 +119,14 @@ class Server:
             interceptors=interceptors,
             options=options,
         )
+        self._register(servicers)
+        self.port = self._bind(host, port, credentials)
+        self.address = f"{host}:{self.port}"
+        self._stopped = threading.Event()
+        self._started = False
+
+    def _register(self, servicers: list) -> None:
+        """The servicers' methods, health checking and reflection on the server."""
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         names = []
@@ -131,19 +139,20 @@ class Server:
         reflection.enable_server_reflection(
             [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], self._server
         )
+
+    def _bind(self, host: str, port: int, credentials) -> int:
+        """The port bound (OSError when it cannot be)."""
         try:
-            self.port = (
+            bound = (
                 self._server.add_secure_port(f"{host}:{port}", credentials)
                 if credentials
                 else self._server.add_insecure_port(f"{host}:{port}")
             )
         except RuntimeError:  # grpc raises, rather than returning 0, when the port is taken
-            self.port = 0
-        if self.port == 0:
+            bound = 0
+        if bound == 0:
             raise OSError(f"could not bind {host}:{port}" + (" (is another server on that port?)" if port else ""))
-        self.address = f"{host}:{self.port}"
-        self._stopped = threading.Event()
-        self._started = False
+        return bound
 
     def start(self) -> "Server":
         if self._stopped.is_set():  # told to stop (a signal) before it started: it never serves

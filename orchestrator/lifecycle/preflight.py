@@ -267,6 +267,13 @@ def check_rollout(cfg: Config) -> None:
             "rollout.colocate gives the GPU to generation and training in turn, and "
             "trainer.max_staleness runs them at once: set one of them off"
         )
+    check_sampling(cfg)
+    check_lengths(cfg)
+
+
+def check_sampling(cfg: Config) -> None:
+    """Dynamic sampling and overlong shaping against how the rollout samples."""
+    r = cfg.rollout
     if cfg.algorithm.dynamic_sampling and cfg.trainer.max_staleness:
         raise ValueError(
             "algorithm.dynamic_sampling samples further rounds inside a step, and trainer.max_staleness samples "
@@ -288,6 +295,11 @@ def check_rollout(cfg: Config) -> None:
                 else f"must be at most rollout.max_new_tokens={r.max_new_tokens}, the limit it counts back from"
             )
         )
+
+
+def check_lengths(cfg: Config) -> None:
+    """The rollout's context against the model's positions and the data's prompts."""
+    r = cfg.rollout
     positions = model_positions(cfg.actor.model)
     if positions and r.max_model_len > positions:
         raise ValueError(

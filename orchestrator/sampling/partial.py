@@ -202,22 +202,12 @@ class Partial:
 
         carry = copy.deepcopy(self.carry)
         carry.queue.extend(zip(indices, uids))
-        floor = number - 1 - self.staleness  # the oldest version step `number` may train on
-        stale = [g for g in carry.groups if (g.oldest if g.oldest is not None else floor) < floor]
-        carry.groups = [g for g in carry.groups if not any(g is s for s in stale)]
-        started = carried = len(carry.groups)
-        rounds, start = 0, time.perf_counter()
-        while sum(g.done for g in carry.groups) < self.groups:
-            fresh = max(0, self.groups - sum(not g.done for g in carry.groups))
-            while len(carry.queue) < fresh:
-                carry.queue.extend(zip(*draw()))
-            carry.groups += [Group(i, u) for i, u in carry.queue[:fresh]]
-            carry.queue = carry.queue[fresh:]
-            self.round(mesh, carry.groups, number, rounds)
-            rounds += 1
+        stale = self.drop_stale(carry, number)
+        carried, start = len(carry.groups), time.perf_counter()
+        rounds = self.fill(mesh, carry, number, draw)
         for batch in replay:  # drawn by the failed attempt and not needed now: started later, not lost
             carry.queue.extend(zip(*batch))
-        started = len(carry.groups) - started
+        started = len(carry.groups) - carried
         generated = time.perf_counter()
         ready = sorted((g for g in carry.groups if g.done), key=lambda g: g.oldest or 0)  # stable: in start order
         take = ready[: self.groups]
@@ -225,14 +215,6 @@ class Partial:
         gen = self.layout(take)
         scored = mesh.score(gen)
         unfinished = [s for g in carry.groups for s in g.samples if not s.done]
-        if stale:
-            log.warning(
-                "step %d: %d carried group(s) began on weights older than trainer.max_staleness=%d allows and "
-                "were dropped unfinished (more rollout.partial_tokens or a larger max_staleness keeps them)",
-                number,
-                len(stale),
-                self.staleness,
-            )
         metrics = {
             "partial/rounds": float(rounds),
             "partial/started_groups": float(started),
@@ -246,6 +228,35 @@ class Partial:
         self.pending = carry
         attempt["result"] = (gen, scored, seconds, metrics, carry)
         return gen, scored, seconds, metrics
+
+    def drop_stale(self, carry, number: int) -> list[Group]:
+        """The carried groups begun on weights older than step `number` may train on, taken out of `carry`."""
+        floor = number - 1 - self.staleness  # the oldest version step `number` may train on
+        stale = [g for g in carry.groups if (g.oldest if g.oldest is not None else floor) < floor]
+        carry.groups = [g for g in carry.groups if not any(g is s for s in stale)]
+        if stale:
+            log.warning(
+                "step %d: %d carried group(s) began on weights older than trainer.max_staleness=%d allows and "
+                "were dropped unfinished (more rollout.partial_tokens or a larger max_staleness keeps them)",
+                number,
+                len(stale),
+                self.staleness,
+            )
+        return stale
+
+    def fill(self, mesh, carry, number: int, draw: Callable[[], tuple]) -> int:
+        """Rounds until `carry` holds the step's finished groups, new ones started from the queue (drawn
+        from the sampler as it runs short); how many rounds it took."""
+        rounds = 0
+        while sum(g.done for g in carry.groups) < self.groups:
+            fresh = max(0, self.groups - sum(not g.done for g in carry.groups))
+            while len(carry.queue) < fresh:
+                carry.queue.extend(zip(*draw()))
+            carry.groups += [Group(i, u) for i, u in carry.queue[:fresh]]
+            carry.queue = carry.queue[fresh:]
+            self.round(mesh, carry.groups, number, rounds)
+            rounds += 1
+        return rounds
 
     def round(self, mesh, groups: list[Group], number: int, round: int) -> None:
         """Every unfinished sample of `groups` generates up to rollout.partial_tokens more tokens: new

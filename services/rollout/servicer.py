@@ -180,24 +180,7 @@ class RolloutServicer:
                 request.data, self.tokenizer, self.cfg.max_model_len, sampling.max_new_tokens, self.vocab_size
             )
             images = layout.read_images(request.data, self.backend)
-        with self.lock:
-            if self.draining:
-                raise FailedPrecondition(
-                    "a weight update or Sleep is waiting for the generations in flight: send this after it"
-                )
-            if self.receiver.in_progress:  # (keep too: one parked at the gate would hold a server slot)
-                raise FailedPrecondition(f"weight update {self.receiver.version} is in progress: finish it first")
-            if self.torn:
-                raise FailedPrecondition(
-                    "the engine holds part of an abandoned weight update (it was sent in "
-                    "buckets and never finished): push a complete update first"
-                )
-            if self.asleep:
-                raise FailedPrecondition(
-                    f"the rollout engine is asleep ({', '.join(sorted(self.asleep))}): call WakeUp first"
-                )
-            call, version = Call(context, gate=self.gate), self.version
-            self.calls.append(call)
+        call, version = self._admit(context)
         try:
             with self.turn:
                 if not call.alive():  # it waited behind another and its caller left (or an update came)
@@ -226,6 +209,29 @@ class RolloutServicer:
             version = int(real.min()) if len(real) else call.versions[0]
         out.meta_info["weight_version"] = version
         return Payload(rollout_pb2.GenerateResponse(weight_version=version), out)
+
+    def _admit(self, context) -> tuple[Call, int]:
+        """A Generate counted in flight, with the weight version it starts on; FailedPrecondition while the
+        engine cannot generate (an update or Sleep waiting, an update in progress or torn, asleep)."""
+        with self.lock:
+            if self.draining:
+                raise FailedPrecondition(
+                    "a weight update or Sleep is waiting for the generations in flight: send this after it"
+                )
+            if self.receiver.in_progress:  # (keep too: one parked at the gate would hold a server slot)
+                raise FailedPrecondition(f"weight update {self.receiver.version} is in progress: finish it first")
+            if self.torn:
+                raise FailedPrecondition(
+                    "the engine holds part of an abandoned weight update (it was sent in "
+                    "buckets and never finished): push a complete update first"
+                )
+            if self.asleep:
+                raise FailedPrecondition(
+                    f"the rollout engine is asleep ({', '.join(sorted(self.asleep))}): call WakeUp first"
+                )
+            call = Call(context, gate=self.gate)
+            self.calls.append(call)
+            return call, self.version
 
     def BeginWeightUpdate(self, request, context) -> rollout_pb2.WeightUpdateStatus:
         with self.lock:
