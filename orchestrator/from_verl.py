@@ -19,7 +19,10 @@ algorithm.gamma); OmegaConf references (${data.max_response_length}) are resolve
 algorithm.adv_estimator picks the command. Each value is checked by loading it into our config on its own
 (and with the others, for the rules ours checks across keys), so a value ours refuses leaves out only
 itself. What is left out (no equivalent, refused, unresolved, a script value that needs the shell) is
-listed with its reason, never dropped in silence.
+listed with its reason, never dropped in silence. A launch script is read as the shell runs it
+(orchestrator/verl_script.py); where a setting's value needs the shell (a command's output, the
+environment), a path, a name or an engine size is left out (listed, for the user to set), and any other
+setting that maps to ours refuses the conversion in one line: no default stands in for what decides training.
 """
 
 import dataclasses
@@ -60,6 +63,8 @@ GROUP_METRICS = {"acc": "acc", "score": "score", "seq_reward": "score"}  # seq_r
 #   overlong penalty to it by then, ours adds the penalty after the groups are judged
 ALIASES = {  # other spellings of the same keys: DAPO's reward kwargs, verl's newer reward section
     "reward_model.reward_kwargs.overlong_buffer_cfg.": "reward_model.overlong_buffer.",
+    "reward.reward_kwargs.overlong_buffer_cfg.": "reward_model.overlong_buffer.",
+    "reward.reward_kwargs.": "reward_model.reward_kwargs.",
     "reward.custom_reward_function.": "custom_reward_function.",
     "reward.reward_manager.name": "reward_model.reward_manager",
 }
@@ -76,6 +81,10 @@ NOTES = {  # why a common verl key has no equivalent
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "the ref sizes its passes by actor.micro_batch_*",
     "critic.ppo_mini_batch_size": "the critic's update walks the batch as the actor's (actor.mini_batch_size)",
     "reward_model.reward_kwargs.max_resp_len": "the response limit is rollout.max_new_tokens",
+    # verl's SAPO loss reads actor_rollout_ref.actor.tau_pos/tau_neg (core_algos.compute_policy_loss_sapo);
+    # its examples' +policy_loss.tau_pos adds a key nothing reads
+    "actor_rollout_ref.actor.policy_loss.tau_pos": "verl reads actor_rollout_ref.actor.tau_pos, not this",
+    "actor_rollout_ref.actor.policy_loss.tau_neg": "verl reads actor_rollout_ref.actor.tau_neg, not this",
 }
 WITH_ANOTHER = (  # verl keys that take effect through another key's mapping, not left out
     "algorithm.adv_estimator",  # the command
@@ -93,6 +102,18 @@ SKIP = (
     "trainer.nnodes",
 )  # where verl's run is placed and named: a meshrl run has its folder (trainer.run_dir) and its services
 PLACEMENT = "verl's placement and naming: not a setting here"
+MACHINE = (  # a script value that needs the shell is left out (listed) for these, which describe a machine:
+    "actor_rollout_ref.model.path",  # paths, where metrics go, the engines' sizes; any other key that maps
+    "critic.model.path",  # to ours refuses the conversion, as a default would stand in for it
+    "data.train_files",
+    "data.val_files",
+    "custom_reward_function.path",
+    "trainer.default_local_dir",
+    "trainer.logger",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size",
+    "actor_rollout_ref.rollout.gpu_memory_utilization",
+    "actor_rollout_ref.rollout.enforce_eager",
+)
 OURS = {f"{name}.{f.name}" for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}  # every key of ours
 Left = tuple[str, object, str]  # (verl key, its value, why it is left out)
 
@@ -104,6 +125,7 @@ class Conversion:
     left: list[Left]
     defaults: list[tuple[str, object]]  # (verl key, verl's default) for the keys the file does not set
     derived: list[str]  # values computed the way verl computes them, said how
+    assumed: list[str] = dataclasses.field(default_factory=list)  # how a script was read (its defaults taken)
 
 
 def flatten(raw: dict, prefix: str = "") -> dict[str, object]:
@@ -124,17 +146,18 @@ def alias(key: str) -> str:
     return key
 
 
-def read(text: str) -> tuple[dict[str, object], dict[str, tuple[str, str]]]:
-    """(the flat verl config, {key: (as written, why it is not read)}) of a verl YAML or launch script."""
+def read(text: str) -> tuple[dict[str, object], dict[str, tuple[str, str]], list[str]]:
+    """(the flat verl config, {key: (as written, why it is not read)}, [how a script was read]) of a verl
+    YAML or launch script."""
     try:
         raw = read_yaml(text)
     except yaml.YAMLError:
         raw = None
     if isinstance(raw, dict):
-        return flatten(raw), {}
+        return flatten(raw), {}, []
     if is_script(text):
-        overrides, unread = read_script(text)
-        return flatten(overrides), unread
+        overrides, unread, assumed = read_script(text)
+        return flatten(overrides), unread, assumed
     raise ValueError("not a YAML mapping (a verl config) nor a verl launch script (python3 -m verl.trainer.main_ppo)")
 
 
@@ -149,12 +172,10 @@ def resolve(value: object, flat: dict[str, object], depth: int = 0) -> object:
     return resolve(flat[m.group(1)], flat, depth + 1)
 
 
-def mini_batch(value: object, flat: dict[str, object], unread: dict) -> dict[str, object]:
+def mini_batch(value: object, flat: dict[str, object]) -> dict[str, object]:
     """actor.mini_batch_size in rows: verl's ppo_mini_batch_size (prompts) x rollout.n, as verl computes it."""
     if value is None:
         return {}
-    if N in unread:
-        raise ValueError(f"verl multiplies it by {N}, which needs the shell here: set actor.mini_batch_size to both")
     n = resolve(flat[N], flat)
     if type(value) is not int or type(n) is not int or value < 1 or n < 1:
         raise ValueError(f"verl's mini-batch of {value!r} prompts x rollout.n={n!r} is not a number of rows")
@@ -292,10 +313,10 @@ CONVERSIONS: dict[str, Callable[[object, dict], dict[str, object]]] = {  # verl 
 }
 
 
-def translate(key: str, value: object, flat: dict[str, object], unread: dict) -> dict[str, object]:
+def translate(key: str, value: object, flat: dict[str, object]) -> dict[str, object]:
     """{our key: value} for one verl key (empty: it has no equivalent); ValueError for a value that does."""
     if key == MINI:
-        return mini_batch(value, flat, unread)
+        return mini_batch(value, flat)
     if key in CONVERSIONS:
         return CONVERSIONS[key](value, flat)
     if key in WITH_ANOTHER:
@@ -341,7 +362,7 @@ def checked(config: dict[str, tuple[str, object, object]]) -> tuple[list[str], l
 
 
 def mapped(
-    flat: dict[str, object], defaults: set[str], unread: dict
+    flat: dict[str, object], defaults: set[str]
 ) -> tuple[dict[str, tuple[str, object, object]], list[Left], list[tuple[str, object]]]:
     """({our key: (verl key, its value, ours)}, the keys left out, the defaults that took effect) for a flat
     verl config with verl's defaults filled in (`defaults` names those: one ours cannot take is not listed,
@@ -356,7 +377,7 @@ def mapped(
             continue
         try:
             value = resolve(value, flat)
-            ours = translate(key, value, flat, unread)
+            ours = translate(key, value, flat)
         except ValueError as e:
             left += [(key, value, str(e))] if given else []
             continue
@@ -378,11 +399,25 @@ def mapped(
     return config, left, carried
 
 
-def convert(flat: dict[str, object], unread: dict[str, tuple[str, str]] | None = None) -> Conversion:
+def matters(key: str, defaults: dict[str, object]) -> bool:
+    """Whether a value not known here would leave a default standing in for what decides training."""
+    if key in SKIP or key in MACHINE or key in NOTES:
+        return False
+    return key in VERL_KEYS or key in CONVERSIONS or key in OURS or key in defaults or key in WITH_ANOTHER
+
+
+def convert(
+    flat: dict[str, object], unread: dict[str, tuple[str, str]] | None = None, assumed: list[str] | None = None
+) -> Conversion:
     """The conversion of a flat verl config ({dotted key: value}, as read) whose `unread` keys are set to
-    values not known here (a launch script's shell variables): no default stands in for those."""
+    values not known here (a launch script's shell variables): no default stands in for those, a training
+    setting among them refuses it (ValueError)."""
     flat = {alias(k): v for k, v in flat.items()}
     unread = {alias(k): v for k, v in (unread or {}).items()}
+    own = {**VERL_DEFAULTS, **CRITIC_DEFAULTS}
+    for key, (text, why) in unread.items():
+        if matters(key, own) or key == "algorithm.adv_estimator":
+            raise ValueError(f"{key}={text} {why}: write the value into the script to convert it")
     estimator = flat.get("algorithm.adv_estimator", "gae")
     command = COMMANDS.get(str(estimator), "")
     left: list[Left] = []
@@ -395,7 +430,7 @@ def convert(flat: dict[str, object], unread: dict[str, tuple[str, str]] | None =
     defaults = {k: v for k, v in own.items() if k not in flat and k not in unread}
     if not {"trainer.total_epochs", "trainer.total_training_steps"} & (set(flat) | set(unread)):
         left.append(("trainer.total_epochs", 30, f"verl's default: {NOTES['trainer.total_epochs']}"))
-    config, more, carried = mapped({**flat, **defaults}, set(defaults), unread)
+    config, more, carried = mapped({**flat, **defaults}, set(defaults))
     derived = derive(config)
     kept, refused = checked(config)
     left += more + [(config[k][0], config[k][1], f"{k}: {why}") for k, why in refused]
@@ -403,7 +438,8 @@ def convert(flat: dict[str, object], unread: dict[str, tuple[str, str]] | None =
     for k in (k for k in config if k in kept):
         section, name = k.split(".", 1)
         sections.setdefault(section, {})[name] = config[k][2]
-    return Conversion(command, sections, left, carried, [d for d in derived if d.split(":")[0] in kept])
+    derived = [d for d in derived if d.split(":")[0] in kept]
+    return Conversion(command, sections, left, carried, derived, list(assumed or []))
 
 
 def derive(config: dict[str, tuple[str, object, object]]) -> list[str]:
@@ -431,7 +467,9 @@ def render(conversion: Conversion, source: str) -> str:
         f"# run it with: meshrl {c.command} --config THIS_FILE [section.key=value ...]",
     ]
     body = yaml.safe_dump(c.config, sort_keys=False).rstrip() if c.config else "{}"
-    tail = ["", "# computed as verl computes them:"] if c.derived else []
+    tail = ["", "# the script read as the shell runs it, taking:"] if c.assumed else []
+    tail += [f"#   {line}" for line in c.assumed]
+    tail += ["", "# computed as verl computes them:"] if c.derived else []
     tail += [f"#   {line}" for line in c.derived]
     tail += ["", f"# verl's defaults for {len(c.defaults)} key(s) the file does not set:"] if c.defaults else []
     tail += [f"#   {key}: {value!r}" for key, value in c.defaults]

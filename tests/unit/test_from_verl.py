@@ -8,7 +8,7 @@ import yaml
 
 from cli.main import main
 from orchestrator.config import load_config
-from orchestrator.from_verl import convert, read
+from orchestrator.from_verl import convert, read, render
 from orchestrator.verl_script import read_script
 from services.actor.batches import num_minibatches
 
@@ -66,9 +66,8 @@ def test_a_mini_batch_counts_prompts_times_rollout_n_as_verl_does():
     script = (
         "python3 -m verl.trainer.main_ppo actor_rollout_ref.rollout.n=$N actor_rollout_ref.actor.ppo_mini_batch_size=8"
     )
-    c = convert(*read(script))  # n unknown here: the mini-batch is not guessed
-    assert "mini_batch_size" not in c.config.get("actor", {})
-    assert "rollout.n" in why(c)["actor_rollout_ref.actor.ppo_mini_batch_size"]
+    with pytest.raises(ValueError, match=r"rollout.n=\$N needs the shell \(\$N, the environment's"):
+        convert(*read(script))  # n unknown here: neither it nor the mini-batch is guessed
 
 
 def test_verls_defaults_stand_in_for_the_keys_a_file_does_not_set():
@@ -186,8 +185,9 @@ def test_verls_example_scripts_convert_to_what_verl_runs(name, tmp_path):
     if want["model"]:
         assert cfg.actor.model == want["model"]
         assert "data.train_files: '$HOME/data/gsm8k/train.parquet': needs the shell ($HOME" in text
-    else:  # DAPO: the model path comes from the environment, said; its recipe's settings carried
-        assert cfg.actor.model == "" and "actor_rollout_ref.model.path: '${MODEL_PATH}': needs the shell" in text
+    else:  # DAPO: the model path is under the environment's $HOME, said; its recipe's settings carried
+        assert cfg.actor.model == "" and "actor_rollout_ref.model.path: '${HOME}/verl/models/Qwen2.5" in text
+        assert "as if the environment set none of: " in text and "RAY_DATA_HOME, MODEL_PATH, CKPTS_DIR" in text
         assert cfg.actor.clip_ratio_high == 0.28 and cfg.actor.warmup_steps == 10 and cfg.actor.weight_decay == 0.1
         assert cfg.algorithm.overlong_buffer == 4096 and cfg.algorithm.overlong_penalty == 1.0
         assert cfg.actor.micro_batch_tokens == (2048 + want["response"]) * (2 if "7b" in name else 1)
@@ -215,23 +215,33 @@ python3 -m verl.trainer.main_ppo \\
     +actor_rollout_ref.actor.optim.lr=1e-6 \\
     actor_rollout_ref.model.path="${MODEL}" \\
     actor_rollout_ref.actor.entropy_coeff=$lr \\
-    data.prompt_key=question $@ 2>&1 | tee log.txt
+    data.train_files=$HOME/train.parquet \\
+    data.prompt_key=question "$@" 2>&1 | tee log.txt
 """
-    overrides, unread = read_script(script)
+    overrides, unread, assumed = read_script(script)
     assert overrides == {
         "actor_rollout_ref.rollout.n": 8,
         "data.max_prompt_length": 2048,
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 5120,
         "trainer.logger": ["console", "wandb"],
         "actor_rollout_ref.actor.optim.lr": 1e-6,
+        "actor_rollout_ref.model.path": "Qwen/Qwen2.5-0.5B",  # the script's default for what the environment sets
+        "actor_rollout_ref.actor.entropy_coeff": 5,  # `if true` is taken
         "data.prompt_key": "question",
     }
-    assert "MODEL=${MODEL:-Qwen/Qwen2.5-0.5B}" in unread["actor_rollout_ref.model.path"][1]  # the environment's
-    assert "lr=5" in unread["actor_rollout_ref.actor.entropy_coeff"][1]  # set inside a block
-    assert "not a key=value" in unread["$@"][1] and len(unread) == 3  # the pipe ends the command
+    assert unread == {
+        "data.train_files": (
+            "$HOME/train.parquet",
+            "needs the shell ($HOME, the environment's: the script does not set it)",
+        )
+    }
+    assert assumed == [
+        "its own defaults, as if the environment set none of: MODEL",
+        "read as run with no arguments: $@, $1, ... are empty",
+    ]
     c = convert(*read(script))
-    assert c.config["rollout"]["n"] == 8 and "model" not in c.config["actor"]
-    assert "entropy_coeff" not in c.config["actor"]  # needs the shell: verl's default does not stand in
+    assert c.config["rollout"]["n"] == 8 and c.config["actor"]["model"] == "Qwen/Qwen2.5-0.5B"
+    assert "train_files" not in c.config["data"] and "as if the environment set none of: MODEL" in render(c, "x")
     with pytest.raises(ValueError, match="no verl command"):
         read_script("N=1\n# python3 -m verl.trainer.main_ppo a=1\n")
 
