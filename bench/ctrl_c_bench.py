@@ -5,8 +5,9 @@ SIGINT to the orchestrator's exit, its exit code, and any service left running. 
 
     .venv/bin/python bench/ctrl_c_bench.py [--runs 30] [--tree DIR] [--no-load]
 
---tree runs another checkout's code with this venv (e.g. a `git worktree` of an older commit), for a
-before/after comparison in one sitting. Prints one line per run, then a summary line for RESULTS.md.
+Each run is the command users type: the installed `meshrl` of this venv. --tree runs another checkout's
+code with this venv as `python -m cli` (e.g. a `git worktree` of an older commit), for a before/after
+comparison in one sitting. Prints one line per run, then a summary line for RESULTS.md.
 """
 
 import argparse
@@ -36,8 +37,11 @@ def one_run(model, data, tree: pathlib.Path, work: pathlib.Path, delay: float) -
     """(seconds from SIGINT to exit or None if hung, exit code, services left running)."""
     run = work / "run"
     shutil.rmtree(run, ignore_errors=True)
+    command = grpo_command(model, data, run, 1000)
+    if tree == ROOT:  # the installed command (its entry point), not `python -m cli`
+        command = [str(pathlib.Path(sys.executable).parent / "meshrl"), *command[3:]]
     proc = subprocess.Popen(
-        grpo_command(model, data, run, 1000),
+        command,
         cwd=tree,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -2,8 +2,6 @@
 
 import sys
 
-from cli.main import exit_at_once, main
+from cli.main import console
 
-code = main()
-exit_at_once(sys.argv[1:], code)
-sys.exit(code)
+sys.exit(console())

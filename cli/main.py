@@ -109,6 +109,14 @@ def cmd_serve(args) -> int:
         return 1
 
 
+def console() -> int:
+    """The installed `meshrl` command (pyproject's [project.scripts]): main, then the fast exit that
+    `python -m cli` takes too (a Ctrl-C's end waited 2.7 s for the interpreter's teardown without it)."""
+    code = main()
+    exit_at_once(sys.argv[1:], code)
+    return code
+
+
 def exit_at_once(argv: list[str], code: int) -> None:
     """End a `meshrl serve` or `meshrl <algorithm>` process as soon as its main returned: by then it has
     stopped what it ran and closed what it holds (run_service's and the run's finally blocks), and the

@@ -5,6 +5,7 @@ that ignores SIGTERM nor a client whose close() never returns. Each case runs in
 the stop of last resort ends its process."""
 
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -156,3 +157,22 @@ def test_stopping_services_is_bounded_whatever_they_and_their_clients_do():
     assert stubborn.poll() == -signal.SIGKILL and polite.poll() == -signal.SIGTERM
     assert not services.procs and not services.clients
     assert not [p for p in psutil.Process().children() if p.pid in (stubborn.pid, polite.pid)]
+
+
+def test_the_installed_command_exits_at_once_after_a_run(monkeypatch):
+    """Issue 58.14: the installed `meshrl` (pyproject's entry point) did the interpreter's whole teardown
+    (~2.7 s at every run's end and Ctrl-C) because only `python -m cli` took the fast exit."""
+    import tomllib
+
+    import cli.main
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["meshrl"] == "cli.main:console"
+    exits = []
+    monkeypatch.setattr(cli.main, "main", lambda: 130)
+    monkeypatch.setattr(cli.main.os, "_exit", exits.append)
+    monkeypatch.setattr(cli.main.sys, "argv", ["meshrl", "grpo", "--config", "x.yaml"])
+    assert cli.main.console() == 130 and exits == [130]
+    monkeypatch.setattr(cli.main.sys, "argv", ["meshrl", "report", "runs/x"])  # other commands return as usual
+    assert cli.main.console() == 130 and exits == [130]
