@@ -339,7 +339,7 @@ class TrainerSection(Checked):
     #   `meshrl trace RUN_DIR`), console, both ("jsonl,console") or "" (off); OTLP too when
     #   OTEL_EXPORTER_OTLP_ENDPOINT is set
     run_dir: str = "runs/default"
-    seed: int = 0  # data order and sampling seeds (step s samples with seed * 1_000_003 + s)
+    seed: int = 0  # data order and sampling seeds (step s samples with seed * 1_000_003 + s: meshrl/seeds.py)
     resume: bool = False  # continue from run_dir/checkpoints/latest; false: run_dir must hold no run that
     #   trained (checkpoints, or steps in its metrics.jsonl), which a fresh run would overwrite
     max_restarts: int = 3  # services this run started that die are started again, this many times in all:

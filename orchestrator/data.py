@@ -22,7 +22,7 @@ import pathlib
 import pandas as pd
 import torch
 
-from meshrl import vision
+from meshrl import seeds, vision
 from meshrl.chat import as_messages, as_tools, render
 from meshrl.dataproto import DataProto
 from meshrl.layout import prompt_tensors
@@ -237,7 +237,7 @@ class Sampler:
     def order(self, epoch: int) -> list[int]:
         if not self.shuffle:
             return list(range(self.num_rows))
-        g = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        g = torch.Generator().manual_seed(self.seed * seeds.EPOCH + epoch)
         return torch.randperm(self.num_rows, generator=g).tolist()
 
     def next(self) -> tuple[list[int], list[str]]:

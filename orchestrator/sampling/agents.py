@@ -25,6 +25,7 @@ import logging
 import threading
 import time
 
+from meshrl import seeds
 from meshrl.chat import as_tools
 from meshrl.clients.reward import Scores
 from meshrl.dataproto import DataProto
@@ -38,7 +39,7 @@ from orchestrator.agents.pool import AgentPool, CommandAgent, agent_runner
 from orchestrator.sampling.multi_turn import Batcher, cell, jsonable, layout, scores, task_of, turn_ends
 
 log = logging.getLogger(__name__)
-SPACING = 1 << 16  # apart, two calls' seeds: a group's episodes call at different times, and row i of a
+# calls' seeds are seeds.AGENT_CALL_SPACING apart: a group's episodes call at different times, and row i of a
 #   call samples with its seed + i, so calls one apart would give two of them the same seed
 MODEL = "policy"  # the model's name on the endpoint (any name an agent sends is served by the policy)
 RUNNERS: dict[int, AgentPool | CommandAgent] = {}  # per run (its mesh): workers live for the whole run
@@ -80,8 +81,10 @@ class FleetEngine:
     def _batcher(self, replica: str, stop: tuple[str, ...]) -> Batcher:
         with self.lock:
             if (replica, stop) not in self.batchers:
-                seed = self.seed + 7919 * len(self.batchers)
-                self.batchers[replica, stop] = Batcher(self.mesh, list(stop), seed, self.greedy, replica, SPACING)
+                seed = self.seed + seeds.BATCHER * len(self.batchers)
+                self.batchers[replica, stop] = Batcher(
+                    self.mesh, list(stop), seed, self.greedy, replica, seeds.AGENT_CALL_SPACING
+                )
             return self.batchers[replica, stop]
 
     def begin(self, session: Session) -> None:

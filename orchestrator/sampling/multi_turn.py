@@ -43,6 +43,7 @@ import grpc
 import numpy as np
 import torch
 
+from meshrl import seeds
 from meshrl.algos import masked
 from meshrl.chat import after_turn, as_tools, render
 from meshrl.clients.reward import Scores
@@ -118,7 +119,7 @@ class Batcher:
                 batch, self.waiting = self.waiting, []
                 self.generating += len(batch)
                 self.calls += 1
-                seed = self.seed * 1009 + self.calls * self.spacing
+                seed = self.seed * seeds.CALL + self.calls * self.spacing
             self.pool.submit(self._call, batch, seed)
 
     def _call(self, batch: list, seed: int) -> None:
@@ -349,7 +350,7 @@ def sample(
     # a batcher per replica of the fleet, episode i on replica i mod R for all its turns (its prefix is there);
     # in the model's own format a turn ends at its end token, not at the text protocol's stop strings
     stop = [] if parser is not None else mesh.env_stop
-    batchers = [Batcher(mesh, stop, seed + 7919 * k, greedy, name) for k, name in enumerate(mesh.replicas)]
+    batchers = [Batcher(mesh, stop, seed + seeds.BATCHER * k, greedy, name) for k, name in enumerate(mesh.replicas)]
     # every token the engines end a turn at, as they read them (the tokenizer's eos and the generation config's)
     ends = turn_ends(mesh.cfg.actor.model, tokenizer)
     try:  # rollout.colocate: the device goes to the rollout for the whole batch of episodes
@@ -359,7 +360,14 @@ def sample(
         ):
             futures = [
                 pool.submit(
-                    play, t, mesh, batchers[i % len(batchers)], tokenizer, seed * 100_003 + i, parser=parser, ends=ends
+                    play,
+                    t,
+                    mesh,
+                    batchers[i % len(batchers)],
+                    tokenizer,
+                    seed * seeds.EPISODE + i,
+                    parser=parser,
+                    ends=ends,
                 )
                 for i, t in enumerate(trajectories)
             ]

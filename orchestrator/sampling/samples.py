@@ -11,6 +11,7 @@ samples what an uninterrupted one would.
 
 import logging
 
+from meshrl import seeds
 from orchestrator.config import Config
 from orchestrator.lifecycle.mesh import Mesh, rendered_prompts
 from orchestrator.sampling import agents, chunks, multi_turn
@@ -19,12 +20,9 @@ from orchestrator.timer import Timer
 log = logging.getLogger(__name__)
 
 
-ROUND_SEED = 7919  # a step's further sampling rounds (sampling.dynamic) add this to its seed per round
-
-
 def sampling_seed(cfg: Config, number: int, round: int = 0) -> int:
     """Step `number` samples with its own seed, so a resumed run samples what an uninterrupted one would."""
-    return cfg.trainer.seed * 1_000_003 + number + ROUND_SEED * round
+    return seeds.step_seed(cfg.trainer.seed, number, round)
 
 
 def sample(mesh: Mesh, tokenizer, number: int, prompts, on_generated=None, round: int = 0) -> tuple:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from meshrl import seeds
 from meshrl.algos import router_replay
 from meshrl.algos.losses import (
     dpo_loss,
@@ -308,7 +309,7 @@ class ActorRole(PolicyRole):
         rejected = reject(part, p, old_key) if p.rollout_rs else {}
         if p.router_replay == "r3" and p.router_agreement and "rollout_logprobs" in part.batch:
             rejected |= self.kl_afresh(part, p)
-        rng = torch.Generator().manual_seed(p.seed * 1_000_003 + step)  # clip_cov's picks, the same on resume
+        rng = torch.Generator().manual_seed(seeds.step_seed(p.seed, step))  # clip_cov's picks, the same on resume
         shards = sequence.of(self.engine.module)  # split passes: the router losses read the whole row
         capture = RouterCapture(self.engine.module, shards.whole if shards is not None else None)
         replay = router_replay.replay_of(self.engine.module) if router_replay.ROUTED in part.batch else None
