@@ -23,7 +23,25 @@ ROLLOUT_RS = tuple(
     if (scope, k) != ("seq_max", "k1")
 )  # verl's rollout_rs options
 DPO_LOSSES = ("sigmoid", "ipo")
-ROUTER_REPLAY = ("off", "r2", "r3")  # meshrl/algos/router_replay.py
+
+
+@dataclasses.dataclass(frozen=True)
+class Replay:
+    """What a routing replay mode does (actor.router_replay; meshrl/algos/router_replay.py): the one place
+    the actor, the mesh and preflight read it from, instead of comparing its name."""
+
+    name: str
+    own_first_pass: bool  # r2: the update's passes replay the routing of its own first pass
+    rollouts: bool  # r3: the actor's passes replay the experts the rollout chose (it must return them)
+
+    @property
+    def afresh(self) -> bool:
+        """Every pass routes as its weights do."""
+        return not (self.own_first_pass or self.rollouts)
+
+
+REPLAYS = {"off": Replay("off", False, False), "r2": Replay("r2", True, False), "r3": Replay("r3", False, True)}
+ROUTER_REPLAY = tuple(REPLAYS)
 ROUTED = "routed_experts"  # the experts each token was routed to, beside input_ids (router_replay)
 OLD_LOGPROBS = ("actor_logprobs", "rollout_logprobs", "")
 MAX_EPOCHS = 100  # passes over one batch; verl's ppo_epochs is 1-4 in practice, a caller's 2**31 is not work
@@ -185,9 +203,13 @@ class PolicyLossSettings(Checked):
     rollout/kl_to_actor_afresh, the rollout's distance from the actor routing afresh (one pass without
     gradients over every row before the update), beside the replayed rollout/kl_to_actor."""
 
+    @property
+    def replay(self) -> Replay:
+        return REPLAYS[self.router_replay]
+
     def rollout_experts(self) -> bool:
         """Whether the rollout returns each token's experts: the update replays them (R3) or compares."""
-        return self.router_replay == "r3" or self.router_agreement
+        return self.replay.rollouts or self.router_agreement
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -196,7 +218,7 @@ class PolicyLossSettings(Checked):
         require(self.router_z_loss_coef >= 0, self, "router_z_loss_coef", "must be >= 0")
         one_of(self, "router_replay", ROUTER_REPLAY)
         require(
-            not (self.router_agreement and self.router_replay == "r2"),
+            not (self.router_agreement and self.replay.own_first_pass),
             self,
             "router_agreement",
             "compares with the rollout's experts; with router_replay=r2 the update routes as its own first pass",

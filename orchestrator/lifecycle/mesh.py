@@ -356,7 +356,7 @@ class Mesh:
         base = role == "ref" and self.ref_in_actor  # the actor's base model answers it: ref_logprobs too
         message = actor_pb2.BatchRequest(temperature=self.cfg.rollout.temperature, without_adapter=base)
         # R3: the policy's passes replay the rollout's experts; a ref or teacher routes as its own weights do
-        routed = (ROUTED,) if ROUTED in batch.batch and role == "actor" and self.cfg.actor.router_replay == "r3" else ()
+        routed = (ROUTED,) if ROUTED in batch.batch and role == "actor" and self.cfg.actor.replay.rollouts else ()
         request = Payload(message, batch.select([*POLICY_INPUTS, *routed]))
         _, out = self["actor" if base else role].call_batch("ComputeLogProbs", request, actor_pb2.BatchResponse)
         return out.batch[key]

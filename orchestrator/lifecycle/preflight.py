@@ -162,13 +162,13 @@ def run_held(run_dir: pathlib.Path) -> str:
 def check_router(cfg: Config) -> None:
     """A router loss or routing replay asked of a model without a router would be ignored: refused instead."""
     asked = {k: getattr(cfg.actor, k) for k in ("router_aux_loss_coef", "router_z_loss_coef")}
-    asked["router_replay"] = cfg.actor.router_replay if cfg.actor.router_replay != "off" else ""
+    asked["router_replay"] = "" if cfg.actor.replay.afresh else cfg.actor.router_replay
     asked["router_agreement"] = cfg.actor.router_agreement
     if any(asked.values()) and not cfg.actor.address and not moe_model(cfg.actor.model):
         name = next(k for k, v in asked.items() if v)
         raise ValueError(f"actor.{name}={asked[name]}: {cfg.actor.model} is not a mixture of experts (no router)")
     r = cfg.rollout
-    setting = "actor.router_replay=r3" if cfg.actor.router_replay == "r3" else "actor.router_agreement=true"
+    setting = "actor.router_replay=r3" if cfg.actor.replay.rollouts else "actor.router_agreement=true"
     if cfg.actor.rollout_experts() and (r.multi_turn or r.agent or r.agent_command):
         raise ValueError(
             f"{setting} takes the experts of single-turn samples; a multi-turn or agent episode's "

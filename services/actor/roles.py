@@ -284,7 +284,7 @@ class ActorRole(PolicyRole):
         update, in ROUTED, which the update's passes then replay; none where the update is one mini-batch
         of one epoch (its one pass routes on those weights anyway)."""
         once = p.ppo_epochs == 1 and num_minibatches(total_rows, p.mini_batch_size) == 1
-        if p.router_replay == "r2" and not once and routers(self.engine.module):
+        if p.replay.own_first_pass and not once and routers(self.engine.module):
             part.batch[router_replay.ROUTED] = routing_rows(self.engine, part)
         return part
 
@@ -294,7 +294,7 @@ class ActorRole(PolicyRole):
         replay = router_replay.replay_of(self.engine.module) if router_replay.ROUTED in part.batch else None
         if replay is None:
             return self._update_ppo(part, p, total_rows, step)
-        replay.observe = p.router_replay == "off"
+        replay.observe = p.replay.afresh
         try:
             return self._update_ppo(part, p, total_rows, step)
         finally:
@@ -307,7 +307,7 @@ class ActorRole(PolicyRole):
             part, own_first = self.with_old_logprobs(part, p, total_rows, step, every_row=bool(p.rollout_rs))
         old_key = p.old_logprobs_key or OLD
         rejected = reject(part, p, old_key) if p.rollout_rs else {}
-        if p.router_replay == "r3" and p.router_agreement and "rollout_logprobs" in part.batch:
+        if p.replay.rollouts and p.router_agreement and "rollout_logprobs" in part.batch:
             rejected |= self.kl_afresh(part, p)
         rng = torch.Generator().manual_seed(seeds.step_seed(p.seed, step))  # clip_cov's picks, the same on resume
         shards = sequence.of(self.engine.module)  # split passes: the router losses read the whole row
