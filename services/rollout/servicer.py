@@ -273,7 +273,9 @@ class RolloutServicer:
                 if self.gate is not None:  # no step may see part of an update: paused until it finishes
                     self.gate.pause()
                 self.torn = True
-                self._load(refs, self.receiver.transport, self.receiver.cuda_ipc, self.receiver.staging, partial=True)
+                self._load(
+                    refs, self.receiver.transport.name, self.receiver.cuda_ipc, self.receiver.staging, partial=True
+                )
             status = self._status()
         missed, why = relay.result()
         status.relay_missed.extend(missed)

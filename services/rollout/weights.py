@@ -26,11 +26,12 @@ import math
 import torch
 from safetensors import safe_open
 
-from meshrl import cuda_ipc
 from meshrl.errors import FailedPrecondition, InvalidArgument, check_counter
 from meshrl.shm import SEAL_BYTES, WEIGHT_PREFIX, Segment, open_sealed, seal
 from meshrl.v1 import rollout_pb2
-from meshrl.weights import ALIGN, TRANSPORTS, ref_dtype, ref_nbytes
+from meshrl.weights import ALIGN, ref_dtype, ref_nbytes
+from services.rollout import transports
+from services.rollout.transports import RECEIVERS
 
 log = logging.getLogger(__name__)
 PEFT_PREFIX = "base_model.model."  # peft's names are those of a PeftModel, which wraps the HF model twice
@@ -127,7 +128,7 @@ class WeightReceiver:
         self._reset()
 
     def _reset(self) -> None:
-        self.version, self.transport, self.total, self.bucket_bytes = 0, "", 0, 0
+        self.version, self.transport, self.total, self.bucket_bytes = 0, RECEIVERS["shm"], 0, 0
         self.refs: dict = {}
         self.received = 0  # bytes of the tensors announced so far
         self.data_bytes = 0  # stream: bytes received in this bucket (several buckets) or in all (one)
@@ -160,10 +161,8 @@ class WeightReceiver:
         check_counter(version, "BeginWeightUpdateRequest.version")
         if version <= current and not rollback:
             raise FailedPrecondition(f"weight version {version} is not newer than the version in use ({current})")
-        if transport not in TRANSPORTS:
-            raise InvalidArgument(f"transport must be one of {list(TRANSPORTS)}, got {transport!r}")
-        if transport == "cuda_ipc" and not torch.cuda.is_available():
-            raise InvalidArgument("cuda_ipc needs a GPU shared with the sender; use shm or stream")
+        way = transports.transport(transport)
+        way.check()
         expected, skip = (self._adapter_shapes(lora), set()) if lora is not None else (self.shapes, self.tied)
         most = max_bytes(expected, bool(skip))
         if not 0 < total_bytes <= most:
@@ -178,14 +177,14 @@ class WeightReceiver:
             log.warning("weight update %d abandoned for %d", self.version, version)
         self._reset()
         name, self.nonce = "", b""
-        if transport != "cuda_ipc":
+        if way.staged:
             if self.segment is None or self.segment.size - SEAL_BYTES < bucket_bytes:
                 if self.segment is not None:  # else reuse
                     self.segment.unlink()
                 self.segment = Segment.create(bucket_bytes + SEAL_BYTES, prefix=WEIGHT_PREFIX)
             # a fresh seal per update: a sender holding an older one (an abandoned update) writes no more
             name, self.nonce = self.segment.name, seal(self.segment)
-        self.version, self.transport, self.total, self.bucket_bytes = version, transport, total_bytes, bucket_bytes
+        self.version, self.transport, self.total, self.bucket_bytes = version, way, total_bytes, bucket_bytes
         self.expected, self.skip, self.lora = expected, skip, lora
         return name
 
@@ -235,59 +234,50 @@ class WeightReceiver:
             self._reset()
             raise
 
-    def _bucket(self, b, data: memoryview) -> None:  # noqa: C901 - one check per way a bucket can be refused, in order
+    def _bucket(self, b, data: memoryview) -> None:
         if not self.in_progress:
             raise FailedPrecondition("no weight update in progress: call BeginWeightUpdate first")
         if b.version != self.version:
             raise InvalidArgument(f"bucket for version {b.version}, but version {self.version} is being received")
         for ref in b.refs:
-            if ref.name in self.skip:
-                continue
-            if ref.name not in self.expected:
-                if self.lora is not None:
-                    raise InvalidArgument(
-                        f"tensor {ref.name!r} is not in this adapter: LoraAdapter.target_modules of this model "
-                        f"have peft's names, e.g. {next(iter(self.expected))!r}"
-                    )
-                raise InvalidArgument(f"tensor {ref.name!r} is not a parameter of this model")
-            if list(ref.shape) != self.expected[ref.name]:
-                raise InvalidArgument(
-                    f"tensor {ref.name!r} has shape {list(ref.shape)}, the model's is {self.expected[ref.name]}"
-                )
-            if not ref_dtype(ref).is_floating_point:
-                raise InvalidArgument(f"tensor {ref.name!r}: weights must be floating point")
-            if ref.offset + ref_nbytes(ref) > self.bucket_bytes:
-                raise InvalidArgument(f"tensor {ref.name!r} runs past the bucket's {self.bucket_bytes} bytes")
-            if ref.name in self.refs:
-                raise InvalidArgument(f"tensor {ref.name!r} sent twice")
-            self.received += ref_nbytes(ref)
-            if self.received > self.total:
-                raise InvalidArgument(f"tensors past the {self.total} announced bytes")
-            self.refs[ref.name] = ref
+            self._ref(ref)
         if b.cuda_ipc_copies and not b.HasField("cuda_ipc"):
             raise InvalidArgument("WeightBucket.cuda_ipc_copies without WeightBucket.cuda_ipc")
         if b.HasField("cuda_ipc"):
-            if self.transport != "cuda_ipc":
-                raise InvalidArgument(f"a CUDA IPC handle came for the {self.transport} transport")
-            self.cuda_ipc = [cuda_ipc.handle_fields(h) for h in (b.cuda_ipc, *b.cuda_ipc_copies)]
+            self.transport.handle(self, b)
         if b.shm_source:
-            self._source(b.shm_source, b.shm_source_nonce)
+            self.transport.source(self, b.shm_source, b.shm_source_nonce)
         if len(data):
-            if self.transport != "stream":
-                raise InvalidArgument(f"bucket data are for the stream transport, not {self.transport}")
-            end = b.data_offset + len(data)
-            if end > self.bucket_bytes:
-                raise InvalidArgument(
-                    f"data at offset {b.data_offset} runs past the bucket's {self.bucket_bytes} bytes"
-                )
-            seg = self.segment
-            assert seg is not None and seg.map is not None  # staged at Begin, bucket_bytes (> 0) large
-            seg.map[b.data_offset : end] = data
-            self.data_bytes += len(data)
+            self.transport.data(self, b, data)
 
-    def _source(self, name: str, nonce: bytes) -> None:
-        if self.transport != "shm":
-            raise InvalidArgument(f"WeightBucket.shm_source is for the shm transport, not {self.transport}")
+    def _ref(self, ref) -> None:
+        """A tensor of the bucket, checked against what the update holds, then counted."""
+        if ref.name in self.skip:
+            return
+        if ref.name not in self.expected:
+            if self.lora is not None:
+                raise InvalidArgument(
+                    f"tensor {ref.name!r} is not in this adapter: LoraAdapter.target_modules of this model "
+                    f"have peft's names, e.g. {next(iter(self.expected))!r}"
+                )
+            raise InvalidArgument(f"tensor {ref.name!r} is not a parameter of this model")
+        if list(ref.shape) != self.expected[ref.name]:
+            raise InvalidArgument(
+                f"tensor {ref.name!r} has shape {list(ref.shape)}, the model's is {self.expected[ref.name]}"
+            )
+        if not ref_dtype(ref).is_floating_point:
+            raise InvalidArgument(f"tensor {ref.name!r}: weights must be floating point")
+        if ref.offset + ref_nbytes(ref) > self.bucket_bytes:
+            raise InvalidArgument(f"tensor {ref.name!r} runs past the bucket's {self.bucket_bytes} bytes")
+        if ref.name in self.refs:
+            raise InvalidArgument(f"tensor {ref.name!r} sent twice")
+        self.received += ref_nbytes(ref)
+        if self.received > self.total:
+            raise InvalidArgument(f"tensors past the {self.total} announced bytes")
+        self.refs[ref.name] = ref
+
+    def open_source(self, name: str, nonce: bytes) -> None:
+        """shm: the bucket lies in another replica's segment, sealed by it for this update."""
         if self.source is not None and self.source.name != name:
             raise InvalidArgument(f"one bucket in two segments: {self.source.name!r} and {name[:100]!r}")
         try:
@@ -306,11 +296,7 @@ class WeightReceiver:
 
     def _check_data(self, refs: list) -> None:
         """What the bucket (or the whole update) needs before it is loaded."""
-        need = sum(ref_nbytes(r) for r in refs)
-        if self.transport == "stream" and self.data_bytes != need:
-            raise InvalidArgument(f"update incomplete: {self.data_bytes} of {need} bytes received")
-        if self.transport == "cuda_ipc" and self.cuda_ipc is None and refs:
-            raise InvalidArgument("update incomplete: no CUDA IPC handle received")
+        self.transport.complete(self, refs)
 
     def finish(self, version: int) -> Finished:
         """What is left to load; the update is over either way."""
@@ -329,9 +315,9 @@ class WeightReceiver:
             if self.lora is not None:
                 lora, tensors = self.lora, {**self.adapter, **self.read(refs)}
                 adapter = Adapter(lora.rank, lora.alpha, list(lora.target_modules), tensors)
-                return Finished([], self.transport, None, adapter, len(tensors))
+                return Finished([], self.transport.name, None, adapter, len(tensors))
             return Finished(
-                [plain(r) for r in refs], self.transport, self.cuda_ipc, None, len(self.expected), self.staging
+                [plain(r) for r in refs], self.transport.name, self.cuda_ipc, None, len(self.expected), self.staging
             )
         finally:
             self._reset()
@@ -341,13 +327,7 @@ class WeightReceiver:
         reused for the next bucket or update)."""
         if not refs:
             return {}
-        if self.transport == "cuda_ipc":
-            assert self.cuda_ipc is not None  # _check_data saw the handle
-            views = cuda_ipc.views(cuda_ipc.open_copy(self.cuda_ipc), [plain(r) for r in refs])
-        else:
-            seg = self.source or self.segment
-            assert seg is not None  # staged at Begin
-            views = [(r.name, seg.tensor(ref_dtype(r), list(r.shape), r.offset)) for r in refs]
+        views = self.transport.views(self, refs, plain)
         return {name: t.to("cpu", copy=True) for name, t in views}
 
     def close(self) -> None:
