@@ -105,11 +105,11 @@ class ActorSection(PolicyLossSettings, EpochSettings, OptimSettings, EngineSetti
 
 
 @dataclasses.dataclass
-class RefSection(Checked):
-    """The frozen reference policy: the actor's model and engine settings."""
+class Ranks(Checked):
+    """The ranks of a service the run starts beside the actor (the ref, the critic, a teacher); the
+    actor's own are RankSettings, which its service's flags share."""
 
-    address: str = ""  # a running ref service; empty: start one when the algorithm needs it
-    world_size: int | str = "auto"  # ranks of the ref's process group (auto: as the actor's)
+    world_size: int | str = "auto"  # ranks of its process group (auto: one per visible GPU, or 1 on CPU)
 
     def __post_init__(self) -> None:
         self.world_size = hosts.world_size(self.world_size)
@@ -117,18 +117,20 @@ class RefSection(Checked):
 
 
 @dataclasses.dataclass
-class TeacherSection(Checked):
+class RefSection(Ranks):
+    """The frozen reference policy: the actor's model and engine settings."""
+
+    address: str = ""  # a running ref service; empty: start one when the algorithm needs it
+
+
+@dataclasses.dataclass
+class TeacherSection(Ranks):
     """On-policy distillation's teacher (docs/training.md "On-policy distillation"): a frozen model with the
     student's tokenizer, served as the ref is (the actor's engine settings), that gives each sampled token
     its log-prob. Naming one (model or address) turns distillation on in the policy-gradient loops."""
 
     model: str = ""  # the teacher's HF model folder; empty with an empty address: no teacher
     address: str = ""  # a running teacher (an actor service in the ref role); empty: start one from model
-    world_size: int | str = "auto"  # ranks of its process group (auto: one per GPU, or 1 on CPU)
-
-    def __post_init__(self) -> None:
-        self.world_size = hosts.world_size(self.world_size)
-        super().__post_init__()
 
     @property
     def given(self) -> bool:
@@ -136,18 +138,16 @@ class TeacherSection(Checked):
 
 
 @dataclasses.dataclass
-class CriticSection(ValueLossSettings):
+class CriticSection(ValueLossSettings, Ranks):
     """PPO's value model: the actor's engine and optimizer settings, with its own model and learning rate."""
 
     model: str = ""  # empty: the actor's model with a value head
     address: str = ""  # a running critic service; empty: start one (ppo)
-    world_size: int | str = "auto"  # ranks of the critic's process group (auto: as the actor's)
     lr: float = 1e-5  # the critic's learning rate
     lora_rank: int = 0  # > 0: the critic trains a LoRA adapter of this rank (actor.lora_alpha, lora_dropout and
     #   lora_target_modules) and its value head in full; 0: the whole critic trains
 
     def __post_init__(self) -> None:
-        self.world_size = hosts.world_size(self.world_size)
         super().__post_init__()
         require(self.lr > 0, self, "lr", "must be > 0")
         require(self.lora_rank >= 0, self, "lora_rank", "must be >= 0 (0: no adapter)")
