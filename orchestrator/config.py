@@ -27,9 +27,9 @@ from meshrl.config.actor import EngineSettings, OptimSettings, RankSettings
 from meshrl.config.checked import Checked, FieldError, one_of, require
 from meshrl.config.env import EnvSettings
 from meshrl.config.losses import (
-    DPO_LOSSES,
     KL_CONTROLLERS,
     KL_ESTIMATORS,
+    DPOSettings,
     EpochSettings,
     PolicyLossSettings,
     RolloutISSettings,
@@ -199,6 +199,8 @@ class RolloutSection(RolloutSettings):
     agent_workers: int = 2  # rollout.agent: worker processes, each playing its share of rollout.concurrency
     #   episodes at once on threads (agent_command: rollout.concurrency commands at once)
     agent_timeout: float = 300.0  # seconds an agent episode may take; past it, it is killed and lost
+    agent_python: str = ""  # rollout.agent: the Python (>= 3.9) its workers run in, e.g. a venv's bin/python
+    #   with the agent's framework (meshrl need not be installed there); empty: meshrl's own
     merge_lora: bool = False  # an actor training a LoRA adapter (actor.lora_rank) pushes the base weights with
     #   the adapter merged in, for a rollout without LoRA support; false: the adapter alone (megabytes), which
     #   a rollout the run starts takes (its max_lora_rank is raised to actor.lora_rank)
@@ -248,6 +250,7 @@ class RolloutSection(RolloutSettings):
             require(not self.multi_turn, self, "agent", "plays its own episodes: leave {multi_turn} false")
             require(self.agent_workers >= 1, self, "agent_workers", "must be >= 1")
             require(self.agent_timeout > 0, self, "agent_timeout", "must be > 0 seconds")
+        require(not self.agent_python or self.agent, self, "agent_python", "is read with {agent}")
         require(self.weight_bucket_mb >= 1, self, "weight_bucket_mb", "must be >= 1")
         require(self.partial_tokens >= 0, self, "partial_tokens", "must be >= 0 (0: max_new_tokens // 4)")
         require(self.partial or not self.partial_tokens, self, "partial_tokens", "is read with {partial}=true")
@@ -282,7 +285,7 @@ class EnvSection(EnvSettings):
 
 
 @dataclasses.dataclass
-class AlgorithmSection(RolloutISSettings):
+class AlgorithmSection(RolloutISSettings, DPOSettings):
     adv_estimator: str = ""  # empty: the command's own (ppo: gae, grpo, rloo, reinforce: reinforce_plus_plus)
     gamma: float = 1.0  # discount (GAE)
     lam: float = 1.0  # GAE's lambda
@@ -294,10 +297,6 @@ class AlgorithmSection(RolloutISSettings):
     kl_target: float = 0.1  # adaptive: the KL it steers to
     kl_horizon: int = 10000  # adaptive: samples over which it adjusts
     distill_coef: float = 1.0  # with a teacher: x (teacher's - sampler's log-prob) per token, in the advantages
-    dpo_beta: float = 0.1  # DPO's inverse temperature
-    dpo_loss: str = "sigmoid"  # sigmoid or ipo
-    dpo_label_smoothing: float = 0.0  # sigmoid: the share of preferences taken as flipped (conservative DPO;
-    #   TRL's and OpenRLHF's label_smoothing), in [0, 0.5)
     overlong_buffer: int = 0  # DAPO's overlong reward shaping: a response's last this many tokens before
     #   rollout.max_new_tokens cost a penalty growing linearly to overlong_penalty at the limit; 0: off
     overlong_penalty: float = 1.0  # the penalty at the limit (DAPO's penalty factor)
@@ -312,8 +311,6 @@ class AlgorithmSection(RolloutISSettings):
         super().__post_init__()
         one_of(self, "kl_penalty", KL_ESTIMATORS)
         one_of(self, "kl_ctrl", KL_CONTROLLERS)
-        one_of(self, "dpo_loss", DPO_LOSSES)
-        require(0 <= self.dpo_label_smoothing < 0.5, self, "dpo_label_smoothing", "must be in [0, 0.5)")
         require(self.overlong_buffer >= 0, self, "overlong_buffer", "must be >= 0 (0: off)")
         require(self.overlong_penalty >= 0, self, "overlong_penalty", "must be >= 0 (a penalty's size)")
         one_of(self, "dynamic_sampling_metric", ("acc", "score"))
