@@ -27,9 +27,9 @@ from meshrl.config.actor import EngineSettings, OptimSettings, RankSettings
 from meshrl.config.checked import Checked, FieldError, one_of, require
 from meshrl.config.env import EnvSettings
 from meshrl.config.losses import (
+    DPO_LOSSES,
     KL_CONTROLLERS,
     KL_ESTIMATORS,
-    DPOSettings,
     EpochSettings,
     PolicyLossSettings,
     RolloutISSettings,
@@ -285,7 +285,7 @@ class EnvSection(EnvSettings):
 
 
 @dataclasses.dataclass
-class AlgorithmSection(RolloutISSettings, DPOSettings):
+class AlgorithmSection(RolloutISSettings):
     adv_estimator: str = ""  # empty: the command's own (ppo: gae, grpo, rloo, reinforce: reinforce_plus_plus)
     gamma: float = 1.0  # discount (GAE)
     lam: float = 1.0  # GAE's lambda
@@ -297,6 +297,10 @@ class AlgorithmSection(RolloutISSettings, DPOSettings):
     kl_target: float = 0.1  # adaptive: the KL it steers to
     kl_horizon: int = 10000  # adaptive: samples over which it adjusts
     distill_coef: float = 1.0  # with a teacher: x (teacher's - sampler's log-prob) per token, in the advantages
+    dpo_beta: float = 0.1  # DPO's inverse temperature
+    dpo_loss: str = "sigmoid"  # sigmoid or ipo
+    dpo_label_smoothing: float = 0.0  # sigmoid: the share of preferences taken as flipped (conservative DPO;
+    #   TRL's and OpenRLHF's label_smoothing), in [0, 0.5)
     overlong_buffer: int = 0  # DAPO's overlong reward shaping: a response's last this many tokens before
     #   rollout.max_new_tokens cost a penalty growing linearly to overlong_penalty at the limit; 0: off
     overlong_penalty: float = 1.0  # the penalty at the limit (DAPO's penalty factor)
@@ -311,6 +315,8 @@ class AlgorithmSection(RolloutISSettings, DPOSettings):
         super().__post_init__()
         one_of(self, "kl_penalty", KL_ESTIMATORS)
         one_of(self, "kl_ctrl", KL_CONTROLLERS)
+        one_of(self, "dpo_loss", DPO_LOSSES)
+        require(0 <= self.dpo_label_smoothing < 0.5, self, "dpo_label_smoothing", "must be in [0, 0.5)")
         require(self.overlong_buffer >= 0, self, "overlong_buffer", "must be >= 0 (0: off)")
         require(self.overlong_penalty >= 0, self, "overlong_penalty", "must be >= 0 (a penalty's size)")
         one_of(self, "dynamic_sampling_metric", ("acc", "score"))

@@ -359,26 +359,16 @@ class PPOParams(Schedule, PolicyLossSettings, RolloutISSettings):
 
 
 @dataclasses.dataclass
-class DPOSettings(Checked):
-    """Online DPO's loss: a run's algorithm.dpo_* and the actor's DPO update read the same fields."""
-
-    dpo_beta: float = 0.1
-    """DPO's inverse temperature."""
-    dpo_loss: str = "sigmoid"
-    """sigmoid or ipo."""
-    dpo_label_smoothing: float = 0.0
-    """sigmoid: the share of preferences taken as flipped (conservative DPO; TRL's and OpenRLHF's
-    label_smoothing), in [0, 0.5)."""
+class DPOParams(Schedule):
+    beta: float = 0.1
+    loss_type: str = "sigmoid"
+    label_smoothing: float = 0.0
+    temperature: float = 1.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        one_of(self, "dpo_loss", DPO_LOSSES)
-        require(0 <= self.dpo_label_smoothing < 0.5, self, "dpo_label_smoothing", "must be in [0, 0.5)")
-
-
-@dataclasses.dataclass
-class DPOParams(Schedule, DPOSettings):
-    temperature: float = 1.0
+        one_of(self, "loss_type", DPO_LOSSES)
+        require(0 <= self.label_smoothing < 0.5, self, "label_smoothing", "must be in [0, 0.5)")
 
 
 @dataclasses.dataclass

@@ -4,7 +4,7 @@ so only the keys named differently in a run (the DPO knobs under algorithm.*) an
 decides are written here."""
 
 from meshrl.config.checked import values_of
-from meshrl.config.losses import DPOSettings, EpochSettings, PolicyLossSettings, RolloutISSettings, ValueLossSettings
+from meshrl.config.losses import EpochSettings, PolicyLossSettings, RolloutISSettings, ValueLossSettings
 from orchestrator.config import Config
 
 
@@ -29,7 +29,9 @@ def value_params(cfg: Config) -> dict:
 
 
 def dpo_params(cfg: Config) -> dict:
-    return {**schedule(cfg), **values_of(DPOSettings, cfg.algorithm), "temperature": cfg.rollout.temperature}
+    al = cfg.algorithm
+    dpo = {"beta": al.dpo_beta, "loss_type": al.dpo_loss, "label_smoothing": al.dpo_label_smoothing}
+    return {**schedule(cfg), **dpo, "temperature": cfg.rollout.temperature}
 
 
 def sft_params(cfg: Config) -> dict:

@@ -394,9 +394,9 @@ class ActorRole(PolicyRole):
             seq[1::2][valid],
             ref[0::2][valid],
             ref[1::2][valid],
-            beta=p.dpo_beta,
-            loss_type=p.dpo_loss,
-            label_smoothing=p.dpo_label_smoothing,
+            beta=p.beta,
+            loss_type=p.loss_type,
+            label_smoothing=p.label_smoothing,
         )
 
 
