@@ -6,6 +6,7 @@ Its rooms, each importing only the ones listed before it (tests/unit/test_import
   batches, a seeded resumable sampler; timer: the step's phase clock (timing_s/<phase>).
 - lifecycle/: the services a run uses: start them or reach given ones (services), the calls on them
   (mesh), the checks before and at the start (preflight, agreement).
+- agents/: agents written against the OpenAI API, played as episodes (sampling/agents drives them).
 - sampling/: a step's samples: one call or chunks, multi-turn episodes, ahead of the step (pipeline), and
   what a step samples and pushes weights through (rollouts).
 - loops/: the step contract (algorithm), one step per algorithm (policy_gradient, dpo, sft), and the loss
@@ -14,6 +15,10 @@ Its rooms, each importing only the ones listed before it (tests/unit/test_import
 - run/: the loop every algorithm shares (trainer), the run's state (state), validation, checkpoints and
   recovery.
 - main, ray_launch: `meshrl ALGORITHM ...` with local services, `meshrl ray ALGORITHM ...` on Ray.
+- `meshrl config from-verl` (they import config and verl_keys only): a shell script read as bash would run
+  it, nothing run (shell_syntax: parsing; shell_words: variables and expansions; shell: running up to a
+  command sought), a verl launch script's verl command read from it (verl_script), verl's defaults
+  (verl_defaults) and its keys mapped to ours (from_verl).
 
 The orchestrator talks to services only through gRPC clients (meshrl.clients, meshrl.rpc).
 """

@@ -1,10 +1,11 @@
-"""orchestrator/verl_script.py: a launch script's verl settings as the shell gives them (word splitting,
-quoting, arrays, parameter expansions, if/case, functions), or a one-line refusal naming what only running
-the script would tell, never a guess."""
+"""orchestrator/verl_script.py (over orchestrator/shell.py): a launch script's verl settings as the shell
+gives them (word splitting, quoting, arrays, parameter expansions, if/case, functions), or a one-line
+refusal naming what only running the script would tell, never a guess."""
 
 import pytest
 
 from orchestrator.from_verl import convert, read
+from orchestrator.shell import Shell
 from orchestrator.verl_script import read_script
 
 RUN = "python3 -m verl.trainer.main_ppo"
@@ -168,3 +169,16 @@ let "epochs = 3"
     assert overrides == {"a.n": 4, "a.doubled": 16}  # the global n again after the call
     assert unread["a.steps"][1] == "needs the shell (steps, set by `((steps++))` (line 5), not read here)"
     assert unread["a.epochs"][1] == 'needs the shell (epochs, set by `let "epochs = 3"` (line 6))'
+
+
+def test_the_shell_reader_knows_nothing_of_verl():
+    """orchestrator/shell.py runs a script up to any command it is told to seek; verl_script.py gives it
+    verl's entry points and reads the Hydra words after them."""
+    shell = Shell({"train.py"}, "its training command")
+    reached = shell.reach('STEPS=${STEPS:-10}\nARGS=(--lr 1e-3)\ntorchrun train.py --steps $STEPS "${ARGS[@]}"\n')
+    assert reached is not None and reached[1] == 3  # the line of the command
+    assert [f.text for f in reached[0]] == ["--steps", "10", "--lr", "1e-3"]
+    assert shell.taken() == ["its own defaults, as if the environment set none of: STEPS"]
+    assert Shell({"train.py"}, "its training command").reach("echo no such command\n") is None
+    with pytest.raises(ValueError, match="line 1: the script ends .* before its training command"):
+        Shell({"train.py"}, "its training command").reach("exit 1\ntorchrun train.py\n")
