@@ -250,7 +250,7 @@ class RolloutSection(RolloutSettings):
             require(not self.multi_turn, self, "agent", "plays its own episodes: leave {multi_turn} false")
             require(self.agent_workers >= 1, self, "agent_workers", "must be >= 1")
             require(self.agent_timeout > 0, self, "agent_timeout", "must be > 0 seconds")
-        require(not self.agent_python or self.agent, self, "agent_python", "is read with {agent}")
+        require(not self.agent_python or bool(self.agent), self, "agent_python", "is read with {agent}")
         require(self.weight_bucket_mb >= 1, self, "weight_bucket_mb", "must be >= 1")
         require(self.partial_tokens >= 0, self, "partial_tokens", "must be >= 0 (0: max_new_tokens // 4)")
         require(self.partial or not self.partial_tokens, self, "partial_tokens", "is read with {partial}=true")
