@@ -14,6 +14,7 @@ from services.actor.batches import num_minibatches
 
 DATA = pathlib.Path(__file__).parent / "data"
 VERL = DATA / "verl_grpo.yaml"
+LAUNCH = DATA / "verl_launch" / "test_from_verl"  # launch scripts written for these tests
 
 
 def converted(raw: dict):
@@ -165,10 +166,10 @@ def test_what_ours_refuses_or_lacks_is_listed_not_dropped():
     assert converted({"algorithm": {"adv_estimator": "remax"}}).left[0][2].startswith("no command here")
 
 
-SCRIPTS = {  # verl's own examples (tests/unit/data/verl/README.md): what verl runs, as converted here
-    "run_qwen2-7b.sh": dict(n=5, steps=4, lr=1e-6, prompt=512, response=1024, model="Qwen/Qwen2-7B-Instruct"),
-    "run_dapo_qwen2.5_32b.sh": dict(n=16, steps=16, lr=1e-6, prompt=2048, response=20480, model=None),
-    "test_dapo_7b_math.sh": dict(n=16, steps=16, lr=1e-6, prompt=2048, response=8192, model=None),
+SCRIPTS = {  # launch scripts in the shapes of verl's examples (LAUNCH, tests/unit/data/verl_launch/README.md)
+    "grpo_gsm8k_hub_model.sh": dict(n=5, steps=4, lr=1e-6, prompt=512, response=1024, model="Qwen/Qwen2.5-7B-Instruct"),
+    "dapo_recipe_dynamic_sampling.sh": dict(n=16, steps=16, lr=1e-6, prompt=2048, response=20480, model=None),
+    "dapo_7b_reward_kwargs.sh": dict(n=16, steps=16, lr=1e-6, prompt=2048, response=8192, model=None),
 }
 
 
@@ -176,7 +177,7 @@ SCRIPTS = {  # verl's own examples (tests/unit/data/verl/README.md): what verl r
 def test_verls_example_scripts_convert_to_what_verl_runs(name, tmp_path):
     want = SCRIPTS[name]
     out = tmp_path / "meshrl.yaml"
-    assert main(["config", "from-verl", str(DATA / "verl" / name), "--out", str(out)]) == 0
+    assert main(["config", "from-verl", str(LAUNCH / name), "--out", str(out)]) == 0
     cfg = load_config(str(out))
     assert cfg.rollout.n == want["n"] and optimizer_steps(cfg) == want["steps"] and cfg.actor.lr == want["lr"]
     assert cfg.data.max_prompt_length == want["prompt"] and cfg.rollout.max_new_tokens == want["response"]
@@ -191,7 +192,7 @@ def test_verls_example_scripts_convert_to_what_verl_runs(name, tmp_path):
         assert cfg.actor.clip_ratio_high == 0.28 and cfg.actor.warmup_steps == 10 and cfg.actor.weight_decay == 0.1
         assert cfg.algorithm.overlong_buffer == 4096 and cfg.algorithm.overlong_penalty == 1.0
         assert cfg.actor.micro_batch_tokens == (2048 + want["response"]) * (2 if "7b" in name else 1)
-    if name == "run_dapo_qwen2.5_32b.sh":  # recipe.dapo.main_dapo, with dynamic sampling
+    if name == "dapo_recipe_dynamic_sampling.sh":  # recipe.dapo.main_dapo, with dynamic sampling
         assert cfg.algorithm.dynamic_sampling and cfg.algorithm.dynamic_sampling_metric == "acc"
         assert cfg.algorithm.max_sample_rounds == 10 and "data.gen_batch_size: 1536" in text
 
@@ -247,7 +248,7 @@ python3 -m verl.trainer.main_ppo \\
 
 
 def test_a_raw_verl_file_given_to_config_points_to_from_verl(tmp_path):
-    for path in (VERL, DATA / "verl" / "run_qwen2-7b.sh"):
+    for path in (VERL, LAUNCH / "grpo_gsm8k_hub_model.sh"):
         with pytest.raises(ValueError) as e:
             load_config(str(path))
         assert f"convert it with `meshrl config from-verl {path} --out meshrl.yaml`" in str(e.value)
