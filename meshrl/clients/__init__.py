@@ -2,6 +2,8 @@
 
 A remote service may be any server that speaks the proto (ours, or one in
 another language), so replies are validated here, with errors naming the sample.
+
+- reward: RewardClient, a batch scored on any RewardService server and the reply checked.
 """
 
 from meshrl.clients.reward import RewardClient, Scores

@@ -5,6 +5,8 @@
 - protowire: varints and field scanning, the protobuf wire format by hand.
 - frame: DataProto <-> meshrl.v1.DataProto bytes, zero-copy on decode.
 - payload: a request/response message with its DataProto, unary or as a row stream.
+- packing: packed tensors, verl's padded layout written once unpadded and rebuilt exactly by the reader.
+- rawbytes: a message with one large `bytes` field (weight buckets), without protobuf copying the bytes.
 
 Names below are imported lazily, so `meshrl.codec.values` alone stays light.
 """

@@ -1,1 +1,6 @@
-"""The services a run uses: start or reach them (services), call them (mesh), check them (preflight, agreement)."""
+"""The services a run uses: start or reach them (services), call them (mesh), check them (preflight, agreement).
+
+- fleet: the rollout fleet (rollout.replicas or the addresses given) and which replica serves each call.
+- scorer_inputs: what the run's scorer reads from each row, checked against the data before any service starts.
+- tool_template: whether the model's chat template speaks tools, checked before any service starts.
+"""

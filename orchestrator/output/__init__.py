@@ -1,1 +1,2 @@
-"""What a run leaves: its logs as it goes, its report at the end."""
+"""What a run leaves: its logs as it goes (loggers: metrics, validation and samples to files and every sink
+asked for), its report at the end (report: curves.png and summary.md)."""

@@ -8,4 +8,5 @@
 - functions: load a function by spec, check what it returns.
 - pool / worker: the isolated worker processes (meshrl.pipes: how they are started and talk).
 - scorers/: the built-in rule scorers, by data_source.
+- main: `meshrl serve reward`, until SIGTERM.
 """

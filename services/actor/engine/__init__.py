@@ -1,5 +1,8 @@
 """Training engines, chosen by name: fsdp2, fsdp1, plain (auto: plain on one rank, fsdp2 on several).
 
+- base: Engine, what every engine does (forward, forward-backward with a given loss, optimizer step, state
+  dicts, checkpoints, offload); fsdp2, fsdp1 and plain decide only how the model is wrapped.
+
 Another engine (Megatron, torchtitan) is one more entry here; the roles do not change.
 """
 

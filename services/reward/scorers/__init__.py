@@ -4,6 +4,12 @@
 
 `default_compute_score` is the dispatcher, as verl's is; BY_DATA_SOURCE is the
 explicit table (no registration at import time).
+
+- arithmetic: the bundled arithmetic task, the integer answer on the response's first line.
+- gsm8k: GSM8K, the answer after '#### ' (strict) or the last number (flexible).
+- boxed_math: competition math, the last \\boxed{...} answer checked for equivalence with math-verify.
+- format_reward: whether the response follows a required layout (R1-style think/answer, or a row's regex).
+- visual: the bundled visual task (meshrl/tiny/visual.py), the shape named on the response's first line.
 """
 
 from collections.abc import Callable
