@@ -1,6 +1,8 @@
 """Where agents run: a pool of worker processes for a Python agent (rollout.agent=FILE.py:function), each
 playing several episodes at once on threads, or a process per episode for a command in any language
-(rollout.agent_command, orchestrator/agents/command.py).
+(rollout.agent_command, orchestrator/agents/command.py). The workers run in meshrl's interpreter or in
+the one rollout.agent_python names (an agent framework's own venv: interpreter.py), which is checked
+before the first worker starts.
 
     pool = agent_runner(cfg.rollout)           # AgentPool or CommandAgent
     result, error = pool.play(task, base_url, key)
@@ -10,7 +12,8 @@ An episode that overruns rollout.agent_timeout stops its worker with everything 
 process group: a thread cannot be stopped, a process can), which loses the episodes in flight there too,
 as the environment service's workers do; the next episode starts a fresh worker. An exception or a
 result that is not JSON loses that episode only, a crash that worker's episodes, each with `error`
-saying why. Workers start when the first episode needs them and serve the run's every step.
+saying why. Workers start when the first episode needs them and serve the run's every step; one that
+died is started again for the next episode.
 """
 
 import concurrent.futures
@@ -22,9 +25,9 @@ import select
 import threading
 from typing import Any
 
-from meshrl.lifeline import child_env
-from meshrl.pipes import Child, read_frame, write_frame
 from orchestrator.agents.command import CommandAgent
+from orchestrator.agents.interpreter import Process, check_python
+from orchestrator.agents.worker import read_frame, write_frame
 
 log = logging.getLogger(__name__)
 START_TIMEOUT = 120.0  # seconds a worker may take to import the agent
@@ -33,8 +36,8 @@ START_TIMEOUT = 120.0  # seconds a worker may take to import the agent
 class Worker:
     """One worker process and the episodes in flight on it, answered by id on its reader thread."""
 
-    def __init__(self, spec: str, threads: int):
-        self.child = Child("orchestrator.agents.worker", [spec, str(threads)], env=child_env())
+    def __init__(self, spec: str, threads: int, python: str = ""):
+        self.child = Process(python, [spec, str(threads)])
         self.pending: dict[int, concurrent.futures.Future] = {}
         self.ids = itertools.count(1)
         self.lock = threading.Lock()
@@ -95,26 +98,27 @@ class Worker:
 class AgentPool:
     """`workers` processes, each playing up to `threads` episodes at once on threads."""
 
-    def __init__(self, spec: str, workers: int, threads: int, timeout: float):
-        self.spec, self.threads, self.timeout = spec, threads, timeout
+    def __init__(self, spec: str, workers: int, threads: int, timeout: float, *, python: str = ""):
+        self.spec, self.threads, self.timeout, self.python = spec, threads, timeout, python
+        self.checked = not python  # meshrl's own interpreter needs no check
         self.slots: list[Worker | None] = [None] * workers
         # episodes sent at once are at most the workers' threads, so that an episode's clock starts when
         # it starts (validation and sampling ahead may play at the same time)
         self.room = threading.Semaphore(workers * threads)
         self.lock = threading.Lock()
         self.closed = False
-        # workers die with the thread that started them (meshrl.lifeline's kernel signal follows the thread):
-        # they are started on a thread that lives as long as the pool, not on a step's short-lived ones
-        self.starter = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="meshrl-agent-start")
 
     def _worker(self) -> Worker:
         """The least loaded live worker, started (or started again) where a slot has none."""
         with self.lock:
             if self.closed:
                 raise RuntimeError("the agent pool is closed")
+            if not self.checked:
+                check_python(self.python)
+                self.checked = True
             for i, w in enumerate(self.slots):
                 if w is None or w.lost:
-                    self.slots[i] = w = self.starter.submit(Worker, self.spec, self.threads).result()
+                    self.slots[i] = w = Worker(self.spec, self.threads, self.python)
             return min((w for w in self.slots if w is not None), key=lambda w: w.load)
 
     def play(self, task: dict, base_url: str, key: str) -> tuple[Any, str]:
@@ -147,7 +151,6 @@ class AgentPool:
             workers, self.slots = [w for w in self.slots if w is not None], []
         for w in workers:
             w.stop("the run is stopping")
-        self.starter.shutdown(wait=False, cancel_futures=True)
 
     def kill(self) -> None:
         """SIGKILL to every worker, waiting for nothing (the stop of last resort)."""
@@ -159,5 +162,14 @@ class AgentPool:
 def agent_runner(r) -> "AgentPool | CommandAgent":
     """The runner rollout.agent or rollout.agent_command names."""
     if r.agent:
-        return AgentPool(r.agent, r.agent_workers, -(-r.concurrency // r.agent_workers), r.agent_timeout)
+        threads = -(-r.concurrency // r.agent_workers)
+        return AgentPool(r.agent, r.agent_workers, threads, r.agent_timeout, python=r.agent_python)
     return CommandAgent(r.agent_command, r.agent_timeout)
+
+
+def check_agent_python(r) -> None:
+    """Before any service starts (preflight): the interpreter rollout.agent_python names runs Python >= 3.9
+    and imports the agent there (a worker started and stopped); ValueError in one line otherwise."""
+    if r.agent and r.agent_python:
+        check_python(r.agent_python)
+        Worker(r.agent, 1, r.agent_python).stop("checked")
