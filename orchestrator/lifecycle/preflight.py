@@ -33,6 +33,7 @@ from meshrl.config.reward import urls
 from meshrl.config.rollout import IN_FLIGHT, ROUTED_ON_CPU
 from meshrl.models import check_lora, is_moe
 from meshrl.vocab import difference, folder_tokenizer, special_difference
+from orchestrator.agents.pool import check_agent_python
 from orchestrator.config import Config
 from orchestrator.data import check_inputs
 from orchestrator.lifecycle import scorer_inputs, tool_template
@@ -57,6 +58,7 @@ def check(cfg: Config, roles: set[str], local: bool = True) -> None:
         check_multi_turn(cfg, roles)
     if cfg.rollout.agent.partition(":")[0].endswith(".py"):
         check_function_spec(cfg.rollout.agent, "rollout.agent")
+    check_agent_python(cfg.rollout)  # the named Python runs and imports the agent, before anything starts
     tool_template.check(cfg, roles)  # on the tool path: the chat template renders tools, calls and results
     if "reward" in roles and not cfg.reward.address:
         check_reward(cfg)

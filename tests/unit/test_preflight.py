@@ -96,6 +96,11 @@ def checked(algorithm, overrides):
         ),
         ("grpo", ["rollout.agent=a.py:f", "rollout.multi_turn=true"], r"leave rollout.multi_turn false"),
         ("dpo", ["rollout.agent=examples/agents/calculator.py:agent"], r"rollout.agent works with ppo, grpo"),
+        (
+            "grpo",
+            ["rollout.agent=examples/agents/calculator.py:agent", "rollout.agent_python=/no/such/python"],
+            r"rollout.agent_python=/no/such/python",
+        ),
         ("grpo", ["trainer.run_dir="], r"trainer.run_dir is empty"),
         ("grpo", ["reward.model=/no/such/rm"], r"reward.model=/no/such/rm is not a HuggingFace model folder"),
         ("grpo", ["reward.model=/no/such/rm", "reward.function=r.py:f"], r"reward.function and reward.model both set"),
