@@ -11,7 +11,8 @@ what it takes from each row against the data: scorer_inputs) or that something
 listens at reward.url, engine, world and tensor-parallel sizes
 against the batch and the GPUs, a LoRA adapter against the model, sequence
 lengths across sections and against the model's positions, the chat template on the tool path
-(tool_template), a teacher's tokenizer against the student's, and the loggers' packages. Services started
+(tool_template), a teacher's tokenizer against the student's, the loggers' packages, and what the actor
+model's family cannot do here (meshrl/families.py: packing, a rollout backend, pictures). Services started
 elsewhere (an `address` given) are checked only where the config says what they must be.
 """
 
@@ -31,6 +32,7 @@ from meshrl.config.actor import EngineSettings
 from meshrl.config.checked import values_of
 from meshrl.config.reward import urls
 from meshrl.config.rollout import IN_FLIGHT, ROUTED_ON_CPU
+from meshrl.families import check_family
 from meshrl.models import check_lora, is_moe
 from meshrl.vocab import difference, folder_tokenizer, special_difference
 from orchestrator.agents.pool import check_agent_python
@@ -47,6 +49,7 @@ def check(cfg: Config, roles: set[str], local: bool = True) -> None:
     """local: the services start on this machine (not placed by Ray), so its GPUs bound their ranks."""
     check_inputs(cfg)
     check_model_folders(cfg, roles)
+    check_family(cfg, roles)  # what the model's family cannot do here (meshrl/families.py), from its config
     check_run_dir(cfg)
     check_addresses(cfg, roles)
     warn_unread(cfg, roles)
