@@ -3,7 +3,9 @@
 A prompt sampled n times is run once: its keys and values (all but its last
 token) are computed for the distinct prompts and repeated n times into the
 cache generate starts from, as vLLM shares a prompt's blocks among its n
-samples. Log-probs are those of generate's own logits (raw, over the
+samples (not for families whose cache or positions cannot be continued from
+such a prefill, meshrl/families.shares_prefill: each sample runs the whole
+prompt there). Log-probs are those of generate's own logits (raw, over the
 temperature), the same quantity the actor computes. Stop strings cut the
 response after the token that completes them.
 
@@ -35,6 +37,7 @@ from meshrl.algos.moe import routers
 from meshrl.algos.router_replay import GenerationRecord
 from meshrl.config.rollout import RolloutConfig
 from meshrl.errors import Aborted, InvalidArgument
+from meshrl.families import shares_prefill
 from meshrl.models import causal_class, end_ids, weight_tensors
 from meshrl.shm import attach
 from meshrl.vision import ImageError, Processor, is_vision
@@ -83,6 +86,7 @@ class HFBackend:
         config = AutoConfig.from_pretrained(cfg.model)
         model = causal_class(config).from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype))
         self.pictures = Processor(cfg.model) if is_vision(config) else None  # a vision-language model's
+        self.share_prefill = shares_prefill(config.to_dict())  # n samples from one prefill (meshrl/families.py)
         self.offsets = [m for m in model.modules() if hasattr(m, "rope_deltas")]  # its modules keeping them
         self.model = model.to(self.device)
         self.model.eval()
@@ -148,7 +152,8 @@ class HFBackend:
         ids = torch.tensor([[self.pad] * (width - len(p)) + p for p in prompts], device=self.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
         # a prompt with pictures runs whole in generate (its positions are Qwen2-VL's three-axis ones)
-        cache = self._prefill(ids, mask, s.n) if s.n > 1 and width > 1 and seen is None else None
+        shared = s.n > 1 and width > 1 and seen is None and self.share_prefill
+        cache = self._prefill(ids, mask, s.n) if shared else None
         ids, mask = ids.repeat_interleave(s.n, 0), mask.repeat_interleave(s.n, 0)
         if seen is not None:
             assert self.pictures is not None
@@ -167,7 +172,7 @@ class HFBackend:
         out = self.model.generate(
             input_ids=ids,
             attention_mask=mask,
-            past_key_values=cache,
+            **({"past_key_values": cache} if cache is not None else {}),  # GPT-1's generate takes none
             max_new_tokens=s.max_new_tokens,
             eos_token_id=eos,
             pad_token_id=self.pad,
