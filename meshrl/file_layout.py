@@ -53,6 +53,14 @@ def to_files(model, named: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return revert_weight_conversion(model, dict(named))
 
 
+def tied(model) -> set[str]:
+    """The files' names of the model's tied weights (a head that is its embedding: Gemma-3's
+    language_model.lm_head.weight, BioGPT's output_projection.weight): a push may carry them, as memory and
+    state_dict() hold them, and the files do not."""
+    keys = getattr(model, "all_tied_weights_keys", None) or {}
+    return set(to_files(model, {k: torch.empty(0, device="meta") for k in keys}))
+
+
 def to_memory(model, named: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The files' tensors (every part a memory tensor is made of, e.g. all of a layer's experts) under memory's
     names: transformers' load-time conversion without the loading. ValueError names a tensor whose parts are

@@ -129,9 +129,11 @@ class RolloutServicer:
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.model)
         self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         config = AutoConfig.from_pretrained(cfg.model)
-        tied = bool(getattr(config, "tie_word_embeddings", False))
+        tied_names = file_layout.tied(file_layout.shell(config))  # what a push may name a tied head
+        tied = bool(getattr(config, "tie_word_embeddings", False)) or bool(tied_names)
         self.vocab_size = getattr(config, "vocab_size", None) or len(self.tokenizer)
-        self.receiver = WeightReceiver(checkpoint_shapes(cfg.model), tied, cfg.max_lora_rank, modules_of(config))
+        heads = {"lm_head.weight", *tied_names}
+        self.receiver = WeightReceiver(checkpoint_shapes(cfg.model), tied, cfg.max_lora_rank, modules_of(config), heads)
         self.backend = backend or make_backend(cfg)
         self.version = 0
         self.lora_rank, self.lora_version = 0, 0  # the adapter in use (its rank, the update it came in); 0: none

@@ -22,6 +22,7 @@ bad adapter update never tears anything and leaves the previous one in use.
 import dataclasses
 import logging
 import math
+from collections.abc import Collection
 
 import torch
 from safetensors import safe_open
@@ -114,13 +115,16 @@ class WeightReceiver:
         tied_embeddings: bool,
         max_lora_rank: int = 0,
         modules: dict[str, list[int]] | None = None,
+        heads: Collection[str] = ("lm_head.weight",),
     ):
         """modules: the parameters by the loaded model's own names where an adapter is named by those, not by
-        the files' (a vision-language model, whose files keep Qwen2-VL's older layout)."""
+        the files' (a vision-language model, whose files keep Qwen2-VL's older layout). heads: the names a
+        push gives the model's tied weights (file_layout.tied: Gemma-3's language_model.lm_head.weight,
+        BioGPT's output_projection.weight)."""
         self.shapes = shapes  # the model's parameters: what a full update holds
         self.modules = modules or shapes  # what an adapter's names are of
         # a tied lm_head is the embedding: senders may include it, the engine does not want it
-        self.tied = {"lm_head.weight"} if tied_embeddings and "lm_head.weight" not in shapes else set()
+        self.tied = set(heads) - shapes.keys() if tied_embeddings else set()
         self.max_lora_rank = max_lora_rank
         self.segment: Segment | None = None
         self.nonce = b""  # the segment's seal for the update in progress (shm, stream)
