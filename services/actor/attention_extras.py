@@ -31,6 +31,7 @@ IGNORED = frozenset(
         "output_router_logits",
         "output_hidden_states",
         "num_items_in_batch",
+        "logits_to_keep",  # a vision-language model's forward hands its own on to the language model's layers
     }
 )
 HONOURED = frozenset({"sliding_window", "s_aux", "softcap", "is_causal", "output_attentions"})

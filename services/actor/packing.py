@@ -377,5 +377,6 @@ def run_row(model: torch.nn.Module, micro: dict, pick, read: torch.Tensor, head_
             **({"logits_to_keep": read} if head_only_where_read else {}),
             **kw,
         ).logits[0]
-    picked = out if head_only_where_read else out[read]
+    # a model whose forward does not take logits_to_keep (VideoLLaMA-3's) gives every position's outputs
+    picked = out if head_only_where_read and len(out) == len(read) else out[read]
     return picked if sp is None else sp.gather(picked)
