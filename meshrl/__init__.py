@@ -16,8 +16,9 @@ orchestrator import from here; nothing here imports them.
 - settings: config/ (each service's typed settings and the losses' parameters), typed (a dict -> a config
   dataclass), flags (command-line flags from a config dataclass), seeds (every seed stream a run draws from).
 - models and weights: models (what a model folder builds into), moe_facts (a mixture of experts' facts),
-  families and family_table (what a model family cannot do here: preflight's family check), file_layout (tensors as checkpoint files hold them), vocab (tokenizer fingerprints), weights (weight
-  handoff, the sender's side), shm (shared-memory segments), cuda_ipc (CUDA IPC handles for a shared GPU).
+  families and family_table (what a model family cannot do here: preflight's family check), file_layout
+  (tensors as checkpoint files hold them), vocab (tokenizer fingerprints), weights (weight handoff, the
+  sender's side), shm (shared-memory segments), cuda_ipc (CUDA IPC handles for a shared GPU).
 - RL, rewards and tools: algos/ (the RL math as pure functions), reward_forms (verl's and TRL's reward
   function forms), tool_calls (tool-call parsers), vllm_tools (vLLM's parsers, each call answered),
   gateway/ (the OpenAI-compatible endpoint in front of the rollout).

@@ -110,8 +110,10 @@ def pictures_in(path: str, key: str) -> bool:
 
 
 def read_config(model: str) -> dict:
-    """A model folder's config.json."""
-    return json.loads((pathlib.Path(model) / "config.json").read_text())
+    """A model folder's config.json, as transformers reads the file (its Infinity and NaN spelled out)."""
+    from transformers import PretrainedConfig
+
+    return PretrainedConfig._dict_from_json_file(pathlib.Path(model) / "config.json")
 
 
 def check(config: dict, s: Settings) -> None:
@@ -138,7 +140,13 @@ def line(config: dict, limit: Limit) -> str:
 
 def limits(config: dict) -> list[Limit]:
     """Everything this family cannot do here, in the order of ASKED."""
-    config = complete(config)
+    from huggingface_hub.errors import StrictDataclassError
+
+    try:
+        config = complete(config)
+    except (TypeError, ValueError, StrictDataclassError) as e:  # what transformers cannot read, nothing loads
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return [Limit("train", f"transformers does not read its config.json ({reason[:160]})", {})]
     model_type = config.get("model_type", "")
     why = not_causal(config)
     if why:

@@ -83,9 +83,11 @@ def test_the_hf_rollout_prefills_once_where_the_family_can_continue_from_it():
         assert not shares_prefill(config_of(family)), family
 
 
-def test_an_unknown_family_is_refused():
+def test_an_unknown_family_or_an_unreadable_config_is_refused():
     with pytest.raises(ValueError, match=r"actor.model is my_llm .*transformers does not know this family"):
         check({"model_type": "my_llm", "architectures": ["MyLLMForCausalLM"]}, HF)
+    with pytest.raises(ValueError, match=r"actor.model is llama .*transformers does not read its config.json"):
+        check({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_attention_heads": "four"}, HF)
 
 
 def test_preflight_says_it_before_anything_starts(tmp_path, arithmetic_data):
