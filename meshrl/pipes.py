@@ -56,19 +56,28 @@ def read_frame(fd: int) -> Any | None:
 
 
 class Child:
-    """A worker process: requests go to task_w, replies come from res_r (both frames)."""
+    """A worker process: requests go to task_w, replies come from res_r (both frames). `command`: what
+    runs it instead of this interpreter's `-m module` (an agent's own Python and a script's path)."""
 
-    def __init__(self, module: str, args: list[str], env: dict[str, str] | None = None):
+    def __init__(
+        self, module: str, args: list[str], env: dict[str, str] | None = None, command: list[str] | None = None
+    ):
         task_r, self.task_w = os.pipe()
         self.res_r, res_w = os.pipe()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, *args, str(task_r), str(res_w)],
-            pass_fds=(task_r, res_w),
-            start_new_session=True,
-            env=env,
-        )  # own group: see kill
-        os.close(task_r)
-        os.close(res_w)
+        try:
+            self.proc = subprocess.Popen(
+                [*(command or [sys.executable, "-m", module]), *args, str(task_r), str(res_w)],
+                pass_fds=(task_r, res_w),
+                start_new_session=True,
+                env=env,
+            )  # own group: see kill
+        except OSError:
+            for fd in (self.task_w, self.res_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(task_r)
+            os.close(res_w)
 
     def signal_kill(self) -> None:
         """SIGKILL to the process and everything it started; safe from any thread, any number of times."""

@@ -12,9 +12,10 @@ would put its packages before the venv's own (a wrapper script that execs the in
 import os
 import pathlib
 import re
-import signal
 import subprocess
 import sys
+
+from meshrl.pipes import Child
 
 WORKER = str(pathlib.Path(__file__).resolve().with_name("worker.py"))
 MIN_VERSION = (3, 9)
@@ -52,38 +53,12 @@ def env_for(python: str) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in MESHRL_PYTHON_VARS}
 
 
-class Process:
+class Process(Child):
     """`PYTHON worker.py ARGS... READ_FD WRITE_FD` in a session of its own (a kill takes whatever the
-    agent started too): requests go to task_w, replies come from res_r."""
+    agent started too): requests go to task_w, replies come from res_r (meshrl/pipes.py's Child)."""
 
     def __init__(self, python: str, args: list[str]):
-        task_r, self.task_w = os.pipe()
-        self.res_r, res_w = os.pipe()
         try:
-            self.proc = subprocess.Popen(
-                [python or sys.executable, WORKER, *args, str(task_r), str(res_w)],
-                pass_fds=(task_r, res_w),
-                start_new_session=True,
-                env=env_for(python),
-            )
+            super().__init__("", args, env=env_for(python), command=[python or sys.executable, WORKER])
         except OSError as e:
-            for fd in (self.task_w, self.res_r):
-                os.close(fd)
             raise ValueError(f"rollout.agent_python={python} cannot run: {e.strerror or e}") from None
-        finally:
-            os.close(task_r)
-            os.close(res_w)
-
-    def signal_kill(self) -> None:
-        """SIGKILL to the process and everything it started; safe from any thread, any number of times."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-    def kill(self) -> int:
-        """Kill it, close the pipes, and return its exit code (call once, when no thread reads res_r)."""
-        self.signal_kill()
-        for fd in (self.task_w, self.res_r):
-            os.close(fd)
-        return self.proc.wait()
