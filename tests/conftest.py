@@ -98,6 +98,14 @@ def bpe_lm(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def bpe_tok(bpe_lm):
+    """bpe_lm's tokenizer: what the gateway's tests render chats and tool calls with."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(bpe_lm)
+
+
+@pytest.fixture(scope="session")
 def tiny_rm(tmp_path_factory):
     return make_model(tmp_path_factory.mktemp("models") / "rm", TinyModelConfig(kind="reward"))
 

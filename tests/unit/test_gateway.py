@@ -8,12 +8,10 @@ import json
 
 import openai
 import pytest
-from transformers import AutoTokenizer
 
 from meshrl.gateway.server import Gateway
 from meshrl.gateway.sessions import Session
 from meshrl.tiny.arithmetic import CALCULATOR
-from meshrl.tiny.models import TinyModelConfig, make_model
 
 CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2*3"}}\n</tool_call><|im_end|>'
 ANSWER = "6<|im_end|>"
@@ -33,10 +31,8 @@ class Scripted:
 
 
 @pytest.fixture(scope="module")
-def tok(tmp_path_factory):
-    small = {"hidden_size": 32, "intermediate_size": 64, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1}
-    model = make_model(tmp_path_factory.mktemp("gw") / "m", TinyModelConfig(family="qwen2", tokenizer="bpe", **small))
-    return AutoTokenizer.from_pretrained(model)
+def tok(bpe_tok):
+    return bpe_tok
 
 
 @pytest.fixture

@@ -10,12 +10,10 @@ import random
 import socket
 
 import pytest
-from transformers import AutoTokenizer
 
 from meshrl.errors import ServiceError
 from meshrl.gateway.protocol import Limits
 from meshrl.gateway.server import Gateway
-from meshrl.tiny.models import TinyModelConfig, make_model
 
 LIMIT = 64  # the context the engine takes
 
@@ -44,10 +42,8 @@ class Strict:
 
 
 @pytest.fixture(scope="module")
-def tok(tmp_path_factory):
-    small = {"hidden_size": 32, "intermediate_size": 64, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1}
-    model = make_model(tmp_path_factory.mktemp("gw") / "m", TinyModelConfig(family="qwen2", tokenizer="bpe", **small))
-    return AutoTokenizer.from_pretrained(model)
+def tok(bpe_tok):
+    return bpe_tok
 
 
 @pytest.fixture
