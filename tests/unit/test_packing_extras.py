@@ -74,15 +74,21 @@ def passes(model: torch.nn.Module, mb: dict, share: bool):
     return lp, grads
 
 
-@pytest.mark.parametrize("build", [gpt_oss, gemma2, gemma3_vl])
-def test_packed_passes_give_the_eager_padded_ones(tmp_path, build):
-    """Rows of up to 16 tokens, a window of 8: packed (shared prompts or not) equals the model's eager
-    attention padded, log-probs and gradients (the sinks' too)."""
+def eager_and_packed(tmp_path, build):
+    """The family's tiny model (a window of 8) twice: with its eager attention, and packed."""
     torch.manual_seed(0)
     build(8).save_pretrained(str(tmp_path))
     eager, flat = load_model(str(tmp_path), "causal"), load_model(str(tmp_path), "causal")
     eager.set_attn_implementation("eager")
     packing.enable(flat)
+    return eager, flat
+
+
+@pytest.mark.parametrize("build", [gpt_oss, gemma2, gemma3_vl])
+def test_packed_passes_give_the_eager_padded_ones(tmp_path, build):
+    """Rows of up to 16 tokens, a window of 8: packed (shared prompts or not) equals the model's eager
+    attention padded, log-probs and gradients (the sinks' too)."""
+    eager, flat = eager_and_packed(tmp_path, build)
     for share, mb in ((False, batch([5, 9, 2, 7], [6, 1, 8, 3], 90)), (True, grouped(90))):
         (want, want_grads), (got, got_grads) = passes(eager, mb, share), passes(flat, mb, share)
         assert (want - got).abs().max() < 1e-5
@@ -148,11 +154,7 @@ def test_the_varlen_kernel_takes_windows_and_leaves_sinks_to_the_padded_attentio
     kernel.__signature__ = inspect.signature(windowed_varlen)  # type: ignore[attr-defined]
     monkeypatch.setattr(packing, "varlen_attn", kernel)
     monkeypatch.setattr(packing, "kernel_runs", lambda q: True)
-    torch.manual_seed(0)
-    build(8).save_pretrained(str(tmp_path))
-    eager, flat = load_model(str(tmp_path), "causal"), load_model(str(tmp_path), "causal")
-    eager.set_attn_implementation("eager")
-    packing.enable(flat)
+    eager, flat = eager_and_packed(tmp_path, build)
     for share, mb in ((False, batch([5, 9, 2, 7], [6, 1, 8, 3], 90)), (True, grouped(90))):
         (want, _), (got, _) = passes(eager, mb, share), passes(flat, mb, share)
         assert (want - got).abs().max() < 1e-5
