@@ -107,14 +107,11 @@ class FleetEngine:
         batcher.count(active=change)
         try:
             return batcher.generate(ids, max_new, n)
-        except ServiceError as e:  # the request's own refusal is the agent's 400; anything else fails the step
-            if e.code.name != "INVALID_ARGUMENT":
+        except Exception as e:  # the agent gets a 503 and the step fails with it once its episodes end; the
+            #   request's own refusal (INVALID_ARGUMENT) is the agent's 400 alone
+            if not (isinstance(e, ServiceError) and e.code.name == "INVALID_ARGUMENT"):
                 with self.lock:
                     self.failure = self.failure or e
-            raise
-        except Exception as e:  # the agent gets a 503; the step is failed with it once its episodes end
-            with self.lock:
-                self.failure = self.failure or e
             raise
         finally:
             batcher.count(active=-change)
