@@ -16,8 +16,9 @@ from testkit.echo import SERVICE, EchoScorer
 
 @pytest.fixture
 def plain_env(monkeypatch):
-    """No TLS, no token, no opt-in, whatever the caller's environment holds."""
-    for var in ("MESHRL_TLS_DIR", "MESHRL_TOKEN", "MESHRL_TOKEN_FILE", INSECURE_BIND_VAR):
+    """No TLS, no token, no opt-in, no tracing (its INFO line on stderr), whatever the caller's environment
+    holds (another test of the session may have left MESHRL_TRACE set)."""
+    for var in ("MESHRL_TLS_DIR", "MESHRL_TOKEN", "MESHRL_TOKEN_FILE", INSECURE_BIND_VAR, "MESHRL_TRACE"):
         monkeypatch.delenv(var, raising=False)
     return {k: v for k, v in os.environ.items()}
 
