@@ -18,7 +18,8 @@ orchestrator import from here; nothing here imports them.
 - models and weights: models (what a model folder builds into), moe_facts (a mixture of experts' facts),
   families and family_table (what a model family cannot do here: preflight's family check), file_layout
   (tensors as checkpoint files hold them), vocab (tokenizer fingerprints), weights (weight handoff, the
-  sender's side), shm (shared-memory segments), cuda_ipc (CUDA IPC handles for a shared GPU).
+  sender's side), delta (pushes of what changed since the last), shm (shared-memory segments), cuda_ipc
+  (CUDA IPC handles for a shared GPU).
 - RL, rewards and tools: algos/ (the RL math as pure functions), reward_forms (verl's and TRL's reward
   function forms), tool_calls (tool-call parsers), vllm_tools (vLLM's parsers, each call answered),
   gateway/ (the OpenAI-compatible endpoint in front of the rollout).

@@ -38,6 +38,10 @@ class Aborted(RuntimeError):
         self.meta = meta or {}
 
 
+class DataLoss(RuntimeError):
+    """What arrived does not check out against what was sent (a weight push's checksum)."""
+
+
 class ResourceExhausted(RuntimeError):
     """A limit of the service is reached (e.g. episodes open at once); the caller may retry later."""
 
@@ -58,6 +62,7 @@ STATUS_FOR: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (Aborted, grpc.StatusCode.ABORTED),
+    (DataLoss, grpc.StatusCode.DATA_LOSS),
     (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (FileNotFoundError, grpc.StatusCode.NOT_FOUND),
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),

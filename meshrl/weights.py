@@ -24,6 +24,10 @@ handles; with stream and `relay`, the bucket goes down a chain (the first replic
 passes it on to the next as it arrives, and so on; services/rollout/relay.py), so
 the sender sends it once, and again only to the replicas the chain did not reach.
 
+A push may send only what changed since the last (Push.base, Push.delta;
+meshrl/delta.py): each bucket then travels as a Payload whose parts are the
+changed elements, and the rollout rebuilds the tensors from its own base.
+
 Tensors are asked for one bucket at a time (`tensors_of`), so a sender that
 gathers them (an FSDP actor) never holds more than one bucket's worth. Each call
 to the rollout has a deadline scaled by the bytes it moves (`call_timeout`),
@@ -43,10 +47,10 @@ from meshrl.codec.dtypes import TO_TORCH, wire_dtype
 from meshrl.codec.frame import tensor_bytes
 from meshrl.codec.rawbytes import encode_bytes_field
 from meshrl.config.rollout import DEFAULT_BUCKET_BYTES, TRANSPORTS
+from meshrl.delta import ALIGN, Base, Payload, aligned, payload_nbytes, whole
 from meshrl.shm import open_sealed
 from meshrl.v1 import rollout_pb2
 
-ALIGN = 64
 log = logging.getLogger(__name__)
 CHUNK_BYTES = 4 << 20
 # A call to the rollout may take CALL_BASE_SECONDS beyond its bytes (Begin waits for the generations in
@@ -58,10 +62,6 @@ FLOOR_BYTES_PER_SECOND = 16 << 20
 
 def nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
-
-
-def aligned(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
 
 
 @dataclass
@@ -119,25 +119,28 @@ def ref_nbytes(ref: rollout_pb2.TensorRef) -> int:
     return math.prod(ref.shape) * ref_dtype(ref).itemsize
 
 
+def wire_nbytes(ref: rollout_pb2.TensorRef) -> int:
+    """Bytes the ref's tensor takes in its bucket on the wire (a delta push's changes only: meshrl.delta)."""
+    return payload_nbytes(ref, ref_dtype(ref).itemsize)
+
+
 def call_timeout(num_bytes: int, deadline: float | None = None) -> float:
     """Seconds a call moving num_bytes may take; never past `deadline` (time.monotonic()), if given."""
     seconds = CALL_BASE_SECONDS + num_bytes / FLOOR_BYTES_PER_SECOND
     return seconds if deadline is None else max(0.001, min(seconds, deadline - time.monotonic()))
 
 
-def stream_chunks(
-    tensors: list[torch.Tensor], refs, chunk: int = CHUNK_BYTES
-) -> Iterator[tuple[int, list[memoryview]]]:
+def stream_chunks(payload: Payload, chunk: int = CHUNK_BYTES) -> Iterator[tuple[int, list[memoryview]]]:
     """(offset, pieces) of one bucket, about `chunk` bytes each (views of the tensors, not copies);
     padding between tensors is not sent."""
     pieces: list[memoryview] = []
     size = start = 0
-    for t, ref in zip(tensors, refs):
-        raw = tensor_bytes(t, ref.name)
+    for part in payload.parts:
+        raw = tensor_bytes(part.tensor, part.name)
         pos = 0
         while pos < len(raw):
             if not pieces:
-                start = ref.offset + pos
+                start = part.offset + pos
             take = min(len(raw) - pos, chunk - size)
             pieces.append(raw[pos : pos + take])
             size += take
@@ -157,7 +160,9 @@ class Push:
     lora: the buckets hold this LoRA adapter (peft's tensor names, as peft.get_peft_model_state_dict gives
     them), not the model's weights. share (cuda_ipc): share(bucket, tensors) gives the CudaIpcHandles of
     the bucket's copies, one per GPU, the first this process's (by default: one copy, in this process's
-    reused CUDA bucket). relay (stream): down a chain of the replicas."""
+    reused CUDA bucket). relay (stream): down a chain of the replicas. base (meshrl.delta): the push keeps
+    (or updates) the sender's base and tells the rollouts to keep theirs; delta: it sends the changes since
+    the base's version, where there is one (else the full weights)."""
 
     version: int
     transport: str
@@ -166,10 +171,23 @@ class Push:
     lora: rollout_pb2.LoraAdapter | None = None
     share: Callable[[Bucket, list[torch.Tensor]], list] | None = None
     relay: bool = False
+    base: Base | None = None
+    delta: bool = False
 
     def __post_init__(self) -> None:
         if self.transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
+        if self.base is not None and (self.transport == "cuda_ipc" or self.lora is not None):
+            raise ValueError("a delta push (a kept base) is for full weights over shm or stream")
+
+    @property
+    def delta_base(self) -> int:
+        """The version this push sends the changes from; 0: it sends the full weights. A push of the base's
+        own version (a replica catching up) or a rollback is full."""
+        base = self.base
+        if base is None or not self.delta or self.rollback or not 0 < base.version < self.version:
+            return 0
+        return base.version
 
 
 def push_to_all(
@@ -186,6 +204,7 @@ def push_to_all(
     start = time.perf_counter()
     total, largest = sum(b.size for b in buckets), max((b.size for b in buckets), default=0)
     fleet = Fleet(clients)
+    delta_base = push.delta_base
     begin = rollout_pb2.BeginWeightUpdateRequest(
         version=push.version,
         transport=push.transport,
@@ -193,21 +212,34 @@ def push_to_all(
         bucket_bytes=largest,
         rollback=push.rollback,
         lora=push.lora,
+        keep_base=push.base is not None,
+        delta_base=delta_base,
     )  # the rollout may make (fault in) a segment this large
     begun = fleet.each(lambda c: c.call("BeginWeightUpdate", begin, timeout=call_timeout(largest, push.deadline)))
+    if push.base is not None:
+        push.base.version = 0  # until this push ends: a base half updated is no version's
     sender = SENDERS[push.transport](push, fleet, begun, largest)
-    gather = 0.0
+    gather, sent_bytes = 0.0, 0
     for b in buckets:
         t0 = time.perf_counter()
         tensors = tensors_of(b)
         gather += time.perf_counter() - t0
-        sender.send(b, tensors)
+        if push.base is None:
+            payload = whole(b.refs, b.size, tensors)
+        else:
+            payload = push.base.encode(b.refs, tensors, bool(delta_base))
+        sent_bytes += payload.num_bytes
+        sender.send(payload)
     sent = time.perf_counter()
     finish = rollout_pb2.FinishWeightUpdateRequest(version=push.version)
     fleet.each(lambda c: c.call("FinishWeightUpdate", finish, timeout=call_timeout(total, push.deadline)))
+    if push.base is not None:
+        push.base.version = push.version
     done = time.perf_counter()  # one bucket is loaded whole at the finish
     stats = {
         "num_bytes": float(sum(ref_nbytes(r) for b in buckets for r in b.refs)),
+        "sent_bytes": float(sent_bytes),
+        "delta": float(bool(delta_base)),
         "seconds": done - start,
         "buckets": float(len(buckets)),
         "gather_seconds": gather,
@@ -223,10 +255,10 @@ class Sender:
     def __init__(self, push: Push, fleet: "Fleet", begun: dict, largest: int):
         self.push, self.fleet, self.begun = push, fleet, begun
 
-    def send(self, b: Bucket, tensors: list[torch.Tensor]) -> None:
+    def send(self, b: Payload) -> None:
         raise NotImplementedError
 
-    def send_to(self, b: Bucket, messages_for: Callable) -> None:
+    def send_to(self, b: Payload, messages_for: Callable) -> None:
         timeout = call_timeout(b.size, self.push.deadline)
         self.fleet.each(lambda c: c.call_stream("SendWeights", messages_for(c), timeout=timeout))
 
@@ -235,8 +267,8 @@ class ShmSender(Sender):
     """shm: the bucket written once, into the first live replica's segment; the others read it from there
     (WeightBucket.shm_source)."""
 
-    def send(self, b: Bucket, tensors: list[torch.Tensor]) -> None:
-        source = _write_once(self.fleet, self.begun, b, tensors)
+    def send(self, b: Payload) -> None:
+        source = _write_once(self.fleet, self.begun, b)
 
         def messages(c):
             there = self.begun[source] if c.address != source else None
@@ -249,12 +281,13 @@ class ShmSender(Sender):
 class StreamSender(Sender):
     """stream: the bucket's bytes in chunks to each replica, or (relay) down a chain of them."""
 
-    def send(self, b: Bucket, tensors: list[torch.Tensor]) -> None:
-        tensors = [t.detach().cpu() for t in tensors]
+    def send(self, b: Payload) -> None:
+        for part in b.parts:
+            part.tensor = part.tensor.detach().cpu()
         if self.push.relay and len(self.fleet.live) > 1:
-            _chain(self.fleet, self.push.version, b, tensors, call_timeout(b.size, self.push.deadline))
+            _chain(self.fleet, self.push.version, b, call_timeout(b.size, self.push.deadline))
         else:
-            self.send_to(b, lambda c: _stream(self.push.version, b, tensors))
+            self.send_to(b, lambda c: _stream(self.push.version, b))
 
 
 class CudaIpcSender(Sender):
@@ -270,8 +303,8 @@ class CudaIpcSender(Sender):
         else:
             self.share = push.share
 
-    def send(self, b: Bucket, tensors: list[torch.Tensor]) -> None:
-        first, *copies = self.share(b, tensors)
+    def send(self, b: Payload) -> None:
+        first, *copies = self.share(Bucket(b.refs, b.size), [p.tensor for p in b.parts])
         msg = rollout_pb2.WeightBucket(version=self.push.version, refs=b.refs, cuda_ipc=first, cuda_ipc_copies=copies)
         self.send_to(b, lambda c: iter([msg]))
 
@@ -320,7 +353,7 @@ class Fleet:
             return False, e
 
 
-def _write_once(fleet: "Fleet", begun: dict, b: Bucket, tensors: list[torch.Tensor]) -> str:
+def _write_once(fleet: "Fleet", begun: dict, b: Payload) -> str:
     """shm: write the bucket into the segment of the first replica that still takes the push; the others
     are sent its name. A replica whose segment is refused leaves the push. Returns that replica's address."""
     for c in list(fleet.live):
@@ -329,13 +362,14 @@ def _write_once(fleet: "Fleet", begun: dict, b: Bucket, tensors: list[torch.Tens
         except ValueError as e:
             fleet.drop(c, e)  # raises once no replica is left
             continue
-        for t, ref in zip(tensors, b.refs):
-            seg.tensor(t.dtype, list(t.shape), ref.offset).copy_(t.detach())
+        for part in b.parts:
+            t = part.tensor
+            seg.tensor(t.dtype, list(t.shape), part.offset).copy_(t.detach())
         return c.address
     raise AssertionError("Fleet.drop raises when the last replica leaves")
 
 
-def _chain(fleet: "Fleet", version: int, b: Bucket, tensors: list[torch.Tensor], timeout: float) -> None:
+def _chain(fleet: "Fleet", version: int, b: Payload, timeout: float) -> None:
     """stream: the bucket to the first live replica, naming the others as the chain it passes it down
     (WeightBucket.relay_to); those the chain did not reach (relay_missed) get it from here, as a chain of
     their own. A replica whose own call fails leaves the push; the rest of its chain is sent to."""
@@ -343,7 +377,7 @@ def _chain(fleet: "Fleet", version: int, b: Bucket, tensors: list[torch.Tensor],
     while pending:
         head, rest = pending[0], pending[1:]
         try:
-            messages = _stream(version, b, tensors, [c.address for c in rest])
+            messages = _stream(version, b, [c.address for c in rest])
             reply = head.call_stream("SendWeights", messages, timeout=timeout)
         except Exception as e:  # this replica's own: it did not take the bucket
             fleet.drop(head, e)
@@ -368,9 +402,9 @@ def _sealed_segment(client, begun):
         ) from None
 
 
-def _stream(version: int, b: Bucket, tensors: list[torch.Tensor], relay_to: list[str] | None = None):
+def _stream(version: int, b: Payload, relay_to: list[str] | None = None):
     yield rollout_pb2.WeightBucket(version=version, refs=b.refs, relay_to=relay_to)
-    for offset, pieces in stream_chunks(tensors, b.refs):
+    for offset, pieces in stream_chunks(b):
         yield encode_bytes_field(rollout_pb2.WeightBucket(version=version, data_offset=offset), "data", pieces)
 
 
@@ -383,9 +417,11 @@ def push_state(
     bucket_bytes: int = DEFAULT_BUCKET_BYTES,
     rollback: bool = False,
     lora: rollout_pb2.LoraAdapter | None = None,
+    base: Base | None = None,
 ) -> dict[str, float]:
     """A push (push_to_all) of a state dict held whole (HF names; an adapter's: peft's, with `lora`) to one
-    rollout; its stats."""
+    rollout; its stats. base: a delta push from it where it has a version (meshrl.delta)."""
     buckets = plan([(k, t.dtype, list(t.shape)) for k, t in named.items()], bucket_bytes)
     tensors_of = lambda b: [named[r.name] for r in b.refs]  # noqa: E731
-    return push_to_all([client], buckets, tensors_of, Push(version, transport, rollback=rollback, lora=lora))[0]
+    push = Push(version, transport, rollback=rollback, lora=lora, base=base, delta=base is not None)
+    return push_to_all([client], buckets, tensors_of, push)[0]

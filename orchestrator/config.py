@@ -36,7 +36,7 @@ from meshrl.config.losses import (
     ValueLossSettings,
 )
 from meshrl.config.reward import RewardConfig
-from meshrl.config.rollout import DEFAULT_BUCKET_BYTES, MAX_CALLS, TRANSPORTS, RolloutSettings
+from meshrl.config.rollout import DEFAULT_BUCKET_BYTES, MAX_CALLS, PUSHES, TRANSPORTS, RolloutSettings
 from meshrl.flags import field_docs
 from meshrl.typed import build
 from orchestrator import verl_keys
@@ -170,6 +170,10 @@ class RolloutSection(RolloutSettings):
     weight_transport: str = "shm"  # actor -> rollout: shm (same host), stream (any host), cuda_ipc (same GPU)
     weight_bucket_mb: int = DEFAULT_BUCKET_BYTES >> 20  # weights are gathered, sent and loaded this many MiB
     #   at a time
+    push: str = "auto"  # what a weight push sends: "full" every tensor whole; "delta" only the elements that
+    #   changed since the last push (both sides keep a copy of the weights in the rollout's dtype; shm and
+    #   stream; docs/training.md, "Delta pushes"); "auto": delta over stream with a bf16 or fp16 rollout,
+    #   else full (bench/RESULTS.md, delta pushes)
     weight_relay: bool = True  # stream to a fleet: the actor sends each bucket to the first replica, which
     #   passes it on to the next while it loads it, and so on (one send per bucket, not one per replica);
     #   false: the actor sends it to each replica itself
@@ -237,6 +241,13 @@ class RolloutSection(RolloutSettings):
         require(0 < self.top_p <= 1, self, "top_p", "must be in (0, 1]")
         require(self.top_k == -1 or self.top_k >= 1, self, "top_k", "must be -1 (off) or >= 1")
         one_of(self, "weight_transport", TRANSPORTS)
+        one_of(self, "push", PUSHES)
+        require(
+            not (self.push == "delta" and self.weight_transport == "cuda_ipc"),
+            self,
+            "push",
+            "delta is for weight_transport shm or stream: over {weight_transport}=cuda_ipc nothing crosses a link",
+        )
         # any of vLLM's parsers too: its name is checked with the model's tokenizer in preflight (tool_template)
         require(self.tool_parser == self.tool_parser.strip(), self, "tool_parser", "must be a parser's name")
         require(

@@ -11,6 +11,7 @@ BACKENDS = ("vllm", "hf")
 ON_UPDATE = ("wait", "interrupt", "keep", "recompute")
 IN_FLIGHT = ("keep", "recompute")  # the updates that go in between the steps of the generations in flight
 TRANSPORTS = ("shm", "stream", "cuda_ipc")  # how the actor's weights reach the rollout
+PUSHES = ("auto", "full", "delta")  # what a weight push sends (meshrl/delta.py)
 DTYPES = ("float32", "bfloat16", "float16")  # an engine's, and what the actor's weights may be sent as
 MAX_LORA_RANK = 512  # the largest vLLM (0.32) serves
 DEFAULT_BUCKET_BYTES = 512 << 20  # a weight push's bucket: gathered, sent and loaded at a time (meshrl.weights)

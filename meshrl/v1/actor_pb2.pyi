@@ -111,7 +111,7 @@ class CheckpointResponse(_message.Message):
     def __init__(self, path: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
 
 class PushWeightsRequest(_message.Message):
-    __slots__ = ("rollout_address", "transport", "version", "bucket_bytes", "dtype", "rollback", "merge_lora", "more_rollout_addresses", "relay")
+    __slots__ = ("rollout_address", "transport", "version", "bucket_bytes", "dtype", "rollback", "merge_lora", "more_rollout_addresses", "relay", "delta")
     ROLLOUT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -121,6 +121,7 @@ class PushWeightsRequest(_message.Message):
     MERGE_LORA_FIELD_NUMBER: _ClassVar[int]
     MORE_ROLLOUT_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
     RELAY_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
     rollout_address: str
     transport: str
     version: int
@@ -130,7 +131,8 @@ class PushWeightsRequest(_message.Message):
     merge_lora: bool
     more_rollout_addresses: _containers.RepeatedScalarFieldContainer[str]
     relay: bool
-    def __init__(self, rollout_address: _Optional[str] = ..., transport: _Optional[str] = ..., version: _Optional[int] = ..., bucket_bytes: _Optional[int] = ..., dtype: _Optional[str] = ..., rollback: _Optional[bool] = ..., merge_lora: _Optional[bool] = ..., more_rollout_addresses: _Optional[_Iterable[str]] = ..., relay: _Optional[bool] = ...) -> None: ...
+    delta: bool
+    def __init__(self, rollout_address: _Optional[str] = ..., transport: _Optional[str] = ..., version: _Optional[int] = ..., bucket_bytes: _Optional[int] = ..., dtype: _Optional[str] = ..., rollback: _Optional[bool] = ..., merge_lora: _Optional[bool] = ..., more_rollout_addresses: _Optional[_Iterable[str]] = ..., relay: _Optional[bool] = ..., delta: _Optional[bool] = ...) -> None: ...
 
 class PushFailure(_message.Message):
     __slots__ = ("address", "code", "details")
@@ -143,16 +145,20 @@ class PushFailure(_message.Message):
     def __init__(self, address: _Optional[str] = ..., code: _Optional[str] = ..., details: _Optional[str] = ...) -> None: ...
 
 class PushWeightsResponse(_message.Message):
-    __slots__ = ("version", "num_bytes", "seconds", "failed")
+    __slots__ = ("version", "num_bytes", "seconds", "failed", "sent_bytes", "delta")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     NUM_BYTES_FIELD_NUMBER: _ClassVar[int]
     SECONDS_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
+    SENT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
     version: int
     num_bytes: int
     seconds: float
     failed: _containers.RepeatedCompositeFieldContainer[PushFailure]
-    def __init__(self, version: _Optional[int] = ..., num_bytes: _Optional[int] = ..., seconds: _Optional[float] = ..., failed: _Optional[_Iterable[_Union[PushFailure, _Mapping]]] = ...) -> None: ...
+    sent_bytes: int
+    delta: bool
+    def __init__(self, version: _Optional[int] = ..., num_bytes: _Optional[int] = ..., seconds: _Optional[float] = ..., failed: _Optional[_Iterable[_Union[PushFailure, _Mapping]]] = ..., sent_bytes: _Optional[int] = ..., delta: _Optional[bool] = ...) -> None: ...
 
 class OffloadRequest(_message.Message):
     __slots__ = ()

@@ -1,6 +1,7 @@
 from meshrl.v1 import common_pb2 as _common_pb2
 from meshrl.v1 import data_pb2 as _data_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -51,20 +52,24 @@ class GenerateResponse(_message.Message):
     def __init__(self, data: _Optional[_Union[_data_pb2.DataProto, _Mapping]] = ..., weight_version: _Optional[int] = ...) -> None: ...
 
 class BeginWeightUpdateRequest(_message.Message):
-    __slots__ = ("version", "transport", "total_bytes", "bucket_bytes", "rollback", "lora")
+    __slots__ = ("version", "transport", "total_bytes", "bucket_bytes", "rollback", "lora", "keep_base", "delta_base")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     BUCKET_BYTES_FIELD_NUMBER: _ClassVar[int]
     ROLLBACK_FIELD_NUMBER: _ClassVar[int]
     LORA_FIELD_NUMBER: _ClassVar[int]
+    KEEP_BASE_FIELD_NUMBER: _ClassVar[int]
+    DELTA_BASE_FIELD_NUMBER: _ClassVar[int]
     version: int
     transport: str
     total_bytes: int
     bucket_bytes: int
     rollback: bool
     lora: LoraAdapter
-    def __init__(self, version: _Optional[int] = ..., transport: _Optional[str] = ..., total_bytes: _Optional[int] = ..., bucket_bytes: _Optional[int] = ..., rollback: _Optional[bool] = ..., lora: _Optional[_Union[LoraAdapter, _Mapping]] = ...) -> None: ...
+    keep_base: bool
+    delta_base: int
+    def __init__(self, version: _Optional[int] = ..., transport: _Optional[str] = ..., total_bytes: _Optional[int] = ..., bucket_bytes: _Optional[int] = ..., rollback: _Optional[bool] = ..., lora: _Optional[_Union[LoraAdapter, _Mapping]] = ..., keep_base: _Optional[bool] = ..., delta_base: _Optional[int] = ...) -> None: ...
 
 class LoraAdapter(_message.Message):
     __slots__ = ("rank", "alpha", "target_modules")
@@ -77,16 +82,32 @@ class LoraAdapter(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., alpha: _Optional[float] = ..., target_modules: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TensorRef(_message.Message):
-    __slots__ = ("name", "dtype", "shape", "offset")
+    __slots__ = ("name", "dtype", "shape", "offset", "delta", "count", "index_offset", "crc32")
+    class Delta(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        WHOLE: _ClassVar[TensorRef.Delta]
+        SPARSE: _ClassVar[TensorRef.Delta]
+        SAME: _ClassVar[TensorRef.Delta]
+    WHOLE: TensorRef.Delta
+    SPARSE: TensorRef.Delta
+    SAME: TensorRef.Delta
     NAME_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    INDEX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CRC32_FIELD_NUMBER: _ClassVar[int]
     name: str
     dtype: _data_pb2.DType
     shape: _containers.RepeatedScalarFieldContainer[int]
     offset: int
-    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[_Union[_data_pb2.DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., offset: _Optional[int] = ...) -> None: ...
+    delta: TensorRef.Delta
+    count: int
+    index_offset: int
+    crc32: int
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[_Union[_data_pb2.DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., offset: _Optional[int] = ..., delta: _Optional[_Union[TensorRef.Delta, str]] = ..., count: _Optional[int] = ..., index_offset: _Optional[int] = ..., crc32: _Optional[int] = ...) -> None: ...
 
 class CudaIpcHandle(_message.Message):
     __slots__ = ("device", "handle", "storage_size_bytes", "storage_offset_bytes", "ref_counter_handle", "ref_counter_offset", "event_handle", "event_sync_required", "device_uuid")

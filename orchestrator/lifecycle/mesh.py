@@ -61,6 +61,7 @@ from orchestrator.lifecycle.fleet import (
 from orchestrator.lifecycle.services import Services
 
 log = logging.getLogger(__name__)
+FULL_AGAIN = ("ABORTED", "DATA_LOSS")  # a delta push's refusals that a full push of the same version mends
 
 POLICY_INPUTS = ["input_ids", "attention_mask", "position_ids", "responses"]
 POLICY_TENSORS = [*POLICY_INPUTS, "response_mask"]  # what an update of the actor or critic takes
@@ -141,6 +142,7 @@ class Mesh:
     router: Router = dataclasses.field(init=False)
     weight_version: int = 0  # the version the last push gave the fleet (a replica brought back gets it)
     tokenizer: Any = None  # the actor's: decodes what reward.url sends (the prompts and sequences as seen)
+    last_push: dict[str, float] = dataclasses.field(default_factory=dict)  # push/* metrics of the last push
 
     def __post_init__(self) -> None:
         self.router = Router([name for name in self.clients if is_replica(name)])
@@ -290,15 +292,57 @@ class Mesh:
         config's transport); returns the seconds it took. A replica that did not take them is marked down
         (the others did; run.recovery.heal_fleet brings it back). A colocated rollout wakes its weights
         for it; its KV cache stays freed until it generates. rollback: the rollout takes `version` even
-        below its own (the run went back to a checkpoint; a rollout given by address kept the newer weights)."""
+        below its own (the run went back to a checkpoint; a rollout given by address kept the newer weights).
+
+        With delta pushes (rollout.push), a replica that cannot take the changes (it has no base of the
+        version before: restarted, joined late, missed a push; or its base failed the checksum) gets the
+        full weights right after, in a second push to it alone."""
         names = replicas if replicas is not None else self.router.up()
         if not names:
             raise NoReplica(f"no rollout replica is up to take weight version {version}")
         if self.cfg.rollout.colocate:
             for name in names:
                 self[name].call("WakeUp", rollout_pb2.SleepRequest(tags=["weights"]))
-        address = {self[name].address: name for name in names}
-        reply = self["actor"].call_message(
+        reply, failed = self._push_mending(names, version, rollback)
+        self._mark_failed(names, version, failed)
+        self.last_push = {
+            "push/sent_mb": reply.sent_bytes / 2**20,
+            "push/weights_mb": reply.num_bytes / 2**20,
+            "push/delta": float(reply.delta),
+        }
+        if replicas is None or version > self.weight_version or rollback:
+            self.weight_version = version
+        return reply.seconds
+
+    def _push_mending(
+        self, names: list[str], version: int, rollback: bool
+    ) -> tuple[actor_pb2.PushWeightsResponse, list]:
+        """One push to `names`, then a full one to the replicas that refused its changes (FULL_AGAIN); the
+        first push's reply (seconds and bytes of both) and the failures left."""
+        delta = delta_push(self.cfg)
+        try:
+            reply = self._push(names, version, rollback, delta)
+        except ServiceError as e:  # every replica failed: the rollout's own status
+            if not (delta and e.code.name in FULL_AGAIN):
+                raise
+            lost = [actor_pb2.PushFailure(address=self[n].address, code=e.code.name, details=e.details) for n in names]
+            reply = actor_pb2.PushWeightsResponse(num_bytes=0, failed=lost)
+        again = [f for f in reply.failed if delta and f.code in FULL_AGAIN]
+        failed = [f for f in reply.failed if f not in again]
+        if again:
+            address = {self[name].address: name for name in names}
+            for f in again:
+                say = log.warning if f.code == "DATA_LOSS" else log.info
+                say("rollout replica %s takes weight version %d whole: %s", address[f.address], version, f.details)
+            full = self._push([address[f.address] for f in again], version, rollback, delta)
+            failed += list(full.failed)
+            reply.seconds += full.seconds
+            reply.sent_bytes += full.sent_bytes
+            reply.num_bytes = reply.num_bytes or full.num_bytes
+        return reply, failed
+
+    def _push(self, names: list[str], version: int, rollback: bool, delta: bool) -> actor_pb2.PushWeightsResponse:
+        return self["actor"].call_message(
             "PushWeights",
             actor_pb2.PushWeightsRequest(
                 rollout_address=self[names[0]].address,
@@ -310,10 +354,14 @@ class Mesh:
                 rollback=rollback,
                 merge_lora=self.cfg.rollout.merge_lora,
                 relay=self.cfg.rollout.weight_relay,
+                delta=delta,
             ),
             actor_pb2.PushWeightsResponse,
         )
-        for failure in reply.failed:
+
+    def _mark_failed(self, names: list[str], version: int, failed: list) -> None:
+        address = {self[name].address: name for name in names}
+        for failure in failed:
             log.warning(
                 "rollout replica %s (%s) did not take weight version %d and is set aside: %s: %s",
                 address[failure.address],
@@ -323,9 +371,6 @@ class Mesh:
                 failure.details,
             )
             self.router.mark_down(address[failure.address])
-        if replicas is None or version > self.weight_version or rollback:
-            self.weight_version = version
-        return reply.seconds
 
     def fleet_metrics(self) -> dict[str, float]:
         """rollout/replica<i>/{samples, samples_per_s, in_flight, weight_version} since the last call, and
@@ -474,6 +519,17 @@ def lora_rank_served(cfg: Config) -> int:
     if cfg.actor.lora_rank and not cfg.rollout.merge_lora:
         return max(cfg.rollout.max_lora_rank, cfg.actor.lora_rank)
     return cfg.rollout.max_lora_rank
+
+
+def delta_push(cfg: Config) -> bool:
+    """Whether weight pushes send the changes alone (rollout.push; "auto": over stream with a half-precision
+    rollout, where bench/RESULTS.md measured it to pay). Never for a LoRA adapter pushed alone."""
+    r = cfg.rollout
+    if cfg.actor.lora_rank and not r.merge_lora:
+        return False
+    if r.push == "auto":
+        return r.weight_transport == "stream" and r.dtype in ("bfloat16", "float16")
+    return r.push == "delta"
 
 
 def ref_in_actor(cfg: Config) -> bool:

@@ -44,6 +44,11 @@ def check_rollout(cfg: Config) -> None:
             f"experts ({cfg.actor.model}) at the first Generate: set rollout.merge_lora=true (the base weights "
             "with the adapter merged in) or rollout.backend=hf"
         )
+    if r.push == "delta" and cfg.actor.lora_rank and not r.merge_lora:
+        raise ValueError(
+            "rollout.push=delta sends full weights' changes, and this actor pushes its LoRA adapter alone (already "
+            "small): set rollout.merge_lora=true, or rollout.push=auto"
+        )
     if r.weight_transport == "cuda_ipc" and not (cfg.actor.address and r.address):
         import torch
 

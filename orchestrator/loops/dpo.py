@@ -53,7 +53,7 @@ class OnlineDPO:
             metrics.update(mesh.update("actor", number, "dpo", dpo_params(cfg), pairs))
         with t("update_weights"):
             rollouts.push_weights(number)
-        return {**metrics, **t}
+        return {**metrics, **mesh.last_push, **t}
 
     def state_dict(self) -> dict:
         return {}

@@ -189,6 +189,7 @@ class PolicyGradient:
             metrics.update(mesh.update("actor", number, "ppo", ppo_params(cfg, reuse), batch))
         with t("update_weights"):
             rollouts.push_weights(number)
+        metrics.update(mesh.last_push)
         metrics.update(rollout_metrics(gen, scored, batch, advantages, response_limit(cfg)))
         metrics["perf/tokens_per_s"] = mask.sum().item() / max(1e-9, sum(t.values()))
         return {**metrics, **t}

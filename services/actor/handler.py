@@ -16,7 +16,8 @@ import torch.distributed as dist
 from meshrl import disk, weights
 from meshrl.config.actor import EngineConfig, OptimConfig
 from meshrl.dataproto import DataProto
-from meshrl.errors import ServiceError
+from meshrl.delta import Base
+from meshrl.errors import InvalidArgument, ServiceError
 from meshrl.rpc import Client
 from meshrl.rpc.token import peer_token
 from meshrl.typed import build
@@ -35,6 +36,7 @@ class RankHandler:
         self.role: PolicyRole | CriticRole | None = None  # built by init (ActorRole is a PolicyRole)
         self.push_failure: ServiceError | None = None  # rank 0: the rollout's refusal of the last push
         self.push_failed: dict[str, Exception] = {}  # rank 0: replicas of a fleet that failed it (others took it)
+        self.base: Base | None = None  # rank 0, delta pushes: the weights as last pushed (meshrl.delta)
 
     @property
     def engine(self) -> Engine:
@@ -88,8 +90,16 @@ class RankHandler:
         reads it there (verl's per-device handoff), not across the GPUs.
 
         With a LoRA adapter only the adapter travels (peft's names, BeginWeightUpdateRequest.lora set), or
-        with merge_lora the base weights with it merged in (HF names): see weight_buckets."""
+        with merge_lora the base weights with it merged in (HF names): see weight_buckets.
+
+        delta: rank 0 keeps what it pushed (self.base) and sends only what changed since (meshrl.delta)."""
         engine = self.engine
+        lora = None if args.get("merge_lora") else engine.adapter_message()
+        if args.get("delta") and lora is not None:  # every rank: none may start gathering
+            raise InvalidArgument(
+                "a delta push sends full weights; this actor pushes its LoRA adapter alone (already small): "
+                "set merge_lora, or leave delta off"
+            )
         buckets, gather = weight_buckets(engine, args.get("merge_lora", False), args["dtype"], args["bucket_bytes"])
         gathered = 0
 
@@ -111,12 +121,13 @@ class RankHandler:
                     share(b, tensors)
 
         self.push_failure, self.push_failed = None, {}
-        lora = None if args.get("merge_lora") else engine.adapter_message()
         if engine.rank != 0:
             follow(buckets)
             return DataProto()
         try:
-            stats, self.push_failed = send_to_rollout({**args, "lora": lora}, buckets, tensors_of, share)
+            self.base = (self.base or Base()) if args.get("delta") else None  # full pushes: its memory back
+            more = {"lora": lora, "base": self.base}
+            stats, self.push_failed = send_to_rollout({**args, **more}, buckets, tensors_of, share)
             return DataProto(meta_info=stats)
         except Cancelled:
             raise  # every rank stopped at the same bucket
@@ -198,6 +209,8 @@ def send_to_rollout(
             args.get("lora"),
             share,
             args.get("relay", False),
+            base=args.get("base"),
+            delta=args.get("base") is not None,
         )
         stats, failed = weights.push_to_all(rollouts, buckets, tensors_of, push)
     return stats, failed

@@ -313,6 +313,7 @@ class ActorServicer:
                 "rollback": request.rollback,
                 "merge_lora": request.merge_lora,  # without an adapter: the full weights, as always
                 "relay": request.relay,
+                "delta": request.delta,
                 "bucket_bytes": request.bucket_bytes or weights.DEFAULT_BUCKET_BYTES,
                 "seconds_left": context.time_remaining() if context is not None else None,
             },
@@ -330,7 +331,12 @@ class ActorServicer:
             for address, e in self.driver.handler.push_failed.items()
         ]
         return actor_pb2.PushWeightsResponse(
-            version=version, num_bytes=int(reply["num_bytes"]), seconds=reply["seconds"], failed=failed
+            version=version,
+            num_bytes=int(reply["num_bytes"]),
+            seconds=reply["seconds"],
+            failed=failed,
+            sent_bytes=int(reply["sent_bytes"]),
+            delta=bool(reply["delta"]),
         )
 
     def _push_request(self, request: actor_pb2.PushWeightsRequest) -> tuple[list[str], int, str]:
@@ -355,6 +361,10 @@ class ActorServicer:
         if transport not in weights.TRANSPORTS:
             raise InvalidArgument(
                 f"PushWeightsRequest.transport must be one of {list(weights.TRANSPORTS)}, got {transport[:50]!r}"
+            )
+        if request.delta and transport == "cuda_ipc":
+            raise InvalidArgument(
+                "PushWeightsRequest.delta is for shm and stream: over cuda_ipc nothing crosses a link to save"
             )
         if request.bucket_bytes and request.bucket_bytes < weights.ALIGN:
             raise InvalidArgument(

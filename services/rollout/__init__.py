@@ -7,7 +7,8 @@
 - layout: prompts in, verl's rollout layout out.
 - weights: the receiving side of the weight-update protocol (meshrl.weights is the sender's); relay
   passes a stream push's buckets down a chain of replicas; transports: what a bucket may carry on each
-  transport (CUDA IPC, shm, bytes) and where its tensors are read from.
+  transport (CUDA IPC, shm, bytes) and where its tensors are read from; base: the weights as last received,
+  which a delta push's changes are applied to.
 - gate: in-flight weight updates (rollout.on_update=keep), generation paused between engine steps while an
   update loads, each token tagged with the weight version that produced it.
 - servicer, main: the gRPC service and `meshrl serve rollout`.

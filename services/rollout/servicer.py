@@ -245,15 +245,7 @@ class RolloutServicer:
                 )
             # a torn engine takes its own version again: the sender that broke off pushes what it had
             floor = self.version - 1 if self.torn else self.version
-            name = self.receiver.begin(
-                request.version,
-                request.transport,
-                request.total_bytes,
-                request.bucket_bytes,
-                floor,
-                rollback=request.rollback,
-                lora=lora,
-            )
+            name = self.receiver.begin(request, floor)
             # checked and open (new Generates are refused): now the ones in flight finish or stop, or (keep)
             # go on until the update loads
             if self.gate is None:

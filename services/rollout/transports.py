@@ -7,7 +7,7 @@ import torch
 
 from meshrl import cuda_ipc
 from meshrl.errors import InvalidArgument
-from meshrl.weights import TRANSPORTS, ref_dtype, ref_nbytes
+from meshrl.weights import TRANSPORTS, ref_dtype, wire_nbytes
 
 
 class Transport:
@@ -59,7 +59,7 @@ class Stream(Transport):
         receiver.data_bytes += len(data)
 
     def complete(self, receiver, refs: list) -> None:
-        need = sum(ref_nbytes(r) for r in refs)
+        need = sum(wire_nbytes(r) for r in refs)
         if receiver.data_bytes != need:
             raise InvalidArgument(f"update incomplete: {receiver.data_bytes} of {need} bytes received")
 

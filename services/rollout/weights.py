@@ -17,6 +17,9 @@ An update may instead be a LoRA adapter (BeginWeightUpdateRequest.lora): its
 tensors are peft's (adapter_shapes), checked the same way, copied out of the
 staging space bucket by bucket and handed to the engine whole at Finish, so a
 bad adapter update never tears anything and leaves the previous one in use.
+
+An update may keep a base (Begin's keep_base) or send only the changes from it (delta_base): the buckets'
+tensors are applied to the base (services/rollout/base.py) and loaded from there; meshrl/delta.py.
 """
 
 import dataclasses
@@ -27,11 +30,13 @@ from collections.abc import Collection
 import torch
 from safetensors import safe_open
 
-from meshrl.errors import FailedPrecondition, InvalidArgument, check_counter
+from meshrl.delta import SAME, SPARSE, WHOLE, index_dtype
+from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument, check_counter
 from meshrl.shm import SEAL_BYTES, WEIGHT_PREFIX, Segment, open_sealed, seal
 from meshrl.v1 import rollout_pb2
-from meshrl.weights import ALIGN, ref_dtype, ref_nbytes
+from meshrl.weights import ALIGN, ref_dtype, wire_nbytes
 from services.rollout import transports
+from services.rollout.base import Base
 from services.rollout.transports import RECEIVERS
 
 log = logging.getLogger(__name__)
@@ -129,6 +134,7 @@ class WeightReceiver:
         self.segment: Segment | None = None
         self.nonce = b""  # the segment's seal for the update in progress (shm, stream)
         self.version = 0  # the update in progress; 0 when none
+        self.base = Base()  # the weights as last received, for delta pushes (empty unless one keeps it)
         self._reset()
 
     def _reset(self) -> None:
@@ -141,6 +147,7 @@ class WeightReceiver:
         self.expected, self.skip = self.shapes, self.tied  # what the update holds: the weights or an adapter
         self.lora: rollout_pb2.LoraAdapter | None = None  # set: the update is this adapter
         self.adapter: dict[str, torch.Tensor] = {}  # the adapter's tensors of the buckets received
+        self.keeping = self.delta = False  # the update keeps a base; it holds the changes from the base
 
     @property
     def in_progress(self) -> bool:
@@ -151,22 +158,22 @@ class WeightReceiver:
         """Several buckets: each is loaded as it arrives."""
         return self.bucket_bytes < self.total
 
-    def begin(
-        self,
-        version: int,
-        transport: str,
-        total_bytes: int,
-        bucket_bytes: int,
-        current: int,
-        *,
-        rollback: bool = False,
-        lora: rollout_pb2.LoraAdapter | None = None,
-    ) -> str:
+    def begin(self, request: rollout_pb2.BeginWeightUpdateRequest, current: int) -> str:
+        """Start the update `request` describes on top of weight version `current`; the staging segment's name."""
+        version, transport, total_bytes, bucket_bytes = (
+            request.version,
+            request.transport,
+            request.total_bytes,
+            request.bucket_bytes,
+        )
+        rollback, keep_base, delta_base = request.rollback, request.keep_base, request.delta_base
+        lora = request.lora if request.HasField("lora") else None
         check_counter(version, "BeginWeightUpdateRequest.version")
         if version <= current and not rollback:
             raise FailedPrecondition(f"weight version {version} is not newer than the version in use ({current})")
         way = transports.transport(transport)
         way.check()
+        self._check_base(keep_base, delta_base, current, way.staged and lora is None)
         expected, skip = (self._adapter_shapes(lora), set()) if lora is not None else (self.shapes, self.tied)
         most = max_bytes(expected, bool(skip))
         if not 0 < total_bytes <= most:
@@ -190,7 +197,24 @@ class WeightReceiver:
             name, self.nonce = self.segment.name, seal(self.segment)
         self.version, self.transport, self.total, self.bucket_bytes = version, way, total_bytes, bucket_bytes
         self.expected, self.skip, self.lora = expected, skip, lora
+        self.keeping, self.delta = keep_base or bool(delta_base), bool(delta_base)
+        if delta_base:
+            self.base.version = 0  # until this update finishes
+        elif keep_base:
+            self.base.start(total_bytes)
+        elif lora is None:
+            self.base.drop()  # full pushes that keep none: its memory goes back
         return name
+
+    def _check_base(self, keep: bool, delta_base: int, current: int, full_staged: bool) -> None:
+        if (keep or delta_base) and not full_staged:
+            raise InvalidArgument("keep_base and delta_base are for the full weights over shm or stream")
+        if delta_base and not (self.base.version == delta_base == current):
+            held = f"a base of version {self.base.version}" if self.base.version else "no base"
+            raise Aborted(
+                f"a delta from weight version {delta_base} came, but this rollout holds {held} at version "
+                f"{current}: push the full weights"
+            )
 
     def _adapter_shapes(self, lora: rollout_pb2.LoraAdapter) -> dict[str, list[int]]:
         if not self.max_lora_rank:
@@ -230,6 +254,8 @@ class WeightReceiver:
                 return []
             refs = list(self.refs.values())[start:]
             self._check_data(refs)
+            if self.keeping:
+                return self.base.take(refs, self._read)
             if self.lora is not None:  # loaded whole at Finish; the next bucket reuses the space: copy out now
                 self.adapter.update(self.read(refs))
                 return []
@@ -271,14 +297,32 @@ class WeightReceiver:
             )
         if not ref_dtype(ref).is_floating_point:
             raise InvalidArgument(f"tensor {ref.name!r}: weights must be floating point")
-        if ref.offset + ref_nbytes(ref) > self.bucket_bytes:
-            raise InvalidArgument(f"tensor {ref.name!r} runs past the bucket's {self.bucket_bytes} bytes")
+        self._check_parts(ref)
         if ref.name in self.refs:
             raise InvalidArgument(f"tensor {ref.name!r} sent twice")
-        self.received += ref_nbytes(ref)
+        self.received += wire_nbytes(ref)
         if self.received > self.total:
             raise InvalidArgument(f"tensors past the {self.total} announced bytes")
         self.refs[ref.name] = ref
+
+    def _check_parts(self, ref) -> None:
+        """Where the ref's bytes lie: inside the bucket; sent as changes only in a delta update."""
+        if ref.delta != WHOLE and not self.delta:
+            raise InvalidArgument(f"tensor {ref.name!r} is sent as changes in an update that is not a delta")
+        numel, size = math.prod(ref.shape), ref_dtype(ref).itemsize
+        if ref.delta == SPARSE and not 0 < ref.count <= numel:
+            raise InvalidArgument(f"tensor {ref.name!r}: {ref.count} changed elements of {numel}")
+        parts = {WHOLE: [(ref.offset, numel * size)], SAME: []}.get(
+            ref.delta, [(ref.offset, ref.count * size), (ref.index_offset, ref.count * index_dtype(numel).itemsize)]
+        )
+        if any(offset + n > self.bucket_bytes for offset, n in parts):
+            raise InvalidArgument(f"tensor {ref.name!r} runs past the bucket's {self.bucket_bytes} bytes")
+
+    def _read(self, dtype: torch.dtype, shape: list[int], offset: int) -> torch.Tensor:
+        """A view of the current bucket's bytes (shm, stream)."""
+        seg = self.source or self.segment
+        assert seg is not None  # staged at Begin
+        return seg.tensor(dtype, shape, offset)
 
     def open_source(self, name: str, nonce: bytes) -> None:
         """shm: the bucket lies in another replica's segment, sealed by it for this update."""
@@ -294,7 +338,9 @@ class WeightReceiver:
 
     @property
     def staging(self) -> str:
-        """The segment the current bucket lies in (shm, stream)."""
+        """The segment the current bucket is loaded from (shm, stream): the base where one is kept."""
+        if self.keeping:
+            return self.base.name
         seg = self.source or self.segment
         return seg.name if seg is not None else ""
 
@@ -316,6 +362,10 @@ class WeightReceiver:
             refs = [] if self.bucketed else list(self.refs.values())  # several: each was taken as it came
             if not self.bucketed:
                 self._check_data(refs)
+            if self.keeping:
+                loads = self.base.take(refs, self._read)
+                self.base.version = version
+                return Finished(loads, self.transport.name, None, None, len(self.expected), self.staging)
             if self.lora is not None:
                 lora, tensors = self.lora, {**self.adapter, **self.read(refs)}
                 adapter = Adapter(lora.rank, lora.alpha, list(lora.target_modules), tensors)
@@ -335,6 +385,7 @@ class WeightReceiver:
         return {name: t.to("cpu", copy=True) for name, t in views}
 
     def close(self) -> None:
+        self.base.drop()
         if self.segment is not None:
             self.segment.unlink()
             self.segment = None

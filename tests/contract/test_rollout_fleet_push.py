@@ -11,6 +11,7 @@ from calls import chats, current_weights, expect, generate
 
 from meshrl import weights
 from meshrl.config.rollout import RolloutConfig
+from meshrl.delta import whole
 from meshrl.rpc import Client, Server
 from meshrl.shm import SEAL_BYTES
 from meshrl.v1 import rollout_pb2
@@ -118,7 +119,7 @@ def test_a_chained_stream_push_is_sent_once_and_reaches_every_replica(rollout, t
             )
         bucket = weights.Bucket(refs=refs, size=total)
         gone = "127.0.0.4:9"  # nothing listens there
-        messages = weights._stream(v + 1, bucket, tensors_of(bucket), [gone, last.address])
+        messages = weights._stream(v + 1, whole(refs, total, tensors_of(bucket)), [gone, last.address])
         reply = first.call_stream("SendWeights", messages)
         assert list(reply.relay_missed) == [gone, last.address] and gone in reply.relay_error
         weights.push_state(first, named, v + 2, "stream")  # itself took it: a complete update follows

@@ -10,6 +10,7 @@ from meshrl import weights
 from meshrl.codec import Payload
 from meshrl.config.rollout import RolloutConfig
 from meshrl.dataproto import DataProto
+from meshrl.delta import whole
 from meshrl.errors import ServiceError
 from meshrl.rpc import Client, Server
 from meshrl.shm import SEAL_BYTES
@@ -244,7 +245,8 @@ def test_an_abandoned_bucketed_update_is_refused_until_a_complete_one(rollout, t
     )
     assert begun.in_progress
     first = buckets[0]
-    rollout.call_stream("SendWeights", weights._stream(v + 1, first, [named[r.name] for r in first.refs]))
+    payload = whole(first.refs, first.size, [named[r.name] for r in first.refs])
+    rollout.call_stream("SendWeights", weights._stream(v + 1, payload))
     second = buckets[1]
     short = iter([rollout_pb2.WeightBucket(version=v + 1, refs=second.refs)])  # refs without their bytes
     expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: rollout.call_stream("SendWeights", short), "update incomplete")

@@ -2,7 +2,8 @@
 weight push reaches both, and a replica killed (SIGKILL) mid-run costs no step: its calls go to the other
 replica, it is started again while the run goes on, and given the current weights before it gets work.
 Each prompt part keeps its seed whichever replica serves it, so the run ends with the same weights as a
-run nobody touched."""
+run nobody touched. The fleet's pushes send only what changed (rollout.push=delta), the untouched run's
+every tensor: the replica started again has no base and takes the full weights, and then changes again."""
 
 import json
 import signal
@@ -70,7 +71,14 @@ def test_a_fleet_shares_each_step_and_a_killed_replica_costs_no_step(tiny_lm, ar
     fleet, log = tmp_path / "fleet", tmp_path / "fleet.log"
     with open(log, "w") as f:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cli", "grpo", *fleet_settings(tiny_lm, arithmetic_data, tmp_path, fleet)],
+            [
+                sys.executable,
+                "-m",
+                "cli",
+                "grpo",
+                *fleet_settings(tiny_lm, arithmetic_data, tmp_path, fleet),
+                "rollout.push=delta",
+            ],
             stdout=f,
             stderr=f,
         )
@@ -113,8 +121,13 @@ def test_a_fleet_shares_each_step_and_a_killed_replica_costs_no_step(tiny_lm, ar
     assert all(r["rollout/replicas_up"] == 2 for r in rows if r["step"] >= back[0])
     last = rows[-1]
     assert last["rollout/replica0/weight_version"] == last["rollout/replica1/weight_version"] == STEPS
+    # deltas from step 2 on (at this fp32 rollout and learning rate nearly every value changes: the tensors
+    # travel whole, as the contract tests' bf16 ones do not; test_delta_push.py)
+    assert [r["push/delta"] for r in rows] == [0.0] + [1.0] * (STEPS - 1)
+    assert all(r["push/sent_mb"] <= r["push/weights_mb"] for r in rows)
 
-    whole = run("grpo", load_config(None, fleet_settings(tiny_lm, arithmetic_data, tmp_path, tmp_path / "whole")))
+    settings = fleet_settings(tiny_lm, arithmetic_data, tmp_path, tmp_path / "whole")
+    whole = run("grpo", load_config(None, [*settings, "rollout.push=full"]))
     a = load_file(whole / "hf" / "model.safetensors")
     b = load_file(fleet / "hf" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -509,3 +509,31 @@ def test_a_push_in_the_rollouts_dtype_halves_the_bytes_and_changes_nothing(actor
     finally:
         proc.terminate()
         assert proc.wait(120) == 0
+
+
+@pytest.mark.parametrize("transport", ["shm", "stream"])
+def test_delta_pushes_from_the_actor_keep_parity_on_both_backends(actor, rollout, hf_rollout, transport):
+    """PushWeightsRequest.delta from the 2-rank actor to vLLM and HF at once: the first push starts the
+    bases (whole), the next sends the changes of an update, and one with no update between sends nothing
+    but refs; each engine loads every tensor from its base, at parity with the actor after each."""
+    fleet = {"rollout_address": rollout.address, "more_rollout_addresses": [hf_rollout.address]}
+    step = max(r.call("Describe").weight_version for r in (rollout, hf_rollout)) + 1
+    actor.call("PushWeights", actor_pb2.PushWeightsRequest(version=step, **fleet))  # full: no base kept anywhere
+    step += 1
+    sent = []
+    for version, train in ((step, True), (step + 1, True), (step + 2, False)):
+        if train:
+            sft_step(actor, version)
+        request = actor_pb2.PushWeightsRequest(
+            transport=transport, version=version, bucket_bytes=1 << 20, delta=True, **fleet
+        )
+        pushed = actor.call("PushWeights", request)
+        assert not pushed.failed and pushed.delta == (version > step)
+        sent.append(pushed.sent_bytes / pushed.num_bytes)
+        for replica in (rollout, hf_rollout):
+            worst, _ = parity(actor, replica)
+            assert worst < TOLERANCE, f"{replica.address} after version {version}: {worst:.2e}"
+    assert sent[0] == 1.0 and sent[1] <= 1.0 and sent[2] == 0.0
+    over_ipc = actor_pb2.PushWeightsRequest(transport="cuda_ipc", version=step + 3, delta=True, **fleet)
+    with pytest.raises(ServiceError, match="delta is for shm and stream"):
+        actor.call("PushWeights", over_ipc)

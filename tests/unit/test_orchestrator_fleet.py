@@ -22,7 +22,7 @@ class Replica:
     """A rollout that answers Generate with one token per sample (its prompt's first id) and records calls."""
 
     def __init__(self, name: str, fail: ServiceError | None = None):
-        self.name, self.address, self.fail = name, f"127.0.0.{len(name)}:{1000 + len(name)}", fail
+        self.name, self.address, self.fail = name, f"127.0.0.{len(name)}:{1000 + sum(map(ord, name))}", fail
         self.calls: list[tuple[list[int], int | None]] = []  # (prompt first ids, seed)
         self.lock = threading.Lock()
 
@@ -59,7 +59,10 @@ class Actor:
 
     def call_message(self, method, request, reply, **kw):
         self.requests.append(request)
-        return actor_pb2.PushWeightsResponse(version=request.version, seconds=0.5, failed=self.failed)
+        failed, self.failed = self.failed, []  # once: a replica refuses a push, then takes the next
+        return actor_pb2.PushWeightsResponse(
+            version=request.version, seconds=0.5, failed=failed, delta=request.delta, sent_bytes=10, num_bytes=100
+        )
 
 
 def fleet(replicas: int, fail: dict | None = None, overrides=()):
@@ -153,6 +156,32 @@ def test_one_push_names_every_replica_up_and_sets_aside_those_that_failed():
     assert mesh.router.down == {"rollout-1", "rollout-2"} and mesh.weight_version == 5
     mesh.push_weights(version=5, replicas=["rollout-2"])  # one brought back: only it
     assert actor.requests[-1].rollout_address == replicas["rollout-2"].address
+
+
+def test_a_replica_that_refuses_a_delta_takes_the_full_weights_and_stays_up(caplog):
+    """rollout.push=delta: ABORTED (no base of the version before) and DATA_LOSS (its base failed the
+    checksum) are mended by a second push of the same version to that replica alone, which the actor sends
+    whole; any other failure sets the replica aside as before. auto: full over shm."""
+    mesh, replicas = fleet(3, overrides=["rollout.push=delta"])
+    actor = mesh["actor"]
+    one, two = replicas["rollout-1"].address, replicas["rollout-2"].address
+    actor.failed = [
+        actor_pb2.PushFailure(address=one, code="ABORTED", details="holds no base"),
+        actor_pb2.PushFailure(address=two, code="DATA_LOSS", details="CRC-32 mismatch"),
+    ]
+    mesh.push_weights(version=3)
+    first, again = actor.requests
+    assert first.delta and again.delta and again.version == 3
+    assert [again.rollout_address, *again.more_rollout_addresses] == [one, two]
+    assert not mesh.router.down and mesh.weight_version == 3
+    assert "rollout-2 takes weight version 3 whole: CRC-32 mismatch" in caplog.text
+    assert mesh.last_push == {"push/sent_mb": 20 / 2**20, "push/weights_mb": 100 / 2**20, "push/delta": 1.0}
+    actor.failed = [actor_pb2.PushFailure(address=one, code="UNAVAILABLE", details="gone")]
+    mesh.push_weights(version=4)
+    assert len(actor.requests) == 3 and mesh.router.down == {"rollout-1"}
+    mesh, _ = fleet(1)
+    mesh.push_weights(version=1)
+    assert not mesh["actor"].requests[0].delta  # auto over shm: full
 
 
 def test_the_run_starts_a_service_per_replica_or_uses_the_listed_ones(monkeypatch):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from meshrl.errors import ServiceError
-from meshrl.v1 import common_pb2
+from meshrl.v1 import actor_pb2, common_pb2
 from orchestrator.config import load_config
 from orchestrator.lifecycle.mesh import Mesh
 from orchestrator.run import recovery
@@ -34,6 +34,8 @@ class FakeClient:
             return common_pb2.ServiceInfo(
                 weight_version=self.version, details={"partial": self.partial, "torn": str(self.torn).lower()}
             )
+        if method == "PushWeights":
+            return actor_pb2.PushWeightsResponse()
         return type("Reply", (), {"seconds": 0.0, "failed": []})()
 
     def describe(self, timeout=None):  # Client's typed calls: recorded as call() records them

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from meshrl import weights
+from meshrl.delta import whole
 
 F32 = torch.float32
 
@@ -67,7 +68,7 @@ def test_stream_chunks_cover_a_bucket_without_its_padding():
     named = {"a": torch.arange(10, dtype=F32), "b": torch.arange(7, dtype=torch.bfloat16), "c": torch.ones(3, 5)}
     (bucket,) = weights.plan([(k, t.dtype, list(t.shape)) for k, t in named.items()])
     flat = bytearray(bucket.size)
-    for offset, pieces in weights.stream_chunks(list(named.values()), bucket.refs, chunk=16):
+    for offset, pieces in weights.stream_chunks(whole(bucket.refs, bucket.size, list(named.values())), chunk=16):
         for p in pieces:
             flat[offset : offset + len(p)] = p
             offset += len(p)
