@@ -36,6 +36,7 @@ from meshrl.tiny.models import make_model
 from meshrl.v1 import rollout_pb2
 
 SERVICE = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
+BUCKET = weights.DEFAULT_BUCKET_BYTES  # --bucket-mb
 
 
 def start(model: str, host: str = "127.0.0.1") -> tuple[subprocess.Popen, Client]:
@@ -95,8 +96,8 @@ def single(model: str, lr: float, steps: int) -> None:
             trainer.step()
             named = trainer.sent()
             transport = "shm" if version % 2 == 0 else "stream"
-            d = weights.push_state(delta, named, version, transport, base=base)
-            f = weights.push_state(full, named, version, transport)
+            d = weights.push_state(delta, named, version, transport, bucket_bytes=BUCKET, base=base)
+            f = weights.push_state(full, named, version, transport, bucket_bytes=BUCKET)
             rows.append((transport, changed_share(before, named), d, f))
             before = named
         same = torch.equal(logprobs(delta), logprobs(full))
@@ -157,7 +158,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--lrs", default="1e-6,1e-5")
     parser.add_argument("--model", default="0.5B")
+    parser.add_argument("--bucket-mb", type=int, default=weights.DEFAULT_BUCKET_BYTES >> 20)
     args = parser.parse_args()
+    global BUCKET
+    BUCKET = args.bucket_mb << 20
     with tempfile.TemporaryDirectory() as tmp:
         model = str(make_model(f"{tmp}/model", SYNC_MODELS[args.model]))
         t0 = time.perf_counter()
@@ -170,7 +174,8 @@ def main() -> None:
             print("| lr | actor node sends, full | delta | fewer bytes | chain ends after |\n|---|---|---|---|---|")
         for lr in map(float, args.lrs.split(",")):
             (single if args.part == "single" else fleet)(model, lr, args.steps)
-        print(f"({args.model}, {args.steps} steps per lr, {time.perf_counter() - t0:.0f} s)")
+        took = time.perf_counter() - t0
+        print(f"({args.model}, {args.steps} steps per lr, buckets of {args.bucket_mb} MiB, {took:.0f} s)")
 
 
 if __name__ == "__main__":

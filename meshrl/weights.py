@@ -220,16 +220,19 @@ def push_to_all(
         push.base.version = 0  # until this push ends: a base half updated is no version's
     sender = SENDERS[push.transport](push, fleet, begun, largest)
     gather, sent_bytes = 0.0, 0
-    for b in buckets:
-        t0 = time.perf_counter()
-        tensors = tensors_of(b)
-        gather += time.perf_counter() - t0
-        if push.base is None:
-            payload = whole(b.refs, b.size, tensors)
-        else:
-            payload = push.base.encode(b.refs, tensors, bool(delta_base))
-        sent_bytes += payload.num_bytes
-        sender.send(payload)
+    # a push that keeps a base sends a bucket while the next is gathered and encoded (its comparison and
+    # checksums cost about what the bytes they save would): two buckets in memory, not one
+    with Sending(sender, ahead=push.base is not None) as sending:
+        for b in buckets:
+            t0 = time.perf_counter()
+            tensors = tensors_of(b)
+            gather += time.perf_counter() - t0
+            if push.base is None:
+                payload = whole(b.refs, b.size, tensors)
+            else:
+                payload = push.base.encode(b.refs, tensors, bool(delta_base))
+            sent_bytes += payload.num_bytes
+            sending.send(payload)
     sent = time.perf_counter()
     finish = rollout_pb2.FinishWeightUpdateRequest(version=push.version)
     fleet.each(lambda c: c.call("FinishWeightUpdate", finish, timeout=call_timeout(total, push.deadline)))
@@ -247,6 +250,33 @@ def push_to_all(
         "load_seconds": done - sent,
     }
     return stats, fleet.failed
+
+
+class Sending:
+    """Buckets to a Sender in order: at once, or (ahead) each in a thread of its own while the caller
+    prepares the next, which waits for it before it goes (one staging space per replica)."""
+
+    def __init__(self, sender: "Sender", ahead: bool):
+        self.sender = sender
+        self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="meshrl-send") if ahead else None
+        self.pending: concurrent.futures.Future | None = None
+
+    def send(self, payload: Payload) -> None:
+        if self.pool is None:
+            self.sender.send(payload)
+            return
+        if self.pending is not None:
+            self.pending.result()
+        self.pending = self.pool.submit(self.sender.send, payload)
+
+    def __enter__(self) -> "Sending":
+        return self
+
+    def __exit__(self, *error) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            if self.pending is not None and error[0] is None:
+                self.pending.result()
 
 
 class Sender:

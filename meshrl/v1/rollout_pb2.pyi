@@ -82,7 +82,7 @@ class LoraAdapter(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., alpha: _Optional[float] = ..., target_modules: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TensorRef(_message.Message):
-    __slots__ = ("name", "dtype", "shape", "offset", "delta", "count", "index_offset", "crc32")
+    __slots__ = ("name", "dtype", "shape", "offset", "delta", "count", "index_offset", "checksum")
     class Delta(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         WHOLE: _ClassVar[TensorRef.Delta]
@@ -98,7 +98,7 @@ class TensorRef(_message.Message):
     DELTA_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     INDEX_OFFSET_FIELD_NUMBER: _ClassVar[int]
-    CRC32_FIELD_NUMBER: _ClassVar[int]
+    CHECKSUM_FIELD_NUMBER: _ClassVar[int]
     name: str
     dtype: _data_pb2.DType
     shape: _containers.RepeatedScalarFieldContainer[int]
@@ -106,8 +106,8 @@ class TensorRef(_message.Message):
     delta: TensorRef.Delta
     count: int
     index_offset: int
-    crc32: int
-    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[_Union[_data_pb2.DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., offset: _Optional[int] = ..., delta: _Optional[_Union[TensorRef.Delta, str]] = ..., count: _Optional[int] = ..., index_offset: _Optional[int] = ..., crc32: _Optional[int] = ...) -> None: ...
+    checksum: int
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[_Union[_data_pb2.DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., offset: _Optional[int] = ..., delta: _Optional[_Union[TensorRef.Delta, str]] = ..., count: _Optional[int] = ..., index_offset: _Optional[int] = ..., checksum: _Optional[int] = ...) -> None: ...
 
 class CudaIpcHandle(_message.Message):
     __slots__ = ("device", "handle", "storage_size_bytes", "storage_offset_bytes", "ref_counter_handle", "ref_counter_offset", "event_handle", "event_sync_required", "device_uuid")

@@ -4,7 +4,7 @@ segment that the engine reads a bucket's tensors from, as it reads them from the
 A full push that keeps a base places each tensor in the segment as it arrives (the segment is the push's
 announced total, the model's size in the rollout's dtype: the memory rollout.push=delta costs); a delta
 push applies each tensor's changes there in place. Either way every tensor of the bucket is then loaded
-from the base, and its CRC-32 checked against the sender's first: a mismatch is DATA_LOSS, the base is
+from the base, and its checksum checked against the sender's first: a mismatch is DATA_LOSS, the base is
 no version's, and only a full push starts it again.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from meshrl.delta import SPARSE, WHOLE, aligned, crc32, index_dtype
+from meshrl.delta import SPARSE, WHOLE, aligned, checksum, index_dtype
 from meshrl.errors import DataLoss, InvalidArgument
 from meshrl.shm import Segment
 from meshrl.weights import ref_dtype
@@ -56,10 +56,10 @@ class Base:
                 held.copy_(read(dtype, shape, ref.offset))
             elif ref.delta == SPARSE:
                 self._scatter(ref, held, read)
-            if ref.HasField("crc32") and (got := crc32(held)) != ref.crc32:
+            if ref.HasField("checksum") and (got := checksum(held)) != ref.checksum:
                 raise DataLoss(
-                    f"tensor {ref.name!r} has CRC-32 {got:#010x} after the update, the sender's is {ref.crc32:#010x}: "
-                    "the rollout's base no longer matches the sender's; a full push repairs it"
+                    f"tensor {ref.name!r} has checksum {got:#018x} after the update, the sender's is "
+                    f"{ref.checksum:#018x}: the rollout's base no longer matches the sender's; a full push repairs it"
                 )
             out.append([ref.name, str(dtype).removeprefix("torch."), shape, offset])
         return out

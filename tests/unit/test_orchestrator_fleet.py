@@ -167,14 +167,14 @@ def test_a_replica_that_refuses_a_delta_takes_the_full_weights_and_stays_up(capl
     one, two = replicas["rollout-1"].address, replicas["rollout-2"].address
     actor.failed = [
         actor_pb2.PushFailure(address=one, code="ABORTED", details="holds no base"),
-        actor_pb2.PushFailure(address=two, code="DATA_LOSS", details="CRC-32 mismatch"),
+        actor_pb2.PushFailure(address=two, code="DATA_LOSS", details="checksum mismatch"),
     ]
     mesh.push_weights(version=3)
     first, again = actor.requests
     assert first.delta and again.delta and again.version == 3
     assert [again.rollout_address, *again.more_rollout_addresses] == [one, two]
     assert not mesh.router.down and mesh.weight_version == 3
-    assert "rollout-2 takes weight version 3 whole: CRC-32 mismatch" in caplog.text
+    assert "rollout-2 takes weight version 3 whole: checksum mismatch" in caplog.text
     assert mesh.last_push == {"push/sent_mb": 20 / 2**20, "push/weights_mb": 100 / 2**20, "push/delta": 1.0}
     actor.failed = [actor_pb2.PushFailure(address=one, code="UNAVAILABLE", details="gone")]
     mesh.push_weights(version=4)
