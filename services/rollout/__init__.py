@@ -2,7 +2,8 @@
 
 - its settings: RolloutConfig in meshrl/config, shared with the run; sampling: the request's sampling
   parameters, checked, and what a backend returns per sample.
-- backend_vllm, backend_hf: the engines; vllm_ext runs inside vLLM's workers; row_sampler gives
+- backend_vllm, backend_hf: the engines; vllm_ext runs inside vLLM's workers, and registers vllm_transfer
+  there (meshrl's transports as a vLLM weight-transfer engine, its standard update phases); row_sampler gives
   backend_hf's samples a random stream each, so a prompt samples the same whatever else is in its call.
 - layout: prompts in, verl's rollout layout out.
 - weights: the receiving side of the weight-update protocol (meshrl.weights is the sender's); relay

@@ -292,11 +292,11 @@ class HFBackend:
             self.model = self.peft.unload()  # the same model, its own layers back in place
             self.peft, self.lora_shape, self.lora_params = None, (), {}
 
-    def load_weights(self, segment: str, refs: list[list], partial: bool = False) -> None:
+    def load_weights(self, segment: str, refs: list[list], reused: bool = False) -> None:
         seg = attach(segment)
         self._copy_in((name, seg.tensor(getattr(torch, dtype), shape, offset)) for name, dtype, shape, offset in refs)
 
-    def load_weights_cuda_ipc(self, copies: list, refs: list[list], partial: bool = False) -> None:
+    def load_weights_cuda_ipc(self, copies: list, refs: list[list], reused: bool = False) -> None:
         self._copy_in(cuda_ipc.views(cuda_ipc.open_copy(copies), refs))
         torch.cuda.synchronize()  # done with the sender's bucket on return: it refills it with the next
 

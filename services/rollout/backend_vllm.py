@@ -91,7 +91,12 @@ class VLLMBackend:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if cfg.engine_in_process else "1"
         from vllm import LLM
 
-        self.llm = LLM(**engine_args(cfg), worker_extension_cls="services.rollout.vllm_ext.WeightLoader")
+        self.llm = LLM(
+            **engine_args(cfg),
+            worker_extension_cls="services.rollout.vllm_ext.WeightLoader",  # it registers the engine named next
+            weight_transfer_config={"backend": "meshrl"},  # vLLM's update phases, meshrl's transports (vllm_transfer)
+        )
+        self.updating = False  # a weight update's phases begun in the workers and not yet finished
         self.routed_experts = cfg.routed_experts
         # vLLM's capture has a row for every decoder layer; the actor replays the MoE layers'
         moe = facts(json.loads(pathlib.Path(cfg.model, "config.json").read_text()))
@@ -212,20 +217,37 @@ class VLLMBackend:
         # the path is never read (the workers hold the adapter); vLLM wants one, and hashes it with the name
         self.lora_request = LoRARequest(f"meshrl-lora-{lora_id}", lora_id, lora_path=f"meshrl-memory:{lora_id}")
 
-    def load_weights(self, segment: str, refs: list[list], partial: bool = False) -> None:
-        with self.engine_lock:
-            self.lora_request = None  # the workers' reload drops their adapters
-            self.llm.collective_rpc("meshrl_load_weights", args=(segment, refs, partial))
+    def load_weights(self, segment: str, refs: list[list], reused: bool = False) -> None:
+        """One bucket, through vLLM's update phases (the first bucket of an update starts them; vllm_transfer);
+        reused: the segment holds the next bucket before the update finishes."""
+        self._update({"segment": segment, "refs": refs, "reused": reused})
 
-    def load_weights_cuda_ipc(self, copies: list, refs: list[list], partial: bool = False) -> None:
+    def load_weights_cuda_ipc(self, copies: list, refs: list[list], reused: bool = False) -> None:
         """Every worker (one per GPU of a tensor-parallel engine) reads the sender's copy on its own GPU."""
+        self._update({"cuda_ipc": copies, "refs": refs, "reused": reused})
+
+    def _update(self, info: dict) -> None:
         with self.engine_lock:
-            self.lora_request = None  # the workers' reload drops their adapters
-            self.llm.collective_rpc("meshrl_load_weights_cuda_ipc", args=(copies, refs, partial))
+            self.lora_request = None  # the workers' update drops their adapters
+            if not self.updating:
+                self.llm.start_weight_update()
+                self.updating = True
+            try:
+                self.llm.update_weights({"update_info": info})
+            except Exception:
+                # the workers ended the phases; the layers not loaded yet wait for the next update, which
+                # starts them again and finishes them (the service refuses to generate until one completes)
+                self.updating = False
+                raise
+
+    def _finish(self) -> None:
+        if self.updating:
+            self.updating = False
+            self.llm.finish_weight_update()
 
     def weights_loaded(self) -> None:
         with self.engine_lock:
-            self.llm.collective_rpc("meshrl_weights_loaded")
+            self._finish()
             if self.in_flight:  # in flight: the requests paused between steps go on from here
                 # each unfinished sample's tokens so far (its output state: the offline API returns outputs
                 # only when they finish), the engine being between steps

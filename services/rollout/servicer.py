@@ -268,7 +268,11 @@ class RolloutServicer:
                     self.gate.pause()
                 self.torn = True
                 self._load(
-                    refs, self.receiver.transport.name, self.receiver.cuda_ipc, self.receiver.staging, partial=True
+                    refs,
+                    self.receiver.transport.name,
+                    self.receiver.cuda_ipc,
+                    self.receiver.staging,
+                    reused=not self.receiver.keeping,  # the staging space takes the next bucket; a base does not
                 )
             status = self._status()
         missed, why = relay.result()
@@ -299,15 +303,15 @@ class RolloutServicer:
                     self.gate.resume(self.version, loaded)
             return self._status(num_tensors=done.num_tensors)
 
-    def _load(self, refs: list[list], transport: str, ipc: list | None, segment: str, partial: bool = False) -> None:
+    def _load(self, refs: list[list], transport: str, ipc: list | None, segment: str, reused: bool = False) -> None:
         """Full weights (the backend drops its adapter first). ipc: for cuda_ipc, the handles of the bucket's
         copies (one per sender GPU); segment: for shm and stream, the one the bucket lies in."""
         self.lora_rank, self.lora_version = 0, 0
         if transport == "cuda_ipc":
-            self.backend.load_weights_cuda_ipc(ipc, refs, partial)
+            self.backend.load_weights_cuda_ipc(ipc, refs, reused)
         else:
             assert segment  # staged at Begin for the shm and stream transports
-            self.backend.load_weights(segment, refs, partial)
+            self.backend.load_weights(segment, refs, reused)
 
     def _quiesce(self, interrupt: int | None = None) -> None:
         """With the lock held: until no Generate is in flight, refusing new ones meanwhile. `interrupt`

@@ -1,13 +1,10 @@
-"""Runs inside vLLM's worker processes (LLM(worker_extension_cls=...)): load weights from shared memory
-or from a CUDA IPC handle.
+"""Runs inside vLLM's worker processes (LLM(worker_extension_cls=...)): what the weight updates need there
+that vLLM does not do itself.
 
-The rollout service stages a bucket of HF-named parameters (all of them, or one
-transformer block or more of a bucketed update) in a /dev/shm segment and calls
-meshrl_load_weights through llm.collective_rpc with plain arguments (no pickled
-callables); each worker maps the segment and reloads those layers in place
-through vLLM's own loading path; meshrl_weights_loaded ends an update.
-meshrl_load_lora registers a LoRA adapter staged the same way (peft's names)
-from memory: vLLM's own route reads a folder (WorkerLoRAManager._load_adapter),
+Full weights arrive through vLLM's own update phases (start, update per bucket, finish), by the weight-transfer
+engine services/rollout/vllm_transfer.py, which importing this module registers; it uses repack_cpu_experts
+and refresh_shared_layers below after vLLM's reload. meshrl_load_lora registers a LoRA adapter staged in a
+segment (peft's names) from memory: vLLM's own route reads a folder (WorkerLoRAManager._load_adapter),
 so the worker builds the LoRAModel from the tensors (LoRAModel.from_lora_tensors,
 what that route calls after reading the files) and adds it to its adapter
 manager; a request naming its id then finds it loaded and never looks for the
@@ -18,14 +15,13 @@ command (see shorten_idle_spin).
 """
 
 import collections
-import logging
 import re
 from typing import Any
 
 import torch
 
-from meshrl import cuda_ipc
 from meshrl.shm import attach
+from services.rollout import vllm_transfer
 
 IDLE_SPIN_S = 0.05
 
@@ -56,42 +52,11 @@ def shorten_idle_spin(seconds: float = IDLE_SPIN_S) -> bool:
 
 
 shorten_idle_spin()  # this module is imported in each worker when vLLM builds it (worker_extension_cls)
-
-
-class _PartialReload(logging.Filter):
-    """vLLM's in-place reload warns about every layer a call did not load; a bucket of a bucketed update
-    loads only some on purpose (the others keep their weights), so those warnings are dropped then."""
-
-    active = False
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (self.active and record.levelno == logging.WARNING)
-
-
-_partial = _PartialReload()
-for _name in ("vllm.model_executor.model_loader.reload.layerwise", "vllm.model_executor.model_loader.reload.inplace"):
-    logging.getLogger(_name).addFilter(_partial)
+vllm_transfer.register()  # before the worker builds its weight-transfer engine (at load_model)
 
 
 class WeightLoader:
     model_runner: Any  # the vLLM worker's: vLLM mixes this class into its worker class
-
-    def meshrl_load_weights(self, segment: str, refs: list[list], partial: bool = False) -> int:
-        """refs: [name, dtype name, shape, byte offset] per parameter; partial: one bucket of several.
-        Returns how many were loaded."""
-        seg = attach(segment)
-        self._reload(
-            [(name, seg.tensor(getattr(torch, dtype), shape, offset)) for name, dtype, shape, offset in refs], partial
-        )
-        return len(refs)
-
-    def meshrl_load_weights_cuda_ipc(self, copies: list, refs: list[list], partial: bool = False) -> int:
-        """The same, from the sender's CUDA bucket shared by IPC handle: its copy on this worker's GPU where
-        it has one (meshrl.cuda_ipc.pick), so each tensor-parallel worker reads its own GPU and keeps its
-        shard of each tensor; done with it on return (the sender reuses the bucket for the next)."""
-        self._reload(cuda_ipc.views(cuda_ipc.open_copy(copies), refs), partial)
-        torch.cuda.synchronize()
-        return len(refs)
 
     def meshrl_load_lora(
         self, segment: str, refs: list[list], rank: int, alpha: float, target_modules: list[str], lora_id: int
@@ -132,18 +97,6 @@ class WeightLoader:
         manager._adapter_manager.add_adapter(lora)
         manager._adapter_manager.activate_adapter(lora_id)
         return len(lora.loras)
-
-    def meshrl_weights_loaded(self) -> None:
-        """After the last bucket of an update."""
-        refresh_shared_layers(self.model_runner.get_model())
-
-    def _reload(self, weights: list, partial: bool) -> None:
-        _partial.active = partial
-        try:
-            self.model_runner.reload_weights(weights_iterator=iter(weights))
-        finally:
-            _partial.active = False
-        repack_cpu_experts(self.model_runner.get_model(), weights)
 
 
 def repack_cpu_experts(model: torch.nn.Module, weights: list) -> int:
