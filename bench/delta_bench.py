@@ -129,7 +129,8 @@ def fleet(model: str, lr: float, steps: int) -> None:
     trainer = Trainer(model, lr)
     started = [start(model, f"127.0.0.{2 + i % 2}") for i in range(4)]  # two chains: delta, full
     clients = [c for _, c in started]
-    base, sent = Base(), {"delta": [], "full": []}
+    base = Base()
+    sent: dict[str, list[float]] = {"delta": [], "full": []}
     try:
         for version in range(1, steps + 1):
             trainer.step()
