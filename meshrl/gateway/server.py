@@ -8,8 +8,10 @@
 
 Every /v1 call needs `Authorization: Bearer KEY`, a key the gateway holds a Session for (meshrl/gateway/
 sessions.py): a run opens one per episode and closes it when the episode ends; `meshrl serve gateway`
-holds the keys it is given. A key reaches its own session only. The engine (who generates: the run's
-rollout fleet, or the rollout services `meshrl serve gateway` was pointed at) is handed in:
+holds the keys it is given. A key reaches its own session only, and a key the run bound to its agent's
+process is taken only from that process's connections (meshrl/gateway/callers.py; 403 from any other).
+The engine (who generates: the run's rollout fleet, or the rollout services `meshrl serve gateway` was
+pointed at) is handed in:
 
     engine.generate(session, ids, n, max_new, request) -> [(tokens, logprobs, text or None, version)]
 
@@ -26,10 +28,11 @@ import http.server
 import json
 import logging
 import threading
+import time
 from typing import Any, Protocol
 
 from meshrl.errors import ServiceError
-from meshrl.gateway import responses
+from meshrl.gateway import callers, responses
 from meshrl.gateway.protocol import (
     MAX_DEPTH,
     Choice,
@@ -43,12 +46,13 @@ from meshrl.gateway.protocol import (
     read_request,
     reply,
 )
-from meshrl.gateway.sessions import Session
+from meshrl.gateway.sessions import BINDING, Session
 from meshrl.tool_calls import parser_for
 
 log = logging.getLogger(__name__)
 
 Turn = tuple[list[int], list[float], str | None, int]  # tokens, log-probs, text (None: decode), version
+BIND_WAIT_S = 5.0  # a call with a key whose process is starting waits this long for it to be bound
 DRAIN = 16  # a body up to this many times the limit is read before its 413 (past it: the connection drops)
 
 
@@ -113,7 +117,9 @@ class Gateway:
                 session.closed = True
         return session
 
-    def session(self, authorization: str | None) -> Session:
+    def session(self, authorization: str | None, ends: tuple | None = None) -> Session:
+        """The key's session; a key bound to a process (Session.owner) only from that process's tree, by the
+        connection's (client, server) addresses `ends`."""
         scheme, _, key = (authorization or "").strip().partition(" ")
         key = key.strip() if scheme.lower() == "bearer" else ""  # the scheme is case-insensitive (RFC 9110)
         with self.lock:
@@ -121,7 +127,23 @@ class Gateway:
         if session is None:
             message = "no API key given" if not key else "the API key is not valid (or its episode has ended)"
             raise RequestError(message, status=401, code="invalid_api_key")
+        deadline = time.monotonic() + BIND_WAIT_S
+        while session.owner == BINDING and time.monotonic() < deadline:  # its process is being started
+            time.sleep(0.005)
+        if session.owner and not (ends is not None and session.owner > 0 and callers.calls_from(session.owner, *ends)):
+            raise RequestError(
+                "the API key belongs to another episode's agent: it is taken only from the processes it was given to",
+                status=403,
+                code="permission_denied",
+            )
         return session
+
+    def bind(self, key: str, pid: int) -> None:
+        """The key is taken only from process `pid` and those below it from now on."""
+        with self.lock:
+            session = self.sessions.get(key)
+        if session is not None:
+            session.owner = pid
 
     # ---- one call -------------------------------------------------------------------------------
 
@@ -196,12 +218,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name
         log.debug("%s %s", self.address_string(), format % args)
 
+    def _ends(self) -> tuple:
+        """This connection's (client, server) addresses."""
+        return self.client_address, self.connection.getsockname()
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         path = self.path.split("?")[0].rstrip("/")
         if path in ("/health", "/v1/health"):
             return self._json(200, {"status": "ok"})
         try:
-            self.gateway.session(self.headers.get("Authorization"))
+            self.gateway.session(self.headers.get("Authorization"), self._ends())
             model = {"id": self.gateway.model, "object": "model", "created": 0, "owned_by": "meshrl"}
             if path == "/v1/models":
                 return self._json(200, {"object": "list", "data": [model]})
@@ -217,7 +243,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             body = self._body()
             if path not in ("/v1/chat/completions", "/v1/completions", "/v1/responses"):
                 raise RequestError(f"no route POST {path}", status=404)
-            session = self.gateway.session(self.headers.get("Authorization"))
+            session = self.gateway.session(self.headers.get("Authorization"), self._ends())
             if path == "/v1/responses":  # the chat path's, asked and answered in the Responses API's shapes
                 _, whole = self.gateway.complete(session, responses.chat_body(body), True)
                 return self._response(body, responses.response(body, whole))

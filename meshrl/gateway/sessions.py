@@ -50,6 +50,9 @@ class Plan:
     marks: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # the base's own, kept
 
 
+BINDING = -1  # Session.owner of a key whose process is starting
+
+
 class Session:
     """One key's samples. `budget`: response tokens a sample may hold (None: no limit); `max_calls`: calls
     the key may make (None: no limit; past it, as past the budget, a call gets an empty turn that ends for
@@ -71,6 +74,9 @@ class Session:
         self.closed = False
         self.replica: str | None = None  # where the engine serves it (its prefix is there)
         self.lock = threading.Lock()
+        # the process the key is bound to (it and those below it may use it: gateway/callers.py); 0: any
+        # caller; BINDING: bound, the process not started yet
+        self.owner = 0
 
     def plan(self, request: Request, tokenizer, ends: frozenset[int]) -> Plan:
         """Where `request` continues the recording (see the module's docstring). RequestError if the

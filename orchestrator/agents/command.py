@@ -20,7 +20,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from meshrl.lifeline import child_env
@@ -101,8 +101,11 @@ class CommandAgent:
         self.lock = threading.Lock()
         self.started = False  # an episode has ended well: the command can be started
 
-    def play(self, task: dict, base_url: str, key: str) -> tuple[Any, str]:
-        """(the command's result, "") or (None, why the episode is lost). ValueError if it cannot start."""
+    def play(
+        self, task: dict, base_url: str, key: str, on_start: Callable[[int], None] | None = None
+    ) -> tuple[Any, str]:
+        """(the command's result, "") or (None, why the episode is lost). ValueError if it cannot start.
+        on_start(pid): its process, once started (the run binds the episode's key to it)."""
         text = json.dumps(task)
         env = child_env({**os.environ, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": key, "MESHRL_TASK": text})
         out, err = LastLine(), Tail()
@@ -122,6 +125,8 @@ class CommandAgent:
             if isinstance(e, (FileNotFoundError, PermissionError)):  # no shell to run it with
                 raise ValueError(f"rollout.agent_command={self.command!r} cannot start: {e}") from None
             return None, f"the agent command could not start: {e}"  # e.g. a task over the environment's limit
+        if on_start is not None:
+            on_start(proc.pid)
         with self.lock:
             self.procs[proc] = wake_w
         state = "failed"

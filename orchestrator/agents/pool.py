@@ -23,6 +23,7 @@ import logging
 import os
 import select
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from orchestrator.agents.command import CommandAgent
@@ -121,13 +122,18 @@ class AgentPool:
                     self.slots[i] = w = Worker(self.spec, self.threads, self.python)
             return min((w for w in self.slots if w is not None), key=lambda w: w.load)
 
-    def play(self, task: dict, base_url: str, key: str) -> tuple[Any, str]:
-        """(the agent's result, "") or (None, why the episode is lost). ValueError if the agent cannot load."""
+    def play(
+        self, task: dict, base_url: str, key: str, on_start: Callable[[int], None] | None = None
+    ) -> tuple[Any, str]:
+        """(the agent's result, "") or (None, why the episode is lost). ValueError if the agent cannot load.
+        on_start(pid): the worker process that plays it (the run binds the episode's key to it)."""
         with self.room:
-            return self._play(task, base_url, key)
+            return self._play(task, base_url, key, on_start)
 
-    def _play(self, task: dict, base_url: str, key: str) -> tuple[Any, str]:
+    def _play(self, task: dict, base_url: str, key: str, on_start: Callable[[int], None] | None) -> tuple[Any, str]:
         worker = self._worker()
+        if on_start is not None:
+            on_start(worker.child.proc.pid)
         try:
             future = worker.send({"task_json": json.dumps(task), "base_url": base_url, "api_key": key})
             reply = future.result(timeout=self.timeout)

@@ -32,7 +32,7 @@ from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.gateway.protocol import Limits, Request
 from meshrl.gateway.server import Gateway
-from meshrl.gateway.sessions import Session
+from meshrl.gateway.sessions import BINDING, Session
 from meshrl.trajectory import Trajectory
 from meshrl.vocab import model_vocab_size
 from orchestrator.agents.pool import AgentPool, CommandAgent, agent_runner
@@ -149,9 +149,12 @@ def play(
 ):
     """One episode: the agent's run against its own key, then its recording as a Trajectory."""
     engine.begin(session)
+    session.owner = BINDING  # the key is its agent's alone: bound to its process once that starts
     gateway.open(session)
     try:
-        result, error = runner.play(task, gateway.base_url, session.key)
+        result, error = runner.play(
+            task, gateway.base_url, session.key, on_start=lambda pid: gateway.bind(session.key, pid)
+        )
     finally:
         gateway.close(session.key)
         engine.end(session)
