@@ -215,9 +215,9 @@ def push_to_all(
         keep_base=push.base is not None,
         delta_base=delta_base,
     )  # the rollout may make (fault in) a segment this large
-    begun = fleet.each(lambda c: c.call("BeginWeightUpdate", begin, timeout=call_timeout(largest, push.deadline)))
     if push.base is not None:
-        push.base.version = 0  # until this push ends: a base half updated is no version's
+        push.base.version = 0  # until this push ends (a Begin every replica refuses too): no version's
+    begun = fleet.each(lambda c: c.call("BeginWeightUpdate", begin, timeout=call_timeout(largest, push.deadline)))
     sender = SENDERS[push.transport](push, fleet, begun, largest)
     gather, sent_bytes = 0.0, 0
     # a push that keeps a base sends a bucket while the next is gathered and encoded (its comparison and

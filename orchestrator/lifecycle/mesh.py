@@ -334,7 +334,15 @@ class Mesh:
             for f in again:
                 say = log.warning if f.code == "DATA_LOSS" else log.info
                 say("rollout replica %s takes weight version %d whole: %s", address[f.address], version, f.details)
-            full = self._push([address[f.address] for f in again], version, rollback, delta)
+            names_again = [address[f.address] for f in again]
+            try:
+                full = self._push(names_again, version, rollback, delta)
+            except ServiceError as e:  # those replicas alone failed the full push: set aside, the rest stand
+                lost = [
+                    actor_pb2.PushFailure(address=self[n].address, code=e.code.name, details=e.details)
+                    for n in names_again
+                ]
+                full = actor_pb2.PushWeightsResponse(failed=lost)
             failed += list(full.failed)
             reply.seconds += full.seconds
             reply.sent_bytes += full.sent_bytes

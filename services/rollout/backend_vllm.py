@@ -242,8 +242,8 @@ class VLLMBackend:
 
     def _finish(self) -> None:
         if self.updating:
+            self.llm.finish_weight_update()  # raising, it stays begun: the next finish tries again
             self.updating = False
-            self.llm.finish_weight_update()
 
     def weights_loaded(self) -> None:
         with self.engine_lock:

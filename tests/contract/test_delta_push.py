@@ -131,7 +131,10 @@ def test_a_replica_without_the_base_refuses_a_delta(pair, tiny_lm):
         lambda: weights.push_state(to_delta, second, v + 2, "stream", base=base),
         "holds no base",
     )
+    assert base.version == 0  # every replica refused at Begin: the sender's base is no version's
+    stats = weights.push_state(to_delta, second, v + 2, "stream", base=base)  # so the next push is full
+    assert stats["delta"] == 0.0
     begin = rollout_pb2.BeginWeightUpdateRequest(
-        version=v + 3, transport="shm", total_bytes=64, delta_base=v + 1, lora=rollout_pb2.LoraAdapter(rank=1)
+        version=v + 3, transport="shm", total_bytes=64, delta_base=v + 2, lora=rollout_pb2.LoraAdapter(rank=1)
     )
     expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: to_delta.call("BeginWeightUpdate", begin), "full weights")

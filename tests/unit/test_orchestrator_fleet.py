@@ -184,6 +184,22 @@ def test_a_replica_that_refuses_a_delta_takes_the_full_weights_and_stays_up(capl
     assert not mesh["actor"].requests[0].delta  # auto over shm: full
 
 
+def test_a_replica_that_fails_its_full_push_too_is_set_aside_and_the_push_stands():
+    mesh, replicas = fleet(2, overrides=["rollout.push=delta"])
+    actor, one = mesh["actor"], replicas["rollout-1"].address
+    actor.failed = [actor_pb2.PushFailure(address=one, code="ABORTED", details="holds no base")]
+    answer = actor.call_message
+
+    def call_message(method, request, reply, **kw):
+        if request.rollout_address == one:  # the full push to it alone: every replica of it failed
+            raise ServiceError(one, "PushWeights", grpc.StatusCode.UNAVAILABLE, "gone")
+        return answer(method, request, reply, **kw)
+
+    actor.call_message = call_message
+    mesh.push_weights(version=2)
+    assert mesh.router.down == {"rollout-1"} and mesh.weight_version == 2
+
+
 def test_the_run_starts_a_service_per_replica_or_uses_the_listed_ones(monkeypatch):
     cfg = load_config(None, ["rollout.replicas=3"])
     monkeypatch.setattr(hosts, "gpus", lambda: 0)
