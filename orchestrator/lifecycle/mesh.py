@@ -325,8 +325,7 @@ class Mesh:
         except ServiceError as e:  # every replica failed: the rollout's own status
             if not (delta and e.code.name in FULL_AGAIN):
                 raise
-            lost = [actor_pb2.PushFailure(address=self[n].address, code=e.code.name, details=e.details) for n in names]
-            reply = actor_pb2.PushWeightsResponse(num_bytes=0, failed=lost)
+            reply = self._all_failed(names, e)
         again = [f for f in reply.failed if delta and f.code in FULL_AGAIN]
         failed = [f for f in reply.failed if f not in again]
         if again:
@@ -338,16 +337,17 @@ class Mesh:
             try:
                 full = self._push(names_again, version, rollback, delta)
             except ServiceError as e:  # those replicas alone failed the full push: set aside, the rest stand
-                lost = [
-                    actor_pb2.PushFailure(address=self[n].address, code=e.code.name, details=e.details)
-                    for n in names_again
-                ]
-                full = actor_pb2.PushWeightsResponse(failed=lost)
+                full = self._all_failed(names_again, e)
             failed += list(full.failed)
             reply.seconds += full.seconds
             reply.sent_bytes += full.sent_bytes
             reply.num_bytes = reply.num_bytes or full.num_bytes
         return reply, failed
+
+    def _all_failed(self, names: list[str], e: ServiceError) -> actor_pb2.PushWeightsResponse:
+        """A push that raised, as a reply naming each of its replicas failed with its error."""
+        lost = [actor_pb2.PushFailure(address=self[n].address, code=e.code.name, details=e.details) for n in names]
+        return actor_pb2.PushWeightsResponse(failed=lost)
 
     def _push(self, names: list[str], version: int, rollback: bool, delta: bool) -> actor_pb2.PushWeightsResponse:
         return self["actor"].call_message(
