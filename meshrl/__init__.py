@@ -11,7 +11,8 @@ orchestrator import from here; nothing here imports them.
   clients that check replies), errors (service errors -> gRPC status), tls (mutual TLS between roles),
   telemetry (OpenTelemetry set-up), trace_view (`meshrl trace`: a step's spans as a timeline).
 - processes and hosts: hosts (cores, GPUs, addresses), group (a trained service's ranks across nodes),
-  lifeline (children die with their parent), pipes (child processes that run user code), forkserver (services
+  lifeline (children die with their parent), pipes (worker processes that run user code: the parent's side),
+  worker_main (the worker's side), forkserver (services
   forked from one process that imported once), loading (user code by spec), disk (a write out of space).
 - settings: config/ (each service's typed settings and the losses' parameters), typed (a dict -> a config
   dataclass), flags (command-line flags from a config dataclass), seeds (every seed stream a run draws from).

@@ -16,84 +16,34 @@ saying why. Workers start when the first episode needs them and serve the run's 
 died is started again for the next episode.
 """
 
-import concurrent.futures
-import itertools
 import json
 import logging
-import os
-import select
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
+from meshrl.pipes import Lost, Worker
+from meshrl.worker_main import read_json, write_json
 from orchestrator.agents.command import CommandAgent
 from orchestrator.agents.interpreter import Process, check_python
-from orchestrator.agents.worker import read_frame, write_frame
 
 log = logging.getLogger(__name__)
 START_TIMEOUT = 120.0  # seconds a worker may take to import the agent
 
 
-class Worker:
-    """One worker process and the episodes in flight on it, answered by id on its reader thread."""
-
-    def __init__(self, spec: str, threads: int, python: str = ""):
-        self.child = Process(python, [spec, str(threads)])
-        self.pending: dict[int, concurrent.futures.Future] = {}
-        self.ids = itertools.count(1)
-        self.lock = threading.Lock()
-        self.lost = ""  # why it is gone
-        try:
-            if not select.select([self.child.res_r], [], [], START_TIMEOUT)[0]:
-                raise RuntimeError(f"an agent worker did not start within {START_TIMEOUT:g} s")
-            msg = read_frame(self.child.res_r)
-            if msg is None:
-                raise RuntimeError(f"an agent worker exited while starting (exit code {self.child.proc.wait()})")
-            if not msg["ready"]:
-                raise ValueError(f"rollout.agent={spec}: {msg['error']}")
-        except BaseException:
-            self.child.kill()
-            raise
-        threading.Thread(target=self._read, name=f"meshrl-agent-{self.child.proc.pid}", daemon=True).start()
-
-    def send(self, request: dict) -> concurrent.futures.Future:
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        with self.lock:
-            if self.lost:
-                raise OSError(self.lost)
-            request_id = next(self.ids)
-            self.pending[request_id] = future
-            write_frame(self.child.task_w, {**request, "id": request_id})  # under the lock: one frame at a time
-        return future
-
-    def _read(self) -> None:
-        while (reply := read_frame(self.child.res_r)) is not None:
-            with self.lock:
-                future = self.pending.pop(reply.pop("id"), None)
-            if future is not None:
-                future.set_result(reply)
-        code = self.child.proc.wait()
-        self._fail(f"the agent's worker process died (exit code {code})")
-        for fd in (self.child.task_w, self.child.res_r):
-            os.close(fd)
-
-    def _fail(self, why: str) -> None:
-        with self.lock:
-            self.lost = self.lost or why
-            waiting, self.pending = list(self.pending.values()), {}
-        for future in waiting:
-            if not future.done():
-                future.set_result({"ok": False, "lost": self.lost})
-
-    def stop(self, why: str) -> None:
-        """Kill it: every episode in flight on it is lost with `why`; its reader closes the pipes. Killed
-        first: a send blocked on its full pipe (under the lock) then fails and lets go."""
-        self.child.signal_kill()
-        self._fail(why)
-
-    @property
-    def load(self) -> int:
-        return len(self.pending)
+def start_worker(spec: str, threads: int, python: str = "") -> Worker:
+    """A worker process that has loaded the agent; ValueError naming rollout.agent if it cannot."""
+    worker = Worker(Process(python, [spec, str(threads)]), "the agent's worker process", frames=(read_json, write_json))
+    try:
+        worker.ready(time.monotonic() + START_TIMEOUT)
+    except ValueError as e:
+        worker.discard()
+        raise ValueError(f"rollout.agent={spec}: {e}") from None
+    except BaseException:
+        worker.discard()
+        raise
+    return worker
 
 
 class AgentPool:
@@ -119,7 +69,7 @@ class AgentPool:
                 self.checked = True
             for i, w in enumerate(self.slots):
                 if w is None or w.lost:
-                    self.slots[i] = w = Worker(self.spec, self.threads, self.python)
+                    self.slots[i] = w = start_worker(self.spec, self.threads, self.python)
             return min((w for w in self.slots if w is not None), key=lambda w: w.load)
 
     def play(
@@ -135,16 +85,14 @@ class AgentPool:
         if on_start is not None:
             on_start(worker.child.proc.pid)
         try:
-            future = worker.send({"task_json": json.dumps(task), "base_url": base_url, "api_key": key})
-            reply = future.result(timeout=self.timeout)
-        except concurrent.futures.TimeoutError:
+            call = worker.call({"task_json": json.dumps(task), "base_url": base_url, "api_key": key})
+            reply = call.reply(self.timeout)
+        except TimeoutError:
             why = f"the agent did not finish within rollout.agent_timeout={self.timeout:g} s"
             worker.stop(f"lost with its worker, stopped because another episode on it ran past {self.timeout:g} s")
             return None, why
-        except (OSError, concurrent.futures.CancelledError) as e:
-            return None, f"the agent's process went away: {e or 'the run is stopping'}"
-        if reply.get("lost"):
-            return None, reply["lost"]
+        except Lost as e:
+            return None, str(e)
         if not reply["ok"]:
             log.debug("an agent failed: %s\n%s", reply["error"], reply.get("where", ""))
             return None, f"the agent raised {reply['error']}"
@@ -178,4 +126,4 @@ def check_agent_python(r) -> None:
     and imports the agent there (a worker started and stopped); ValueError in one line otherwise."""
     if r.agent and r.agent_python:
         check_python(r.agent_python)
-        Worker(r.agent, 1, r.agent_python).stop("checked")
+        start_worker(r.agent, 1, r.agent_python).stop("checked")

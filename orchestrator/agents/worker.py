@@ -7,55 +7,33 @@ orchestrator/agents/pool.py (through interpreter.py) as
 
     PYTHON .../orchestrator/agents/worker.py SPEC THREADS READ_FD WRITE_FD
 
-The protocol is written here once (pool.py imports read_frame and write_frame from this file): frames
-are a 4-byte little-endian length and that many bytes of JSON. The worker answers {"ready": true} (or
-{"ready": false, "error"}: why it cannot load the function), then for each request {"id", "task_json",
-"base_url", "api_key"} calls `agent(task, base_url, api_key)` on a thread and answers {"id", "ok": true,
-"result_json"} or {"id", "ok": false, "error", "where"}. What the agent prints goes to stderr. It exits at
+Its frames, handshake and loop are meshrl/worker_main.py's (standard library too, loaded by path), with
+JSON frames. The worker answers {"ready": true} (or {"ready": false, "error"}: why it cannot load the
+function), then for each request {"id", "task_json", "base_url", "api_key"} calls
+`agent(task, base_url, api_key)` on a thread and answers {"id", "ok": true, "result_json"} or
+{"id", "ok": false, "error", "where"}. What the agent prints goes to stderr. It exits at
 end of file on READ_FD: when the run closes its end, or dies (kill -9 included: the kernel closes it); a
 hung agent is killed by the pool, not asked.
 """
 
 from __future__ import annotations  # annotations stay text: this file runs on Python 3.9
 
-import concurrent.futures
 import importlib
 import importlib.util
 import json
 import os
 import pathlib
-import struct
 import sys
-import threading
 import traceback
 
-HEADER = struct.Struct("<I")
 
-
-def write_frame(fd: int, value) -> None:
-    """Write one JSON value (a blocking fd: the call returns once the reader's pipe took it all)."""
-    body = json.dumps(value).encode()  # ASCII: a lone surrogate in a task travels escaped
-    data = memoryview(HEADER.pack(len(body)) + body)
-    while data:
-        data = data[os.write(fd, data) :]
-
-
-def _read_exactly(fd: int, n: int) -> bytes | None:
-    chunks = []
-    while n:
-        chunk = os.read(fd, n)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
-
-
-def read_frame(fd: int):
-    """The next value, or None at end of file (the other side is gone)."""
-    header = _read_exactly(fd, HEADER.size)
-    body = None if header is None else _read_exactly(fd, HEADER.unpack(header)[0])
-    return None if body is None else json.loads(body)
+def _kit():
+    """meshrl/worker_main.py, by path: meshrl need not be installed in the interpreter this runs in."""
+    path = pathlib.Path(__file__).resolve().parents[2] / "meshrl" / "worker_main.py"
+    module_spec = importlib.util.spec_from_file_location("meshrl_worker_main", path)
+    module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
+    module_spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
 
 
 def load(spec: str):
@@ -91,10 +69,10 @@ def load(spec: str):
 def play(agent, request: dict) -> dict:
     try:
         result = agent(json.loads(request["task_json"]), request["base_url"], request["api_key"])
-        return {"id": request["id"], "ok": True, "result_json": json.dumps(result)}
+        return {"ok": True, "result_json": json.dumps(result)}
     except Exception as e:  # noqa: BLE001 - the episode is lost, the worker lives on
         where = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-3:])[-2000:]
-        return {"id": request["id"], "ok": False, "error": f"{type(e).__name__}: {e}".strip(), "where": where}
+        return {"ok": False, "error": f"{type(e).__name__}: {e}".strip(), "where": where}
 
 
 def main(argv: list[str]) -> None:
@@ -103,33 +81,10 @@ def main(argv: list[str]) -> None:
     # the agent's modules)
     here = str(pathlib.Path(__file__).resolve().parent)
     sys.path[:] = [os.getcwd(), *(p for p in sys.path if p and str(pathlib.Path(p).resolve()) != here)]
-    os.dup2(2, 1)  # an agent's prints must not reach the frames
-    try:
-        agent = load(spec)
-    except ValueError as e:  # sent to the run, which says why no worker started
-        write_frame(wfd, {"ready": False, "error": str(e)})
-        return
-    write_frame(wfd, {"ready": True})
-    pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="meshrl-agent")
-    lock = threading.Lock()  # replies from many threads, one frame at a time
+    KIT.main(lambda: (load(spec), {}), play, rfd, wfd, threads=threads)
 
-    def answer(request: dict) -> None:
-        reply = play(agent, request)
-        with lock:
-            write_frame(wfd, reply)
 
-    while True:
-        request = read_frame(rfd)
-        if request is None:
-            return
-        pool.submit(answer, request)
-
+KIT = _kit()
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except BrokenPipeError:  # the run went away
-        pass
-    finally:
-        sys.stderr.flush()
-        os._exit(0)
+    KIT.run(main, sys.argv[1:])

@@ -25,12 +25,12 @@ from meshrl.config.env import EnvConfig
 from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument, ResourceExhausted
 from meshrl.flags import settings_json
 from meshrl.v1 import common_pb2, env_pb2
-from services.env.pool import EnvPool, Worker
+from services.env.pool import EnvPool, ProcessWorker
 
 
 @dataclasses.dataclass(eq=False)
 class Episode:
-    worker: Worker  # the process holding its environment object
+    worker: ProcessWorker  # the process holding its environment object
     last_used: float
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)  # one call at a time
 

@@ -2,15 +2,14 @@
 
 Started by WorkerPool as `python -m services.reward.worker SPEC BATCHED READ_FD WRITE_FD`.
 It answers "ready" (or why it could not load the function) and whether the function takes
-lists (verl's batched form, or TRL's form, which it finds only now, from the signature), then for each task
-one reply per sample as it finishes (one reply per task when batched), so the
-pool can tell which sample hangs. Output the function prints goes to stderr.
+lists (verl's batched form, or TRL's form, which it finds only now, from the signature), then for each
+chunk one reply per sample as it finishes (one reply per chunk when batched), so the pool can tell which
+sample hangs, on one thread: a user's function need not be thread-safe (meshrl/worker_main.py).
 """
 
-import os
 import sys
-import traceback
 
+from meshrl import worker_main
 from meshrl.pipes import read_frame, write_frame
 from services.reward.functions import TRLCall, check_result, is_batched, load
 
@@ -47,31 +46,26 @@ def score_batch(fn, samples) -> list[dict]:
     return [checked(r, none_ok=isinstance(fn, TRLCall)) for r in results]
 
 
-def main(argv: list[str]) -> int:
-    spec, batched, rfd, wfd = argv[0], argv[1] == "1", int(argv[2]), int(argv[3])
-    os.dup2(2, 1)  # a user function's prints must not reach anything but the log
-    try:
+def load_for(spec: str, batched: bool):
+    def loaded():
         fn = load(spec, batched)
-    except Exception as e:  # noqa: BLE001 - sent to the pool, which refuses to start
-        write_frame(wfd, {"ready": False, "error": str(e) or _error(e)})
-        return 1
-    batched = is_batched(fn, batched)
-    write_frame(wfd, {"ready": True, "batched": batched, "none_ok": isinstance(fn, TRLCall)})
-    while (task := read_frame(rfd)) is not None:
-        samples = task["samples"]
-        if batched:
-            write_frame(wfd, {"id": task["id"], "results": score_batch(fn, samples)})
-            continue
-        for i, args in enumerate(samples):
-            write_frame(wfd, {"id": task["id"], "i": i, **score_one(fn, args)})
-    return 0
+        return fn, {"batched": is_batched(fn, batched), "none_ok": isinstance(fn, TRLCall)}
+
+    return loaded
+
+
+def handle(fn, task: dict):
+    """A chunk of samples: one reply for all of them when the function is batched, else one per sample as
+    each is scored (so that the pool can tell which sample hangs)."""
+    if "batch" in task:
+        return {"results": score_batch(fn, task["batch"])}
+    return (score_one(fn, args) for args in task["samples"])
+
+
+def main(argv: list[str]) -> None:
+    spec, batched, rfd, wfd = argv[0], argv[1] == "1", int(argv[2]), int(argv[3])
+    worker_main.main(load_for(spec, batched), handle, rfd, wfd, threads=1, read=read_frame, write=write_frame)
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except BrokenPipeError:  # the pool went away
-        sys.exit(0)
-    except Exception:  # noqa: BLE001
-        traceback.print_exc()
-        sys.exit(1)
+    worker_main.run(main, sys.argv[1:])

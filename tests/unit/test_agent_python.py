@@ -39,8 +39,10 @@ def bare_python(tmp_path) -> str:
     return python
 
 
-def test_the_worker_is_one_standard_library_file_python_3_9_reads():
-    source = pathlib.Path(worker.__file__).read_text()
+@pytest.mark.parametrize("path", [worker.__file__, ROOT / "meshrl" / "worker_main.py"])
+def test_the_worker_is_standard_library_files_python_3_9_reads(path):
+    """The worker and the kit it loads by path (meshrl/worker_main.py)."""
+    source = pathlib.Path(path).read_text()
     tree = ast.parse(source, feature_version=(3, 9))
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
