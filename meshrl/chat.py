@@ -121,3 +121,12 @@ def after_turn(tokenizer, messages: list[dict], tools: list[dict] | None = None)
     if not full.startswith(head) or eos not in head:
         raise ValueError("the chat template does not render tool results as a continuation of the turns before")
     return head[head.rfind(eos) + len(eos) :] + full[len(head) :]
+
+
+def prompt_text(messages) -> str:
+    """The prompt a scorer sees: the last user turn of chat messages (a reward model puts it into its
+    own chat template), or the text itself."""
+    if isinstance(messages, str):
+        return messages
+    users = [m.get("content", "") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    return str(users[-1]) if users else ""

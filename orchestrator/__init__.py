@@ -2,6 +2,7 @@
 
 Its rooms, each importing only the ones listed before it (tests/unit/test_import_rule.py checks it):
 
+- judge/: a generative judge's settings, programs and calls (its settings are a section of config).
 - config, verl_keys: the run's typed YAML config with dotted overrides; data: verl parquet to prompt
   batches, a seeded resumable sampler; timer: the step's phase clock (timing_s/<phase>).
 - lifecycle/: the services a run uses: start them or reach given ones (services), the calls on them

@@ -40,6 +40,7 @@ from meshrl.config.rollout import DEFAULT_BUCKET_BYTES, MAX_CALLS, PUSHES, TRANS
 from meshrl.flags import field_docs
 from meshrl.typed import build
 from orchestrator import verl_keys
+from orchestrator.judge.settings import JudgeSection
 
 LOGGERS = ("console", "tensorboard", "wandb", "mlflow")
 ENV_REWARDS = ("env", "service", "sum")
@@ -434,6 +435,7 @@ class Config:
     algorithm: AlgorithmSection = dataclasses.field(default_factory=AlgorithmSection)
     trainer: TrainerSection = dataclasses.field(default_factory=TrainerSection)
     ray: RaySection = dataclasses.field(default_factory=RaySection)
+    judge: JudgeSection = dataclasses.field(default_factory=JudgeSection)
 
 
 def ranks(cfg: Config, role: str) -> int:

@@ -89,7 +89,7 @@ def agree(cfg: Config, mesh: Mesh, given: set[str]) -> bool:
     if cfg.trainer.given_settings not in MODES:
         raise ValueError(f"trainer.given_settings must be one of {MODES}, got {cfg.trainer.given_settings!r}")
     found = []
-    for role in sorted(given & set(mesh.clients)):
+    for role in sorted((given - {"judge"}) & set(mesh.clients)):  # a judge given runs as its owner set it
         theirs = reported(mesh, role)
         if theirs is None:
             log.info("%s at %s reports no settings: they are not compared with the config", role, mesh[role].address)

@@ -26,6 +26,7 @@ import grpc
 import torch
 
 from meshrl import hosts
+from meshrl.chat import prompt_text
 from meshrl.clients import RewardClient
 from meshrl.codec import Payload
 from meshrl.codec.values import to_value
@@ -49,6 +50,7 @@ from meshrl.rpc import Client
 from meshrl.typed import build
 from meshrl.v1 import actor_pb2, rollout_pb2
 from orchestrator.config import Config, ranks
+from orchestrator.judge.grading import Judge
 from orchestrator.lifecycle.fleet import (
     NoReplica,
     Router,
@@ -98,6 +100,8 @@ def settings(cfg: Config, role: str) -> dict:
         }
     if role == "reward":
         return values_of(RewardConfig, cfg.reward)
+    if role == "judge":  # a frozen model on the rollout's engine settings; greedy judgements need no seed
+        return {**values_of(RolloutSettings, cfg.rollout), "model": cfg.judge.model, "seed": seed}
     if role == "env":  # a call beyond its workers would be RESOURCE_EXHAUSTED
         return {**values_of(EnvSettings, cfg.env), "workers": max(cfg.env.workers, cfg.rollout.concurrency)}
     engine = {**values_of(EngineSettings, a), "engine": engine_for(a.engine, ranks(cfg, role)), "seed": seed}
@@ -113,6 +117,8 @@ def serve_args(cfg: Config, role: str) -> list[str]:
     """`meshrl serve ...` arguments of a role (actor, ref, critic, rollout, reward, env) from the config,
     written from the services' own config classes (meshrl.flags)."""
     values = settings(cfg, role)
+    if role == "judge":
+        return ["rollout", *dataclass_args(RolloutConfig, values)]
     if role in CONFIGS:
         return [role, *dataclass_args(CONFIGS[role], values)]
     model = {"critic": cfg.critic.model or cfg.actor.model, "teacher": cfg.teacher.model}.get(role, cfg.actor.model)
@@ -143,6 +149,7 @@ class Mesh:
     weight_version: int = 0  # the version the last push gave the fleet (a replica brought back gets it)
     tokenizer: Any = None  # the actor's: decodes what reward.url sends (the prompts and sequences as seen)
     last_push: dict[str, float] = dataclasses.field(default_factory=dict)  # push/* metrics of the last push
+    judge: Judge | None = None  # judge.*: grades each step's samples beside the reward service
 
     def __post_init__(self) -> None:
         self.router = Router([name for name in self.clients if is_replica(name)])
@@ -393,13 +400,17 @@ class Mesh:
 
     # ---- reward ----------------------------------------------------------------------
 
-    def score(self, gen: DataProto):
-        """The reward service's Scores for a Generate reply (only the columns a scorer reads travel)."""
+    def score(self, gen: DataProto, judged: bool = True):
+        """The reward service's Scores for a Generate reply (only the columns a scorer reads travel), joined
+        with the judge's where judge.* names one (judged=False: validation, graded by the reward alone)."""
         reward = self.clients["reward"]  # whichever client the service has now (a restart replaces it)
         # an OpenRLHF-style server reads the texts the model saw, which only this side can decode
         rendered = self.tokenizer if self.cfg.reward.url else None
         assert rendered is not None or not self.cfg.reward.url, "reward.url: start_mesh(..., tokenizer=) decodes"
-        return RewardClient(reward.address, client=reward).score(reward_request(gen, rendered))
+        scored = RewardClient(reward.address, client=reward).score(reward_request(gen, rendered))
+        if self.judge is None or not judged:
+            return scored
+        return self.judge.grade(gen, scored, client=self.clients.get("judge"))
 
     # ---- actor, ref, critic -----------------------------------------------------------
 
@@ -491,19 +502,10 @@ def decoded(gen: DataProto, tokenizer, width: int, k: int | None = None) -> list
     return [tokenizer.decode(ids[i][mask[i].bool()].tolist()) for i in range(len(ids) if k is None else k)]
 
 
-def prompt_text(messages) -> str:
-    """The prompt a scorer sees: the last user turn of chat messages (a reward model puts it into its
-    own chat template), or the text itself."""
-    if isinstance(messages, str):
-        return messages
-    users = [m.get("content", "") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-    return str(users[-1]) if users else ""
-
-
 def wanted(cfg: Config, roles: set[str]) -> dict[str, tuple[str, list[str]]]:
     """{role: (its address, or "" to start it; its `meshrl serve` arguments)} for the roles in `roles`."""
     out = {}
-    for role in (*MODELS, "rollout", "reward", "env"):
+    for role in (*MODELS, "rollout", "reward", "env", "judge"):
         if role not in service_roles(cfg, roles):
             continue
         if role == "rollout":  # the fleet: each replica a service of its own, started with the same settings
@@ -554,6 +556,8 @@ def start_mesh(cfg: Config, services: Services, roles: set[str], tokenizer=None)
     """Start (or reach) the services in `roles`: actor, ref, critic, rollout, reward, env. `tokenizer`: the
     actor's (reward.url needs it)."""
     mesh = Mesh(cfg, services.start_all(wanted(cfg, roles)), tokenizer=tokenizer)
+    if cfg.judge.given:
+        mesh.judge = Judge(cfg.judge)
     if mesh.has("env"):
         details = mesh["env"].describe().details
         mesh.env_stop, mesh.env_tools = json.loads(details.get("stop", "[]")), json.loads(details.get("tools", "[]"))

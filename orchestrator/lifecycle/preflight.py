@@ -37,6 +37,7 @@ from meshrl.vocab import difference, folder_tokenizer, special_difference
 from orchestrator.agents.pool import check_agent_python
 from orchestrator.config import Config
 from orchestrator.data import check_inputs
+from orchestrator.judge import programs
 from orchestrator.lifecycle import scorer_inputs, tool_template
 from orchestrator.lifecycle.rollout_checks import check_rollout, check_tensor_parallel, moe_model
 
@@ -70,6 +71,8 @@ def check(cfg: Config, roles: set[str], local: bool = True) -> None:
                 check_reward_url(url)
     if "teacher" in roles and not cfg.teacher.address:
         check_teacher(cfg)
+    if cfg.judge.given:
+        check_judge(cfg, roles)
     check_router(cfg)
     for role in ("actor", "ref", "teacher", "critic"):
         if role in roles and not getattr(cfg, role).address:
@@ -88,13 +91,28 @@ def check(cfg: Config, roles: set[str], local: bool = True) -> None:
 def check_model_folders(cfg: Config, roles: set[str]) -> None:
     """The critic's and the teacher's model folders hold a model, as the actor's must (check_inputs): their
     service would otherwise fail to load it only after every other service has started."""
-    for role in ("critic", "teacher"):
+    for role in ("critic", "teacher", "judge"):
         section = getattr(cfg, role)
         if role in roles and not section.address and section.model:
             if not (pathlib.Path(section.model) / "config.json").is_file():
                 raise ValueError(
                     f"{role}.model={section.model} is not a HuggingFace model folder (no config.json there)"
                 )
+
+
+def check_judge(cfg: Config, roles: set[str]) -> None:
+    """Before anything starts: the rubric's fields, a judge function that loads, a judge to ask, and a
+    group to compare within (pairwise)."""
+    j = cfg.judge
+    if "rollout" not in roles:
+        raise ValueError("judge.* grades sampled answers, and this command samples none: leave judge.* empty")
+    if not (j.model or j.address or j.url):
+        raise ValueError("judge.function asks a judge: name one with judge.model, judge.address or judge.url")
+    programs.template_text(j.template, j.mode)
+    if j.function.partition(":")[0].endswith(".py"):
+        check_function_spec(j.function, "judge.function")
+    if j.mode == "pairwise" and cfg.rollout.n < 2:
+        raise ValueError(f"judge.mode=pairwise compares a prompt's answers with each other: rollout.n={cfg.rollout.n}")
 
 
 def check_teacher(cfg: Config) -> None:

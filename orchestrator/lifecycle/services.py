@@ -30,6 +30,7 @@ DESCRIPTORS = {
     "rollout": rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"],
     "reward": reward_pb2.DESCRIPTOR.services_by_name["RewardService"],
     "env": env_pb2.DESCRIPTOR.services_by_name["EnvService"],
+    "judge": rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"],  # a frozen model the rollout serves
 }
 
 

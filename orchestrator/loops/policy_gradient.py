@@ -152,6 +152,7 @@ class PolicyGradient:
             {"actor", "rollout", "reward"}
             | ({"ref"} if needs_ref else set())
             | ({"teacher"} if cfg.teacher.given else set())
+            | ({"judge"} if cfg.judge.served else set())
             | ({"env"} if cfg.rollout.multi_turn else set())
         )
         if self.distill_only:  # no estimator: the teacher's term is the advantage

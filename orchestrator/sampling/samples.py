@@ -56,7 +56,7 @@ def answers(mesh: Mesh, tokenizer, prompts, seed: int = 0, n: int | None = None,
     """Scores of n answers to each prompt (greedy: one): one Generate, or with rollout.multi_turn episodes."""
     if mesh.cfg.rollout.episodes:
         return episodes(mesh)(mesh, prompts, seed, tokenizer, n=n, greedy=greedy)[1]
-    return mesh.score(mesh.generate(prompts, seed=seed, n=n, greedy=greedy))
+    return mesh.score(mesh.generate(prompts, seed=seed, n=n, greedy=greedy), judged=False)  # graded by the reward
 
 
 def episodes(mesh: Mesh):
