@@ -3,7 +3,6 @@
 - tokenizer: a char-level HF tokenizer with a chat template.
 - models: a Llama-style causal LM and a sequence-classification reward model.
 - arithmetic: the bundled arithmetic task as parquet in verl's schema.
-- judging: the arithmetic task's judge data (is this answer to a sum right?), for a judge's warm-up.
 - bpe: a byte-level BPE tokenizer with a ChatML chat template (tool roles too), trained locally on a task's text.
 - visual: the bundled visual task (name a drawn shape's colour and kind) as parquet in verl's multimodal schema.
 """

@@ -2,7 +2,8 @@
 through the mesh raises greedy accuracy on 500 held-out problems by several standard errors of the gain,
 and so does sampling a step ahead (trainer.max_staleness=1), by nearly as much as the synchronous run;
 so do partial rollouts (rollout.partial), a LoRA adapter, the same run placed by `meshrl ray` across
-nodes, and on-policy distillation from the GRPO run's model. One warm-up serves them all.
+nodes, on-policy distillation from the GRPO run's model, and a learned judge grading alone. One warm-up
+serves them all.
 
 The bar is a z-score, not a fixed number of points: a gain of GAIN_Z paired standard errors holds on any
 machine where the code is right (CPU kernels differ, so the exact accuracies do), and a run that cannot
@@ -193,6 +194,46 @@ def test_distillation_from_the_grpo_run_teaches_the_warm_up_without_a_reward(war
     kl = [r["distill/reverse_kl"] for r in rows]
     half = OPD_STEPS // 2  # one step's figure is noisy (0.21-0.62 seen): halves
     assert len(kl) == OPD_STEPS and sum(kl[half:]) < sum(kl[:half]), (kl, gain_line(gain))
+
+
+JUDGE_SFT_STEPS = 300  # the judge: the warm-up taught further, on the same data
+
+
+@pytest.fixture(scope="module")
+def judge(warm, tmp_path_factory):
+    """A judge that learned the task: the policy's warm-up given JUDGE_SFT_STEPS more SFT steps, so it adds
+    better than the policy it grades."""
+    root = tmp_path_factory.mktemp("judge")
+    sft = run(
+        "sft",
+        load_config(
+            str(ROOT / "configs/arithmetic_sft.yaml"),
+            [*COMMON, f"data.train_files={warm['data']['train']}", f"actor.model={warm['model']}",
+             f"trainer.run_dir={root / 'sft'}", f"trainer.total_steps={JUDGE_SFT_STEPS}"],
+        ),
+    )  # fmt: skip
+    return sft / "hf"
+
+
+@pytest.mark.slow
+def test_a_judge_alone_grades_the_policy_and_it_learns(warm, judge, tmp_path):
+    """No rule reward: judge.reward_weight=0 leaves the reward service's scores only logged (the held-out
+    accuracy is still the rule's). The judge, served by the run's own rollout service, is asked each
+    question through a judge program (tests/e2e/solving_judge.py: an answer is right when the judge's own
+    answer is the same), its answers cached. The policy learns by the same bar. (Here: +22.8, 9.4 s.e.)"""
+    gain, grpo = learn(
+        warm,
+        tmp_path,
+        f"judge.model={judge}",
+        f"judge.function={ROOT / 'tests/e2e/solving_judge.py'}:judge",
+        "judge.reward_weight=0",
+        "judge.max_new_tokens=4",
+    )
+    assert learned(gain), gain_line(gain)
+    rows = [json.loads(line) for line in (grpo / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if r["step"] >= 1]
+    assert all(0 < r["judge/calls"] <= 32 for r in steps)  # a question asked once for its 8 answers
+    assert all(r["critic/score/mean"] == pytest.approx(r["judge/score/mean"], abs=1e-6) for r in steps)
 
 
 SHUFFLED = [f"reward.function={ROOT / 'tests/e2e/shuffled_reward.py'}:compute_score", "reward.batched=true"]
