@@ -22,6 +22,7 @@ services). Modes alternate over --repeats rounds.
 import argparse
 import json
 import pathlib
+import shutil
 import statistics
 import subprocess
 import sys
@@ -62,6 +63,7 @@ def one_run(work: pathlib.Path, mode: str, steps: int, round_: int) -> dict:
         *(o.format(**fill) for o in MODES[mode]),
         *(JUDGED if "judge.model={sft}" in MODES[mode] else []),
     ]
+    shutil.rmtree(work / f"{mode}-{round_}", ignore_errors=True)  # a run refuses a folder a run trained in
     out = run("grpo", load_config(str(ROOT / "configs/arithmetic_grpo.yaml"), overrides))
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     timed = [r for r in rows if r.get("step", 0) > 1]
@@ -82,22 +84,29 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=32, help="prompts in the cached mode's data file")
     ap.add_argument("--work", default=str(ROOT / "runs" / "bench-judge"))
+    ap.add_argument("--modes", default=",".join(MODES), help="which modes to run (the summary needs all)")
     a = ap.parse_args()
     work = pathlib.Path(a.work)
     subprocess.run(["bash", str(ROOT / "scripts/prepare.sh"), str(work)], check=True)
     pd.read_parquet(work / "data" / "train.parquet").head(a.repeat).to_parquet(work / "repeated.parquet")
-    results: dict[str, list[dict]] = {m: [] for m in MODES}
+    results: dict[str, list[dict]] = {m: [] for m in a.modes.split(",")}
     for r in range(a.repeats):
-        for mode in MODES:
+        for mode in results:
             results[mode].append(one_run(work, mode, a.steps, r))
             print(mode, results[mode][-1], flush=True)
+    if len(results) < len(MODES):
+        return
     med = {m: {k: statistics.median(x[k] for x in v) for k in v[0]} for m, v in results.items()}
     print(f"\n{a.steps} steps x {a.repeats} rounds; median step time after the first step")
     print(f"judge calls/s (served judge, one Generate a step): {med['judge']['calls_per_s']:.0f}")
-    print(f"step with judge / rule alone: {med['judge']['step_s']:.2f} s / {med['rule']['step_s']:.2f} s "
-          f"= {med['judge']['step_s'] / med['rule']['step_s']:.2f}x (judging {med['judge']['judge_s']:.2f} s a step)")
-    print(f"sampling ahead, with judge / without: {med['judge-ahead']['step_s']:.2f} s / "
-          f"{med['rule-ahead']['step_s']:.2f} s = {med['judge-ahead']['step_s'] / med['rule-ahead']['step_s']:.2f}x")
+    print(
+        f"step with judge / rule alone: {med['judge']['step_s']:.2f} s / {med['rule']['step_s']:.2f} s "
+        f"= {med['judge']['step_s'] / med['rule']['step_s']:.2f}x (judging {med['judge']['judge_s']:.2f} s a step)"
+    )
+    print(
+        f"sampling ahead, with judge / without: {med['judge-ahead']['step_s']:.2f} s / "
+        f"{med['rule-ahead']['step_s']:.2f} s = {med['judge-ahead']['step_s'] / med['rule-ahead']['step_s']:.2f}x"
+    )
     print(f"cached share on {a.repeat} repeated prompts: {med['cached']['cached_share']:.2f} "
           f"(the main job's data: {med['judge']['cached_share']:.2f})")  # fmt: skip
 

@@ -493,9 +493,14 @@ def apply_override(raw: dict, override: str) -> None:
     hints = typing.get_type_hints(SECTIONS[section])
     if name not in hints:
         raise ValueError(f"override {override!r}: unknown key {section}.{name}{typo}; known: {sorted(hints)}{verl}")
-    value = read_yaml(text) if text.strip() else ""
+    try:
+        value = read_yaml(text) if text.strip() else ""
+    except yaml.YAMLError as e:
+        if hints[name] is not str:
+            raise ValueError(f"override {override!r}: the value is not YAML ({str(e).splitlines()[0]})") from None
+        value = text.strip()  # a text key: a template's {field} is text, not a YAML mapping
     if hints[name] is str and not isinstance(value, str) and value is not None:
-        value = text.strip()  # model=123 is a path, not a number
+        value = text.strip()  # model=123 is a path, not a number; template={prompt} is text
     raw.setdefault(section, {})
     if raw[section] is None:
         raw[section] = {}

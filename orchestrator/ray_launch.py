@@ -139,7 +139,8 @@ def place(cfg: Config, roles: set[str]) -> Placement:
             f"ray.colocate names {unknown}, not services of this run besides the actor: {sorted(roles - {'actor'})}"
         )
     env = service_env()
-    names = [n for r in sorted(roles) for n in (replica_names(cfg) if r == "rollout" else [r])]  # the fleet's too
+    fleets = {"rollout": replica_names(cfg), "judge": cfg.judge.names()}  # each replica a service of its own
+    names = [n for r in sorted(roles) for n in fleets.get(r, [r])]
     colocated = sum(role_of(n) in rc.colocate for n in names)
     placement = Placement({}, {})
     nodes: dict[str, list[list[int]]] = {}  # a trained service whose ranks span nodes: its bundles by node
@@ -232,9 +233,11 @@ def record(cfg: Config, roles: set[str], placed: dict[str, str]) -> None:
     """The placed services' addresses into the run's config (the fleet as a list, in its order); a fleet
     with replicas off the actor's node takes the weights by stream."""
     for name, address in placed.items():
-        if not is_replica(name):
+        if not is_replica(name) and role_of(name) != "judge":
             getattr(cfg, name).address = address
         log.info("placed %s at %s", name, address)
+    if "judge" in roles:
+        cfg.judge.address = ",".join(placed[n] for n in cfg.judge.names())
     if "rollout" not in roles:
         return
     cfg.rollout.address = ",".join(placed[n] for n in replica_names(cfg))

@@ -35,9 +35,9 @@ class Asked:
 
 
 class JudgeClient:
-    def __init__(self, cfg: JudgeSection, client: Client | None = None):
-        self.cfg, self.client = cfg, client
-        self.who = cfg.url or (client.address if client else "")
+    def __init__(self, cfg: JudgeSection, clients: list[Client]):
+        self.cfg, self.clients = cfg, clients
+        self.who = cfg.url or cfg.address or cfg.model
         self.version = 0  # the served judge's weight version, as its last reply said
         self.cache: collections.OrderedDict[tuple, str] = collections.OrderedDict()
         self.lock = threading.Lock()
@@ -72,19 +72,37 @@ class JudgeClient:
                 self.cache.popitem(last=False)
 
     def _generate(self, prompts: list[str], seed: int, temperature: float, asked: Asked) -> list[str]:
-        if self.client is not None:
-            return self._served(prompts, seed, temperature, asked)
+        if self.clients:
+            return self._fleet(prompts, seed, temperature, asked)
         futures = [self.pool.submit(self._post, p, seed + i, temperature) for i, p in enumerate(prompts)]
         texts = []
+        try:
+            for f in futures:
+                text, tokens = f.result()
+                texts.append(text)
+                asked.tokens += tokens
+        finally:  # one failed: the batch fails, and the requests not yet sent are not sent
+            for f in futures:
+                f.cancel()
+        return texts
+
+    def _fleet(self, prompts: list[str], seed: int, temperature: float, asked: Asked) -> list[str]:
+        """The prompts shared out over the judge's services in consecutive parts, one Generate each, at once."""
+        n = len(self.clients)
+        bounds = [len(prompts) * i // n for i in range(n + 1)]
+        parts = [(c, a, b) for c, a, b in zip(self.clients, bounds, bounds[1:]) if b > a]
+        futures = [
+            self.pool.submit(self._served, client, prompts[a:b], seed + a, temperature) for client, a, b in parts
+        ]
+        texts = []
         for f in futures:
-            text, tokens = f.result()
-            texts.append(text)
+            said, tokens = f.result()
+            texts += said
             asked.tokens += tokens
         return texts
 
-    def _served(self, prompts: list[str], seed: int, temperature: float, asked: Asked) -> list[str]:
-        """One Generate on the judge's rollout service."""
-        assert self.client is not None
+    def _served(self, client: Client, prompts: list[str], seed: int, temperature: float) -> tuple[list[str], int]:
+        """One Generate on one of the judge's rollout services: (its texts, the tokens it generated)."""
         sampling = rollout_pb2.SamplingParams(
             n=1,
             greedy=temperature == 0,
@@ -96,10 +114,10 @@ class JudgeClient:
         )
         column = object_array([[{"role": "user", "content": p}] for p in prompts])
         request = Payload(rollout_pb2.GenerateRequest(sampling=sampling), DataProto({}, {"prompt": column}))
-        reply, gen = self.client.call_batch("Generate", request, rollout_pb2.GenerateResponse, timeout=self.cfg.timeout)
-        self.version = reply.weight_version
-        asked.tokens += int(gen.batch["response_mask"].sum()) if "response_mask" in gen.batch else 0
-        return [str(t) for t in gen.non_tensor_batch["response_text"]]
+        reply, gen = client.call_batch("Generate", request, rollout_pb2.GenerateResponse, timeout=self.cfg.timeout)
+        self.version = max(self.version, reply.weight_version)
+        tokens = int(gen.batch["response_mask"].sum()) if "response_mask" in gen.batch else 0
+        return [str(t) for t in gen.non_tensor_batch["response_text"]], tokens
 
     def _post(self, prompt: str, seed: int, temperature: float) -> tuple[str, int]:
         """One chat completion from judge.url: (its text, its completion tokens)."""

@@ -30,17 +30,17 @@ SAID = 200  # characters of a judgement kept in the sample log and quoted in err
 
 
 class Judge:
-    def __init__(self, cfg: JudgeSection, client=None):
+    def __init__(self, cfg: JudgeSection, clients=None):
         self.cfg = cfg
-        self.asking = JudgeClient(cfg, client)
+        self.asking = JudgeClient(cfg, clients or [])
         self.text = programs.template_text(cfg.template, cfg.mode)
         self.function = load_named(cfg.function, "judge function") if cfg.function else None
         pairwise_words = cfg.mode == "pairwise" and cfg.parser == "verdict"
         self.words = (["a"], ["b"]) if pairwise_words else (cfg.yes_words, cfg.no_words)
 
-    def grade(self, gen: DataProto, scored: Scores, seed: int = 0, client=None) -> Scores:
-        """`client`: the judge's rollout service as the mesh has it now (a restart replaces it)."""
-        self.asking.client = client if client is not None else self.asking.client
+    def grade(self, gen: DataProto, scored: Scores, seed: int = 0, clients=None) -> Scores:
+        """`clients`: the judge's rollout services as the mesh has them now (a restart replaces one)."""
+        self.asking.clients = clients or self.asking.clients
         samples = judged_samples(gen, self.cfg.data_sources)
         asked, start = Asked(), time.perf_counter()
         if not samples:

@@ -17,7 +17,9 @@ class JudgeSection(Checked):
 
     model: str = ""  # the judge's HF folder: the run starts a rollout service for it (rollout.backend), never
     #   pushed to
-    address: str = ""  # a running rollout service (`meshrl serve rollout`) serving the judge
+    address: str = ""  # a running rollout service (`meshrl serve rollout`) serving the judge, or several,
+    #   comma-separated (a judge fleet: each step's judgements are shared out over them)
+    replicas: int = 1  # model: the judge's rollout services the run starts (a fleet, as rollout.replicas)
     url: str = ""  # an OpenAI-compatible server's base URL (http://HOST:PORT/v1): POST url/chat/completions
     url_model: str = ""  # url: the "model" of each request (the served model's name)
     api_key_env: str = "OPENAI_API_KEY"  # url: the environment variable holding the key (unset: no key)
@@ -57,6 +59,7 @@ class JudgeSection(Checked):
         one_of(self, "on_unparsed", ON_UNPARSED)
         lo, hi = self.score_range
         require(lo < hi, self, "score_range", "must be [low, high] with low < high")
+        require(self.replicas >= 1, self, "replicas", "must be >= 1")
         require(self.max_new_tokens >= 1, self, "max_new_tokens", "must be >= 1")
         require(self.temperature >= 0, self, "temperature", "must be >= 0 (0: greedy)")
         require(self.retries >= 0, self, "retries", "must be >= 0")
@@ -68,6 +71,16 @@ class JudgeSection(Checked):
     @property
     def given(self) -> bool:
         return bool(self.model or self.address or self.url or self.function)
+
+    def names(self) -> list[str]:
+        """The judge's services in the mesh: "judge", "judge-1", ... (one per address given, or replicas)."""
+        count = len([a for a in self.address.split(",") if a.strip()]) if self.address else self.replicas
+        return ["judge", *(f"judge-{i}" for i in range(1, count))] if self.served else []
+
+    def address_of(self, name: str) -> str:
+        """The address judge.address gives the service `name` ("" where the run starts it)."""
+        given = [a.strip() for a in self.address.split(",") if a.strip()]
+        return given[int(name.rsplit("-", 1)[1]) if "-" in name else 0] if given else ""
 
     @property
     def served(self) -> bool:

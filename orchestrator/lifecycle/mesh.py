@@ -410,7 +410,8 @@ class Mesh:
         scored = RewardClient(reward.address, client=reward).score(reward_request(gen, rendered))
         if self.judge is None or not judged:
             return scored
-        return self.judge.grade(gen, scored, client=self.clients.get("judge"))
+        judges = [self.clients[n] for n in self.cfg.judge.names() if n in self.clients]
+        return self.judge.grade(gen, scored, clients=judges)
 
     # ---- actor, ref, critic -----------------------------------------------------------
 
@@ -516,6 +517,17 @@ def wanted(cfg: Config, roles: set[str]) -> dict[str, tuple[str, list[str]]]:
                 {
                     name: (replica_address(cfg, name), [*args, "--cpus", cores[i]] if cores else args)
                     for i, name in enumerate(names)
+                }
+            )
+        elif role == "judge":  # its fleet: as the rollout's, each replica a service of its own
+            names, args = cfg.judge.names(), serve_args(cfg, role)
+            # without GPUs a judge generating beside the actor's update and the rollout (sampling ahead) would
+            # spin its threads against theirs on every core: it gets a share of them, the rest theirs
+            cores = None if hosts.gpus() else hosts.share_cores(len(names) + 1)[1:]
+            out.update(
+                {
+                    n: (cfg.judge.address_of(n), [*args, "--cpus", cores[i]] if cores else args)
+                    for i, n in enumerate(names)
                 }
             )
         else:

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+from calls import serve
 
 from meshrl.clients import Scores
 from meshrl.dataproto import DataProto, object_array
@@ -58,7 +59,7 @@ def gateway(rollout, tiny_lm):
 
 
 def test_a_served_judge_grades_a_batch_in_one_call_and_caches_it(rollout):
-    judge = Judge(JudgeSection(address=rollout.address, **SETTINGS), client=rollout)
+    judge = Judge(JudgeSection(address=rollout.address, **SETTINGS), clients=[rollout])
     gen, scored = batch()
     first = judge.grade(gen, scored)
     said = list(first.columns["judge_said"])
@@ -74,8 +75,10 @@ def test_a_served_judge_grades_a_batch_in_one_call_and_caches_it(rollout):
 
 def test_a_judge_function_asks_through_the_same_judge(rollout, tmp_path):
     (tmp_path / "mine.py").write_text(FUNCTION)
-    judge = Judge(JudgeSection(address=rollout.address, function=f"{tmp_path / 'mine.py'}:judge", **SETTINGS), rollout)
-    plain = Judge(JudgeSection(address=rollout.address, **SETTINGS), client=rollout)
+    judge = Judge(
+        JudgeSection(address=rollout.address, function=f"{tmp_path / 'mine.py'}:judge", **SETTINGS), [rollout]
+    )
+    plain = Judge(JudgeSection(address=rollout.address, **SETTINGS), clients=[rollout])
     out = judge.grade(*batch())
     expected = [float(len(t) % 2) for t in plain.asking.ask([f"12+7={r}?" for r in RESPONSES], *asked())]
     assert out.columns["judge_score"].tolist() == expected
@@ -89,10 +92,23 @@ def asked():
 
 def test_an_openai_compatible_judge_url_says_what_the_served_judge_says(rollout, gateway, monkeypatch):
     monkeypatch.setenv("JUDGE_KEY", "sk-judge")
-    served = Judge(JudgeSection(address=rollout.address, **SETTINGS), client=rollout).grade(*batch())
+    served = Judge(JudgeSection(address=rollout.address, **SETTINGS), clients=[rollout]).grade(*batch())
     by_url = Judge(JudgeSection(url=gateway, url_model="lm", api_key_env="JUDGE_KEY", **SETTINGS)).grade(*batch())
     assert list(by_url.columns["judge_said"]) == list(served.columns["judge_said"])
     assert by_url.metrics["judge/tokens"] > 0
     monkeypatch.setenv("JUDGE_KEY", "sk-wrong")
     with pytest.raises(RuntimeError, match="answered HTTP 401"):
         Judge(JudgeSection(url=gateway, url_model="lm", api_key_env="JUDGE_KEY", **SETTINGS)).grade(*batch())
+
+
+def test_a_judge_fleet_shares_a_batch_out_and_says_the_same(rollout, tiny_lm):
+    """judge.replicas / several judge.address: consecutive parts of the batch, one Generate each, at once."""
+    servicer, server, other = serve(tiny_lm)
+    with other:
+        one = Judge(JudgeSection(address=rollout.address, **SETTINGS), clients=[rollout]).grade(*batch())
+        two = Judge(JudgeSection(address=f"{rollout.address},{other.address}", **SETTINGS), [rollout, other])
+        out = two.grade(*batch())
+    server.stop(0)
+    servicer.close()
+    assert list(out.columns["judge_said"]) == list(one.columns["judge_said"])
+    assert JudgeSection(address=f"{rollout.address},{other.address}").names() == ["judge", "judge-1"]

@@ -65,13 +65,18 @@ def test_settings_are_checked_naming_the_key():
     with pytest.raises(ValueError, match=r"judge\.model and judge\.url set"):
         load_config(None, ["judge.model=m", "judge.url=http://x/v1"])
     assert load_config(None, ["judge.url=http://x/v1"]).judge.given
+    # a rubric on the command line is text, braces and all, not a YAML mapping
+    assert load_config(None, ["judge.template={prompt}{response}?"]).judge.template == "{prompt}{response}?"
+    assert load_config(None, ["judge.template={prompt}"]).judge.template == "{prompt}"
+    with pytest.raises(ValueError, match=r"judge.max_new_tokens=\{1': the value is not YAML"):
+        load_config(None, ["judge.max_new_tokens={1"])
 
 
 class Said:
     """A stand-in for the judge's calls (JudgeClient.ask): answers by prompt, counting them."""
 
     def __init__(self, answers):
-        self.answers, self.asked, self.client = answers, [], None
+        self.answers, self.asked, self.clients = answers, [], []
 
     def ask(self, prompts, asked, seed=0, temperature=None):
         self.asked.append((list(prompts), temperature))
