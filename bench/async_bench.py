@@ -26,7 +26,7 @@ import time
 from push_memory_bench import family
 
 from orchestrator.config import load_config
-from orchestrator.lifecycle.mesh import serve_args
+from orchestrator.lifecycle.roles import serve_args
 from orchestrator.lifecycle.services import launch
 from orchestrator.main import run
 

@@ -185,7 +185,7 @@ def cmd_export(args) -> int:
         print(f"meshrl export: {run_dir}: {what} (saved: {', '.join(saved) or 'none'})", file=sys.stderr)
         return 1
     from orchestrator.config import load_config
-    from orchestrator.lifecycle.mesh import settings
+    from orchestrator.lifecycle.roles import settings
     from services.actor.export import export
 
     cfg = load_config(str(config))

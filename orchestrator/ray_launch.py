@@ -41,7 +41,7 @@ from orchestrator import main as loops
 from orchestrator.config import Config, ranks
 from orchestrator.lifecycle import preflight
 from orchestrator.lifecycle.fleet import is_replica, replica_names, role_of
-from orchestrator.lifecycle.mesh import MODELS, serve_args, served_role, service_roles
+from orchestrator.lifecycle.roles import MODELS, serve_args, served_role, service_roles
 from orchestrator.lifecycle.services import DESCRIPTORS, launch
 from orchestrator.run import trainer
 

@@ -1,6 +1,6 @@
 """Services given by address run with the run's settings, or the run stops before its first step.
 
-A service the run starts gets its settings as flags (mesh.serve_args). One given by address (docker
+A service the run starts gets its settings as flags (roles.serve_args). One given by address (docker
 compose, Ray, by hand) was started with whatever its own command line said, so each reports its
 settings in Describe (details["settings"]) and the run compares them with what its config would have
 given it (mesh.settings): a difference stops the run with one line per key, naming both values, or with
@@ -17,7 +17,8 @@ import grpc
 from meshrl.errors import ServiceError
 from orchestrator.config import Config
 from orchestrator.lifecycle.fleet import role_of
-from orchestrator.lifecycle.mesh import Mesh, settings
+from orchestrator.lifecycle.mesh import Mesh
+from orchestrator.lifecycle.roles import settings
 
 log = logging.getLogger(__name__)
 

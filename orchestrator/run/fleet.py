@@ -11,7 +11,7 @@ import grpc
 from meshrl import hosts
 from meshrl.errors import ServiceError
 from orchestrator.lifecycle.fleet import given_addresses, read_fleet, replica_index, replica_names
-from orchestrator.lifecycle.mesh import serve_args
+from orchestrator.lifecycle.roles import serve_args
 from orchestrator.run.recovery import answers
 from orchestrator.run.state import RunState
 

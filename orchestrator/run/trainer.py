@@ -26,7 +26,8 @@ from orchestrator.config import Config, save_config
 from orchestrator.data import dataset, prepare_run
 from orchestrator.lifecycle import preflight
 from orchestrator.lifecycle.agreement import agree, same_tokenizer
-from orchestrator.lifecycle.mesh import start_mesh, wanted
+from orchestrator.lifecycle.mesh import start_mesh
+from orchestrator.lifecycle.roles import wanted
 from orchestrator.lifecycle.services import Services
 from orchestrator.loops.algorithm import Algorithm
 from orchestrator.output.loggers import RunLog

@@ -12,7 +12,8 @@ import torch
 from meshrl.dataproto import DataProto
 from orchestrator.config import load_config
 from orchestrator.lifecycle import fleet
-from orchestrator.lifecycle.mesh import Mesh, serve_args
+from orchestrator.lifecycle.mesh import Mesh
+from orchestrator.lifecycle.roles import serve_args
 from orchestrator.lifecycle.services import Services
 
 

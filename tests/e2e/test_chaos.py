@@ -72,7 +72,7 @@ def test_a_service_given_by_address_is_waited_for(tiny_lm, arithmetic_data, tmp_
     if name == "actor":
         monkeypatch.setenv("MESHRL_TOKEN", "shared-with-the-given-actor")
 
-    from orchestrator.lifecycle.mesh import serve_args
+    from orchestrator.lifecycle.roles import serve_args
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -196,35 +196,17 @@ def test_distillation_from_the_grpo_run_teaches_the_warm_up_without_a_reward(war
     assert len(kl) == OPD_STEPS and sum(kl[half:]) < sum(kl[:half]), (kl, gain_line(gain))
 
 
-JUDGE_SFT_STEPS = 300  # the judge: the warm-up taught further, on the same data
-
-
-@pytest.fixture(scope="module")
-def judge(warm, tmp_path_factory):
-    """A judge that learned the task: the policy's warm-up given JUDGE_SFT_STEPS more SFT steps, so it adds
-    better than the policy it grades."""
-    root = tmp_path_factory.mktemp("judge")
-    sft = run(
-        "sft",
-        load_config(
-            str(ROOT / "configs/arithmetic_sft.yaml"),
-            [*COMMON, f"data.train_files={warm['data']['train']}", f"actor.model={warm['model']}",
-             f"trainer.run_dir={root / 'sft'}", f"trainer.total_steps={JUDGE_SFT_STEPS}"],
-        ),
-    )  # fmt: skip
-    return sft / "hf"
-
-
 @pytest.mark.slow
-def test_a_judge_alone_grades_the_policy_and_it_learns(warm, judge, tmp_path):
-    """No rule reward: judge.reward_weight=0 leaves the reward service's scores only logged (the held-out
-    accuracy is still the rule's). The judge, served by the run's own rollout service, is asked each
-    question through a judge program (tests/e2e/solving_judge.py: an answer is right when the judge's own
-    answer is the same), its answers cached. The policy learns by the same bar. (Here: +22.8, 9.4 s.e.)"""
+def test_a_judge_alone_grades_the_policy_and_it_learns(warm, synchronous, tmp_path):
+    """A judge that learned the task (the synchronous GRPO run's model: it adds better than the warm-up it
+    grades) and no rule reward: judge.reward_weight=0 leaves the reward service's scores only logged (the
+    held-out accuracy is still the rule's). The judge, served by the run's own rollout service, is asked
+    each question through a judge program (tests/e2e/solving_judge.py: an answer is right when the judge's
+    own answer is the same; it never sees the ground truth). The policy learns by the same bar."""
     gain, grpo = learn(
         warm,
         tmp_path,
-        f"judge.model={judge}",
+        f"judge.model={synchronous[1] / 'hf'}",
         f"judge.function={ROOT / 'tests/e2e/solving_judge.py'}:judge",
         "judge.reward_weight=0",
         "judge.max_new_tokens=4",

@@ -16,7 +16,8 @@ from meshrl.flags import settings_json
 from meshrl.v1 import common_pb2
 from orchestrator.config import load_config
 from orchestrator.lifecycle.agreement import agree, same_tokenizer
-from orchestrator.lifecycle.mesh import Mesh, serve_args
+from orchestrator.lifecycle.mesh import Mesh
+from orchestrator.lifecycle.roles import serve_args
 
 
 class Reporting:

@@ -101,7 +101,7 @@ def test_the_services_read_back_every_setting_the_run_config_shares_with_them():
     a setting changed in the run config arrives (bools both ways), and nothing is kept by hand."""
     from meshrl.config.actor import EngineConfig, OptimConfig
     from meshrl.config.rollout import RolloutConfig
-    from orchestrator.lifecycle.mesh import serve_args
+    from orchestrator.lifecycle.roles import serve_args
 
     changed = [
         "actor.mixed_precision=true",

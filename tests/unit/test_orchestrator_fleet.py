@@ -15,7 +15,8 @@ from meshrl.errors import ServiceError
 from meshrl.v1 import actor_pb2
 from orchestrator.config import load_config
 from orchestrator.lifecycle.fleet import MIN_DEADLINE, SLACK, NoReplica, Router, replica_names, starts
-from orchestrator.lifecycle.mesh import Mesh, wanted
+from orchestrator.lifecycle.mesh import Mesh
+from orchestrator.lifecycle.roles import wanted
 
 
 class Replica:

@@ -10,7 +10,8 @@ from meshrl.config.rollout import RolloutConfig
 from meshrl.flags import settings_json
 from orchestrator.config import load_config
 from orchestrator.lifecycle.agreement import differences
-from orchestrator.lifecycle.mesh import Mesh, ref_in_actor, serve_args, settings, wanted
+from orchestrator.lifecycle.mesh import Mesh
+from orchestrator.lifecycle.roles import ref_in_actor, serve_args, settings, wanted
 from orchestrator.loops.policy_gradient import grpo, ppo
 
 BASE = ["actor.model=m", "data.train_files=t", "actor.use_kl_loss=true"]
