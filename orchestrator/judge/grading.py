@@ -12,6 +12,7 @@ sample log; judge/* metrics (calls, cached share, unparsed, tokens) and timing_s
 """
 
 import logging
+import math
 import time
 
 import torch
@@ -66,7 +67,7 @@ class Judge:
             got = self.function([{k: v for k, v in s.items() if k != "row"} for s in samples], self.judge_call(asked))
             if not isinstance(got, (list, tuple)) or len(got) != len(samples):
                 raise ValueError(f"judge.function={self.cfg.function} returned {got!r:.200}, not {len(samples)} scores")
-            values = [None if v is None else float(v) for v in got]
+            values = [finite(v) for v in got]  # None, NaN or inf: unreadable, by the same rule
             return self.settled(samples, values, ["" for _ in samples])
         if self.cfg.mode == "pointwise":
             values, said = self.judged(programs.pointwise_prompts(self.text, samples), asked, seed)
@@ -120,6 +121,14 @@ class Judge:
 
     def close(self) -> None:
         self.asking.close()
+
+
+def finite(value) -> float | None:
+    """A judge function's score as a float; None for None and for NaN or infinity (never trained on)."""
+    if value is None:
+        return None
+    x = float(value)
+    return x if math.isfinite(x) else None
 
 
 def judged_samples(gen: DataProto, sources: list[str]) -> list[dict]:

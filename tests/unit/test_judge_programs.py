@@ -151,3 +151,10 @@ def test_joined_keeps_the_reward_alone_where_there_is_no_token_level():
     scored = Scores(torch.tensor([1.0, 0.0]), None, {}, {})
     out = joined(cfg, scored, torch.tensor([0.5, float("nan")]), [0], None, ["yes"])
     assert out.scores.tolist() == [1.5, 0.0] and out.token_level_scores is None
+
+
+def test_a_judge_functions_nan_is_unreadable_not_a_reward(tmp_path):
+    (tmp_path / "mine.py").write_text("def judge(samples, ask):\n    return [float('nan'), None, 0.5]\n")
+    judge, _ = judge_with(lambda p, t: "", function=f"{tmp_path / 'mine.py'}:judge", default_score=0.25)
+    out = judge.grade(*batch(["2", "3", "4"]))
+    assert out.columns["judge_score"].tolist() == [0.25, 0.25, 0.5] and out.metrics["judge/unparsed"] == 2
