@@ -27,11 +27,10 @@ SHOWN = 200  # characters of a bad reply quoted in an error
 
 
 class Asked:
-    """One batch's figures: prompts asked, served from the cache, the judge's tokens, seconds."""
+    """One batch's figures: prompts asked, served from the cache, the judge's tokens."""
 
     def __init__(self):
         self.calls = self.cached = self.tokens = 0
-        self.seconds = 0.0
 
 
 class JudgeClient:
@@ -46,24 +45,24 @@ class JudgeClient:
     def ask(self, prompts: list[str], asked: Asked, seed: int = 0, temperature: float | None = None) -> list[str]:
         """The judge's text for each prompt; the cache answers the prompts it holds (greedy only)."""
         temperature = self.cfg.temperature if temperature is None else temperature
-        keys = [(self.who, self.version, p, self.cfg.max_new_tokens) for p in prompts]
+        cached = temperature == 0 and self.cfg.cache > 0
         out: list[str | None] = [None] * len(prompts)
-        if temperature == 0 and self.cfg.cache:
+        if cached:
             with self.lock:
-                for i, k in enumerate(keys):
-                    out[i] = self.cache.get(k)
+                out = [self.cache.get(self.key(p)) for p in prompts]
         todo = list(dict.fromkeys(p for p, x in zip(prompts, out) if x is None))  # each prompt asked once
         asked.cached += sum(x is not None for x in out)
         if todo:
-            start = time.perf_counter()
-            texts = self._generate(todo, seed, temperature, asked)
-            asked.seconds += time.perf_counter() - start
+            said = dict(zip(todo, self._generate(todo, seed, temperature, asked)))
             asked.calls += len(todo)
-            said = dict(zip(todo, texts))
             out = [said[p] if x is None else x for p, x in zip(prompts, out)]
-            if temperature == 0 and self.cfg.cache:
-                self._keep({(self.who, self.version, p, self.cfg.max_new_tokens): t for p, t in said.items()})
+            if cached:
+                self._keep({self.key(p): t for p, t in said.items()})
         return [str(x) for x in out]
+
+    def key(self, prompt: str) -> tuple:
+        """A greedy judgement's cache key: the judge, the weight version that gives it, the prompt, its length."""
+        return (self.who, self.version, prompt, self.cfg.max_new_tokens)
 
     def _keep(self, new: dict) -> None:
         with self.lock:
