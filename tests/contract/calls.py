@@ -1,7 +1,12 @@
 """What the contract tests call services with: expect (a call refused with a code and a message), an HF
 rollout served in this process (serve), chat prompts, a Generate call, and the tiny model's weights as a
-push sends them, and wait_until. The fixtures built from these are in conftest.py."""
+push sends them, wait_until, and `meshrl serve gateway` in front of rollouts (served_gateway). The
+fixtures built from these are in conftest.py."""
 
+import contextlib
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -61,3 +66,17 @@ def wait_until(condition, seconds=60):
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting"
         time.sleep(0.002)
+
+
+@contextlib.contextmanager
+def served_gateway(addresses: str, model, keys: str):
+    """`meshrl serve gateway` in front of the rollouts at `addresses` (MESHRL_GATEWAY_KEYS=keys) on a free
+    port, as a user starts it: its base URL; it must stop cleanly on SIGTERM."""
+    env = {**os.environ, "MESHRL_GATEWAY_KEYS": keys}
+    command = [sys.executable, "-m", "cli", "serve", "gateway", "--rollout", addresses, "--model", str(model)]
+    proc = subprocess.Popen([*command, "--port", "0"], stdout=subprocess.PIPE, env=env, text=True)
+    line = proc.stdout.readline()
+    assert "meshrl gateway: http://" in line, line
+    yield line.split()[2]
+    proc.terminate()
+    assert proc.wait(30) == 0

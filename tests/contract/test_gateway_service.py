@@ -3,13 +3,11 @@
 A chat gets the model's own tokens with their log-probs; n > 1 and a seed are honoured; a replica that
 is gone sends the session's calls to the other one; a key the gateway was not given is refused."""
 
-import os
-import subprocess
-import sys
 import time
 
 import openai
 import pytest
+from calls import served_gateway
 
 from meshrl.config.rollout import RolloutConfig
 from meshrl.rpc import Server
@@ -28,31 +26,9 @@ def fleet(bpe_lm):
 
 @pytest.fixture(scope="module")
 def gateway(fleet, bpe_lm):
-    env = {**os.environ, "MESHRL_GATEWAY_KEYS": "sk-a,sk-b"}
-    addresses = ",".join(s.address for s in fleet)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "cli",
-            "serve",
-            "gateway",
-            "--rollout",
-            addresses,
-            "--model",
-            str(bpe_lm),
-            "--port",
-            "0",
-        ],  # the context is the rollouts' own (512), read from their Describe; no cap on max_tokens
-        stdout=subprocess.PIPE,
-        env=env,
-        text=True,
-    )
-    line = proc.stdout.readline()
-    assert "meshrl gateway: http://" in line, line
-    yield line.split()[2]
-    proc.terminate()
-    assert proc.wait(30) == 0
+    # the context is the rollouts' own (512), read from their Describe; no cap on max_tokens
+    with served_gateway(",".join(s.address for s in fleet), bpe_lm, "sk-a,sk-b") as url:
+        yield url
 
 
 def test_a_chat_through_the_served_gateway(gateway):

@@ -4,13 +4,9 @@ judge.url. The step's judgements go in one Generate, the cache serves a repeated
 a judge function asks through the same cache, and a URL judge says what the served judge says (both
 greedy on the same model and template) with its key from the environment."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
-from calls import serve
+from calls import serve, served_gateway
 
 from meshrl.clients import Scores
 from meshrl.dataproto import DataProto, object_array
@@ -45,17 +41,8 @@ SETTINGS = {"template": "{prompt}{response}?", "max_new_tokens": 6, "retries": 0
 
 @pytest.fixture(scope="module")
 def gateway(rollout, tiny_lm):
-    env = {**os.environ, "MESHRL_GATEWAY_KEYS": "sk-judge"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cli", "serve", "gateway", "--rollout", rollout.address, "--model", str(tiny_lm),
-         "--port", "0"],
-        stdout=subprocess.PIPE, env=env, text=True,
-    )  # fmt: skip
-    line = proc.stdout.readline()
-    assert "meshrl gateway: http://" in line, line
-    yield line.split()[2]
-    proc.terminate()
-    assert proc.wait(30) == 0
+    with served_gateway(rollout.address, tiny_lm, "sk-judge") as url:
+        yield url
 
 
 def test_a_served_judge_grades_a_batch_in_one_call_and_caches_it(rollout):
