@@ -27,9 +27,9 @@ from meshrl.config.actor import EngineSettings, OptimSettings, RankSettings
 from meshrl.config.checked import Checked, FieldError, one_of, require
 from meshrl.config.env import EnvSettings
 from meshrl.config.losses import (
-    DPO_LOSSES,
     KL_CONTROLLERS,
     KL_ESTIMATORS,
+    DPOSettings,
     EpochSettings,
     PolicyLossSettings,
     RolloutISSettings,
@@ -106,26 +106,14 @@ class ActorSection(PolicyLossSettings, EpochSettings, OptimSettings, EngineSetti
 
 
 @dataclasses.dataclass
-class Ranks(Checked):
-    """The ranks of a service the run starts beside the actor (the ref, the critic, a teacher); the
-    actor's own are RankSettings, which its service's flags share."""
-
-    world_size: int | str = "auto"  # ranks of its process group (auto: one per visible GPU, or 1 on CPU)
-
-    def __post_init__(self) -> None:
-        self.world_size = hosts.world_size(self.world_size)
-        super().__post_init__()
-
-
-@dataclasses.dataclass
-class RefSection(Ranks):
+class RefSection(RankSettings):
     """The frozen reference policy: the actor's model and engine settings."""
 
     address: str = ""  # a running ref service; empty: start one when the algorithm needs it
 
 
 @dataclasses.dataclass
-class TeacherSection(Ranks):
+class TeacherSection(RankSettings):
     """On-policy distillation's teacher (docs/training.md "On-policy distillation"): a frozen model with the
     student's tokenizer, served as the ref is (the actor's engine settings), that gives each sampled token
     its log-prob. Naming one (model or address) turns distillation on in the policy-gradient loops."""
@@ -139,7 +127,7 @@ class TeacherSection(Ranks):
 
 
 @dataclasses.dataclass
-class CriticSection(ValueLossSettings, Ranks):
+class CriticSection(ValueLossSettings, RankSettings):
     """PPO's value model: the actor's engine and optimizer settings, with its own model and learning rate."""
 
     model: str = ""  # empty: the actor's model with a value head
@@ -297,7 +285,7 @@ class EnvSection(EnvSettings):
 
 
 @dataclasses.dataclass
-class AlgorithmSection(RolloutISSettings):
+class AlgorithmSection(RolloutISSettings, DPOSettings):
     adv_estimator: str = ""  # empty: the command's own (ppo: gae, grpo, rloo, reinforce: reinforce_plus_plus)
     gamma: float = 1.0  # discount (GAE)
     lam: float = 1.0  # GAE's lambda
@@ -309,10 +297,6 @@ class AlgorithmSection(RolloutISSettings):
     kl_target: float = 0.1  # adaptive: the KL it steers to
     kl_horizon: int = 10000  # adaptive: samples over which it adjusts
     distill_coef: float = 1.0  # with a teacher: x (teacher's - sampler's log-prob) per token, in the advantages
-    dpo_beta: float = 0.1  # DPO's inverse temperature
-    dpo_loss: str = "sigmoid"  # sigmoid or ipo
-    dpo_label_smoothing: float = 0.0  # sigmoid: the share of preferences taken as flipped (conservative DPO;
-    #   TRL's and OpenRLHF's label_smoothing), in [0, 0.5)
     overlong_buffer: int = 0  # DAPO's overlong reward shaping: a response's last this many tokens before
     #   rollout.max_new_tokens cost a penalty growing linearly to overlong_penalty at the limit; 0: off
     overlong_penalty: float = 1.0  # the penalty at the limit (DAPO's penalty factor)
@@ -327,8 +311,6 @@ class AlgorithmSection(RolloutISSettings):
         super().__post_init__()
         one_of(self, "kl_penalty", KL_ESTIMATORS)
         one_of(self, "kl_ctrl", KL_CONTROLLERS)
-        one_of(self, "dpo_loss", DPO_LOSSES)
-        require(0 <= self.dpo_label_smoothing < 0.5, self, "dpo_label_smoothing", "must be in [0, 0.5)")
         require(self.overlong_buffer >= 0, self, "overlong_buffer", "must be >= 0 (0: off)")
         require(self.overlong_penalty >= 0, self, "overlong_penalty", "must be >= 0 (a penalty's size)")
         one_of(self, "dynamic_sampling_metric", ("acc", "score"))

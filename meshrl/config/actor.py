@@ -174,13 +174,13 @@ class OptimConfig(OptimSettings):
 
 @dataclasses.dataclass
 class RankSettings(Checked):
-    """How many ranks a trained service runs and how many threads each (a run's `actor.*`, and
-    `meshrl serve actor`'s flags)."""
+    """How many ranks a service on the actor's code runs and how many threads each (a run's `actor.*`,
+    `ref.*`, `critic.*` and `teacher.*`, and `meshrl serve actor`'s flags)."""
 
     world_size: int | str = "auto"  # ranks of the service's process group; auto: one per visible GPU, or
     #   1 on CPU (one rank with every core trains faster there than FSDP over several)
     threads: int = 0  # torch threads per rank; 0: the cores shared out over the ranks on this machine
-    #   (never more threads than cores)
+    #   (never more threads than cores); ref, critic and teacher: 0 takes actor.threads
 
     def __post_init__(self) -> None:
         try:

@@ -73,10 +73,18 @@ class Schedule(EpochSettings):
 class Aggregation(Checked):
     """How a loss averages its tokens (verl's loss_agg_mode; masked.PER_SEQUENCE)."""
 
-    loss_agg_mode: str = "token-mean"
+    loss_agg_mode: str | None = None
+    """token-mean, seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm; null: token-mean, or
+    the one the loss's objective fixes (gspo, gmpo, sapo: seq-mean-token-mean; another is refused)."""
+
+    def fixed_aggregation(self) -> str | None:
+        """The aggregation the loss's objective fixes; None: any (the policy loss's settings say)."""
+        return None
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.loss_agg_mode is None:
+            self.loss_agg_mode = self.fixed_aggregation() or "token-mean"
         one_of(self, "loss_agg_mode", LOSS_AGG_MODES)
 
 
@@ -146,7 +154,7 @@ def readers(setting: str) -> list[str]:
 
 
 @dataclasses.dataclass
-class PolicyLossSettings(Checked):
+class PolicyLossSettings(Aggregation):
     policy_loss: str = "ppo"
     """The policy-gradient loss, one of POLICY_LOSSES: ppo, gspo, cispo, gmpo, sapo, clip_cov, kl_cov (each
     with its paper and defaults in docs/training.md). The settings below that default to null take the
@@ -179,9 +187,6 @@ class PolicyLossSettings(Checked):
     """Its weight."""
     kl_loss_type: str = "k3"
     """Its estimator: k1, k2, k3 (low-variance) or abs."""
-    loss_agg_mode: str | None = None
-    """token-mean, seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm; null: token-mean, or
-    the one the loss's objective fixes (gspo, gmpo, sapo: seq-mean-token-mean; another is refused)."""
     router_aux_loss_coef: float = 0.0
     """A mixture of experts: the weight of the router's load-balancing loss (Switch Transformer's; Qwen3-MoE
     and Mixtral pretrain with 0.001-0.02). Every update of an MoE reports its expert load either way."""
@@ -202,6 +207,10 @@ class PolicyLossSettings(Checked):
     change, before turning it on. R3 reports it always; with R3 this also reports
     rollout/kl_to_actor_afresh, the rollout's distance from the actor routing afresh (one pass without
     gradients over every row before the update), beside the replayed rollout/kl_to_actor."""
+
+    def fixed_aggregation(self) -> str | None:
+        loss = POLICY_LOSSES.get(self.policy_loss)  # checked after the aggregation, in __post_init__
+        return loss.aggregation if loss is not None else None
 
     @property
     def replay(self) -> Replay:
@@ -232,9 +241,6 @@ class PolicyLossSettings(Checked):
                 require(
                     False, self, name, f"is read by policy_loss {' or '.join(readers(name))}, not {self.policy_loss}"
                 )
-        if self.loss_agg_mode is None:
-            self.loss_agg_mode = loss.aggregation or "token-mean"
-        one_of(self, "loss_agg_mode", LOSS_AGG_MODES)
         if loss.aggregation:  # the paper's objective, said rather than silently changed
             require(
                 self.loss_agg_mode == loss.aggregation,
@@ -358,17 +364,42 @@ class PPOParams(Schedule, PolicyLossSettings, RolloutISSettings):
         require(self.temperature > 0, self, "temperature", "must be > 0")
 
 
+def check_dpo(obj, loss: str, smoothing: str) -> None:
+    """DPO's rules, on a run's names (DPOSettings) or an update's (DPOParams)."""
+    one_of(obj, loss, DPO_LOSSES)
+    require(0 <= getattr(obj, smoothing) < 0.5, obj, smoothing, "must be in [0, 0.5)")
+
+
+@dataclasses.dataclass
+class DPOSettings(Checked):
+    """DPO's knobs as a run names them (algorithm.dpo_*); an update carries them as DPOParams."""
+
+    dpo_beta: float = 0.1  # DPO's inverse temperature
+    dpo_loss: str = "sigmoid"  # sigmoid or ipo
+    dpo_label_smoothing: float = 0.0  # sigmoid: the share of preferences taken as flipped (conservative DPO;
+    #   TRL's and OpenRLHF's label_smoothing), in [0, 0.5)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_dpo(self, "dpo_loss", "dpo_label_smoothing")
+
+    def dpo_params(self) -> dict:
+        """The knobs under DPOParams' names."""
+        return {"beta": self.dpo_beta, "loss_type": self.dpo_loss, "label_smoothing": self.dpo_label_smoothing}
+
+
 @dataclasses.dataclass
 class DPOParams(Schedule):
-    beta: float = 0.1
-    loss_type: str = "sigmoid"
-    label_smoothing: float = 0.0
+    """A DPO update's parameters: DPOSettings' knobs (their defaults), checked again as any client may send them."""
+
+    beta: float = DPOSettings.dpo_beta
+    loss_type: str = DPOSettings.dpo_loss
+    label_smoothing: float = DPOSettings.dpo_label_smoothing
     temperature: float = 1.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        one_of(self, "loss_type", DPO_LOSSES)
-        require(0 <= self.label_smoothing < 0.5, self, "label_smoothing", "must be in [0, 0.5)")
+        check_dpo(self, "loss_type", "label_smoothing")
 
 
 @dataclasses.dataclass

@@ -69,7 +69,8 @@ def serve_args(cfg: Config, role: str) -> list[str]:
         return [role, *dataclass_args(CONFIGS[role], values)]
     model = {"critic": cfg.critic.model or cfg.actor.model, "teacher": cfg.teacher.model}.get(role, cfg.actor.model)
     what = dataclass_args(ActorServiceConfig, {"role": served_role(role), "model": model})  # said first
-    where: dict[str, object] = {"world_size": ranks(cfg, role), "threads": cfg.actor.threads}
+    threads = getattr(cfg, role).threads or cfg.actor.threads  # a frozen model or the critic: the actor's by default
+    where: dict[str, object] = {"world_size": ranks(cfg, role), "threads": threads}
     where["checkpoint_root"] = absolute(cfg.trainer.run_dir)
     args = ["actor", *what, *dataclass_args(ActorServiceConfig, where), *dataclass_args(EngineConfig, values)]
     return args + ([] if role in FROZEN else dataclass_args(OptimConfig, values))

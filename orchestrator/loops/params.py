@@ -29,9 +29,7 @@ def value_params(cfg: Config) -> dict:
 
 
 def dpo_params(cfg: Config) -> dict:
-    al = cfg.algorithm
-    dpo = {"beta": al.dpo_beta, "loss_type": al.dpo_loss, "label_smoothing": al.dpo_label_smoothing}
-    return {**schedule(cfg), **dpo, "temperature": cfg.rollout.temperature}
+    return {**schedule(cfg), **cfg.algorithm.dpo_params(), "temperature": cfg.rollout.temperature}
 
 
 def sft_params(cfg: Config) -> dict:

@@ -119,3 +119,58 @@ def test_the_loss_parameters_a_run_sends_are_the_actors_classes():
     assert (ppo.clip_ratio_high, ppo.rollout_is, ppo.ppo_epochs) == (0.28, "token", 2)
     assert {f.name for f in dataclasses.fields(PPOParams)} - set(ppo_params(cfg)) == {"shuffle", "seed"}
     ValueParams(**value_params(cfg)), DPOParams(**dpo_params(cfg)), SFTParams(**sft_params(cfg))
+
+
+# a name declared by two settings classes: each entry one key per role or service (or a service's flag the
+# run fills from its own key, SET_ELSEWHERE), never one setting written twice; a new pair must be added here
+# with its reason, or declared once and composed (as DPOSettings, Aggregation and RankSettings are)
+ONE_PER_ROLE = {
+    "address": "every service's own (actor.address, rollout.address, ...)",
+    "model": "each model's own folder (actor, critic, teacher, judge, reward) and the services' flag for it",
+    "colocate": "rollout.colocate (the rollout on the actor's GPU) and ray.colocate (roles sharing bundles)",
+    "concurrency": "rollout.concurrency (episodes at once) and judge.concurrency (its calls at once)",
+    "replicas": "the rollout's fleet and the judge's",
+    "max_new_tokens": "the policy's responses and the judge's verdicts",
+    "temperature": "the policy's sampling, the judge's, and the updates' copy of the rollout's",
+    "function": "reward.function and judge.function, each its own program",
+    "url": "reward.url and judge.url, each its own server",
+    "timeout": "reward.timeout and judge.timeout",
+    "error_score": "reward.error_score and env.error_score, each service's failures",
+    "workers": "reward.workers and env.workers, each service's pool",
+    "lr": "critic.lr: the critic's own optimizer beside the actor's OptimSettings (another default)",
+    "lora_rank": "critic.lora_rank: the critic's own adapter beside the actor's",
+    "reward": "the reward section, and env.reward (which scores an episode)",
+    "role": "the actor service's role flag, and an update's loss role",
+    "seed": "trainer.seed, the services' flag filled from it, and an update's mini-batch order",
+    "shuffle": "data.shuffle (the data's order) and an update's mini-batch order",
+    "total_steps": "trainer.total_steps and the optimizer schedule's flag filled from it",
+}
+
+
+def settings_classes() -> list[type]:
+    """Every settings dataclass of meshrl/config, the run sections and what they are made of."""
+    import inspect
+
+    import meshrl.config as package
+
+    modules = [importlib.import_module(f"meshrl.config.{m.name}") for m in pkgutil.iter_modules(package.__path__)]
+    found = {c for m in modules for _, c in inspect.getmembers(m, inspect.isclass) if dataclasses.is_dataclass(c)}
+    found |= {c for s in run_config.SECTIONS.values() for c in s.__mro__ if dataclasses.is_dataclass(c)}
+    return sorted(found | {run_config.Config}, key=lambda c: f"{c.__module__}.{c.__qualname__}")
+
+
+def test_each_setting_is_declared_once():
+    """A field is declared by one class: none redeclares what a base declares, and a name two classes
+    declare is one key per role (ONE_PER_ROLE), not one setting written twice (which would drift)."""
+    where: dict[str, list[str]] = {}
+    for c in settings_classes():
+        own = c.__dict__.get("__annotations__", {})
+        for base in c.__mro__[1:]:
+            again = set(own) & set(base.__dict__.get("__annotations__", {}))
+            assert not again, f"{c.__qualname__} declares {sorted(again)} again, as {base.__qualname__} does"
+        for name in own:
+            where.setdefault(name, []).append(c.__qualname__)
+    twice = {name: classes for name, classes in where.items() if len(classes) > 1}
+    unexplained = {name: classes for name, classes in twice.items() if name not in ONE_PER_ROLE}
+    assert not unexplained, f"declared in more than one settings class: {unexplained}"
+    assert not set(ONE_PER_ROLE) - set(twice), "ONE_PER_ROLE lists names declared once now: drop them"
