@@ -57,7 +57,7 @@ def service_settings() -> list[tuple[type, type, type]]:
             if settings.__module__.startswith("meshrl.config.") and settings is not Checked:
                 if settings in configs or any(settings in c.__mro__[1:] for c in configs):
                     found += [(c, settings, section) for c in configs if issubclass(c, settings)]
-    return sorted(set(found), key=lambda t: (t[0].__name__, t[1].__name__))
+    return sorted(set(found), key=lambda t: (t[0].__name__, t[1].__name__, t[2].__name__))
 
 
 SECTIONS = service_settings()
