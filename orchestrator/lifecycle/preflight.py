@@ -190,14 +190,8 @@ def check_router(cfg: Config) -> None:
     if any(asked.values()) and not cfg.actor.address and not moe_model(cfg.actor.model):
         name = next(k for k, v in asked.items() if v)
         raise ValueError(f"actor.{name}={asked[name]}: {cfg.actor.model} is not a mixture of experts (no router)")
-    r = cfg.rollout
     setting = "actor.router_replay=r3" if cfg.actor.replay.rollouts else "actor.router_agreement=true"
-    if cfg.actor.rollout_experts() and (r.multi_turn or r.agent or r.agent_command):
-        raise ValueError(
-            f"{setting} takes the experts of single-turn samples; a multi-turn or agent episode's "
-            "response holds observations the rollout never routed: use actor.router_replay=r2"
-        )
-    if cfg.actor.rollout_experts() and r.backend == "vllm" and not hosts.gpus():
+    if cfg.actor.rollout_experts() and cfg.rollout.backend == "vllm" and not hosts.gpus():
         raise ValueError(f"{setting} with rollout.backend=vllm: {ROUTED_ON_CPU}")
 
 
@@ -247,9 +241,6 @@ def warn_unread(cfg: Config, roles: set[str]) -> None:
 
 def check_multi_turn(cfg: Config, roles: set[str]) -> None:
     r = cfg.rollout
-    if "env" not in roles and r.multi_turn or "rollout" not in roles:
-        what = "rollout.multi_turn" if r.multi_turn else "rollout.agent"
-        raise ValueError(f"{what} works with ppo, grpo, rloo and reinforce")
     if r.max_turns < 1 or r.concurrency < 1 or r.max_response_tokens < 0:
         raise ValueError(
             f"rollout.max_turns={r.max_turns} and rollout.concurrency={r.concurrency} must be >= 1, "

@@ -10,7 +10,6 @@ import pathlib
 import types
 
 from meshrl import hosts
-from meshrl.config.rollout import IN_FLIGHT
 from meshrl.models import is_moe
 from orchestrator.config import Config
 
@@ -62,11 +61,6 @@ def check_rollout(cfg: Config) -> None:
             "rollout.colocate hands one GPU between the trained models and one rollout engine: a fleet "
             "(rollout.replicas, or several rollout.address) cannot share it; set one of them off"
         )
-    if r.colocate and cfg.trainer.max_staleness:
-        raise ValueError(
-            "rollout.colocate gives the GPU to generation and training in turn, and "
-            "trainer.max_staleness runs them at once: set one of them off"
-        )
     check_sampling(cfg)
     check_lengths(cfg)
 
@@ -74,11 +68,6 @@ def check_rollout(cfg: Config) -> None:
 def check_sampling(cfg: Config) -> None:
     """Dynamic sampling and overlong shaping against how the rollout samples."""
     r = cfg.rollout
-    if cfg.algorithm.dynamic_sampling and cfg.trainer.max_staleness:
-        raise ValueError(
-            "algorithm.dynamic_sampling samples further rounds inside a step, and trainer.max_staleness samples "
-            "whole steps ahead: set one of them off"
-        )
     if cfg.algorithm.dynamic_sampling and r.n < 2:
         raise ValueError(
             f"algorithm.dynamic_sampling drops groups whose samples all scored the same; rollout.n={r.n} makes "
@@ -117,22 +106,7 @@ def check_lengths(cfg: Config) -> None:
 
 def check_partial(cfg: Config) -> None:
     """rollout.partial: what it cannot be combined with, each said with the key to change."""
-    r = cfg.rollout
-    clash = [
-        (r.episodes, "plays multi-turn or agent episodes, which are not carried between steps"),
-        (cfg.algorithm.dynamic_sampling, "algorithm.dynamic_sampling samples rounds of its own"),
-        (r.chunks > 1, "rollout.chunks: a round's calls already go out at once (set it to 1)"),
-        (cfg.actor.rollout_experts(), "routing replay R3 records experts per call, which carried samples lack"),
-        (r.colocate, "rollout.colocate: a step's rounds would hand the GPU over each round"),
-        (
-            r.on_update in IN_FLIGHT,
-            f"rollout.on_update={r.on_update} is for pushes during a generation, and partial rollouts push "
-            "between steps (keep would only turn vLLM's prefix cache off): leave it at wait",
-        ),
-    ]
-    for found, why in clash:
-        if found:
-            raise ValueError(f"rollout.partial=true: {why}")
+    r = cfg.rollout  # what it cannot be combined with: its sampler's declaration (sampling.combinations)
     k = cfg.trainer.max_staleness
     if not k:
         raise ValueError(

@@ -13,6 +13,7 @@ from meshrl.algos.pairs import best_worst_pairs
 from orchestrator.config import Config
 from orchestrator.lifecycle.mesh import POLICY_TENSORS, Mesh
 from orchestrator.loops.params import dpo_params
+from orchestrator.sampling import combinations
 from orchestrator.sampling.rollouts import Rollouts
 from orchestrator.sampling.samples import score_metrics
 from orchestrator.timer import Timer
@@ -24,17 +25,16 @@ class OnlineDPO:
     trained: tuple[str, ...] = ("actor",)
 
     def setup(self, cfg: Config) -> set[str]:
+        combinations.check(cfg, self.name)  # its pairs are single-turn answers of this step
         if cfg.rollout.n < 2:
             raise ValueError(
                 f"online DPO pairs responses to the same prompt: rollout.n must be >= 2, got {cfg.rollout.n}"
             )
-        if cfg.rollout.agent or cfg.rollout.agent_command:  # its pairs are single-turn answers
-            raise ValueError("rollout.agent works with ppo, grpo, rloo and reinforce")
         return {"actor", "ref", "rollout", "reward"}
 
     def step(self, mesh: Mesh, rollouts: Rollouts, number: int, data, indices, uids) -> dict[str, float]:
         cfg, t = mesh.cfg, Timer()
-        gen, scored = rollouts.sample_and_score(t, number, data.batch(indices, uids))
+        gen, scored = rollouts.sample_and_score(t, number, indices, uids)
         chosen, rejected = best_worst_pairs(scored.scores, list(gen.non_tensor_batch["uid"]))
         lengths = gen.batch["response_mask"].sum(-1).float()
         metrics = {

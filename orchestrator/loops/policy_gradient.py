@@ -30,7 +30,7 @@ from meshrl.layout import VERSIONS
 from orchestrator.config import Config
 from orchestrator.lifecycle.mesh import POLICY_TENSORS, Mesh
 from orchestrator.loops.params import ppo_params, value_params
-from orchestrator.sampling import dynamic
+from orchestrator.sampling import combinations
 from orchestrator.sampling.rollouts import Rollouts
 from orchestrator.sampling.samples import score_metrics
 from orchestrator.timer import Timer
@@ -120,6 +120,7 @@ class PolicyGradient:
         return ("actor", "critic") if self.critic else ("actor",)
 
     def setup(self, cfg: Config) -> set[str]:
+        combinations.check(cfg, self.name)  # the ways of sampling the config turns on go together
         needs_ref = cfg.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
         al = cfg.algorithm
         self.kl_ctrl = kl_controller(al.kl_ctrl, al.kl_coef, al.kl_target, al.kl_horizon)
@@ -170,13 +171,11 @@ class PolicyGradient:
 
     def step(self, mesh: Mesh, rollouts: Rollouts, number: int, data, indices, uids) -> dict[str, float]:
         cfg, t = mesh.cfg, Timer()
-        gen, scored = rollouts.sample_and_score(t, number, data.batch(indices, uids))
+        gen, scored = rollouts.sample_and_score(t, number, indices, uids)
         if not self.scores_checked:
             self.scores_checked = True
             warn_if_flat(scored.scores, number)
         metrics: dict[str, float] = {}
-        if cfg.algorithm.dynamic_sampling:  # DAPO: groups that all scored the same out, more rounds in
-            gen, scored, metrics = dynamic.fill(rollouts, t, number, data, gen, scored, groups=len(indices))
         reuse = own_old_logprobs(cfg)
         batch = self.passes(mesh, t, gen, reuse)
         mask = batch.batch["response_mask"]

@@ -20,6 +20,7 @@ from orchestrator.config import Config
 from orchestrator.data import PromptDataset
 from orchestrator.lifecycle.mesh import Mesh
 from orchestrator.loops.params import sft_params
+from orchestrator.sampling import combinations
 from orchestrator.sampling.rollouts import Rollouts
 
 
@@ -73,6 +74,7 @@ class SFT:
     trained: tuple[str, ...] = ("actor",)
 
     def setup(self, cfg: Config) -> set[str]:
+        combinations.check(cfg, self.name)  # it samples nothing: a way of sampling turned on is refused
         return {"actor"}
 
     def step(self, mesh: Mesh, rollouts: Rollouts, number: int, data, indices, uids) -> dict[str, float]:

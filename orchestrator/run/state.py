@@ -22,8 +22,9 @@ from orchestrator.loops.algorithm import Algorithm
 from orchestrator.output.loggers import RunLog
 from orchestrator.run.parity import Parity
 from orchestrator.sampling import pipeline
+from orchestrator.sampling.dynamic import Dynamic
 from orchestrator.sampling.partial import Partial
-from orchestrator.sampling.rollouts import Rollouts
+from orchestrator.sampling.rollouts import Ahead, Now, Rollouts, StepSampler
 
 
 @dataclasses.dataclass
@@ -69,8 +70,17 @@ class RunState:
     def rollouts(self) -> Rollouts:
         """What the step samples and pushes weights through."""
         more = None if self.producer else self.sampler.next
-        batch = self.batch or ()
-        return Rollouts(self.mesh, self.tokenizer, self.producer, more=more, partial=self.partial, batch=batch)
+        return Rollouts(self.mesh, self.tokenizer, self.step_sampler(), more=more)
+
+    def step_sampler(self) -> StepSampler:
+        """When the step samples: the one choice of the run's step sampler (what each cannot be combined
+        with was refused at setup, sampling.combinations)."""
+        if self.partial is not None:  # rollout.partial: rounds from the run's carry
+            return self.partial
+        if self.producer is not None:  # trainer.max_staleness: sampled ahead
+            return Ahead(self.producer)
+        now = Now(self.tokenizer, self.data)
+        return Dynamic(now) if self.cfg.algorithm.dynamic_sampling else now
 
     def sampler_state(self, number: int) -> dict:
         """The sampler's position after step `number`'s batch, as a checkpoint at `number` records it (the

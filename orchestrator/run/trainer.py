@@ -38,7 +38,7 @@ from orchestrator.run.interrupt import Interrupts
 from orchestrator.run.recovery import StepFailed, check_not_ahead, recover, snapshot
 from orchestrator.run.state import RunState
 from orchestrator.run.validation import validate
-from orchestrator.sampling import agents, pipeline
+from orchestrator.sampling import agents
 from orchestrator.sampling.partial import Partial
 from orchestrator.sampling.samples import sample_rows
 
@@ -280,16 +280,6 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     """Train; returns the run folder (config.yaml, metrics.jsonl, tensorboard/, checkpoints/, hf,
     curves.png, summary.md)."""
     roles = algorithm.setup(cfg)
-    if cfg.rollout.partial and algorithm.name not in pipeline.ALGORITHMS:
-        raise ValueError(
-            f"rollout.partial carries samples between steps of {', '.join(pipeline.ALGORITHMS)}; "
-            f"{algorithm.name} does not sample them: set it to false"
-        )
-    if cfg.trainer.max_staleness and algorithm.name not in pipeline.ALGORITHMS:
-        raise ValueError(
-            f"trainer.max_staleness={cfg.trainer.max_staleness} samples ahead for "
-            f"{', '.join(pipeline.ALGORITHMS)}; {algorithm.name} runs synchronously: set it to 0"
-        )
     preflight.check(cfg, roles)  # before any service starts
     run_dir = pathlib.Path(cfg.trainer.run_dir)
     trace_env(cfg, run_dir)

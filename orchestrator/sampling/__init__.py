@@ -1,4 +1,6 @@
-"""A step's samples: generated and scored (samples) in one call, in chunks, or as multi-turn episodes
-(multi_turn), now or ahead of the step (pipeline), and what a step samples and pushes weights through
-(rollouts); episodes of an agent program behind an OpenAI-compatible endpoint (agents), DAPO's dynamic
-sampling (dynamic) and partial rollouts, unfinished samples carried into the next step (partial)."""
+"""A step's samples. How a batch is sampled, one form for every way (sampled: what they give back, and one
+Generate call; chunks: concurrent calls; multi_turn: the environment service's episodes; agents: an
+agent's, behind an OpenAI-compatible endpoint; episodes: what the two episode samplers share), picked in
+one place (samples, with what samples are read as); when a step samples (rollouts: the StepSampler
+protocol, now or ahead of the step with pipeline's producer; partial: rounds that carry unfinished samples;
+dynamic: DAPO's dynamic sampling); and what of these cannot be combined (combinations)."""

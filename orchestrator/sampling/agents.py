@@ -19,7 +19,7 @@ rollout.max_new_tokens), stop strings and n are. Calls of concurrent episodes me
 path's batchers, one per replica; an episode stays on one replica.
 """
 
-import concurrent.futures
+import functools
 import json
 import logging
 import threading
@@ -27,7 +27,6 @@ import time
 
 from meshrl import seeds
 from meshrl.chat import as_tools
-from meshrl.clients.reward import Scores
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
 from meshrl.gateway.protocol import Limits, Request
@@ -36,7 +35,8 @@ from meshrl.gateway.sessions import BINDING, Session
 from meshrl.trajectory import Trajectory
 from meshrl.vocab import model_vocab_size
 from orchestrator.agents.pool import AgentPool, CommandAgent, agent_runner
-from orchestrator.sampling.multi_turn import Batcher, cell, jsonable, layout, scores, task_of, turn_ends
+from orchestrator.sampling import episodes
+from orchestrator.sampling.sampled import Sampled
 
 log = logging.getLogger(__name__)
 # calls' seeds are seeds.AGENT_CALL_SPACING apart: a group's episodes call at different times, and row i of a
@@ -73,16 +73,16 @@ class FleetEngine:
 
     def __init__(self, mesh, seed: int, greedy: bool):
         self.mesh, self.seed, self.greedy = mesh, seed, greedy
-        self.batchers: dict[tuple[str, tuple[str, ...]], Batcher] = {}
+        self.batchers: dict[tuple[str, tuple[str, ...]], episodes.Batcher] = {}
         self.started = 0
         self.failure: BaseException | None = None  # the rollout's first failure: the step fails with it
         self.lock = threading.Lock()
 
-    def _batcher(self, replica: str, stop: tuple[str, ...]) -> Batcher:
+    def _batcher(self, replica: str, stop: tuple[str, ...]) -> episodes.Batcher:
         with self.lock:
             if (replica, stop) not in self.batchers:
                 seed = self.seed + seeds.BATCHER * len(self.batchers)
-                self.batchers[replica, stop] = Batcher(
+                self.batchers[replica, stop] = episodes.Batcher(
                     self.mesh, list(stop), seed, self.greedy, replica, seeds.AGENT_CALL_SPACING
                 )
             return self.batchers[replica, stop]
@@ -123,10 +123,14 @@ class FleetEngine:
 
 def agent_task(columns: dict, row: int) -> dict:
     """What the agent is given: the row's prompt as chat messages, its tools, and its verl columns."""
-    prompt = cell(columns, "prompt", row)
+    prompt = episodes.cell(columns, "prompt", row)
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-    task = {**task_of(columns, row), "prompt": messages, "tools": as_tools(cell(columns, "tools", row), f"row {row}")}
-    return json.loads(json.dumps(task, default=jsonable))  # parquet's arrays as lists
+    task = {
+        **episodes.task_of(columns, row),
+        "prompt": messages,
+        "tools": as_tools(episodes.cell(columns, "tools", row), f"row {row}"),
+    }
+    return json.loads(json.dumps(task, default=episodes.jsonable))  # parquet's arrays as lists
 
 
 def reward_error(reward, needed: bool) -> str:
@@ -172,59 +176,42 @@ def play(
 
 
 def sample(
-    mesh, prompts: DataProto, seed: int, tokenizer, n: int | None = None, greedy: bool = False
-) -> tuple[DataProto, Scores, dict]:
-    """(gen, scored, {"gen": s, "reward": s}): n (default rollout.n; greedy: 1) agent episodes per prompt."""
-    r = mesh.cfg.rollout
-    start = time.perf_counter()
-    rows = prompts.repeat(n or (1 if greedy else r.n), interleave=True)
-    ids, attn = rows.batch["input_ids"], rows.batch["attention_mask"]
-    ends = turn_ends(mesh.cfg.actor.model, tokenizer)
+    mesh, prompts: DataProto, seed: int, tokenizer=None, *, n=None, greedy=False, judged=True, on_generated=None
+) -> Sampled:
+    """n (default rollout.n; greedy: 1) agent episodes per prompt (sampling.sampled's form)."""
+    r, start = mesh.cfg.rollout, time.perf_counter()
+    rows = episodes.episode_rows(mesh, prompts, n, greedy)
     engine = FleetEngine(mesh, seed, greedy)
-    vocab = model_vocab_size(mesh.cfg.actor.model)
-    limits = Limits(max_tokens=r.max_new_tokens, max_model_len=r.max_model_len, vocab_size=vocab)
+    model = mesh.cfg.actor.model
+    limits = Limits(max_tokens=r.max_new_tokens, max_model_len=r.max_model_len, vocab_size=model_vocab_size(model))
+    ends = episodes.turn_ends(model, tokenizer)
     gateway = Gateway(engine, tokenizer, MODEL, ends, tool_parser=r.tool_parser, limits=limits)
     runner, needs_reward = runner_for(mesh), mesh.cfg.env.reward in ("env", "sum")
+    at = functools.partial(play, gateway, engine, runner, needs_reward=needs_reward)
+    jobs = [
+        functools.partial(
+            at,
+            agent_task(rows.non_tensor_batch, i),
+            Session(budget=r.response_budget, max_calls=r.max_turns),
+            fallback=episodes.prompt_ids(rows, i),
+        )
+        for i in range(len(rows))
+    ]
     gateway.start()
-    try:
-        with (
-            mesh.colocated_generation(),
-            concurrent.futures.ThreadPoolExecutor(r.concurrency, thread_name_prefix="meshrl-agent") as pool,
-        ):
-            futures = [
-                pool.submit(
-                    play,
-                    gateway,
-                    engine,
-                    runner,
-                    agent_task(rows.non_tensor_batch, i),
-                    Session(budget=r.response_budget, max_calls=r.max_turns),
-                    fallback=ids[i][attn[i].bool()].tolist(),
-                    needs_reward=needs_reward,
-                )
-                for i in range(len(rows))
-            ]
-            try:
-                played = [f.result() for f in futures]
-            except BaseException:  # Ctrl-C, or a failing rollout: the episodes in flight end now, lost
-                for f in futures:
-                    f.cancel()
-                close_runners()
-                raise
+    try:  # a failure (Ctrl-C, or a failing rollout): the episodes in flight end now, lost
+        played = episodes.play_all(mesh, jobs, "meshrl-agent", on_failure=close_runners)
     finally:
         gateway.stop()
         engine.close()
     if engine.failure is not None:  # as on the multi-turn path: a rollout failure fails the step (recovery)
         raise engine.failure
     trajectories = [t for t, _, _ in played]
-    gen = layout(rows, trajectories, tokenizer)
-    generated = time.perf_counter()
-    scored = scores(mesh, gen, trajectories)
-    scored.metrics.update(
+    got = episodes.finished(mesh, rows, trajectories, tokenizer, start, judged=judged, on_generated=on_generated)
+    got.scored.metrics.update(
         {
             "agent/episodes_lost": float(sum(bool(t.error) for t in trajectories)),
             "agent/calls/mean": sum(c for _, c, _ in played) / len(played),
             "agent/samples/mean": sum(s for _, _, s in played) / len(played),  # > 1: the agent branched
         }
     )
-    return gen, scored, {"gen": generated - start, "reward": time.perf_counter() - generated}
+    return got

@@ -22,14 +22,18 @@ import torch.nn.functional as F
 from meshrl.clients.reward import Scores
 from meshrl.dataproto import DataProto
 from orchestrator.lifecycle.fleet import join_generations, starts
+from orchestrator.sampling.sampled import Sampled
 
 
-def sample(mesh, prompts: DataProto, seed: int, on_generated=None) -> tuple:
-    """(gen, scored, {"gen": s, "reward": s}) for `prompts` in rollout.chunks concurrent calls."""
+def sample(
+    mesh, prompts: DataProto, seed: int, tokenizer=None, *, n=None, greedy=False, judged=True, on_generated=None
+) -> Sampled:
+    """`prompts` in rollout.chunks concurrent calls (sampling.sampled's form)."""
     bounds = [*starts(len(prompts), mesh.cfg.rollout.chunks), len(prompts)]
     parts = [(a, prompts.slice(a, b)) for a, b in zip(bounds, bounds[1:])]
     gens: dict[int, DataProto] = {}  # by part
     scores: dict[int, Scores] = {}
+    per_prompt = n or (1 if greedy else mesh.cfg.rollout.n)
     start = time.perf_counter()
     with (
         concurrent.futures.ThreadPoolExecutor(len(parts), thread_name_prefix="meshrl-chunk") as generating,
@@ -37,16 +41,18 @@ def sample(mesh, prompts: DataProto, seed: int, on_generated=None) -> tuple:
     ):
         with mesh.colocated_generation():
             # each to the least loaded replica, all picked in order before any is sent (no call has ended)
-            picked = [mesh.router.pick(len(part) * mesh.cfg.rollout.n) for _, part in parts]
+            picked = [mesh.router.pick(len(part) * per_prompt) for _, part in parts]
             pending = {
-                generating.submit(mesh.generate, part, seed=seed + a, colocated=False, replica=replica): i
+                generating.submit(
+                    mesh.generate, part, seed=seed + a, n=n, greedy=greedy, colocated=False, replica=replica
+                ): i
                 for i, ((a, part), replica) in enumerate(zip(parts, picked))
             }
             scored = {}
             for done in concurrent.futures.as_completed(pending):
                 i = pending[done]
                 gens[i] = done.result()
-                scored[scoring.submit(mesh.score, gens[i])] = i
+                scored[scoring.submit(mesh.score, gens[i], judged=judged)] = i
         generated = time.perf_counter()
         if on_generated is not None:
             on_generated()
@@ -54,10 +60,10 @@ def sample(mesh, prompts: DataProto, seed: int, on_generated=None) -> tuple:
             scores[scored[done]] = done.result()
     order = range(len(parts))
     gen = join_generations([gens[i] for i in order])
-    return (
+    return Sampled(
         gen,
         join_scores([scores[i] for i in order], gen.batch["responses"].shape[1]),
-        {"gen": generated - start, "reward": time.perf_counter() - generated},
+        {"timing_s/gen": generated - start, "timing_s/reward": time.perf_counter() - generated},
     )
 
 

@@ -1,6 +1,7 @@
 """algorithm.dynamic_sampling: DAPO's dynamic sampling (meshrl.algos.filtering) around a step's samples.
 
-    gen, scored, metrics = fill(rollouts, t, number, data, gen, scored, groups)
+    sampler = Dynamic(Now(tokenizer, data))        # the run state's, in place of Now
+    gen, scored, seconds, metrics = sampler.sample(mesh, number, indices, uids, more)
 
 The step's first round is what the rollout sampled for its batch. Groups whose samples all have the same
 algorithm.dynamic_sampling_metric (acc or score) are dropped, and further rounds of
@@ -11,6 +12,7 @@ on those; one that keeps none trains on its last round as it is (its advantages 
 dynamic_sampling/{rounds, kept_groups, dropped_groups, samples_per_kept}.
 """
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -21,8 +23,7 @@ from meshrl.clients.reward import Scores
 from meshrl.dataproto import DataProto
 from orchestrator.lifecycle.fleet import join_generations
 from orchestrator.sampling.chunks import join_scores
-from orchestrator.sampling.rollouts import Rollouts
-from orchestrator.timer import Timer
+from orchestrator.sampling.rollouts import Now, StepSampler, StepSamples
 
 log = logging.getLogger(__name__)
 METRICS = ("acc", "score")
@@ -44,48 +45,55 @@ def select_scores(scored: Scores, rows: list[int]) -> Scores:
     return Scores(scored.scores[idx], token_level, columns, dict(scored.metrics))
 
 
-def fill(
-    rollouts: Rollouts, t: Timer, number: int, data, gen: DataProto, scored: Scores, *, groups: int
-) -> tuple[DataProto, Scores, dict[str, float]]:
-    a = rollouts.mesh.cfg.algorithm
-    gens: list[DataProto] = []
-    scores: list[Scores] = []
-    kept = dropped = 0
-    generated, rounds = len(gen), 1
-    while True:
-        uids = list(gen.non_tensor_batch["uid"])
-        varied = varied_groups(uids, values(scored, a.dynamic_sampling_metric))
-        dropped += len(dict.fromkeys(uids)) - len(varied)
-        take = varied[: groups - kept]
-        kept += len(take)
-        if take:
-            rows = rows_of(uids, take)
-            gens.append(gen.select_idxs(rows))
-            scores.append(select_scores(scored, rows))
-        if kept >= groups or rounds >= a.max_sample_rounds or rollouts.more is None:
-            break
-        indices, more_uids = rollouts.more()
-        gen, scored = rollouts.sample_and_score(t, number, data.batch(indices, more_uids), round=rounds)
-        generated += len(gen)
-        rounds += 1
-    if kept < groups:
-        log.warning(
-            "step %d: %d of %d groups vary in %s after %d sampling rounds (algorithm.max_sample_rounds)%s",
-            number,
-            kept,
-            groups,
-            a.dynamic_sampling_metric,
-            rounds,
-            "; training on the last round as it is" if not kept else "; training on those",
-        )
-    if gens:
-        gen = join_generations(gens)
-        scored = join_scores(scores, gen.batch["responses"].shape[1])
-    rollouts.sampled = (gen, scored, rollouts.tokenizer)
-    metrics = {
-        "dynamic_sampling/rounds": float(rounds),
-        "dynamic_sampling/kept_groups": float(kept),
-        "dynamic_sampling/dropped_groups": float(dropped),
-        "dynamic_sampling/samples_per_kept": generated / len(gen) if kept else float(generated),
-    }
-    return gen, scored, metrics
+@dataclasses.dataclass
+class Dynamic(StepSampler):
+    """Now's rounds until the step has its varied groups (the module's docstring)."""
+
+    now: Now
+
+    def sample(self, mesh, number, indices, uids, more) -> StepSamples:
+        a = mesh.cfg.algorithm
+        gen, scored, seconds, _ = self.now.sample(mesh, number, indices, uids, more)
+        gens: list[DataProto] = []
+        scores: list[Scores] = []
+        kept = dropped = 0
+        generated, rounds, groups = len(gen), 1, len(indices)
+        while True:
+            uids = list(gen.non_tensor_batch["uid"])
+            varied = varied_groups(uids, values(scored, a.dynamic_sampling_metric))
+            dropped += len(dict.fromkeys(uids)) - len(varied)
+            take = varied[: groups - kept]
+            kept += len(take)
+            if take:
+                rows = rows_of(uids, take)
+                gens.append(gen.select_idxs(rows))
+                scores.append(select_scores(scored, rows))
+            further = (
+                None if kept >= groups or rounds >= a.max_sample_rounds else self.now.again(mesh, number, rounds, more)
+            )
+            if further is None:
+                break
+            gen, scored, more_seconds, _ = further
+            seconds = {k: seconds.get(k, 0.0) + v for k, v in more_seconds.items()}  # rounds add up
+            generated += len(gen)
+            rounds += 1
+        if kept < groups:
+            log.warning(
+                "step %d: %d of %d groups vary in %s after %d sampling rounds (algorithm.max_sample_rounds)%s",
+                number,
+                kept,
+                groups,
+                a.dynamic_sampling_metric,
+                rounds,
+                "; training on the last round as it is" if not kept else "; training on those",
+            )
+        if gens:
+            gen = join_generations(gens)
+            scored = join_scores(scores, gen.batch["responses"].shape[1])
+        metrics = {
+            "dynamic_sampling/rounds": float(rounds),
+            "dynamic_sampling/kept_groups": float(kept),
+            "dynamic_sampling/dropped_groups": float(dropped),
+            "dynamic_sampling/samples_per_kept": generated / len(gen) if kept else float(generated),
+        }
+        return gen, scored, seconds, metrics

@@ -14,10 +14,7 @@ back as `tool` messages rendered by the chat template after the closed turn (mes
 turn without calls is the final answer. Preflight has checked that the template renders all of this and
 that the parser reads back the calls it writes (orchestrator/lifecycle/tool_template.py).
 
-The result is verl's layout, one row per trajectory: `responses` holds every turn and observation,
-`response_mask` is 1 on the policy's tokens and 0 on observations, `rollout_logprobs` is 0 on
-observations; columns `turns`, `turn_spans` ([start, end) of each policy turn in the response),
-`env_reward`, `env_error` and `tool_calls`. The batch's weight version is the oldest any turn used.
+The result is verl's layout, one row per trajectory (sampling.episodes).
 
 Trajectories run side by side (rollout.concurrency at once), so a slow tool holds back only its own
 trajectory; their turns meet in a Batcher, which sends the turns waiting at the same moment to the
@@ -30,195 +27,39 @@ its turns (the prefix it has computed is there).
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import functools
 import json
 import logging
-import threading
 import time
 from typing import Any
 
 import grpc
-import numpy as np
-import torch
 
 from meshrl import seeds
-from meshrl.algos import masked
 from meshrl.chat import after_turn, as_tools, render
-from meshrl.clients.reward import Scores
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
-from meshrl.layout import prompt_tensors, rollout_tensors
-from meshrl.models import end_ids, generation_config
 from meshrl.tool_calls import Call, parser_for
 from meshrl.trajectory import Trajectory
 from meshrl.v1 import env_pb2
+from orchestrator.sampling.episodes import (
+    Batcher,
+    cell,
+    episode_rows,
+    finished,
+    jsonable,
+    play_all,
+    prompt_ids,
+    task_of,
+    turn_ends,
+)
+from orchestrator.sampling.sampled import Sampled
 
 log = logging.getLogger(__name__)
-MAX_CALLS_IN_FLIGHT = 4  # Generate calls the batcher keeps going at once
-GATHER_S = 0.02  # how long the batcher waits for more turns, once one is waiting, before it sends
-Turn = tuple[list[int], list[float], str | None, int]  # what Batcher.generate returns
 
 
-class Batcher:
-    """Turns of many trajectories to the rollout as few Generate calls (input_ids, n=1), up to
-    MAX_CALLS_IN_FLIGHT at once. A call goes out once every trajectory that could ask for a turn is
-    asking (those in a tool call are not waited for) or no turn has joined for GATHER_S."""
-
-    def __init__(
-        self, mesh, stop: list[str], seed: int, greedy: bool = False, replica: str = "rollout", spacing: int = 1
-    ):
-        """`spacing`: how far apart two calls' seeds are (row i of a call samples with its seed + i); 1, as
-        multi-turn runs have always sampled, lets row 1 of one call and row 0 of the next share a seed."""
-        self.mesh, self.stop, self.seed, self.greedy, self.replica = mesh, stop, seed, greedy, replica
-        self.spacing = spacing
-        self.waiting: list[tuple[list[int], int, concurrent.futures.Future[Turn]]] = []
-        self.cond = threading.Condition()
-        self.closed, self.calls = False, 0
-        self.active = self.in_tool = self.generating = 0  # trajectories playing; in a tool call; in a call
-        self.pool = concurrent.futures.ThreadPoolExecutor(MAX_CALLS_IN_FLIGHT, thread_name_prefix="meshrl-turns")
-        self.slots = threading.Semaphore(MAX_CALLS_IN_FLIGHT)
-        self.thread = threading.Thread(target=self._run, name="meshrl-batcher", daemon=True)
-        self.thread.start()
-
-    def generate(self, ids: list[int], max_new: int, n: int = 1) -> list[Turn]:
-        """n turns after `ids`, each (tokens, log-probs, text (None when cut to max_new), weight version)."""
-        futures: list[concurrent.futures.Future[Turn]] = [concurrent.futures.Future() for _ in range(n)]
-        with self.cond:
-            self.waiting += [(ids, max_new, f) for f in futures]
-            self.cond.notify_all()
-        return [f.result() for f in futures]
-
-    def count(self, active: int = 0, in_tool: int = 0) -> None:
-        """A trajectory starts or ends (active), or enters or leaves a tool call (in_tool)."""
-        with self.cond:
-            self.active += active
-            self.in_tool += in_tool
-            self.cond.notify_all()
-
-    def close(self) -> None:
-        with self.cond:
-            self.closed = True
-            self.cond.notify_all()
-        self.thread.join(60)
-        self.pool.shutdown(wait=True)
-
-    def _run(self) -> None:
-        while True:
-            self.slots.acquire()  # a free call first, so the turns that arrive meanwhile go in it
-            with self.cond:
-                self.cond.wait_for(lambda: self.waiting or self.closed)
-                if self.closed and not self.waiting:
-                    self.slots.release()
-                    return
-                seen = -1
-                while len(self.waiting) != seen and len(self.waiting) < self.active - self.in_tool - self.generating:
-                    seen = len(self.waiting)  # more may come: until none joined for GATHER_S
-                    self.cond.wait(GATHER_S)
-                batch, self.waiting = self.waiting, []
-                self.generating += len(batch)
-                self.calls += 1
-                seed = self.seed * seeds.CALL + self.calls * self.spacing
-            self.pool.submit(self._call, batch, seed)
-
-    def _call(self, batch: list, seed: int) -> None:
-        try:
-            for part, part_seed in by_room(batch, seed, self.mesh.cfg.rollout.max_model_len):
-                self._send(part, part_seed)
-        except BaseException as e:  # every turn of the call sees it
-            for _, _, future in batch:
-                if not future.done():
-                    future.set_exception(e)
-        finally:
-            with self.cond:
-                self.generating -= len(batch)
-                self.cond.notify_all()
-            self.slots.release()
-
-    def _send(self, batch: list, seed: int) -> None:
-        """One Generate for `batch`; a row the rollout refuses (INVALID_ARGUMENT) fails its own turn alone:
-        the call is sent again row by row, so that the other trajectories' turns go on."""
-        try:
-            reply = self.mesh.generate(
-                DataProto(prompt_tensors([b[0] for b in batch], 0)),
-                seed=seed,
-                n=1,
-                stop=self.stop,
-                greedy=self.greedy,
-                colocated=False,
-                max_new_tokens=max(b[1] for b in batch),
-                replica=self.mesh.router.pick(len(batch), prefer=self.replica),
-            )
-        except ServiceError as e:
-            if e.code != grpc.StatusCode.INVALID_ARGUMENT:
-                raise
-            if len(batch) == 1:
-                batch[0][2].set_exception(e)
-                return
-            log.warning("the rollout refused a turn (%s); sending the call's %d turns one by one", e, len(batch))
-            for i, row in enumerate(batch):
-                self._send([row], seed + i)
-            return
-        version = int(reply.meta_info.get("weight_version", 0))
-        for i, (_, max_new, future) in enumerate(batch):
-            n = int(reply.batch["response_mask"][i].sum())
-            n_kept = min(n, max_new)
-            tokens = reply.batch["responses"][i, :n_kept].tolist()
-            logprobs = (
-                reply.batch["rollout_logprobs"][i, :n_kept].tolist()
-                if "rollout_logprobs" in reply.batch
-                else [0.0] * n_kept
-            )  # greedy (validation): none asked for
-            text = reply.non_tensor_batch["response_text"][i] if n_kept == n else None
-            future.set_result((tokens, logprobs, text, version))
-
-
-def by_room(batch: list, seed: int, max_model_len: int) -> list[tuple[list, int]]:
-    """A batcher's turns as Generate calls that each fit the context: one call takes the longest max_new
-    of its turns, so a turn near the model's limit (250 + its own 6 fits 256, + another's 8 does not)
-    goes in a call of the turns with its own max_new. Each call keeps seeds apart from the others'."""
-    top = max(b[1] for b in batch)
-    fits = [b for b in batch if len(b[0]) + top <= max_model_len]
-    if len(fits) == len(batch):
-        return [(batch, seed)]
-    parts: dict[int, list] = {}
-    for b in batch:
-        if len(b[0]) + top > max_model_len:
-            parts.setdefault(b[1], []).append(b)
-    calls, start = ([(fits, seed)] if fits else []), seed + len(batch)
-    for part in parts.values():
-        calls.append((part, start))
-        start += len(part)
-    return calls
-
-
-@functools.lru_cache(maxsize=8)
-def turn_ends(model: str, tokenizer) -> frozenset[int]:
-    """Every token the engines end a turn at, as they read them (the tokenizer's eos and the model's
-    generation config's); read from the model folder once, not every step."""
-    return frozenset(end_ids(tokenizer, generation_config(model)))
-
-
-def cell(columns: dict, name: str, row: int):
-    return columns[name][row] if name in columns else None
-
-
-def task_of(columns: dict, row: int) -> dict:
-    """The episode's task from the row's verl columns."""
-    rm = cell(columns, "reward_model", row)
-    return {
-        "data_source": cell(columns, "data_source", row) or "",
-        "ground_truth": rm.get("ground_truth") if isinstance(rm, dict) else None,
-        "extra_info": cell(columns, "extra_info", row),
-    }
-
-
-def jsonable(value):
-    return value.tolist() if hasattr(value, "tolist") else str(value)
-
-
-def play(traj: Trajectory, mesh, batcher: Batcher, tokenizer, seed: int, *, parser, ends: frozenset[int]) -> None:
+def play(traj: Trajectory, batcher: Batcher, seed: int, *, mesh, tokenizer, parser, ends: frozenset[int]) -> None:
     """One episode, filling `traj`. Environment failures end it with traj.error; a rollout failure raises.
     With a tool-call parser (rollout.tool_parser), a turn's calls go to the environment and their results
     come back through the chat template (tool_results); without one, the turn's text is the action. `ends`:
@@ -331,16 +172,12 @@ def tool_results(call, env, episode: str, text: str, calls: list[Call]) -> list[
 
 
 def sample(
-    mesh, prompts: DataProto, seed: int, tokenizer, n: int | None = None, greedy: bool = False
-) -> tuple[DataProto, Scores, dict]:
-    """(gen, scored, {"gen": s, "reward": s}): n (default rollout.n; greedy: 1) episodes per prompt."""
-    r = mesh.cfg.rollout
-    start = time.perf_counter()
-    rows = prompts.repeat(n or (1 if greedy else r.n), interleave=True)
-    ids, attn = rows.batch["input_ids"], rows.batch["attention_mask"]
-    trajectories = [
-        Trajectory(ids[i][attn[i].bool()].tolist(), task_of(rows.non_tensor_batch, i)) for i in range(len(rows))
-    ]
+    mesh, prompts: DataProto, seed: int, tokenizer=None, *, n=None, greedy=False, judged=True, on_generated=None
+) -> Sampled:
+    """n (default rollout.n; greedy: 1) episodes per prompt (sampling.sampled's form)."""
+    r, start = mesh.cfg.rollout, time.perf_counter()
+    rows = episode_rows(mesh, prompts, n, greedy)
+    trajectories = [Trajectory(prompt_ids(rows, i), task_of(rows.non_tensor_batch, i)) for i in range(len(rows))]
     parser = parser_for(r.tool_parser, tokenizer)
     if parser is not None:  # the prompt lists the row's tools, or else the environment's
         for i, t in enumerate(trajectories):
@@ -353,90 +190,14 @@ def sample(
     batchers = [Batcher(mesh, stop, seed + seeds.BATCHER * k, greedy, name) for k, name in enumerate(mesh.replicas)]
     # every token the engines end a turn at, as they read them (the tokenizer's eos and the generation config's)
     ends = turn_ends(mesh.cfg.actor.model, tokenizer)
-    try:  # rollout.colocate: the device goes to the rollout for the whole batch of episodes
-        with (
-            mesh.colocated_generation(),
-            concurrent.futures.ThreadPoolExecutor(r.concurrency, thread_name_prefix="meshrl-episode") as pool,
-        ):
-            futures = [
-                pool.submit(
-                    play,
-                    t,
-                    mesh,
-                    batchers[i % len(batchers)],
-                    tokenizer,
-                    seed * seeds.EPISODE + i,
-                    parser=parser,
-                    ends=ends,
-                )
-                for i, t in enumerate(trajectories)
-            ]
-            for f in futures:
-                f.result()
+    at = functools.partial(play, mesh=mesh, tokenizer=tokenizer, parser=parser, ends=ends)
+    try:
+        jobs = [
+            functools.partial(at, t, batchers[i % len(batchers)], seed * seeds.EPISODE + i)
+            for i, t in enumerate(trajectories)
+        ]
+        play_all(mesh, jobs, "meshrl-episode")
     finally:
         for batcher in batchers:
             batcher.close()
-    gen = layout(rows, trajectories, tokenizer)
-    generated = time.perf_counter()
-    scored = scores(mesh, gen, trajectories)
-    return gen, scored, {"gen": generated - start, "reward": time.perf_counter() - generated}
-
-
-def layout(rows: DataProto, trajectories: list[Trajectory], tokenizer) -> DataProto:
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    tensors = rollout_tensors(
-        [t.prompt for t in trajectories],
-        [t.tokens for t in trajectories],
-        pad,
-        [t.mask for t in trajectories],
-        [t.logprobs for t in trajectories],
-    )
-    columns: dict[str, np.ndarray | list] = dict(rows.non_tensor_batch)
-    columns.update(
-        {
-            "response_text": [tokenizer.decode(t.tokens, skip_special_tokens=True) for t in trajectories],
-            "finish_reason": [t.finish for t in trajectories],
-            "turns": [len(t.spans) for t in trajectories],
-            "turn_spans": [json.dumps(t.spans) for t in trajectories],
-            "env_reward": [t.env_reward for t in trajectories],
-            "env_error": [t.error for t in trajectories],
-            "tool_calls": [int(t.info.get("tool_calls", 0)) for t in trajectories],
-        }
-    )
-    versions = [v for t in trajectories for v in t.versions]
-    return DataProto(
-        tensors,
-        {k: np.array(v, dtype=object) for k, v in columns.items()},
-        {"weight_version": min(versions) if versions else 0, "pad_token_id": pad},
-    )
-
-
-def scores(mesh, gen: DataProto, trajectories: list[Trajectory]) -> Scores:
-    """The environment's rewards (env.reward=env), the reward service's (service), or their sum (sum);
-    a trajectory the environment failed gets env.error_score. Metrics: multi_turn/*."""
-    e = mesh.cfg.env
-    failed = [bool(t.error) for t in trajectories]
-    env_scores = torch.tensor(
-        [e.error_score if bad else t.env_reward for t, bad in zip(trajectories, failed)], dtype=torch.float32
-    )
-    service = mesh.score(gen) if e.reward in ("service", "sum") else None
-    total = env_scores if service is None else service.scores + (env_scores if e.reward == "sum" else 0)
-    columns = dict(service.columns) if service is not None else {}
-    if "acc" not in columns and any("acc" in t.info for t in trajectories):
-        columns["acc"] = np.array([bool(t.info.get("acc", False)) for t in trajectories], dtype=object)
-    columns["env_error"] = gen.non_tensor_batch["env_error"]
-    n = len(trajectories)
-    metrics = {
-        **(service.metrics if service is not None else {}),
-        "multi_turn/turns/mean": sum(len(t.spans) for t in trajectories) / n,
-        "multi_turn/tool_calls/mean": float(np.mean(gen.non_tensor_batch["tool_calls"].astype(float))),
-        "multi_turn/done_frac": sum(t.done for t in trajectories) / n,
-        "multi_turn/env_reward/mean": float(sum(t.env_reward for t in trajectories) / n),
-        "multi_turn/num_env_failed": float(sum(failed)),
-    }
-    if any(failed):
-        first = next(t.error for t in trajectories if t.error)
-        log.warning(
-            "%d of %d episodes failed in the environment and got env.error_score; first: %s", sum(failed), n, first
-        )
-    return Scores(total, masked.token_level(total, gen.batch["response_mask"]), columns, metrics)
+    return finished(mesh, rows, trajectories, tokenizer, start, judged=judged, on_generated=on_generated)

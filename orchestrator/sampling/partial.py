@@ -41,12 +41,13 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
+from typing import ClassVar
 
 import torch
 
-from meshrl.clients import Scores
 from meshrl.dataproto import DataProto, object_array
 from meshrl.layout import VERSIONS, prompt_tensors, rollout_tensors
+from orchestrator.sampling.rollouts import StepSampler, StepSamples
 from orchestrator.sampling.samples import sampling_seed, staleness_metrics
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,30 @@ def from_state(state: dict) -> Carry:
     return Carry([(int(i), str(u)) for i, u in state["queue"]], groups)
 
 
-class Partial:
+EPISODES = "{key}: plays multi-turn or agent episodes, which are not carried between steps"
+SYNCHRONOUS = (
+    "rollout.partial carries samples between steps of {loops}; {algorithm} does not sample them: set it to false"
+)
+
+
+class Partial(StepSampler):
+    """The run's carry of unfinished samples, and the step sampler that samples in rounds from it."""
+
+    refuses: ClassVar[dict[str, str]] = {
+        "environment episodes": EPISODES,
+        "agent episodes": EPISODES,
+        "dynamic sampling": "{key}: algorithm.dynamic_sampling samples rounds of its own",
+        "chunks": "{key}: rollout.chunks: a round's calls already go out at once (set it to 1)",
+        "rollout experts": "{key}: routing replay R3 records experts per call, which carried samples lack",
+        "colocate": "{key}: rollout.colocate: a step's rounds would hand the GPU over each round",
+        "updates in flight": (
+            "{key}: rollout.on_update={cfg.rollout.on_update} is for pushes during a generation, and partial "
+            "rollouts push between steps (keep would only turn vLLM's prefix cache off): leave it at wait"
+        ),
+        "dpo": SYNCHRONOUS,
+        "sft": SYNCHRONOUS,
+    }
+
     def __init__(self, cfg, data, tokenizer):
         self.cfg, self.data, self.tokenizer = cfg, data, tokenizer
         r = cfg.rollout
@@ -180,7 +204,7 @@ class Partial:
 
     def sample(
         self, mesh, number: int, indices: list[int], uids: list[str], more: Callable[[], tuple] | None
-    ) -> tuple[DataProto, Scores, dict[str, float], dict[str, float]]:
+    ) -> StepSamples:
         """Step `number`'s (gen, scored, timing_s/{gen,reward}, partial/* metrics): its batch (indices,
         uids) joins the queue of prompts to start, and rounds are sampled until the step has its groups."""
         attempt = self.attempt

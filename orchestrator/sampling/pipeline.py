@@ -29,23 +29,26 @@ from collections.abc import Callable
 
 from meshrl.clients import Scores
 from meshrl.dataproto import DataProto
-from orchestrator.sampling.samples import sample
+from orchestrator.sampling.samples import batch_sampler, sampling_seed
 
-ALGORITHMS = ("ppo", "grpo", "rloo", "reinforce", "opd")  # DPO pairs and SFT batches stay synchronous
 Sampled = tuple[DataProto, Scores, dict[str, float], int]  # a step's (gen, scored, seconds by phase, version)
 
 
 def start(cfg, mesh, tokenizer, data, sampler, first: int) -> Producer:
     """A producer for trainer.max_staleness from step `first` on: it draws the batches from `sampler`
-    and samples them through `mesh` (samples.sample)."""
+    and samples them through `mesh` (samples.batch_sampler)."""
 
     def draw() -> tuple:
         indices, uids = sampler.next()
         return indices, uids, data.batch(indices, uids), sampler.state_dict()
 
+    def sample(number: int, prompts, on_generated: Callable[[int], None]) -> tuple:
+        seed, generated = sampling_seed(cfg, number), functools.partial(on_generated, number)
+        return batch_sampler(cfg)(mesh, prompts, seed, tokenizer, on_generated=generated)
+
     t = cfg.trainer
     return Producer(
-        functools.partial(sample, mesh, tokenizer),
+        sample,
         draw,
         first=first,
         last=t.total_steps,

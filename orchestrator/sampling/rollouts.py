@@ -1,71 +1,134 @@
-"""One step's traffic with the rollout: its samples and its weight push, sampled ahead or not.
+"""How a step gets its samples (one protocol, StepSampler) and one step's traffic with the rollout.
 
-    rollouts = Rollouts(mesh, tokenizer, producer)          # the run loop makes one per step
-    gen, scored = rollouts.sample_and_score(t, number, prompts)
+    rollouts = Rollouts(mesh, tokenizer, sampler, more)     # the run loop makes one per step
+    gen, scored = rollouts.sample_and_score(t, number, indices, uids)
     ...
     rollouts.push_weights(number)                           # actor -> rollout
     metrics.update(rollouts.metrics)                        # the run loop, after the step
     log the samples in rollouts.sampled
 
-With trainer.max_staleness >= 1 a producer (pipeline) sampled the step ahead: sample_and_score takes its
-batch from it, and push_weights lets it hold a push back until the steps due the older weights are
-generated. With rollout.partial the run's carry (partial) samples the step in rounds, its batch joining
-the prompts to start. Otherwise the step samples now and pushes at once. Either way the step reads the same.
+A step sampler says when a step's batch is sampled: Now (when the step is done), Ahead (trainer.max_staleness
+>= 1: a producer sampled it ahead, and holds a push back until the steps due the older weights are
+generated), partial.Partial (rollout.partial: rounds that carry unfinished samples into the next step);
+dynamic.Dynamic (DAPO's dynamic sampling) wraps Now. The run state picks one (run.state.RunState.step_sampler),
+and each declares what it cannot be combined with (`refuses`, read by sampling.combinations). How a batch
+is sampled (one call, chunks, episodes) is samples.batch_sampler's. Either way the step reads the same.
 """
 
 import dataclasses
 from collections.abc import Callable
+from typing import ClassVar
 
 from meshrl.clients import Scores
 from meshrl.dataproto import DataProto
+from orchestrator.data import PromptDataset
 from orchestrator.lifecycle.mesh import Mesh
-from orchestrator.sampling.partial import Partial
 from orchestrator.sampling.pipeline import Producer
-from orchestrator.sampling.samples import sample, staleness_metrics
+from orchestrator.sampling.samples import batch_sampler, sampling_seed, staleness_metrics
 from orchestrator.timer import Timer
+
+# a step's (gen, scored, timing_s/* spent in the step, the sampler's own metrics)
+StepSamples = tuple[DataProto, Scores, dict[str, float], dict[str, float]]
+Draw = Callable[[], tuple]  # the run's sampler: the next batch's (indices, uids)
+
+
+class StepSampler:
+    """When a step's samples are made. `refuses`: {another way (sampling.combinations): the message
+    refusing it, with {key} this way's setting, {other} the other's, {cfg} and {algorithm}}."""
+
+    refuses: ClassVar[dict[str, str]] = {}
+
+    def sample(self, mesh: Mesh, number: int, indices: list[int], uids: list[str], more: Draw | None) -> StepSamples:
+        """Step `number`'s samples of the prompts (indices, uids); `more`: further batches from the run's
+        sampler (None while a producer draws them)."""
+        raise NotImplementedError
+
+    def again(self, mesh: Mesh, number: int, round: int, more: Draw | None) -> StepSamples | None:
+        """A further round of the step on the next batch (dynamic sampling); None where there is none."""
+        return None
+
+    def before_push(self, version: int) -> None:
+        """The step is about to push `version` to the rollout."""
+
+    def after_push(self, version: int) -> None:
+        """The rollout holds `version`."""
+
+
+@dataclasses.dataclass
+class Now(StepSampler):
+    """The step samples its batch when it is done (the default), each round with its own seed."""
+
+    tokenizer: object  # the actor's: episodes' observations
+    data: PromptDataset  # the run's training prompts
+
+    def sample(self, mesh, number, indices, uids, more, round: int = 0) -> StepSamples:
+        seed = sampling_seed(mesh.cfg, number, round)
+        got = batch_sampler(mesh.cfg)(mesh, self.data.batch(indices, uids), seed, self.tokenizer)
+        return got.gen, got.scored, got.seconds, {}
+
+    def again(self, mesh, number, round, more):
+        if more is None:
+            return None
+        indices, uids = more()
+        return self.sample(mesh, number, indices, uids, more, round=round)
+
+
+SYNCHRONOUS = "{key}={cfg.trainer.max_staleness} samples ahead for {loops}; {algorithm} runs synchronously: set it to 0"
+
+
+@dataclasses.dataclass
+class Ahead(StepSampler):
+    """trainer.max_staleness >= 1: the run's producer (pipeline) sampled the step ahead; the step waits for
+    it (timing_s/wait_batch), and its times and staleness are metrics."""
+
+    producer: Producer
+    refuses: ClassVar[dict[str, str]] = {
+        "dpo": SYNCHRONOUS,
+        "sft": SYNCHRONOUS,
+        "dynamic sampling": (
+            "algorithm.dynamic_sampling samples further rounds inside a step, and {key} samples whole steps "
+            "ahead: set one of them off"
+        ),
+        "colocate": "rollout.colocate gives the GPU to generation and training in turn, and {key} runs them at once: "
+        "set one of them off",
+    }
+
+    def sample(self, mesh, number, indices, uids, more) -> StepSamples:
+        t = Timer()
+        with t("wait_batch"):
+            gen, scored, seconds, version = self.producer.take(number)
+        return gen, scored, dict(t), {**seconds, **staleness_metrics(number, version)}
+
+    def before_push(self, version: int) -> None:
+        self.producer.before_push(version)
+
+    def after_push(self, version: int) -> None:
+        self.producer.after_push(version)
 
 
 @dataclasses.dataclass
 class Rollouts:
     mesh: Mesh
-    tokenizer: object  # the actor's, for multi-turn observations
-    producer: Producer | None = None  # trainer.max_staleness >= 1: the run's producer, sampling ahead
+    tokenizer: object  # the actor's, for the sample log
+    sampler: StepSampler  # when the step samples (run.state.RunState.step_sampler)
+    more: Draw | None = None  # the run's sampler, for a step that samples further batches (dynamic
+    #   sampling, partial rollouts); None while a producer draws the batches
     # (Generate reply, Scores, the tokenizer that reads its prompts back) of the step's training samples:
     #   sample_rows' first arguments, for the sample log
     sampled: tuple[DataProto, Scores, object] | None = None
-    metrics: dict = dataclasses.field(default_factory=dict)  # the producer's figures for the step
-    more: Callable[[], tuple] | None = None  # the next batch's (indices, uids) from the run's sampler, for a
-    #   step that samples further rounds (sampling.dynamic, partial); None while a producer draws the batches
-    partial: Partial | None = None  # rollout.partial: the run's carry of unfinished samples
-    batch: tuple = ()  # the step's (indices, uids): with partial, the prompts it adds to those to start
+    metrics: dict = dataclasses.field(default_factory=dict)  # the sampler's figures for the step
 
-    def sample_and_score(self, t: Timer, number: int, prompts, round: int = 0) -> tuple[DataProto, Scores]:
-        """The first two phases of every RL step: rollout.n responses per prompt (the step's seed), scored.
-        With a producer they were done ahead: this waits for them (timing_s/wait_batch), and `metrics` gets
-        their times and staleness. `round` > 0: a further round of the step (its own seed; no producer)."""
-        if self.partial is not None:
-            assert not round, "partial rollouts sample their own rounds"
-            indices, uids = self.batch
-            gen, scored, seconds, self.metrics = self.partial.sample(self.mesh, number, indices, uids, self.more)
-            t.update(seconds)
-        elif self.producer is not None:
-            assert not round, "a producer samples one round a step"
-            with t("wait_batch"):
-                gen, scored, seconds, version = self.producer.take(number)
-            self.metrics = {**seconds, **staleness_metrics(number, version)}
-        else:
-            gen, scored, seconds = sample(self.mesh, self.tokenizer, number, prompts, round=round)
-            for k, v in seconds.items():  # rounds add up
-                t[k] = t.get(k, 0.0) + v
+    def sample_and_score(self, t: Timer, number: int, indices: list[int], uids: list[str]) -> tuple[DataProto, Scores]:
+        """The first two phases of every RL step: rollout.n responses per prompt (the step's seed), scored."""
+        gen, scored, seconds, self.metrics = self.sampler.sample(self.mesh, number, indices, uids, self.more)
+        for k, v in seconds.items():  # rounds add up
+            t[k] = t.get(k, 0.0) + v
         self.sampled = (gen, scored, self.tokenizer)
         return gen, scored
 
     def push_weights(self, version: int) -> float:
-        """The actor's weights to the rollout as `version` (Mesh.push_weights); seconds it took. Sampling
-        ahead, steps due the older weights are generated first."""
-        if self.producer is not None:
-            self.producer.before_push(version)
+        """The actor's weights to the rollout as `version` (Mesh.push_weights); seconds it took."""
+        self.sampler.before_push(version)
         seconds = self.mesh.push_weights(version=version)
-        if self.producer is not None:
-            self.producer.after_push(version)
+        self.sampler.after_push(version)
         return seconds

@@ -1,50 +1,40 @@
-"""A step's samples: generated and scored, then read as metrics and as the rows the run's sample log keeps.
+"""Which way a batch is sampled (one dispatch), and what a step's samples are read as.
 
-    gen, scored, seconds = sample(mesh, tokenizer, number, prompts)   # rollout.n per prompt, scored
-    metrics = score_metrics(scored)                                   # critic/score/mean, critic/acc/mean, ...
-    rows = sample_rows(gen, scored, tokenizer, k)                     # prompt as rendered, messages, response, ...
+    got = batch_sampler(cfg)(mesh, prompts, seed, tokenizer)       # rollout.n per prompt, scored
+    metrics = score_metrics(scored)                                # critic/score/mean, critic/acc/mean, ...
+    rows = sample_rows(gen, scored, tokenizer, k)                  # prompt as rendered, messages, response, ...
 
-One Generate call, rollout.chunks concurrent calls (chunks), multi-turn episodes (multi_turn) or an
-agent's episodes (agents), as the config says; each step samples with its own seed, so a resumed run
-samples what an uninterrupted one would.
+One Generate call (sampled.one_call), rollout.chunks concurrent calls (chunks), multi-turn episodes
+(multi_turn) or an agent's episodes (agents), as the config says; each step samples with its own seed, so
+a resumed run samples what an uninterrupted one would.
 """
 
 import logging
+from collections.abc import Callable
 
 from meshrl import seeds
 from orchestrator.config import Config
 from orchestrator.lifecycle.mesh import Mesh, rendered_prompts
 from orchestrator.sampling import agents, chunks, multi_turn
-from orchestrator.timer import Timer
+from orchestrator.sampling.sampled import Sampled, one_call
 
 log = logging.getLogger(__name__)
+
+
+def batch_sampler(cfg: Config, validating: bool = False) -> Callable[..., Sampled]:
+    """The way the run samples a batch (sampling.sampled's form). Validation sends its batches in one
+    call each, as it always has: its greedy answers then never depend on how rollout.chunks cut them."""
+    r = cfg.rollout
+    if r.multi_turn:  # episodes in the environment service
+        return multi_turn.sample
+    if r.agent or r.agent_command:  # an agent's episodes through the endpoint
+        return agents.sample
+    return chunks.sample if r.chunks > 1 and not validating else one_call
 
 
 def sampling_seed(cfg: Config, number: int, round: int = 0) -> int:
     """Step `number` samples with its own seed, so a resumed run samples what an uninterrupted one would."""
     return seeds.step_seed(cfg.trainer.seed, number, round)
-
-
-def sample(mesh: Mesh, tokenizer, number: int, prompts, on_generated=None, round: int = 0) -> tuple:
-    """(gen, scored, timing_s/gen and timing_s/reward) of step `number` (its sampling round `round`);
-    on_generated(number) in between. `tokenizer`: the actor's, for multi-turn observations."""
-    seed = sampling_seed(mesh.cfg, number, round)
-    if mesh.cfg.rollout.episodes:  # episodes in the environment service, or of an agent
-        gen, scored, seconds = episodes(mesh)(mesh, prompts, seed, tokenizer)
-        if on_generated is not None:
-            on_generated(number)
-        return gen, scored, {f"timing_s/{k}": v for k, v in seconds.items()}
-    if mesh.cfg.rollout.chunks > 1:  # concurrent calls, each scored as it returns
-        gen, scored, seconds = chunks.sample(mesh, prompts, seed, on_generated and (lambda: on_generated(number)))
-        return gen, scored, {f"timing_s/{k}": v for k, v in seconds.items()}
-    t = Timer()
-    with t("gen"):
-        gen = mesh.generate(prompts, seed=seed)
-    if on_generated is not None:
-        on_generated(number)
-    with t("reward"):
-        scored = mesh.score(gen)
-    return gen, scored, dict(t)
 
 
 def staleness_metrics(number: int, version: int) -> dict[str, float]:
@@ -53,15 +43,9 @@ def staleness_metrics(number: int, version: int) -> dict[str, float]:
 
 
 def answers(mesh: Mesh, tokenizer, prompts, seed: int = 0, n: int | None = None, greedy: bool = False):
-    """Scores of n answers to each prompt (greedy: one): one Generate, or with rollout.multi_turn episodes."""
-    if mesh.cfg.rollout.episodes:
-        return episodes(mesh)(mesh, prompts, seed, tokenizer, n=n, greedy=greedy)[1]
-    return mesh.score(mesh.generate(prompts, seed=seed, n=n, greedy=greedy), judged=False)  # graded by the reward
-
-
-def episodes(mesh: Mesh):
-    """Who plays a step's episodes: the environment service (rollout.multi_turn) or an agent (rollout.agent)."""
-    return multi_turn.sample if mesh.cfg.rollout.multi_turn else agents.sample
+    """Scores of n answers to each prompt (greedy: one), graded by the reward service alone (not a judge)."""
+    sample = batch_sampler(mesh.cfg, validating=True)
+    return sample(mesh, prompts, seed, tokenizer, n=n, greedy=greedy, judged=False).scored
 
 
 def accuracy(scored) -> float | None:

@@ -80,7 +80,7 @@ def prompts(mesh, rows: int, truths=None):
 def test_trajectories_token_by_token(mesh, tiny_lm):
     gen, scored, seconds = multi_turn.sample(mesh, prompts(mesh, 3), seed=5, tokenizer=mesh.tokenizer)
     tok = mesh.tokenizer
-    assert len(gen) == 6 and set(seconds) == {"gen", "reward"}
+    assert len(gen) == 6 and set(seconds) == {"timing_s/gen", "timing_s/reward"}
     assert list(gen.non_tensor_batch["uid"]) == ["u0", "u0", "u1", "u1", "u2", "u2"]
     model = AutoModelForCausalLM.from_pretrained(tiny_lm).eval()
     P = gen.batch["prompts"].shape[1]

@@ -322,7 +322,7 @@ def test_chunked_calls_sample_what_one_call_samples(rollout, tiny_lm, arithmetic
         prompts = dataset.batch(list(range(7)), [f"u{i}" for i in range(7)])
         whole = mesh.generate(prompts, seed=11)
         joined, scored, seconds = chunks.sample(mesh, prompts, 11)
-        assert set(seconds) == {"gen", "reward"}
+        assert set(seconds) == {"timing_s/gen", "timing_s/reward"}
         assert set(joined.batch) == set(whole.batch) and len(joined) == 21
         for k, t in whole.batch.items():
             if k == "rollout_logprobs":  # the same tokens' log-probs, computed in engine steps batched otherwise

@@ -13,6 +13,7 @@ from meshrl.models import check_lora
 from meshrl.tiny.models import MOE, TinyModelConfig, make_model
 from orchestrator.config import load_config
 from orchestrator.lifecycle.preflight import check_rollout, check_router
+from orchestrator.sampling import combinations
 
 SMALL = {
     "hidden_size": 32,
@@ -99,7 +100,7 @@ def test_a_router_loss_or_replay_on_a_dense_model_is_refused(folders):
         check_router(load_config(None, [moe, "actor.router_agreement=true"]))
     with pytest.raises(ValueError, match="router_agreement.*with router_replay=r2"):
         load_config(None, [moe, "actor.router_agreement=true", "actor.router_replay=r2"])
-    with pytest.raises(ValueError, match="a multi-turn or agent episode"):
-        check_router(
-            load_config(None, [moe, "actor.router_replay=r3", "rollout.backend=hf", "rollout.multi_turn=true"])
+    with pytest.raises(ValueError, match="a multi-turn or agent episode"):  # the episode samplers refuse it
+        combinations.check(
+            load_config(None, [moe, "actor.router_replay=r3", "rollout.backend=hf", "rollout.multi_turn=true"]), "grpo"
         )

@@ -1,6 +1,8 @@
 """algorithm.dynamic_sampling (orchestrator.sampling.dynamic): which groups a step keeps over its rounds, with
 rounds of hand-made samples in place of the rollout (the real mesh runs it in tests/e2e/test_loops.py)."""
 
+import types
+
 import numpy as np
 import torch
 
@@ -9,6 +11,8 @@ from meshrl.dataproto import DataProto
 from orchestrator.config import load_config
 from orchestrator.lifecycle.mesh import Mesh
 from orchestrator.sampling import dynamic
+from orchestrator.sampling.dynamic import Dynamic
+from orchestrator.sampling.rollouts import Now, Rollouts
 from orchestrator.timer import Timer
 
 N = 2  # samples per prompt
@@ -35,23 +39,16 @@ def round_of(groups: dict[str, list[float]]) -> tuple[DataProto, Scores]:
     return gen, Scores(scores, torch.zeros(b, 3), columns, {"reward/num_failed": 0.0})
 
 
-class Rounds:
-    """Rollouts that answer each further round with the next of `later`."""
+class Rounds(Now):
+    """The step's first round is `first`; each further round the next of `later`."""
 
-    def __init__(self, cfg, later: list[dict]):
-        self.mesh = Mesh(cfg, {})
-        self.later, self.sampled, self.asked = list(later), None, []
-        self.tokenizer = None  # the sample log's (sample_rows), not used here
-        self.more = lambda: ([0], ["x"])
+    def __init__(self, first: dict, later: list[dict]):
+        self.rounds, self.asked = [first, *later], list[int]()
 
-    def sample_and_score(self, t, number, prompts, round=0):
-        self.asked.append(round)
-        return round_of(self.later.pop(0))
-
-
-class Data:
-    def batch(self, indices, uids):
-        return None
+    def sample(self, mesh, number, indices, uids, more, round=0):
+        if round:
+            self.asked.append(round)
+        return *round_of(self.rounds.pop(0)), {}, {}
 
 
 def fill(later, first, groups=2, rounds=8, metric="acc"):
@@ -63,9 +60,10 @@ def fill(later, first, groups=2, rounds=8, metric="acc"):
             f"algorithm.dynamic_sampling_metric={metric}",
         ],
     )
-    rollouts = Rounds(cfg, later)
-    gen, scored, metrics = dynamic.fill(rollouts, Timer(), 3, Data(), *round_of(first), groups=groups)
-    return gen, scored, metrics, rollouts
+    now = Rounds(first, later)
+    rollouts = Rollouts(Mesh(cfg, {}), None, Dynamic(now), more=lambda: ([0], ["x"]))
+    gen, scored = rollouts.sample_and_score(Timer(), 3, list(range(groups)), [f"u{i}" for i in range(groups)])
+    return gen, scored, rollouts.metrics, types.SimpleNamespace(asked=now.asked, sampled=rollouts.sampled)
 
 
 def test_rounds_until_the_batch_is_full_and_the_surplus_is_left_out():
