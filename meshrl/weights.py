@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import grpc
 import torch
 
 from meshrl.codec.dtypes import TO_TORCH, wire_dtype
@@ -48,6 +49,7 @@ from meshrl.codec.frame import tensor_bytes
 from meshrl.codec.rawbytes import encode_bytes_field
 from meshrl.config.rollout import DEFAULT_BUCKET_BYTES, TRANSPORTS
 from meshrl.delta import ALIGN, Base, Payload, aligned, payload_nbytes, whole
+from meshrl.errors import ServiceError
 from meshrl.shm import open_sealed
 from meshrl.v1 import rollout_pb2
 
@@ -413,6 +415,9 @@ def _chain(fleet: "Fleet", version: int, b: Payload, timeout: float) -> None:
             fleet.drop(head, e)
             pending = rest
             continue
+        if reply.error_code:  # its own failure, after it passed the bucket on: the chain below it went on
+            code = grpc.StatusCode[reply.error_code]
+            fleet.drop(head, ServiceError(head.address, "RolloutService.SendWeights", code, reply.error_details))
         missed = set(reply.relay_missed)
         if missed:
             log.warning(

@@ -160,7 +160,7 @@ class FinishWeightUpdateRequest(_message.Message):
     def __init__(self, version: _Optional[int] = ...) -> None: ...
 
 class WeightUpdateStatus(_message.Message):
-    __slots__ = ("version", "num_tensors", "num_bytes", "shm_segment", "in_progress", "shm_nonce", "relay_missed", "relay_error")
+    __slots__ = ("version", "num_tensors", "num_bytes", "shm_segment", "in_progress", "shm_nonce", "relay_missed", "relay_error", "error_code", "error_details")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     NUM_TENSORS_FIELD_NUMBER: _ClassVar[int]
     NUM_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -169,6 +169,8 @@ class WeightUpdateStatus(_message.Message):
     SHM_NONCE_FIELD_NUMBER: _ClassVar[int]
     RELAY_MISSED_FIELD_NUMBER: _ClassVar[int]
     RELAY_ERROR_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_DETAILS_FIELD_NUMBER: _ClassVar[int]
     version: int
     num_tensors: int
     num_bytes: int
@@ -177,7 +179,9 @@ class WeightUpdateStatus(_message.Message):
     shm_nonce: bytes
     relay_missed: _containers.RepeatedScalarFieldContainer[str]
     relay_error: str
-    def __init__(self, version: _Optional[int] = ..., num_tensors: _Optional[int] = ..., num_bytes: _Optional[int] = ..., shm_segment: _Optional[str] = ..., in_progress: _Optional[bool] = ..., shm_nonce: _Optional[bytes] = ..., relay_missed: _Optional[_Iterable[str]] = ..., relay_error: _Optional[str] = ...) -> None: ...
+    error_code: str
+    error_details: str
+    def __init__(self, version: _Optional[int] = ..., num_tensors: _Optional[int] = ..., num_bytes: _Optional[int] = ..., shm_segment: _Optional[str] = ..., in_progress: _Optional[bool] = ..., shm_nonce: _Optional[bytes] = ..., relay_missed: _Optional[_Iterable[str]] = ..., relay_error: _Optional[str] = ..., error_code: _Optional[str] = ..., error_details: _Optional[str] = ...) -> None: ...
 
 class SleepRequest(_message.Message):
     __slots__ = ("level", "tags")

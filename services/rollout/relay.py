@@ -39,6 +39,7 @@ class Relay:
         self.thread: threading.Thread | None = None
         self.reply: rollout_pb2.WeightUpdateStatus | None = None
         self.error: Exception | None = None
+        self.broke = False  # the incoming stream itself failed: the next hop was told to drop the bucket
 
     def tee(self, parts: Iterable[bytes]) -> Iterator[bytes]:
         try:
@@ -49,9 +50,20 @@ class Relay:
                     self._put(part)
                 yield part
         except BaseException:
-            self._put(_ABORT)  # this hop's own copy failed: the next must not take a torn bucket
+            self.broke = True
+            self._put(_ABORT)  # the bucket broke off here: the next must not take a torn bucket
             raise
         self._put(_END)
+
+    def drain(self, teed: Iterator[bytes]) -> bool:
+        """After this hop failed on its own (its base, its engine), the rest of the bucket still goes down
+        the chain: the replicas below took nothing wrong. False where there is no chain to pass it to, or the
+        incoming stream itself broke."""
+        if not self.chain or self.broke:
+            return False
+        for _ in teed:
+            pass
+        return True
 
     def result(self) -> tuple[list[str], str]:
         """(the addresses that did not get the bucket, why); ([], "") without a chain or when all did."""

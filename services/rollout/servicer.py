@@ -39,7 +39,7 @@ from meshrl import file_layout, telemetry
 from meshrl.codec import Payload
 from meshrl.codec.rawbytes import decode_bytes_field
 from meshrl.config.rollout import BACKENDS, IN_FLIGHT, RolloutConfig
-from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument
+from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument, details_for, status_for
 from meshrl.flags import settings_json
 from meshrl.layout import VERSIONS
 from meshrl.rpc.methods import raw_request
@@ -246,6 +246,7 @@ class RolloutServicer:
             # a torn engine takes its own version again: the sender that broke off pushes what it had
             floor = self.version - 1 if self.torn else self.version
             name = self.receiver.begin(request, floor)
+            self.backend.restart_update()  # an abandoned update's engine phases, if any, are not continued
             # checked and open (new Generates are refused): now the ones in flight finish or stop, or (keep)
             # go on until the update loads
             if self.gate is None:
@@ -259,26 +260,39 @@ class RolloutServicer:
         # chained push's messages go on to the next replica as they come (relay_to), while this one loads.
         left = context.time_remaining() if context is not None else None
         relay = Relay(self.relays, 0.95 * left if left else None)  # the next hop ends first, so this one can reply
-        buckets = (decode_bytes_field(rollout_pb2.WeightBucket, part, "data") for part in relay.tee(parts))
+        teed = relay.tee(parts)
+        buckets = (decode_bytes_field(rollout_pb2.WeightBucket, part, "data") for part in teed)
         with self.lock:
-            refs = self.receiver.receive(buckets)
-            if refs:  # one bucket of several: into the engine now, so the next may reuse the staging space
-                self._require_awake("loading weights")
-                if self.gate is not None:  # no step may see part of an update: paused until it finishes
-                    self.gate.pause()
-                self.torn = True
-                self._load(
-                    refs,
-                    self.receiver.transport.name,
-                    self.receiver.cuda_ipc,
-                    self.receiver.staging,
-                    reused=not self.receiver.keeping,  # the staging space takes the next bucket; a base does not
-                )
-            status = self._status()
+            try:
+                self._take(buckets)
+                status = self._status()
+            except Exception as e:
+                if not relay.drain(teed):
+                    raise
+                # a chain: its own failure said in the reply, which also says how the replicas below fared
+                status = self._status()
+                status.error_code, status.error_details = status_for(e).name, details_for(e)
         missed, why = relay.result()
         status.relay_missed.extend(missed)
         status.relay_error = why
         return status
+
+    def _take(self, buckets) -> None:
+        """A SendWeights call's bucket: received, and with several buckets loaded into the engine now, so the
+        next may reuse the staging space."""
+        refs = self.receiver.receive(buckets)
+        if refs:
+            self._require_awake("loading weights")
+            if self.gate is not None:  # no step may see part of an update: paused until it finishes
+                self.gate.pause()
+            self.torn = True
+            self._load(
+                refs,
+                self.receiver.transport.name,
+                self.receiver.cuda_ipc,
+                self.receiver.staging,
+                reused=not self.receiver.keeping,  # the staging space takes the next bucket; a base does not
+            )
 
     def FinishWeightUpdate(self, request, context) -> rollout_pb2.WeightUpdateStatus:
         with self.lock:

@@ -10,6 +10,7 @@ from calls import chats, current_weights, expect, generate, serve
 
 from meshrl import weights
 from meshrl.delta import Base
+from meshrl.errors import ServiceError
 from meshrl.v1 import rollout_pb2
 
 STEPS = 4
@@ -138,3 +139,28 @@ def test_a_replica_without_the_base_refuses_a_delta(pair, tiny_lm):
         version=v + 3, transport="shm", total_bytes=64, delta_base=v + 2, lora=rollout_pb2.LoraAdapter(rank=1)
     )
     expect(grpc.StatusCode.INVALID_ARGUMENT, lambda: to_delta.call("BeginWeightUpdate", begin), "full weights")
+
+
+def test_a_replica_whose_base_fails_mid_chain_leaves_the_rest_of_the_chain_its_bucket(pair, tiny_lm):
+    """The first replica of a chain finds its base corrupted (DATA_LOSS): it still passes every bucket on, so
+    the replica after it takes the delta as it would have; only the first fails the push (and a full push
+    repairs it, as Mesh._push_mending does)."""
+    (one, _, c1), (ref, _, c_ref), (two, _, c2) = pair
+    base = Base()
+    steps = trained(current_weights(tiny_lm), 3)
+    for i, named in enumerate(steps):
+        v = next_version([c1, c2, c_ref])
+        if i == 2:  # the first replica's base drifts before the last delta
+            _, (dtype, shape, offset) = next(iter(one.receiver.base.where.items()))
+            one.receiver.base.segment.tensor(dtype, shape, offset).view(-1)[0] += 1.0
+        buckets = weights.plan([(k, t.dtype, list(t.shape)) for k, t in named.items()], 16 << 10)
+        tensors_of = lambda b, named=named: [named[r.name] for r in b.refs]  # noqa: E731
+        push = weights.Push(v, "stream", relay=True, base=base, delta=True)
+        _, failed = weights.push_to_all([c1, c2], buckets, tensors_of, push)
+        weights.push_state(c_ref, named, v, "stream")
+    assert list(failed) == [c1.address], failed
+    error = failed[c1.address]
+    assert isinstance(error, ServiceError) and error.code == grpc.StatusCode.DATA_LOSS, error
+    assert_same_engine(two, ref)
+    weights.push_state(c1, steps[-1], v, "stream")  # the mending push: the whole weights of that version
+    assert_same_engine(one, ref)
