@@ -300,6 +300,9 @@ class HFBackend:
         self._copy_in(cuda_ipc.views(cuda_ipc.open_copy(copies), refs))
         torch.cuda.synchronize()  # done with the sender's bucket on return: it refills it with the next
 
+    def restart_update(self) -> None:
+        """Nothing to end: each bucket is copied into the model as it comes (no update phases)."""
+
     def weights_loaded(self) -> None:
         self.loads += 1
 

@@ -15,6 +15,7 @@ weights drop it (vLLM's in-place reload clears the workers' adapters).
 """
 
 import json
+import logging
 import os
 import pathlib
 import threading
@@ -30,6 +31,8 @@ from meshrl.shm import WEIGHT_PREFIX, Segment
 from meshrl.weights import layout
 from services.rollout.sampling import Completion, Sampling
 from services.rollout.weights import Adapter, plain
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from vllm.lora.request import LoRARequest
@@ -239,6 +242,16 @@ class VLLMBackend:
                 # starts them again and finishes them (the service refuses to generate until one completes)
                 self.updating = False
                 raise
+
+    def restart_update(self) -> None:
+        """A new update begins: phases an abandoned one left begun end here (what it loaded stays until the
+        new update loads every tensor again), so the new update's buckets start phases of their own rather
+        than completing the abandoned update's layers (vLLM's layerwise reload keeps a layer's tensors until
+        all of them came)."""
+        with self.engine_lock:
+            if self.updating:
+                log.warning("ending the weight-update phases an abandoned update left begun in the engine")
+                self._finish()
 
     def _finish(self) -> None:
         if self.updating:

@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 from meshrl import weights
 from meshrl.codec import Payload
 from meshrl.dataproto import DataProto
+from meshrl.delta import whole
 from meshrl.errors import ServiceError
 from meshrl.rpc import Client
 from meshrl.v1 import actor_pb2, reward_pb2, rollout_pb2
@@ -537,3 +538,38 @@ def test_delta_pushes_from_the_actor_keep_parity_on_both_backends(actor, rollout
     over_ipc = actor_pb2.PushWeightsRequest(transport="cuda_ipc", version=step + 3, delta=True, **fleet)
     with pytest.raises(ServiceError, match="delta is for shm and stream"):
         actor.call("PushWeights", over_ipc)
+
+
+def test_an_update_broken_off_halfway_is_not_finished_by_the_next(rollout, tiny_lm):
+    """A bucketed push broken off after its first bucket leaves vLLM's update phases begun, that bucket's
+    layers given the abandoned weights. The next push starts phases of its own: afterwards the engine holds
+    exactly what that push sent (services/rollout/backend_vllm.py restart_update)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_lm).eval()
+    g = torch.Generator().manual_seed(3)
+    state = model.state_dict()
+    broken = {k: t + 0.05 * torch.randn(t.shape, generator=g) for k, t in state.items()}
+    buckets = weights.plan([(k, t.dtype, list(t.shape)) for k, t in broken.items()], 1 << 20)
+    assert len(buckets) >= 3
+    v = rollout.call("Describe").weight_version
+    request = rollout_pb2.BeginWeightUpdateRequest(
+        version=v + 1,
+        transport="stream",
+        total_bytes=sum(b.size for b in buckets),
+        bucket_bytes=max(b.size for b in buckets),
+    )
+    assert rollout.call("BeginWeightUpdate", request).in_progress
+    first = buckets[0]
+    rollout.call_stream(
+        "SendWeights", weights._stream(v + 1, whole(first.refs, first.size, [broken[r.name] for r in first.refs]))
+    )
+    with torch.no_grad():  # the weights the next push sends: the model's own, moved another way
+        for t in model.state_dict().values():
+            t += 0.02 * torch.randn(t.shape, generator=g)
+    weights.push_state(rollout, model.state_dict(), v + 2, "stream", bucket_bytes=1 << 20)
+    gen = generate(rollout, seed=9).data
+    assert gen.meta_info["weight_version"] == v + 2
+    mask = gen.batch["response_mask"]
+    worst = ((local_logprobs(model, gen) - gen.batch["rollout_logprobs"]).abs() * mask).max().item()
+    assert worst < TOLERANCE, f"max |vLLM - pushed| log-prob {worst:.2e}"
