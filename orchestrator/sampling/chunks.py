@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from meshrl.clients.reward import Scores
 from meshrl.dataproto import DataProto
 from orchestrator.lifecycle.fleet import join_generations, starts
-from orchestrator.sampling.sampled import Sampled
+from orchestrator.sampling.sampled import Sampled, per_prompt
 
 
 def sample(
@@ -33,7 +33,6 @@ def sample(
     parts = [(a, prompts.slice(a, b)) for a, b in zip(bounds, bounds[1:])]
     gens: dict[int, DataProto] = {}  # by part
     scores: dict[int, Scores] = {}
-    per_prompt = n or (1 if greedy else mesh.cfg.rollout.n)
     start = time.perf_counter()
     with (
         concurrent.futures.ThreadPoolExecutor(len(parts), thread_name_prefix="meshrl-chunk") as generating,
@@ -41,7 +40,7 @@ def sample(
     ):
         with mesh.colocated_generation():
             # each to the least loaded replica, all picked in order before any is sent (no call has ended)
-            picked = [mesh.router.pick(len(part) * per_prompt) for _, part in parts]
+            picked = [mesh.router.pick(len(part) * per_prompt(mesh.cfg, n, greedy)) for _, part in parts]
             pending = {
                 generating.submit(
                     mesh.generate, part, seed=seed + a, n=n, greedy=greedy, colocated=False, replica=replica

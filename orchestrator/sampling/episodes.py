@@ -32,7 +32,7 @@ from meshrl.errors import ServiceError
 from meshrl.layout import prompt_tensors, rollout_tensors
 from meshrl.models import end_ids, generation_config
 from meshrl.trajectory import Trajectory
-from orchestrator.sampling.sampled import Sampled
+from orchestrator.sampling.sampled import Sampled, per_prompt
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -270,7 +270,7 @@ def scores(mesh, gen: DataProto, trajectories: list[Trajectory], judged: bool = 
 
 def episode_rows(mesh, prompts: DataProto, n: int | None, greedy: bool) -> DataProto:
     """n (default rollout.n; greedy: 1) rows per prompt, a prompt's rows next to each other."""
-    return prompts.repeat(n or (1 if greedy else mesh.cfg.rollout.n), interleave=True)
+    return prompts.repeat(per_prompt(mesh.cfg, n, greedy), interleave=True)
 
 
 def prompt_ids(rows: DataProto, i: int) -> list[int]:

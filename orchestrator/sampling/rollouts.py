@@ -121,7 +121,7 @@ class Rollouts:
     def sample_and_score(self, t: Timer, number: int, indices: list[int], uids: list[str]) -> tuple[DataProto, Scores]:
         """The first two phases of every RL step: rollout.n responses per prompt (the step's seed), scored."""
         gen, scored, seconds, self.metrics = self.sampler.sample(self.mesh, number, indices, uids, self.more)
-        for k, v in seconds.items():  # rounds add up
+        for k, v in seconds.items():  # added to what the step's clock holds (Dynamic sums its own rounds)
             t[k] = t.get(k, 0.0) + v
         self.sampled = (gen, scored, self.tokenizer)
         return gen, scored

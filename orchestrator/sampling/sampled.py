@@ -23,6 +23,11 @@ class Sampled(NamedTuple):
     seconds: dict[str, float]  # timing_s/gen (the rollout's part), timing_s/reward (what scoring added)
 
 
+def per_prompt(cfg, n: int | None, greedy: bool) -> int:
+    """Answers a sampler makes to each prompt: n, else 1 greedy, else rollout.n."""
+    return n or (1 if greedy else cfg.rollout.n)
+
+
 def one_call(
     mesh, prompts: DataProto, seed: int, tokenizer=None, *, n=None, greedy=False, judged=True, on_generated=None
 ) -> Sampled:
