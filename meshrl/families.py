@@ -31,7 +31,7 @@ STATE_KINDS = frozenset({"linear_attention", "conv", "recurrent", "mamba"})  # c
 SPARSE_KINDS = frozenset({"indexed_attention", "compressed_sparse_attention", "heavily_compressed_attention"})
 MLP_KINDS = frozenset({"mlp", "moe", "dense", "sparse"})  # Nemotron-H names its MLP blocks among its layers
 LAYER_KINDS = ("layer_types", "layers_block_type", "block_types")  # per-layer kinds, as families spell them
-QWEN_VL = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"})  # meshrl/vision.py's scheme
+QWEN_VL = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"})  # meshrl/modalities/vision.py's scheme
 ASKED = (  # what a run may ask of a family, in the order a refusal is looked for
     "train",
     "actor.padding_free=true",
@@ -170,7 +170,7 @@ def limits(config: dict) -> list[Limit]:
 
 def vision_limits(config: dict) -> list[Limit]:
     """A vision-language family's: pictures outside the Qwen2-VL scheme, and an hf rollout that cannot start
-    (it builds the folder's image processor and reads the image token: meshrl/vision.Processor)."""
+    (it builds the folder's image processor and reads the image token: meshrl/modalities/vision.Processor)."""
     model_type = config.get("model_type", "")
     if config.get("vision_config") is None:
         return []

@@ -79,7 +79,7 @@ def causal_class(config):
     """transformers' auto class for a causal LM of this config: a vision-language model's takes pictures too."""
     import transformers
 
-    from meshrl.vision import is_vision
+    from meshrl.modalities.vision import is_vision
 
     return transformers.AutoModelForImageTextToText if is_vision(config) else transformers.AutoModelForCausalLM
 

@@ -22,7 +22,7 @@ import pathlib
 import pandas as pd
 import torch
 
-from meshrl import seeds, vision
+from meshrl import modalities, seeds
 from meshrl.chat import as_messages, as_tools, render
 from meshrl.dataproto import DataProto
 from meshrl.layout import prompt_tensors
@@ -48,7 +48,8 @@ def dig(record: dict, dotted: str, where: str):
 
 
 MEDIA_COLUMNS = ("videos",)  # verl's and TRL's video column: refused where it holds any, not dropped
-MEDIA_PARTS = {"video", "video_url", "audio", "input_audio", "file"}  # pictures are read (meshrl/vision.py)
+MEDIA = {"image", "image_url", "input_image", "video", "video_url", "audio", "input_audio", "file"}  # content parts
+MEDIA_PARTS = MEDIA - modalities.PARTS  # refused: the media no modality reads (meshrl/modalities)
 
 
 def holds(cell) -> bool:
@@ -78,17 +79,17 @@ class PromptDataset:
         system_prompt: str = "",
         dataset_columns: bool = False,
         model: str = "",
-        pixels: tuple[int, int] = (0, 0),
-        image_key: str = "images",
+        media: dict[str, dict] | None = None,
     ):
         """dataset_columns: each row also keeps its dataset columns as they are (the prompt under "prompt",
         as a TRL-form reward function is passed them), as `dataset_columns`. model: the policy's folder, whose
         image processor says how many image tokens a row's pictures take (rows with pictures need a
-        vision-language model); pixels: (data.min_pixels, data.max_pixels), what pictures are resized to."""
+        vision-language model); media: each modality's data settings by name (meshrl/modalities.options: the
+        column that holds pictures, data.image_key, and what they are resized to, data.min_pixels/max_pixels)."""
         self.key, self.prompt_key, self.answer_key = key, prompt_key, answer_key
         self.system_prompt, self.dataset_columns = system_prompt, dataset_columns
-        self.model, self.pixels, self.image_key = model, pixels, image_key
-        self.processor: vision.Processor | None = None  # made for the first row with pictures
+        self.model, self.media = model, media or {}
+        self.readers = modalities.Readers(model, {}, self.media)  # each made for the first row with its items
         self.bases: list[pathlib.Path] = []  # each row's file's folder: its relative image paths are from there
         frame = self.read(files)
         self.rows, self.prompt_ids = [], []
@@ -143,19 +144,21 @@ class PromptDataset:
                     f"{where}: message {i} has {kinds[0]!r} content, which meshrl does not train on yet "
                     "(it trains on text and pictures)"
                 )
-        column = plain(record.get(self.image_key))
-        messages, pictures = vision.row_images(messages, column, f"{key} row {number}", self.bases[number])
+        items = {}
+        for kind in modalities.MODALITIES:
+            column = plain(record.get(self.media.get(kind.name, {}).get("key", kind.column)))
+            messages, items[kind] = kind.read(messages, column, f"{key} row {number}", self.bases[number])
         if self.system_prompt and messages[0]["role"] != "system":
             messages = [{"role": "system", "content": self.system_prompt}, *messages]
         tools = as_tools(plain(record.get("tools")), f"{key} row {number} ('tools')")
         ids = tokenizer(render(tokenizer, messages, where, tools), add_special_tokens=False)["input_ids"]
-        if pictures:
-            pictures, ids = self.with_pictures(pictures, ids, f"{key} row {number}")
+        for kind, got in items.items():
+            if got:
+                items[kind], ids = self.fit(kind, got, ids, f"{key} row {number}")
         if len(ids) > max_length:
             return None, ids
         row = {"prompt": messages, **{k: plain(record[k]) for k in COLUMNS if k in record}}
-        if pictures:
-            row["images"] = pictures
+        row.update({kind.column: got for kind, got in items.items() if got})
         if self.answer_key:  # the reward's ground truth and SFT's target, where verl keeps them
             answer = dig(record, self.answer_key, f"{key} row {number}")
             row["reward_model"] = {**(row.get("reward_model") or {}), "ground_truth": answer}
@@ -166,19 +169,15 @@ class PromptDataset:
             }
         return ({**row, "tools": tools} if tools else row), ids
 
-    def with_pictures(self, pictures: list[bytes], ids: list[int], where: str) -> tuple[list[bytes], list[int]]:
-        """The row's pictures at the size data.min_pixels/max_pixels allow, and its ids with each image token
-        repeated for its picture's merged patches, as the model's image processor makes them."""
-        if self.processor is None:
-            if not self.model:
-                raise ValueError(f"{where}: the row has images; reading them needs the policy's model (actor.model)")
-            try:
-                self.processor = vision.Processor(self.model)
-            except ValueError as e:
-                raise ValueError(f"{where}: the row has images, but {e}") from None
-        pictures = [vision.sized(p, f"{where} image {k}", *self.pixels) for k, p in enumerate(pictures)]
-        _, grids = self.processor(pictures, where)
-        return pictures, self.processor.tokens.expand(ids, grids, where)
+    def fit(self, m, items: list[bytes], ids: list[int], where: str) -> tuple[list[bytes], list[int]]:
+        """The row's items as the run keeps them (pictures at the size data.min_pixels/max_pixels allow), and
+        its ids with the modality's tokens expanded as the model's processor makes them."""
+        if not self.model:
+            raise ValueError(f"{where}: the row has {m.column}; reading them needs the policy's model (actor.model)")
+        try:
+            return self.readers.get(m, f"{where}: the row").fit(items, ids, where)
+        except modalities.MediaError as e:
+            raise ValueError(str(e)) from None
 
     def report(self, lengths: list[int], max_prompt_length: int) -> None:
         """Refuse a dataset none of whose prompts fit; say how many were dropped."""
@@ -208,7 +207,7 @@ class PromptDataset:
         """input_ids (left padded), attention_mask, position_ids, and the rows' columns plus a uid each."""
         columns = {
             k: [self.rows[i].get(k) for i in indices]
-            for k in ("prompt", *COLUMNS, "tools", "dataset_columns", "images")
+            for k in ("prompt", *COLUMNS, "tools", "dataset_columns", *modalities.COLUMNS)
             if any(k in self.rows[i] for i in indices)
         }
         columns["uid"] = list(uids)
@@ -271,8 +270,7 @@ def dataset(cfg, files: str, tokenizer) -> PromptDataset:
         system_prompt=d.system_prompt,
         dataset_columns=trl_form(cfg.reward.function),
         model=cfg.actor.model,
-        pixels=(d.min_pixels, d.max_pixels),
-        image_key=d.image_key,
+        media=modalities.options(d),
     )
 
 

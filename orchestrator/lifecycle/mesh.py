@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 import torch
 
+from meshrl import modalities
 from meshrl.chat import prompt_text
 from meshrl.clients import RewardClient
 from meshrl.codec import Payload
@@ -51,7 +52,6 @@ FULL_AGAIN = ("ABORTED", "DATA_LOSS")  # a delta push's refusals that a full pus
 
 POLICY_INPUTS = ["input_ids", "attention_mask", "position_ids", "responses"]
 POLICY_TENSORS = [*POLICY_INPUTS, "response_mask"]  # what an update of the actor or critic takes
-PICTURES = ("images",)  # the non-tensor column an actor's pass reads too (meshrl/vision.py)
 INTERRUPTED_RESENDS = 3  # a Generate stopped by a weight push is sent again this many times at most
 
 
@@ -363,7 +363,9 @@ class Mesh:
             reads = update_inputs(loss, build(PARAMS[loss], params, f"loss {loss}"), batch.batch)
             # a missing one: the actor says so; a vision-language task's pictures go with the tokens
             sent = batch.select(
-                [k for k in reads if k in batch.batch], [k for k in PICTURES if k in batch.non_tensor_batch], []
+                [k for k in reads if k in batch.batch],
+                [k for k in modalities.COLUMNS if k in batch.non_tensor_batch],
+                [],
             )
         except ValueError:  # parameters the loss refuses: the actor's refusal (InvalidArgument) names them
             sent = batch

@@ -13,6 +13,7 @@ The final model is run_dir/hf (a link into the last checkpoint).
 
 import dataclasses
 
+from meshrl import modalities
 from meshrl.chat import turns
 from meshrl.dataproto import DataProto
 from meshrl.layout import rollout_tensors
@@ -34,10 +35,8 @@ def sft_batch(data: PromptDataset, indices: list[int]) -> DataProto:
         responses.append(response)
         masks.append(mask)
     tensors = rollout_tensors(prompts, responses, data.pad, masks)  # never empty: an end token at least
-    pictures = [data.rows[i].get("images") for i in indices]  # a vision-language task's (meshrl/vision.py)
-    return DataProto(
-        {k: v for k, v in tensors.items() if k != "prompts"}, {"images": pictures} if any(pictures) else {}
-    )
+    media = {c: [data.rows[i].get(c) for i in indices] for c in modalities.COLUMNS}  # a vision-language task's
+    return DataProto({k: v for k, v in tensors.items() if k != "prompts"}, {c: v for c, v in media.items() if any(v)})
 
 
 def example(data: PromptDataset, i: int) -> tuple[list[int], list[int], list[int]]:
@@ -45,8 +44,9 @@ def example(data: PromptDataset, i: int) -> tuple[list[int], list[int], list[int
     tokenizer, row = data.tokenizer, data.rows[i]
     messages = row["prompt"]
     if any(m["role"] == "assistant" for m in messages):
-        if row.get("images"):
-            raise ValueError(f"data.train_files row {i}: SFT on conversations with pictures is not supported yet")
+        held = [m.name for m in modalities.MODALITIES if row.get(m.column)]
+        if held:
+            raise ValueError(f"data.train_files row {i}: SFT on conversations with {held[0]} is not supported yet")
         pieces = turns(tokenizer, messages, f"data.train_files row {i}", row.get("tools"))
         prompt = ids(tokenizer, pieces[0][0]) if not pieces[0][1] else []
         response, mask = [], []

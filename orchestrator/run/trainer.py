@@ -19,7 +19,7 @@ import time
 import torch
 from tqdm import tqdm
 
-from meshrl import forkserver, telemetry
+from meshrl import forkserver, modalities, telemetry
 from meshrl.errors import ServiceError
 from meshrl.rpc.token import PEER_VAR, forget_run_token, run_token
 from orchestrator.config import Config, save_config
@@ -154,7 +154,7 @@ def start(cfg: Config, algorithm: Algorithm, roles: set[str], services: Services
     val = None
     if cfg.data.val_files and "rollout" in roles:
         val = dataset(cfg, "val_files", tokenizer)
-    check_pictures(cfg, roles, [d for d in (data, val) if d is not None])
+    modalities.check(cfg, roles, [d for d in (data, val) if d is not None])  # pictures where they cannot go
     torch.manual_seed(cfg.trainer.seed)
     mesh = start_mesh(cfg, services, roles, tokenizer)
     if agree(cfg, mesh, given):
@@ -177,26 +177,6 @@ def start(cfg: Config, algorithm: Algorithm, roles: set[str], services: Services
         partial=partial,
         parity=parity.of(cfg),  # after agree(): the settings of services given by address, if adopted
     )
-
-
-def check_pictures(cfg: Config, roles: set[str], sets: list) -> None:
-    """Data with pictures meets what takes them, in one line before the first step: the hf rollout (meshrl
-    passes pictures to transformers' generate, not to vLLM yet), single-turn sampling, no critic and no
-    sequence parallelism."""
-    keys = [d.key for d in sets if any("images" in r for r in d.rows)]
-    if not keys:
-        return
-    if "rollout" in roles and cfg.rollout.backend != "hf":
-        raise ValueError(
-            f"{keys[0]} holds pictures: set rollout.backend=hf (meshrl does not pass pictures to vLLM yet)"
-        )
-    if cfg.actor.sequence_parallel > 1:
-        raise ValueError(f"{keys[0]} holds pictures: actor.sequence_parallel does not take them yet (set it to 1)")
-    if "rollout" in roles and (cfg.rollout.episodes or cfg.rollout.partial):
-        what = "partial rollouts (rollout.partial)" if cfg.rollout.partial else "multi-turn episodes and agents"
-        raise ValueError(f"{keys[0]} holds pictures: {what} do not carry them yet; sample single turns")
-    if "critic" in roles:
-        raise ValueError(f"{keys[0]} holds pictures: a critic (value model) does not take them yet; use grpo or rloo")
 
 
 def train(state: RunState) -> None:

@@ -19,8 +19,8 @@ import torch
 from meshrl.algos.router_replay import ROUTED
 from meshrl.dataproto import DataProto, pad_to_divisor
 from meshrl.errors import InvalidArgument
+from meshrl.modalities import ROW_TENSORS
 from meshrl.moe_facts import facts
-from meshrl.vision import ROW_TENSORS
 from services.actor.model import prompt_index
 
 SEQUENCE = ("input_ids", "attention_mask", "position_ids")

@@ -15,8 +15,8 @@ from typing import Any, cast
 import torch
 import torch.nn.functional as F
 
-from meshrl import vision
 from meshrl.algos import router_replay
+from meshrl.modalities import vision
 from services.actor import packing, sequence
 
 
@@ -58,7 +58,7 @@ class Seen:
 
 
 def pictures(model: torch.nn.Module, micro: dict) -> Seen | None:
-    """The micro-batch's pictures (the row tensors meshrl.vision.stack makes), None where it has none.
+    """The micro-batch's pictures (the row tensors meshrl.modalities.vision.stack makes), None where it has none.
 
     Positions: Qwen2-VL's get_rope_index (a loop over rows) runs on each distinct prompt once; a response
     continues as text does after it, one past the prompt's largest position on all three axes."""

@@ -27,7 +27,7 @@ from meshrl.algos.policy_losses import policy_loss
 from meshrl.algos.rollout_correction import kl_to_actor, rollout_is_weights, rollout_rejection_mask
 from meshrl.config.losses import UPDATE_LOSSES, Schedule
 from meshrl.dataproto import DataProto
-from meshrl.vision import ROW_TENSORS
+from meshrl.modalities import ROW_TENSORS
 from services.actor import sequence
 from services.actor.batches import BASE, micro_batches, minibatches, num_minibatches, restore, token_groups, trimmed
 from services.actor.comm import Cancelled

@@ -15,9 +15,7 @@ import logging
 import math
 import pathlib
 
-import torch
-
-from meshrl import disk, vision, weights
+from meshrl import disk, modalities, weights
 from meshrl.codec import Payload
 from meshrl.codec.values import from_value
 from meshrl.config.actor import EngineConfig, OptimConfig, engine_for
@@ -54,8 +52,7 @@ class ActorServicer:
         self.weight_version = 0
         self.partial = ""  # why the weights are between two steps (a stopped Update); "" when they are not
         self.vocab_fingerprint: str | None = None  # the model folder's tokenizer's (_tokenizer), once read
-        self.pictures: vision.Processor | None = None  # a vision-language model's, made for the first pictures
-        self.image_token: int | None = None  # a vision-language model's (from its config at init)
+        self.media: modalities.Readers | None = None  # the model's readers of pictures (meshrl/modalities), at init
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -124,7 +121,7 @@ class ActorServicer:
             "positions": text.get("max_position_embeddings") or text.get("n_positions"),
             "experts": batches.routing_shape(config),  # a mixture of experts': what ROUTED must hold
         }
-        self.image_token = config.get("image_token_id") if config.get("vision_config") else None
+        self.media = modalities.Readers(args["model"], config)
         return self.Describe(None, None)
 
     # ---- compute --------------------------------------------------------------------
@@ -154,7 +151,7 @@ class ActorServicer:
         data = self._data(request)
         batches.validate(data, batches.BASE, self.data_ranks, **self.limits)
         keys = [*batches.BASE, *([ROUTED] if ROUTED in data.batch else [])]  # experts to replay (R3)
-        keys += [k for k in vision.ROW_TENSORS if k in data.batch]
+        keys += [k for k in modalities.ROW_TENSORS if k in data.batch]
         parts, pad = batches.shard(data.select(keys), self.data_ranks)
         results = self.mine(self._call(method, args, self.spread(parts), context))
         return unpad(DataProto.concat([DataProto(r.batch) for r in results]), pad)
@@ -202,7 +199,7 @@ class ActorServicer:
         data = self._data(request)
         keys, unit = update_inputs(name, params, data.batch), UPDATE_LOSSES[name].unit
         batches.validate(data, tuple(keys), self.data_ranks, pairs=unit == 2, **self.limits)
-        keys = [*keys, *(k for k in vision.ROW_TENSORS if k in data.batch)]
+        keys = [*keys, *(k for k in modalities.ROW_TENSORS if k in data.batch)]
         parts, _ = batches.shard(data.select(keys), self.data_ranks, unit=unit)
         try:
             results = self._call(
@@ -388,37 +385,22 @@ class ActorServicer:
     # ---- helpers --------------------------------------------------------------------
 
     def _data(self, request: Payload) -> DataProto:
-        """The request's batch; a vision-language model's pictures (an `images` column of encoded bytes,
-        meshrl/vision.py) made into the row tensors its forward reads, checked against the image tokens."""
+        """The request's batch; what a multimodal model's forward reads beside the tokens (a vision-language
+        model's pictures, an `images` column of encoded bytes: meshrl/modalities) made into its row tensors,
+        checked against the prompts' tokens."""
         if request.data is None:
             raise InvalidArgument("the request has no data")
         data = request.data
         batches.check_sequences(data)  # before the prompts are cut out of input_ids below
-        column = data.non_tensor_batch.get("images")
         ids = data.batch.get("input_ids")
         if ids is not None and "responses" in data.batch:  # where the pictures go: the prompts (a sampled
             ids = ids[:, : ids.shape[1] - data.batch["responses"].shape[1]]  # response may hold the token too)
-        if column is None or not any(len(p or ()) for p in column):
-            if self.image_token is not None and ids is not None:
-                try:
-                    vision.Tokens(self.image_token, 1).blind(ids)
-                except vision.ImageError as e:
-                    raise InvalidArgument(str(e)) from None
-            return data
-        if self.pictures is None:
-            try:
-                self.pictures = vision.Processor((self.init_args or {})["model"])
-            except ValueError as e:
-                raise InvalidArgument(f"the batch has images, but {e}") from None
+        assert self.media is not None  # _require_init ran
         try:
-            done = self.pictures.each(column)
-            if ids is None:
-                raise InvalidArgument("the batch has images but no input_ids")
-            for i, d in enumerate(done):
-                self.pictures.tokens.check(ids[i], d[1] if d else torch.zeros(0, 3), f"row {i}")
-        except vision.ImageError as e:
+            rows = self.media.batch(data.non_tensor_batch, ids)
+        except modalities.MediaError as e:
             raise InvalidArgument(str(e)) from None
-        return DataProto({**data.batch, **vision.stack(done)}, data.non_tensor_batch, data.meta_info)
+        return DataProto({**data.batch, **rows}, data.non_tensor_batch, data.meta_info) if rows else data
 
     def _require_init(self) -> None:
         if self.init_args is None:

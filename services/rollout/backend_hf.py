@@ -32,7 +32,7 @@ from transformers import (
     StoppingCriteriaList,
 )
 
-from meshrl import cuda_ipc, file_layout
+from meshrl import cuda_ipc, file_layout, modalities
 from meshrl.algos.moe import routers
 from meshrl.algos.router_replay import GenerationRecord
 from meshrl.config.rollout import RolloutConfig
@@ -40,7 +40,6 @@ from meshrl.errors import Aborted, InvalidArgument
 from meshrl.families import shares_prefill
 from meshrl.models import causal_class, end_ids, weight_tensors
 from meshrl.shm import attach
-from meshrl.vision import ImageError, Processor, is_vision
 from services.rollout.row_sampler import RowSampler, row_seeds
 from services.rollout.sampling import Completion, Sampling
 from services.rollout.weights import Adapter
@@ -79,13 +78,13 @@ def routed(completions: list[Completion], calls: list[torch.Tensor], prompts: li
 class HFBackend:
     name = "hf"
     concurrent = False  # generate runs one call at a time: the rollout service queues the others
-    takes_images = True  # a vision-language model's prompts with pictures (meshrl/vision.py)
+    takes = ("pictures",)  # the modalities it passes to generate (meshrl/modalities), for a model reading them
 
     def __init__(self, cfg: RolloutConfig):
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         config = AutoConfig.from_pretrained(cfg.model)
         model = causal_class(config).from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype))
-        self.pictures = Processor(cfg.model) if is_vision(config) else None  # a vision-language model's
+        self.media = modalities.Readers(cfg.model, config.to_dict(), eager=True)  # a vision-language model's
         self.share_prefill = shares_prefill(config.to_dict())  # n samples from one prefill (meshrl/families.py)
         self.offsets = [m for m in model.modules() if hasattr(m, "rope_deltas")]  # its modules keeping them
         self.model = model.to(self.device)
@@ -101,63 +100,42 @@ class HFBackend:
 
     @torch.no_grad()
     def generate(
-        self, prompts: list[list[int]], s: Sampling, alive=None, images: list | None = None
+        self, prompts: list[list[int]], s: Sampling, alive=None, media: dict | None = None
     ) -> list[list[Completion]]:
         """Samples of each prompt; `alive()` turning false (the caller cancelled or its deadline passed)
-        stops generation after the current token and raises Aborted. images: each prompt's pictures
-        (encoded bytes, meshrl/vision.py), for a vision-language model."""
+        stops generation after the current token and raises Aborted. media: each prompt's items by column
+        (encoded pictures under `images`: meshrl/modalities), for a model that reads them."""
         if s.routed_experts and not routers(self.model):
             raise InvalidArgument("sampling.routed_experts: the model is not a mixture of experts (no router)")
-        seen = self._seen(prompts, images, s.n) if images is not None and any(images) else None
-        if seen is None and self.pictures is not None:
-            try:
-                self.pictures.tokens.blind(prompts)
-            except ImageError as e:
-                raise InvalidArgument(str(e)) from None
+        if self.recompute and any(map(modalities.carries, (media or {}).values())):
+            raise InvalidArgument(f"rollout.on_update=recompute does not take prompts with {', '.join(media or {})}")
+        try:
+            inputs, readers = self.media.generate_inputs(prompts, media or {}, s.n)
+        except modalities.MediaError as e:
+            raise InvalidArgument(str(e)) from None
+        dtype = self.model.dtype
+        seen = {k: v.to(self.device, dtype if v.is_floating_point() else None) for k, v in inputs.items()}
         for module in self.offsets:  # Qwen2-VL keeps the last call's position offsets: not this call's
             module.rope_deltas = None
         record = GenerationRecord(self.model) if s.routed_experts else None
         with record if record is not None else contextlib.nullcontext():
-            completions = self._generate(prompts, s, alive, record, seen)
+            completions = self._generate(prompts, s, alive, record, (seen, readers) if readers else None)
         if record is not None:
             routed(completions, record.calls(), prompts, s.n)
         return [completions[i * s.n : (i + 1) * s.n] for i in range(len(prompts))]
 
-    def _seen(self, prompts: list[list[int]], images: list, n: int) -> dict:
-        """What generate takes with the ids for the prompts' pictures, each prompt's repeated for its n
-        samples: pixel_values, image_grid_thw, and which tokens are image tokens (for Qwen2-VL's positions)."""
-        if self.pictures is None:
-            raise InvalidArgument("the batch has images, but the rollout's model is not a vision-language model")
-        if self.recompute:
-            raise InvalidArgument("rollout.on_update=recompute does not take prompts with images")
-        pixels, grids = [], []
-        for i, (p, pics) in enumerate(zip(prompts, images)):
-            if not pics:
-                continue
-            try:
-                x, g = self.pictures(list(pics), f"row {i}")
-                self.pictures.tokens.check(p, g, f"row {i}")
-            except ImageError as e:
-                raise InvalidArgument(str(e)) from None
-            pixels += [x] * n
-            grids += [g] * n
-        dtype = self.model.dtype
-        return {
-            "pixel_values": torch.cat(pixels).to(self.device, dtype),
-            "image_grid_thw": torch.cat(grids).to(self.device),
-        }
-
-    def _generate(self, prompts: list[list[int]], s: Sampling, alive, record=None, seen=None) -> list[Completion]:
+    def _generate(self, prompts: list[list[int]], s: Sampling, alive, record=None, media=None) -> list[Completion]:
+        """media: (generate's inputs for the prompts' items, the readers that made them), None without any."""
         width = max(map(len, prompts))
         ids = torch.tensor([[self.pad] * (width - len(p)) + p for p in prompts], device=self.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
         # a prompt with pictures runs whole in generate (its positions are Qwen2-VL's three-axis ones)
-        shared = s.n > 1 and width > 1 and seen is None and self.share_prefill
+        shared = s.n > 1 and width > 1 and media is None and self.share_prefill
         cache = self._prefill(ids, mask, s.n) if shared else None
         ids, mask = ids.repeat_interleave(s.n, 0), mask.repeat_interleave(s.n, 0)
-        if seen is not None:
-            assert self.pictures is not None
-            seen["mm_token_type_ids"] = (ids == self.pictures.tokens.image).int()
+        seen: dict = {}
+        if media is not None:  # the items' inputs, and what their readers read off the ids
+            seen = {**media[0], **{k: v for r in media[1] for k, v in r.along(ids).items()}}
         after = None
         if self.recompute and alive is not None:
             cache = cache if cache is not None else DynamicCache(config=self.model.config)
@@ -184,7 +162,7 @@ class HFBackend:
             **({"stop_strings": s.stop, "tokenizer": self.tokenizer} if s.stop else {}),
             do_sample=False,
             logits_processor=LogitsProcessorList(sampler),
-            **(seen or {}),
+            **seen,
         )
         if alive is not None and not alive():
             raise Aborted("generation stopped: the caller cancelled or its deadline passed")

@@ -11,6 +11,7 @@ and finish_reason columns.
 import numpy as np
 import torch
 
+from meshrl import modalities
 from meshrl.algos.router_replay import ROUTED, dtype_for, filler
 from meshrl.chat import as_messages, render
 from meshrl.dataproto import DataProto, object_array
@@ -59,23 +60,26 @@ def read_prompts(
     return prompts
 
 
-def read_images(data: DataProto, backend) -> dict:
-    """generate's images argument: each prompt's pictures (encoded bytes, meshrl/vision.py) where the batch
-    has an `images` column holding any; refused on a backend that takes none."""
-    column = data.non_tensor_batch.get("images")
-    if column is None or not any(len(p or ()) for p in column):
-        return {}
-    if not getattr(backend, "takes_images", False):
-        raise InvalidArgument(
-            f"the batch has images, which the {backend.name} rollout backend does not take here (rollout.backend=hf "
-            "does; meshrl does not pass pictures to vLLM yet)"
-        )
-    for i, pictures in enumerate(column):
-        if pictures is not None and not (
-            isinstance(pictures, (list, tuple)) and all(isinstance(p, bytes) for p in pictures)
-        ):
-            raise InvalidArgument(f"row {i}: images must be a list of encoded pictures (bytes)")
-    return {"images": [list(p or ()) for p in column]}
+def read_media(data: DataProto, backend) -> dict:
+    """generate's media argument: each prompt's items (encoded bytes, meshrl/modalities) by column, for every
+    modality the batch carries any of; refused on a backend that does not take that modality."""
+    media = {}
+    for m in modalities.MODALITIES:
+        column = data.non_tensor_batch.get(m.column)
+        if not modalities.carries(column):
+            continue
+        if m.name not in getattr(backend, "takes", ()):
+            raise InvalidArgument(
+                f"the batch has {m.column}, which the {backend.name} rollout backend does not take here "
+                f"(rollout.backend=hf does; meshrl does not pass {m.name} to vLLM yet)"
+            )
+        for i, items in enumerate(column):
+            if items is not None and not (
+                isinstance(items, (list, tuple)) and all(isinstance(p, bytes) for p in items)
+            ):
+                raise InvalidArgument(f"row {i}: {m.column} must be a list of encoded {m.name} (bytes)")
+        media[m.column] = [list(p or ()) for p in column]
+    return {"media": media} if media else {}
 
 
 def build(

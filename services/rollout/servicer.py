@@ -42,9 +42,9 @@ from meshrl.config.rollout import BACKENDS, IN_FLIGHT, RolloutConfig
 from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument, details_for, status_for
 from meshrl.flags import settings_json
 from meshrl.layout import VERSIONS
+from meshrl.modalities.vision import is_vision
 from meshrl.rpc.methods import raw_request
 from meshrl.v1 import common_pb2, rollout_pb2
-from meshrl.vision import is_vision
 from services.rollout import layout
 from services.rollout.gate import Gate
 from services.rollout.relay import Relay
@@ -181,14 +181,14 @@ class RolloutServicer:
             prompts = layout.read_prompts(
                 request.data, self.tokenizer, self.cfg.max_model_len, sampling.max_new_tokens, self.vocab_size
             )
-            images = layout.read_images(request.data, self.backend)
+            media = layout.read_media(request.data, self.backend)
         call, version = self._admit(context)
         try:
             with self.turn:
                 if not call.alive():  # it waited behind another and its caller left (or an update came)
                     raise Aborted("the caller cancelled or its deadline passed before generation started")
                 with telemetry.span("rollout.engine", backend=self.backend.name), call.generating():
-                    completions = self.backend.generate(prompts, sampling, call.alive, **images)
+                    completions = self.backend.generate(prompts, sampling, call.alive, **media)
         except Aborted:
             if call.interrupted is not None:
                 raise Aborted(

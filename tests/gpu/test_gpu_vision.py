@@ -15,8 +15,8 @@ import pytest
 import torch
 from PIL import Image
 
-from meshrl import vision
 from meshrl.layout import rollout_tensors
+from meshrl.modalities import vision
 from meshrl.tiny.models import TinyModelConfig, make_model
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -91,7 +91,7 @@ def test_packed_passes_with_pictures_give_the_padded_ones_and_the_rollouts_log_p
     sampling = Sampling(
         n=2, temperature=1.0, top_p=1.0, top_k=-1, max_new_tokens=8, stop=[], stop_token_ids=[], seed=3, logprobs=True
     )
-    done = backend.generate(ids, sampling, images=PICTURES)
+    done = backend.generate(ids, sampling, media={"images": PICTURES})
     rows = [(p, c) for p, cs in zip(ids, done) for c in cs]
     tensors = rollout_tensors([p for p, _ in rows], [c.token_ids for _, c in rows], 0)
     rollout = torch.tensor([c.logprobs + [0.0] * (tensors["responses"].shape[1] - len(c.logprobs)) for _, c in rows])

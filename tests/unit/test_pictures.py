@@ -1,4 +1,4 @@
-"""Pictures in data (meshrl/vision.py, orchestrator/data.py): verl's, TRL's and OpenAI's shapes read into the
+"""Pictures in data (meshrl/modalities/vision.py, orchestrator/data.py): verl's, TRL's and OpenAI's shapes read into the
 same rows from every file kind, sizes kept to data.min_pixels/max_pixels, bad pictures refused in one line
 naming the row, image tokens expanded to the processor's patches, and the per-row tensors and the bytes
 column surviving the wire."""
@@ -13,8 +13,8 @@ import torch
 from PIL import Image
 from transformers import AutoTokenizer
 
-from meshrl import vision
 from meshrl.codec import decode_dataproto, encode_dataproto
+from meshrl.modalities import vision
 from meshrl.tiny.models import TinyModelConfig, make_model
 from orchestrator.data import PromptDataset
 
@@ -113,7 +113,7 @@ def test_sizes_keep_to_the_limits_and_a_picture_that_fits_is_kept_byte_for_byte(
     jpeg, big = png(fmt="JPEG"), png((560, 280))
     rows = [{"prompt": "<image>?", "images": [{"bytes": b}]} for b in (jpeg, big)]
     pd.DataFrame(rows).to_parquet(tmp_path / "r.parquet")
-    data = read(tmp_path / "r.parquet", tokenizer, folder, pixels=(0, 56 * 112))
+    data = read(tmp_path / "r.parquet", tokenizer, folder, media={"pictures": {"pixels": (0, 56 * 112)}})
     assert data.rows[0]["images"] == [jpeg]  # 56 x 56 fits: not decoded and saved again
     small = Image.open(io.BytesIO(data.rows[1]["images"][0]))
     assert small.size == (112, 56) and small.size[0] * small.size[1] <= 56 * 112
@@ -218,8 +218,8 @@ def test_packed_shared_and_padded_passes_agree_with_pictures(folder, image):
 def test_a_run_with_pictures_is_refused_in_one_line_where_they_cannot_go():
     from types import SimpleNamespace
 
+    from meshrl.modalities import check as check_pictures
     from orchestrator.config import load_config
-    from orchestrator.run.trainer import check_pictures
 
     sets = [SimpleNamespace(key="data.train_files", rows=[{"prompt": []}, {"prompt": [], "images": [b""]}])]
     with pytest.raises(ValueError, match="data.train_files holds pictures: set rollout.backend=hf"):
@@ -240,5 +240,5 @@ def test_a_run_with_pictures_is_refused_in_one_line_where_they_cannot_go():
 
 def test_data_image_key_names_the_pictures_column(tmp_path, tokenizer, folder, image):
     pd.DataFrame([{"prompt": "<image>?", "pics": [{"bytes": png()}]}]).to_parquet(tmp_path / "r.parquet")
-    data = read(tmp_path / "r.parquet", tokenizer, folder, image_key="pics")
+    data = read(tmp_path / "r.parquet", tokenizer, folder, media={"pictures": {"key": "pics"}})
     assert data.prompt_ids[0].count(image) == 4 and len(data.rows[0]["images"]) == 1

@@ -1,4 +1,5 @@
-"""Images in prompts: reading them from data rows, and turning them into what a vision-language model takes.
+"""Pictures in prompts (the PICTURES modality): reading them from data rows, and turning them into what a
+vision-language model takes.
 
 A row's images travel as their encoded bytes (PNG or JPEG) in a non-tensor column, `images`, one list per
 row in the order the prompt refers to them; the prompt's messages hold a `{"type": "image"}` content part
@@ -32,13 +33,15 @@ from collections.abc import Sequence
 
 import torch
 
+from meshrl.modalities.base import MediaError
+
 IMAGE = {"type": "image"}  # the content part a picture becomes: the templates of the VL families render it
 PLACEHOLDER = "<image>"  # verl's mark in a message's text
 IMAGE_PARTS = ("image", "image_url", "input_image")
 FACTOR = 28  # patch 14 x merge 2: the Qwen2-VL family's side unit; data.max_pixels resizes in steps of it
 
 
-class ImageError(ValueError):
+class ImageError(MediaError):
     """A row's image that cannot be read or decoded (the message names the row)."""
 
 
@@ -227,7 +230,8 @@ class Processor:
     """A model folder's image processor and image token: pictures' bytes in, what the model's forward takes
     out (pixel_values: (patches, channels x temporal x patch x patch); image_grid_thw: (pictures, 3))."""
 
-    def __init__(self, model: str):
+    def __init__(self, model: str, pixels: tuple[int, int] = (0, 0)):
+        """pixels: (data.min_pixels, data.max_pixels), what data's pictures are resized to (fit)."""
         import transformers
 
         config = transformers.AutoConfig.from_pretrained(model)
@@ -235,6 +239,7 @@ class Processor:
             raise ValueError(f"{model} is not a vision-language model of the Qwen2-VL family (no image_token_id)")
         self.images = transformers.AutoImageProcessor.from_pretrained(model)
         self.tokens = Tokens(int(config.image_token_id), int(getattr(self.images, "merge_size", 2)))
+        self.pixels = pixels
 
     def __call__(self, pictures: Sequence[bytes], where: str) -> tuple[torch.Tensor, torch.Tensor]:
         imgs = [decode(p, f"{where} image {k}") for k, p in enumerate(pictures)]
@@ -259,6 +264,37 @@ class Processor:
         select with the rows): pixel_values (rows, most patches, D) and image_grid_thw (rows, most pictures, 3),
         zero past each row's own (a zero grid is no picture)."""
         return stack(self.each(images, where))
+
+    def fit(self, items: list[bytes], ids: list[int], where: str) -> tuple[list[bytes], list[int]]:
+        """A data row's pictures at the size data.min_pixels/max_pixels allow, and its ids with each image
+        token repeated for its picture's merged patches, as this image processor makes them."""
+        items = [sized(p, f"{where} image {k}", *self.pixels) for k, p in enumerate(items)]
+        _, grids = self(items, where)
+        return items, self.tokens.expand(ids, grids, where)
+
+    def batch(self, column: Sequence, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The actor's row tensors (stack) for a batch's `images` column, each row's prompt ids checked to
+        hold one image token per merged patch of its pictures."""
+        done = self.each(column)
+        for i, d in enumerate(done):
+            self.tokens.check(ids[i], d[1] if d else torch.zeros(0, 3), f"row {i}")
+        return stack(done)
+
+    def generate_inputs(self, prompts: list[list[int]], column: Sequence, n: int) -> dict[str, torch.Tensor]:
+        """generate's pixel_values and image_grid_thw for the prompts with pictures, each repeated for its n
+        samples, each prompt checked against its pictures."""
+        pixels, grids = [], []
+        for i, (p, pics) in enumerate(zip(prompts, column)):
+            if pics:
+                x, g = self(list(pics), f"row {i}")
+                self.tokens.check(p, g, f"row {i}")
+                pixels += [x] * n
+                grids += [g] * n
+        return {"pixel_values": torch.cat(pixels), "image_grid_thw": torch.cat(grids)}
+
+    def along(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Which tokens are image tokens: Qwen2-VL's generate reads them for its three-axis positions."""
+        return {"mm_token_type_ids": (ids == self.tokens.image).int()}
 
 
 def stack(done: Sequence[tuple[torch.Tensor, torch.Tensor] | None]) -> dict[str, torch.Tensor]:
@@ -290,3 +326,48 @@ def unstack(pixels: torch.Tensor, grids: torch.Tensor) -> tuple[torch.Tensor, to
 
 
 ROW_TENSORS = ("pixel_values", "image_grid_thw", "picture_set")  # per row, not per token: never cut with the sequence
+
+
+class Pictures:
+    """The pictures modality (meshrl/modalities/base.Modality): what it declares, for every service."""
+
+    name = "pictures"
+    column = "images"  # the batch's column of each row's pictures, encoded
+    row_tensors: tuple[str, ...] = ROW_TENSORS
+    parts: tuple[str, ...] = IMAGE_PARTS
+
+    def read(self, messages: list[dict], value, where: str, base: pathlib.Path | None):
+        return row_images(messages, value, where, base)
+
+    def takes(self, config: dict) -> bool:
+        return is_vision(config)
+
+    def blind(self, config: dict, prompts) -> None:
+        image = config.get("image_token_id") if is_vision(config) else None
+        if image is not None:
+            Tokens(int(image), 1).blind(prompts)
+
+    def reader(self, model: str, options: dict) -> Processor:
+        return Processor(model, options.get("pixels", (0, 0)))
+
+    def options(self, data) -> dict:
+        """data.image_key names the files' column; data.min_pixels/max_pixels size the pictures."""
+        return {"key": data.image_key, "pixels": (data.min_pixels, data.max_pixels)}
+
+    def refuses(self, cfg, roles: set[str]) -> str:
+        """What a run whose data holds pictures cannot do yet: vLLM (meshrl passes pictures to transformers'
+        generate only), sequence parallelism, episodes and partial rollouts, a critic."""
+        sampled = "rollout" in roles
+        if sampled and cfg.rollout.backend != "hf":
+            return "set rollout.backend=hf (meshrl does not pass pictures to vLLM yet)"
+        if cfg.actor.sequence_parallel > 1:
+            return "actor.sequence_parallel does not take them yet (set it to 1)"
+        if sampled and (cfg.rollout.episodes or cfg.rollout.partial):
+            what = "partial rollouts (rollout.partial)" if cfg.rollout.partial else "multi-turn episodes and agents"
+            return f"{what} do not carry them yet; sample single turns"
+        if "critic" in roles:
+            return "a critic (value model) does not take them yet; use grpo or rloo"
+        return ""
+
+
+PICTURES = Pictures()
