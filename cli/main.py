@@ -69,7 +69,7 @@ def cmd_health(args) -> int:
     return 0 if status == "SERVING" else 1
 
 
-SERVICES = ("actor", "rollout", "reward", "env", "gateway")
+SERVICES = ("actor", "rollout", "reward", "env", "gateway", "sandbox")
 
 
 def service_main(service: str):
@@ -82,6 +82,8 @@ def service_main(service: str):
         from services.reward.main import main
     elif service == "gateway":
         from services.gateway.main import main
+    elif service == "sandbox":
+        from services.sandbox.main import main
     else:
         assert service == "env", service  # argparse allows only SERVICES
         from services.env.main import main

@@ -10,6 +10,18 @@ python="${PYTHON:-python3.11}"
 command -v "$python" >/dev/null || python=python3
 "$python" -c 'import sys; assert sys.version_info[:2] == (3, 11), f"meshrl needs Python 3.11, found {sys.version}"'
 
+# the sandbox service runs programs in bubblewrap (services/sandbox/bwrap.py), Debian's package
+bwrap_pin="bubblewrap=0.8.0-2+deb12u1"
+if ! command -v bwrap >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -q "$bwrap_pin" >/dev/null 2>&1 || apt-get install -y -q bubblewrap >/dev/null 2>&1 ||
+            { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }
+    else
+        echo "setup: bubblewrap is not installed; the sandbox service needs it (apt-get install bubblewrap)" >&2
+    fi
+fi
+
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 stamp=.venv/.meshrl-installed
 want="$device $(cat pyproject.toml constraints/cpu.txt | sha256sum | cut -c1-16)"

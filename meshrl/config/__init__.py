@@ -5,6 +5,7 @@ and checked once (meshrl/config/checked.py), and read by both sides.
 - rollout: RolloutSettings + model, seed = RolloutConfig
 - reward: RewardConfig
 - env: EnvSettings + the service's own limits = EnvConfig
+- sandbox: SandboxConfig (the sandbox service's limits and ceilings)
 - losses: PPOParams (Schedule, PolicyLossSettings, RolloutISSettings), DPOParams, SFTParams, ValueParams
 
 A service parses its flags into its Config class (meshrl.flags). The run config's sections are made of

@@ -5,9 +5,9 @@ import filecmp
 import pytest
 
 from meshrl import protogen
-from meshrl.v1 import actor_pb2, common_pb2, data_pb2, env_pb2, reward_pb2, rollout_pb2
+from meshrl.v1 import actor_pb2, common_pb2, data_pb2, env_pb2, reward_pb2, rollout_pb2, sandbox_pb2
 
-MODULES = [actor_pb2, common_pb2, data_pb2, env_pb2, reward_pb2, rollout_pb2]
+MODULES = [actor_pb2, common_pb2, data_pb2, env_pb2, reward_pb2, rollout_pb2, sandbox_pb2]
 
 
 def test_generated_code_is_fresh(tmp_path):

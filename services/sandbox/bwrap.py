@@ -1,0 +1,243 @@
+"""One program run in a bubblewrap sandbox: the command line that isolates it, its limits, its files in and
+out, and its output read up to a cap. services/sandbox/servicer.py keeps the slots and sessions around it.
+
+Why bubblewrap (Debian's `bubblewrap`, the tool Flatpak runs every application in): it isolates with the
+kernel's namespaces and needs no daemon, so a sandbox starts in milliseconds on any Linux machine, where a
+container engine needs a daemon and starts one in hundreds (bench/RESULTS.md, "Sandboxes"). Each Run is a
+new sandbox:
+
+- namespaces of its own for users, processes, network (nothing but its own loopback: no host, no
+  127.0.0.1 of the machine), IPC, host name and cgroups; no nested user namespaces; its own session (no
+  terminal to type into); killed with everything in it when the service dies (--die-with-parent);
+- a file system of the system's programs and libraries (/usr, /bin, /lib, read-only), a fresh /proc and
+  /dev, and /work and /tmp as memory-backed file systems of disk_mb each: nothing of the host's files, the
+  run's folder or its token; its input files copied in (bubblewrap's --file), its files read back out
+  of /work as a tar stream written after the program ends (by the sandbox's own shell: what comes back is
+  no more than the program itself could have written);
+- no environment but PATH, HOME=/work and LANG;
+- kernel limits set before it starts (prlimit): CPU seconds, address space and file size per process, and
+  processes per user. Run as root (as the service is in its image), each sandbox slot is its own user id,
+  so the process limit is the sandbox's own; otherwise it would count all the user's processes, and is
+  not set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import tarfile
+import threading
+import time
+
+from services.sandbox import reaper
+
+SYSTEM = ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc/alternatives")  # read-only where they exist
+PATH = "/usr/local/bin:/usr/bin:/bin"
+MAX_FILES = 1000  # files in or out of one Run
+
+
+class Refused(ValueError):
+    """A request the sandbox cannot take as it is (the message says which field)."""
+
+
+@dataclasses.dataclass
+class Limits:
+    wall_s: float
+    cpu_s: float
+    memory_mb: int
+    processes: int
+    file_mb: int
+    disk_mb: int
+    output_bytes: int
+
+
+@dataclasses.dataclass
+class Result:
+    exit_code: int  # 128 + N: signal N ended the program (as a shell says); -9: the sandbox was stopped
+    stdout: bytes
+    stderr: bytes
+    wall_s: float
+    killed: str = ""  # "wall" or "output": the sandbox stopped it
+    truncated: bool = False
+    files: dict[str, bytes] | None = None  # /work's after the run, when asked for
+
+
+def available() -> str:
+    """ "" where bubblewrap and prlimit are installed, else what to install."""
+    missing = [t for t in ("bwrap", "prlimit", "setpriv") if shutil.which(t) is None]
+    return f"{', '.join(missing)} not found: apt-get install bubblewrap util-linux" if missing else ""
+
+
+def check_path(name: str) -> str:
+    """A file's path under /work: relative, no `..`, no empty parts; Refused otherwise."""
+    parts = pathlib.PurePosixPath(name).parts
+    if not name or name.startswith("/") or "\0" in name or any(p in ("..", ".") for p in parts):
+        raise Refused(f"files: {name[:80]!r} must be a relative path inside /work (no '..')")
+    return "/".join(parts)
+
+
+def command(argv: list[str], limits: Limits, files: dict[str, int], out_fd: int | None, uid: int | None) -> list[str]:
+    """The command line: the slot's user (setpriv, where the service is root), prlimit's limits, then
+    bubblewrap's sandbox around a shell that runs argv in /work (and, with out_fd, writes /work as a tar
+    stream to it after). Tools rather than Popen's user= or a preexec_fn: those make Python fork the
+    service's process, whose gRPC threads' fork handlers can crash the child before it runs anything."""
+    size = str(limits.disk_mb << 20)
+    line = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"] if uid is not None else []
+    cpu = math.ceil(limits.cpu_s)  # SIGXCPU at the soft limit, SIGKILL a second later for one that ignores it
+    line += ["prlimit", f"--cpu={cpu}:{cpu + 1}", f"--as={limits.memory_mb << 20}"]
+    line += [f"--fsize={limits.file_mb << 20}", *([f"--nproc={limits.processes}"] if uid is not None else []), "--"]
+    line += [
+        "bwrap",
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+    ]
+    for path in SYSTEM:
+        line += ["--ro-bind-try", path, path]
+    line += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/work", "--size", size, "--tmpfs", "/tmp"]
+    line += ["--setenv", "PATH", PATH, "--setenv", "HOME", "/work", "--setenv", "LANG", "C.UTF-8"]
+    line += ["--hostname", "sandbox", "--chdir", "/work"]
+    for d in sorted({str(pathlib.PurePosixPath(n).parent) for n in files} - {"."}):
+        line += ["--dir", f"/work/{d}"]
+    for name, fd in files.items():
+        line += ["--file", str(fd), f"/work/{name}"]
+    if out_fd is None:
+        return [*line, "--", *argv]  # bubblewrap runs it itself, found on PATH
+    # the program gets no copy of the stream's pipe; the shell writes /work to it once the program ends
+    # (bash: dash takes no file descriptor past 9 in a redirection)
+    script = f'"$@" {out_fd}>&-; s=$?; tar -cf - . >&{out_fd} 2>/dev/null; exit $s'
+    return [*line, "/bin/bash", "-c", script, "bash", *argv]
+
+
+def memfds(files: dict[str, bytes]) -> dict[str, int]:
+    """Each file's bytes in an anonymous memory file, read from the start by bubblewrap's --file."""
+    fds = {}
+    try:
+        for name, body in files.items():
+            fd = fds[name] = os.memfd_create("in", 0)
+            _write_all(fd, body)
+            os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        for fd in fds.values():
+            os.close(fd)
+        raise
+    return fds
+
+
+def _write_all(fd: int, body: bytes) -> None:
+    view = memoryview(body)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class Capped:
+    """A pipe read to its end on a thread, keeping up to `cap` bytes; past it, `over` is set and on_over
+    runs (the run is stopped: a program writing without end must not hold the sandbox)."""
+
+    def __init__(self, fd: int, cap: int, on_over):
+        self.fd, self.cap, self.on_over = fd, cap, on_over
+        self.chunks: list[bytes] = []
+        self.size, self.over = 0, False
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        with os.fdopen(self.fd, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(1 << 16):
+                keep = chunk[: max(0, self.cap - self.size)]
+                self.chunks.append(keep)
+                self.size += len(keep)
+                if len(keep) < len(chunk) and not self.over:
+                    self.over = True
+                    self.on_over()
+
+    def value(self, timeout: float) -> bytes:
+        self.thread.join(timeout)
+        return b"".join(self.chunks)
+
+
+def run(argv: list[str], files: dict[str, bytes], stdin: bytes, limits: Limits, uid: int | None, *, files_back: bool):
+    """Run argv in a new sandbox (as user `uid` where the service is root); the Result."""
+    out_r, out_w = os.pipe() if files_back else (None, None)
+    fds = memfds(files)
+    start = time.monotonic()
+    try:
+        with reaper.lock:  # its pid is ours to wait for before the reaper looks again
+            proc = subprocess.Popen(
+                command(argv, limits, fds, out_w, uid),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(*fds.values(), *([out_w] if out_w is not None else [])),
+                start_new_session=True,  # a group of its own: the kill takes bubblewrap and so the sandbox
+            )
+            reaper.running.add(proc.pid)
+    finally:
+        for fd in (*fds.values(), *([out_w] if out_w is not None else [])):
+            os.close(fd)
+    return _finish(proc, stdin, limits, start, out_r)
+
+
+def _finish(proc: subprocess.Popen, stdin: bytes, limits: Limits, start: float, out_r: int | None) -> Result:
+    """Feed stdin, read the outputs with their caps, stop it at its wall time; the Result."""
+    killed: list[str] = []
+
+    def stop(why: str) -> None:
+        killed.append(why)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    out = Capped(os.dup(proc.stdout.fileno()), limits.output_bytes, lambda: stop("output"))
+    err = Capped(os.dup(proc.stderr.fileno()), limits.output_bytes, lambda: stop("output"))
+    tar = Capped(out_r, (limits.disk_mb << 20) + (1 << 20), lambda: None) if out_r is not None else None
+    proc.stdout.close()
+    proc.stderr.close()
+    threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
+    try:
+        proc.wait(limits.wall_s)
+    except subprocess.TimeoutExpired:
+        stop("wall")
+        proc.wait()
+    reaper.running.discard(proc.pid)
+    wall = time.monotonic() - start
+    result = Result(proc.returncode, out.value(5.0), err.value(5.0), wall, killed[0] if killed else "")
+    result.truncated = out.over or err.over
+    if tar is not None:
+        result.files = unpack(tar.value(5.0)) if not killed else {}
+    return result
+
+
+def _feed(pipe, data: bytes) -> None:
+    try:
+        pipe.write(data)
+        pipe.close()
+    except (BrokenPipeError, OSError):  # it did not read it all: its business
+        pass
+
+
+def unpack(stream: bytes) -> dict[str, bytes]:
+    """The regular files of a tar stream by relative path (at most MAX_FILES); {} for a broken stream."""
+    files: dict[str, bytes] = {}
+    try:
+        with tarfile.open(fileobj=io.BytesIO(stream), mode="r:") as tar:
+            for member in tar:
+                if member.isfile() and len(files) < MAX_FILES:
+                    name = member.name.removeprefix("./")
+                    reader = tar.extractfile(member)
+                    if reader is not None and name and ".." not in name.split("/"):
+                        files[name] = reader.read()
+    except tarfile.TarError:
+        return {}
+    return files

@@ -1,0 +1,155 @@
+"""The SandboxService: each Run in a new bubblewrap sandbox (services/sandbox/bwrap.py), at most
+`concurrency` at once, each in a slot with its own user id; sessions keep an episode's files between its
+Runs, in this process's memory (a sandbox leaves nothing on the host: a killed service leaves no place to
+sweep, and bubblewrap's --die-with-parent takes its sandboxes with it).
+
+A request's limits default to the service's and may not pass its ceilings; a bad request is
+INVALID_ARGUMENT naming the field, and nothing a program does ends the service.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import itertools
+import os
+import subprocess
+import threading
+import time
+
+from meshrl.config.sandbox import SandboxConfig
+from meshrl.errors import FailedPrecondition, InvalidArgument
+from meshrl.flags import settings_json
+from meshrl.v1 import common_pb2, sandbox_pb2
+from services.sandbox import bwrap, reaper
+
+CEILING = 16  # a request may ask up to this many times a default limit (max_wall_s for wall time)
+SETTING = {"processes": "process_limit"}  # the setting holding a limit's default, where named otherwise
+
+
+@dataclasses.dataclass
+class Session:
+    files: dict[str, bytes]
+    used: float
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)  # one Run at a time
+
+
+class SandboxServicer:
+    SERVICE = sandbox_pb2.DESCRIPTOR.services_by_name["SandboxService"]
+
+    def __init__(self, cfg: SandboxConfig):
+        missing = bwrap.available()
+        if missing:
+            raise RuntimeError(f"the sandbox service needs bubblewrap: {missing}")
+        self.cfg = cfg
+        self.root = os.geteuid() == 0  # sandboxes of their own user ids (the process limit is per user)
+        self.slots = threading.BoundedSemaphore(cfg.concurrency)
+        self.uids = range(cfg.first_uid, cfg.first_uid + cfg.uids)
+        self.busy: set[int] = set()  # user ids of the sandboxes running
+        self.turn = itertools.count()
+        if self.root:
+            reaper.adopt(self.uids)
+        self.sessions: collections.OrderedDict[str, Session] = collections.OrderedDict()
+        self.lock = threading.Lock()
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.version = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.strip()
+
+    def Describe(self, request, context) -> common_pb2.ServiceInfo:
+        return common_pb2.ServiceInfo(
+            service="sandbox",
+            backend=self.version or "bubblewrap",
+            details={
+                **{k: str(v) for k, v in sorted(self.counts.items())},
+                "sessions": str(len(self.sessions)),
+                "own_user_ids": str(self.root).lower(),
+                "settings": settings_json(self.cfg),
+            },
+        )
+
+    def Run(self, request, context) -> sandbox_pb2.RunResponse:
+        limits = self.limits(request.limits)
+        argv = list(request.argv)
+        if not argv or any(not a or "\0" in a for a in argv):
+            raise InvalidArgument("argv must name a program, with no empty argument and no NUL")
+        try:
+            files = {bwrap.check_path(k): v for k, v in request.files.items()}
+        except bwrap.Refused as e:
+            raise InvalidArgument(str(e)) from None
+        session = self._session(request.session) if request.session else None
+        with session.lock if session is not None else contextlib.nullcontext():
+            given = {**(session.files if session is not None else {}), **files}
+            self.check_files(given, limits)
+            result = self._in_slot(argv, given, request.stdin, limits, request.return_files or session is not None)
+            if session is not None and result.files is not None and not result.killed:
+                session.files, session.used = result.files, time.monotonic()
+        self.counts["runs"] += 1
+        self.counts[f"killed_{result.killed}"] += bool(result.killed)
+        return sandbox_pb2.RunResponse(
+            exit_code=result.exit_code,
+            stdout=result.stdout,
+            stderr=result.stderr,
+            wall_s=result.wall_s,
+            killed=result.killed,
+            files=result.files if request.return_files and result.files else {},
+            truncated=result.truncated,
+        )
+
+    def CloseSession(self, request, context) -> sandbox_pb2.CloseSessionResponse:
+        with self.lock:
+            return sandbox_pb2.CloseSessionResponse(closed=self.sessions.pop(request.session, None) is not None)
+
+    def limits(self, asked) -> bwrap.Limits:
+        """The request's limits: 0 takes the service's default; past a ceiling is INVALID_ARGUMENT."""
+        c = self.cfg
+        out = {}
+        for f in dataclasses.fields(bwrap.Limits):
+            default = getattr(c, SETTING.get(f.name, f.name))
+            most = c.max_wall_s if f.name == "wall_s" else default * CEILING
+            value = getattr(asked, f.name) or default
+            if not 0 < value <= most:
+                raise InvalidArgument(f"limits.{f.name}={value} must be in (0, {most:g}] (the service's ceiling)")
+            out[f.name] = type(default)(value)
+        return bwrap.Limits(**out)
+
+    def check_files(self, files: dict[str, bytes], limits: bwrap.Limits) -> None:
+        if len(files) > bwrap.MAX_FILES:
+            raise InvalidArgument(f"{len(files)} files exceed the {bwrap.MAX_FILES} a Run may carry")
+        size = sum(map(len, files.values()))
+        if size > limits.disk_mb << 20:
+            raise InvalidArgument(f"the files hold {size} bytes, more than limits.disk_mb={limits.disk_mb} MiB")
+
+    def _in_slot(self, argv, files, stdin: bytes, limits: bwrap.Limits, files_back: bool) -> bwrap.Result:
+        """Run in a free slot (waiting for one), as a user id of its own where the service is root: the next
+        of the ring not running, so a finished sandbox's last process has time to be waited for before its
+        id comes round again."""
+        with self.slots:
+            uid = self._uid()
+            try:
+                return bwrap.run(argv, files, stdin, limits, uid, files_back=files_back)
+            except OSError as e:  # the sandbox could not start (out of file descriptors, memory)
+                raise FailedPrecondition(f"the sandbox could not start: {e}") from None
+            finally:
+                with self.lock:
+                    self.busy.discard(uid)
+
+    def _uid(self) -> int | None:
+        if not self.root:
+            return None
+        with self.lock:
+            while (uid := self.uids[next(self.turn) % len(self.uids)]) in self.busy:
+                pass
+            self.busy.add(uid)
+            return uid
+
+    def _session(self, name: str) -> Session:
+        """The session's record (a new one with no files), the idle and least recently used forgotten."""
+        now = time.monotonic()
+        with self.lock:
+            for key in [k for k, s in self.sessions.items() if now - s.used > self.cfg.session_idle_s]:
+                del self.sessions[key]
+            session = self.sessions.pop(name, None) or Session({}, now)
+            self.sessions[name] = session
+            while len(self.sessions) > self.cfg.max_sessions:
+                self.sessions.popitem(last=False)
+            return session

@@ -1,0 +1,169 @@
+"""The sandbox service over real gRPC on 127.0.0.1, with real bubblewrap sandboxes: a program runs with its
+files, input and limits and says what it did; sessions keep files between Runs; and each way hostile code
+could do harm is tried (the network, the host's files and environment, a fork bomb, a memory bomb, endless
+output, a full disk, CPU and sleep past the limits, children left behind), after each of which the service
+answers the next Run as before."""
+
+import os
+import socket
+import subprocess
+import time
+
+import grpc
+import pytest
+
+from meshrl.config.sandbox import SandboxConfig
+from meshrl.errors import ServiceError
+from meshrl.rpc import Client, Server
+from meshrl.v1 import sandbox_pb2
+from services.sandbox.servicer import SandboxServicer
+
+SERVICE = sandbox_pb2.DESCRIPTOR.services_by_name["SandboxService"]
+UIDS = range(61000, 61000 + 1024)  # the sandboxes' users
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    os.environ["MESHRL_TEST_SECRET"] = "do-not-leak"  # as a run's token is in its services' environment
+    cfg = SandboxConfig(
+        concurrency=1, wall_s=5, process_limit=16, memory_mb=256, disk_mb=8, file_mb=4, output_bytes=4096
+    )
+    server = Server([SandboxServicer(cfg)]).start()
+    yield Client(server.address, SERVICE, timeout=60, retries=0)
+    server.stop(0)
+    os.environ.pop("MESHRL_TEST_SECRET")
+
+
+def run(client, code: str, **kw) -> sandbox_pb2.RunResponse:
+    files = {"main.py": code.encode(), **kw.pop("files", {})}
+    return client.call("Run", sandbox_pb2.RunRequest(argv=["python3", "main.py"], files=files, **kw))
+
+
+def fine(client) -> None:
+    """The service answers a plain Run as before."""
+    reply = run(client, "print(6 * 7)")
+    assert (reply.exit_code, reply.stdout, reply.killed) == (0, b"42\n", "")
+
+
+def left_behind() -> list[str]:
+    """Processes of the sandbox's user still on the machine."""
+    out = subprocess.run(["ps", "-e", "-o", "uid=,pid=,stat=,comm="], capture_output=True, text=True).stdout
+    out = "\n".join(line for line in out.splitlines() if int(line.split()[0]) in UIDS)
+    return [line for line in out.splitlines() if line.split()[2][0] != "Z"]  # dead, waiting to be reaped
+
+
+def test_a_program_runs_with_its_files_and_input_and_says_what_it_did(sandbox):
+    code = "import sys, os\nprint(open('data/in.txt').read() + sys.stdin.read())\nopen('out.txt', 'w').write('x')\n"
+    reply = run(sandbox, code, files={"data/in.txt": b"a"}, stdin=b"b", return_files=True)
+    assert (reply.exit_code, reply.stdout, reply.killed, reply.truncated) == (0, b"ab\n", "", False)
+    assert dict(reply.files) == {"main.py": code.encode(), "data/in.txt": b"a", "out.txt": b"x"}
+    failed = run(sandbox, "raise SystemExit(3)")
+    assert failed.exit_code == 3 and failed.wall_s > 0
+
+
+def test_a_session_keeps_its_files_between_runs_until_closed(sandbox):
+    run(sandbox, "open('notes', 'w').write('kept')", session="episode-1")
+    assert run(sandbox, "print(open('notes').read())", session="episode-1").stdout == b"kept\n"
+    assert run(sandbox, "import os; print(os.path.exists('notes'))").stdout == b"False\n"  # no session: clean
+    assert sandbox.call("CloseSession", sandbox_pb2.CloseSessionRequest(session="episode-1")).closed
+    assert run(sandbox, "import os; print(os.path.exists('notes'))", session="episode-1").stdout == b"False\n"
+
+
+def test_no_network_not_even_the_machines_loopback(sandbox):
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    code = (
+        "import socket\n"
+        f"for host in ('127.0.0.1', '10.0.0.1', 'example.org'):\n"
+        "    try:\n"
+        f"        socket.create_connection((host, {port}), timeout=2); print('reached', host)\n"
+        "    except OSError as e:\n"
+        "        print('no', host)\n"
+    )
+    reply = run(sandbox, code)
+    listener.close()
+    assert reply.stdout == b"no 127.0.0.1\nno 10.0.0.1\nno example.org\n", reply.stderr
+    fine(sandbox)
+
+
+def test_no_host_files_and_no_environment(sandbox, tmp_path):
+    secret = tmp_path / "token"
+    secret.write_text("run token")
+    code = (
+        "import os\n"
+        f"for p in ({str(secret)!r}, {os.getcwd()!r}, '/root', '/home', '/etc/passwd', '/proc/1/environ'):\n"
+        "    try:\n"
+        "        print(p, os.listdir(p) if os.path.isdir(p) else open(p).read()[:20])\n"
+        "    except OSError:\n"
+        "        print('no')\n"
+        "print(sorted(os.environ))\n"
+    )
+    reply = run(sandbox, code)
+    lines = reply.stdout.decode().splitlines()
+    assert lines[:4] == ["no"] * 4 and "run token" not in reply.stdout.decode(), lines
+    assert "do-not-leak" not in reply.stdout.decode()  # pid 1 is the sandbox's own: its environ is the same few
+    assert lines[-1] == "['HOME', 'LANG', 'PATH', 'PWD']"  # PWD: /work, where it starts
+    write = run(sandbox, "open('/usr/bin/evil', 'w')")
+    assert write.exit_code != 0 and b"Read-only file system" in write.stderr
+
+
+def test_a_fork_bomb_is_held_to_its_processes_and_leaves_nothing(sandbox):
+    bomb = "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)\n"
+    reply = run(sandbox, bomb, limits=sandbox_pb2.Limits(wall_s=2))
+    assert reply.killed == "wall"
+    time.sleep(0.5)
+    assert left_behind() == []
+    fine(sandbox)
+
+
+def test_a_memory_bomb_fails_in_the_sandbox(sandbox):
+    reply = run(sandbox, "x = bytearray(1 << 30)")
+    assert reply.exit_code != 0 and b"MemoryError" in reply.stderr
+    fine(sandbox)
+
+
+def test_endless_output_is_cut_and_stopped(sandbox):
+    reply = run(sandbox, "while True: print('y' * 100)")
+    assert (reply.killed, reply.truncated, len(reply.stdout)) == ("output", True, 4096)
+    fine(sandbox)
+
+
+def test_a_full_disk_is_the_sandboxes_own(sandbox):
+    code = "import os\nwith open('big', 'wb') as f:\n    for _ in range(64):\n        f.write(os.urandom(1 << 20))\n"
+    big = run(sandbox, code)  # past file_mb 4 (Python ignores SIGXFSZ: its write fails instead)
+    assert big.exit_code == 1 and b"File too large" in big.stderr
+    many = "import os\nfor i in range(64):\n    open(f'f{i}', 'wb').write(os.urandom(1 << 20))\n"
+    reply = run(sandbox, many)  # each file under file_mb, together past disk_mb 8
+    assert reply.exit_code != 0 and b"No space left on device" in reply.stderr
+    fine(sandbox)
+
+
+def test_cpu_and_sleep_past_the_limits_are_stopped_and_children_go_with_them(sandbox):
+    spin = run(sandbox, "while True: pass", limits=sandbox_pb2.Limits(cpu_s=1, wall_s=10))
+    assert spin.exit_code == 128 + 24 and spin.wall_s < 5  # SIGXCPU from the kernel
+    start = time.monotonic()
+    code = "import subprocess, time\nsubprocess.Popen(['sleep', '600'], start_new_session=True)\ntime.sleep(600)\n"
+    reply = run(sandbox, code, limits=sandbox_pb2.Limits(wall_s=1))
+    assert reply.killed == "wall" and time.monotonic() - start < 5
+    time.sleep(0.5)
+    assert left_behind() == []
+    fine(sandbox)
+
+
+@pytest.mark.parametrize(
+    "request_kw, says",
+    [
+        ({"argv": []}, "argv must name a program"),
+        ({"argv": ["true"], "files": {"../x": b""}}, "must be a relative path"),
+        ({"argv": ["true"], "files": {"/etc/x": b""}}, "must be a relative path"),
+        ({"argv": ["true"], "limits": sandbox_pb2.Limits(wall_s=1e6)}, "limits.wall_s"),
+        ({"argv": ["true"], "limits": sandbox_pb2.Limits(memory_mb=1 << 40)}, "limits.memory_mb"),
+        ({"argv": ["true"], "files": {"a": b"x" * (9 << 20)}}, "more than limits.disk_mb"),
+    ],
+    ids=["01-no-argv", "02-dotdot", "03-absolute", "04-wall", "05-memory", "06-files"],
+)
+def test_bad_requests_are_refused_naming_the_field(sandbox, request_kw, says):
+    with pytest.raises(ServiceError, match=says) as e:
+        sandbox.call("Run", sandbox_pb2.RunRequest(**request_kw))
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    fine(sandbox)
