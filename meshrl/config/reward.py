@@ -28,6 +28,10 @@ class RewardConfig(Checked):
     url_retries: int = 2
     """url: a request that cannot connect, times out or gets HTTP 429 or 5xx is sent again this many times
     (to the next server of the list), after 0.5 s, 1 s, 2 s ...; a 4xx or a malformed reply is not."""
+    sandbox: str | None = None
+    """HOST:PORT of a sandbox service (`meshrl serve sandbox`) where the built-in code scorer (data_source
+    "code", "apps", "codecontests", "codeforces", "taco") runs programs; a user function finds it in the
+    MESHRL_SANDBOX variable."""
     workers: int = 2
     """Worker processes for functions; 0 runs them in the service process (no timeout, no isolation)."""
     timeout: float = 10.0

@@ -1,11 +1,14 @@
 """The RewardService: decode the request, score, encode the reply. Nothing else lives here."""
 
+import os
+
 from meshrl.codec import Payload
 from meshrl.config.reward import RewardConfig
 from meshrl.errors import InvalidArgument
 from meshrl.flags import settings_json
 from meshrl.v1 import common_pb2, reward_pb2
 from services.reward.samples import build_reply, read_samples
+from services.reward.scorers.code import VAR as SANDBOX_VAR
 from services.reward.scoring import make_scorer
 
 
@@ -14,6 +17,8 @@ class RewardServicer:
 
     def __init__(self, cfg: RewardConfig):
         self.cfg = cfg
+        if cfg.sandbox:  # before the workers start: they inherit it (services/reward/scorers/code.py)
+            os.environ[SANDBOX_VAR] = cfg.sandbox
         self.scorer = make_scorer(cfg)
 
     def Describe(self, request, context) -> common_pb2.ServiceInfo:

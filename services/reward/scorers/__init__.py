@@ -10,12 +10,13 @@ explicit table (no registration at import time).
 - boxed_math: competition math, the last \\boxed{...} answer checked for equivalence with math-verify.
 - format_reward: whether the response follows a required layout (R1-style think/answer, or a row's regex).
 - visual: the bundled visual task (meshrl/tiny/visual.py), the shape named on the response's first line.
+- code: the response's program run against the row's test cases in the sandbox service (reward.sandbox).
 """
 
 from collections.abc import Callable
 from typing import Any
 
-from services.reward.scorers import arithmetic, boxed_math, format_reward, gsm8k, visual
+from services.reward.scorers import arithmetic, boxed_math, code, format_reward, gsm8k, visual
 
 # compute_score(data_source, solution_str, ground_truth, extra_info) of each
 BY_DATA_SOURCE: dict[str, Callable[[Any, str, Any, Any], Any]] = {
@@ -28,6 +29,7 @@ BY_DATA_SOURCE: dict[str, Callable[[Any, str, Any, Any], Any]] = {
     "math": boxed_math.compute_score,
     "format": format_reward.compute_score,
     "visual": visual.compute_score,  # the bundled visual task (meshrl/tiny/visual.py)
+    **dict.fromkeys(("code", "codecontests", "apps", "codeforces", "taco"), code.compute_score),  # verl's names
 }
 
 
