@@ -4,12 +4,15 @@ no actor rank outlives its rank 0.
 The parent puts its pid in MESHRL_PARENT_PID (child_env); the child calls die_with_parent() first
 thing. On Linux the kernel then sends the child SIGTERM when the parent dies, kill -9 included (the
 services stop cleanly on SIGTERM); a parent already gone is noticed at once. Elsewhere nothing is done.
+serve_child starts a service as such a child of a service (the reward service's own sandbox service).
 """
 
 import ctypes
 import os
 import signal
+import subprocess
 import sys
+import threading
 
 VAR = "MESHRL_PARENT_PID"
 PR_SET_PDEATHSIG = 1
@@ -30,3 +33,32 @@ def die_with_parent() -> bool:
     if os.getppid() != int(parent):  # it died before the signal was armed
         os.kill(os.getpid(), signal.SIGTERM)
     return True
+
+
+def serve_child(args: list[str], timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
+    """`meshrl serve ARGS --port 0` as a child that dies with this process, and the address it listens on;
+    RuntimeError when it does not start. What it prints after that goes to this process's stderr."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli", "serve", *args, "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+        start_new_session=True,  # Ctrl-C reaches its parent, which stops it
+    )
+    assert proc.stdout is not None
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    try:
+        for line in proc.stdout:
+            if "listening on" in line:
+                threading.Thread(target=_forward, args=(proc.stdout,), daemon=True).start()
+                return proc, line.split()[-1]
+            sys.stderr.write(line)
+    finally:
+        timer.cancel()
+    raise RuntimeError(f"`meshrl serve {' '.join(args)}` did not start (exit code {proc.wait()})")
+
+
+def _forward(stream) -> None:
+    for line in stream:  # a pipe nobody reads would block its writer
+        sys.stderr.write(line)

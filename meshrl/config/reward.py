@@ -30,8 +30,8 @@ class RewardConfig(Checked):
     (to the next server of the list), after 0.5 s, 1 s, 2 s ...; a 4xx or a malformed reply is not."""
     sandbox: str | None = None
     """HOST:PORT of a sandbox service (`meshrl serve sandbox`) where the built-in code scorer (data_source
-    "code", "apps", "codecontests", "codeforces", "taco") runs programs; a user function finds it in the
-    MESHRL_SANDBOX variable."""
+    "code", "apps", "codecontests", "codeforces", "taco") runs programs, or "auto": the reward service starts
+    one of its own, on its machine; a user function finds the address in the MESHRL_SANDBOX variable."""
     workers: int = 2
     """Worker processes for functions; 0 runs them in the service process (no timeout, no isolation)."""
     timeout: float = 10.0

@@ -2,13 +2,14 @@
 
 import os
 
+from meshrl.clients.sandbox import VAR as SANDBOX_VAR
 from meshrl.codec import Payload
 from meshrl.config.reward import RewardConfig
 from meshrl.errors import InvalidArgument
 from meshrl.flags import settings_json
+from meshrl.lifeline import serve_child
 from meshrl.v1 import common_pb2, reward_pb2
 from services.reward.samples import build_reply, read_samples
-from services.reward.scorers.code import VAR as SANDBOX_VAR
 from services.reward.scoring import make_scorer
 
 
@@ -17,8 +18,11 @@ class RewardServicer:
 
     def __init__(self, cfg: RewardConfig):
         self.cfg = cfg
+        self.sandbox = None  # a sandbox service of its own (--sandbox auto), stopped with this one
+        if cfg.sandbox == "auto":
+            self.sandbox, address = serve_child(["sandbox"])
         if cfg.sandbox:  # before the workers start: they inherit it (services/reward/scorers/code.py)
-            os.environ[SANDBOX_VAR] = cfg.sandbox
+            os.environ[SANDBOX_VAR] = address if self.sandbox is not None else cfg.sandbox
         self.scorer = make_scorer(cfg)
 
     def Describe(self, request, context) -> common_pb2.ServiceInfo:
@@ -47,3 +51,6 @@ class RewardServicer:
 
     def close(self):
         self.scorer.close()
+        if self.sandbox is not None:
+            self.sandbox.terminate()
+            self.sandbox.wait()

@@ -1,7 +1,9 @@
-"""Code graded by running it (services/reward/scorers/code.py) in a real sandbox service over gRPC: verl's
+"""Code run in a real sandbox service over gRPC. Graded (services/reward/scorers/code.py): verl's
 stdin/stdout cases, APPS's call cases and MBPP's asserts, partial credit as the fraction passed, a program
 that ends its test early or never ends failing its cases, and a sandbox that cannot be reached failing the
-sample, through the reward service's own workers."""
+sample, through the reward service's own workers and with a sandbox of its own (--sandbox auto). As tools
+(services/env/code_tools.py): python and bash calls of an episode in the env service's worker processes,
+sharing its files until it closes."""
 
 import json
 
@@ -9,11 +11,13 @@ import pytest
 import torch
 
 from meshrl.codec import Payload
+from meshrl.config.env import EnvConfig
 from meshrl.config.reward import RewardConfig
 from meshrl.config.sandbox import SandboxConfig
 from meshrl.dataproto import DataProto
-from meshrl.rpc import Server
-from meshrl.v1 import reward_pb2
+from meshrl.rpc import Client, Server
+from meshrl.v1 import env_pb2, reward_pb2
+from services.env.servicer import EnvServicer
 from services.reward.scorers import code, default_compute_score
 from services.reward.servicer import RewardServicer
 from services.sandbox.servicer import SandboxServicer
@@ -87,3 +91,32 @@ def test_the_reward_service_workers_grade_code_in_the_sandbox(sandbox):
         assert reply.data.batch["scores"].tolist() == [1.0, 0.0, 0.0]
     finally:
         servicer.scorer.close()
+
+
+def test_a_reward_service_with_sandbox_auto_starts_and_stops_its_own(monkeypatch):
+    monkeypatch.delenv(code.VAR, raising=False)
+    servicer = RewardServicer(RewardConfig(workers=0, sandbox="auto"))
+    try:
+        assert servicer.sandbox is not None and servicer.sandbox.poll() is None
+        assert score("print(int(input()) * 2)", DOUBLE)["acc"]  # in this process (workers=0): its variable
+    finally:
+        servicer.close()
+    assert servicer.sandbox.returncode is not None
+
+
+def test_code_tools_share_an_episodes_files_in_the_env_services_workers(address):
+    env = EnvServicer(EnvConfig(module="services.env.code_tools:CodeTools", processes=1, step_timeout=30))
+    server = Server([env]).start()
+    client = Client(server.address, env_pb2.DESCRIPTOR.services_by_name["EnvService"], timeout=60, retries=0)
+    try:
+        episode = client.call("Reset", env_pb2.ResetRequest(task_json="{}")).episode_id
+        write = "I will save it.\n```python\nopen('n.txt', 'w').write(str(6 * 7))\nprint('saved')\n```\n"
+        reply = client.call("Step", env_pb2.StepRequest(episode_id=episode, action=write))
+        assert (reply.observation, reply.done) == ("```output\nsaved\n\n```\n", False)
+        call = json.dumps([{"name": "bash", "arguments": {"command": "cat n.txt; exit 3"}}])
+        reply = client.call("Step", env_pb2.StepRequest(episode_id=episode, action="", tool_calls_json=call))
+        assert list(reply.tool_results) == ["42\n[exit code 3]"]
+        assert client.call("Step", env_pb2.StepRequest(episode_id=episode, action="The answer is 42.")).done
+    finally:
+        server.stop(0)
+        env.close()

@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
 import re
 import secrets
 
-from meshrl.rpc import Client
+from meshrl.clients import sandbox
+from meshrl.clients.sandbox import VAR
 from meshrl.v1 import sandbox_pb2
 
-VAR = "MESHRL_SANDBOX"  # host:port of the sandbox service, set by the reward service from --sandbox
 CASE_S = 5.0
 MOST_AT_ONCE = 8  # a sample's cases run side by side, at most this many
 FENCE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.S)
@@ -40,19 +39,6 @@ import json as _json, sys as _sys
 _args = _json.loads(_sys.stdin.read())
 print(_json.dumps({fn}(*_args)))
 """
-
-_client: Client | None = None
-
-
-def client() -> Client:
-    """The sandbox service's client (one a process), from MESHRL_SANDBOX."""
-    global _client
-    address = os.environ.get(VAR, "")
-    if not address:
-        raise RuntimeError(f"no sandbox service: start one (meshrl serve sandbox) and pass --sandbox HOST:PORT ({VAR})")
-    if _client is None or _client.address != address:
-        _client = Client(address, sandbox_pb2.DESCRIPTOR.services_by_name["SandboxService"], timeout=120)
-    return _client
 
 
 def program(response: str) -> str:
@@ -101,12 +87,10 @@ def passes(code: str, kind: str, case, seconds: float) -> bool:
     return reply.exit_code == 0 and reply.stdout.decode(errors="replace").rstrip().endswith(mark)
 
 
-def run(code: str, stdin: bytes, limits) -> sandbox_pb2.RunResponse:
+def run(code: str, stdin: bytes, limits: sandbox_pb2.Limits) -> sandbox_pb2.RunResponse:
     request = sandbox_pb2.RunRequest(argv=["python3", "main.py"], files={"main.py": code.encode()}, stdin=stdin)
     request.limits.CopyFrom(limits)
-    reply = client().call("Run", request)
-    assert isinstance(reply, sandbox_pb2.RunResponse)
-    return reply
+    return sandbox.run(request)
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
@@ -118,3 +102,6 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     with concurrent.futures.ThreadPoolExecutor(min(MOST_AT_ONCE, len(tests))) as pool:
         passed = sum(pool.map(lambda case: passes(code, kind, case, seconds), tests))
     return {"score": passed / len(tests), "acc": passed == len(tests), "passed": passed, "total": len(tests)}
+
+
+__all__ = ["VAR", "compute_score"]
