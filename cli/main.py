@@ -26,17 +26,11 @@ def cmd_make_model(args) -> int:
 
 
 def cmd_make_data(args) -> int:
-    from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
+    """A bundled task's parquet files (args.task: the meshrl.tiny module that writes it)."""
+    import importlib
 
-    for split, path in make_data(args.out, dataclass_from_args(ArithmeticConfig, args)).items():
-        print(f"{split}: {path}")
-    return 0
-
-
-def cmd_make_visual_data(args) -> int:
-    from meshrl.tiny.visual import VisualConfig, make_data
-
-    for split, path in make_data(args.out, dataclass_from_args(VisualConfig, args)).items():
+    module = importlib.import_module(f"meshrl.tiny.{args.task}")
+    for split, path in module.make_data(args.out, dataclass_from_args(args.config, args)).items():
         print(f"{split}: {path}")
     return 0
 
@@ -278,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
 def add_making_parsers(sub) -> None:
     """make-model and make-data: the tiny models and data, built here."""
     from meshrl.tiny.arithmetic import ArithmeticConfig
+    from meshrl.tiny.code import CodeConfig
     from meshrl.tiny.models import TinyModelConfig
     from meshrl.tiny.visual import VisualConfig
 
@@ -285,14 +280,20 @@ def add_making_parsers(sub) -> None:
     p.add_argument("out", help="output folder")
     add_dataclass_flags(p, TinyModelConfig)
     p.set_defaults(fn=cmd_make_model)
-    p = sub.add_parser("make-data", help="write the arithmetic task as parquet (verl schema)")
-    p.add_argument("out", help="output folder for train.parquet and test.parquet")
-    add_dataclass_flags(p, ArithmeticConfig)
-    p.set_defaults(fn=cmd_make_data)
-    p = sub.add_parser("make-visual-data", help="write the visual task (name a drawn shape) as parquet with images")
-    p.add_argument("out", help="output folder for train.parquet and test.parquet")
-    add_dataclass_flags(p, VisualConfig)
-    p.set_defaults(fn=cmd_make_visual_data)
+    tasks = {
+        "make-data": ("arithmetic", ArithmeticConfig, "the arithmetic task as parquet (verl schema)"),
+        "make-visual-data": ("visual", VisualConfig, "the visual task (name a drawn shape) as parquet with images"),
+        "make-code-data": (
+            "code",
+            CodeConfig,
+            "the code task (write f(x) for a described mapping), graded by running it",
+        ),
+    }
+    for command, (task, config, what) in tasks.items():
+        p = sub.add_parser(command, help=f"write {what}")
+        p.add_argument("out", help="output folder for train.parquet and test.parquet")
+        add_dataclass_flags(p, config)
+        p.set_defaults(fn=cmd_make_data, task=task, config=config)
 
 
 def add_certs_parser(sub) -> None:

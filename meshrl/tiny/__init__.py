@@ -5,4 +5,5 @@
 - arithmetic: the bundled arithmetic task as parquet in verl's schema.
 - bpe: a byte-level BPE tokenizer with a ChatML chat template (tool roles too), trained locally on a task's text.
 - visual: the bundled visual task (name a drawn shape's colour and kind) as parquet in verl's multimodal schema.
+- code: the bundled code task (write f(x) for a described mapping), graded by running it in the sandbox.
 """

@@ -8,14 +8,16 @@ ground_truth, a JSON string or its object, in the shapes users' code data has:
   line by line, ends of lines and of the text ignored;
 - call cases (APPS's and TACO's call-based rows): the same with "fn_name"; each input is the function's
   arguments (a JSON list), its result is compared with the output as JSON (an output of one value in a
-  list, as APPS writes them, also matches that value);
+  list, as APPS writes them, also matches that value). All of a sample's calls run in one sandbox, one
+  after another, within one time limit (a sandbox a case would cost its start each time); the results come
+  back behind a mark the program cannot know in advance (one that reads its own file could forge them);
 - assert-style tests (MBPP's test_list, HumanEval's checks): {"asserts": [...]} or a plain list of
   statements, each run after the program; it passes when the process ends 0 having printed a mark the
   test writes after its assert (a program that exits early does not pass; one that reads the mark from its
   own file could, as in the peers' sandboxes: one process holds both).
 
 The program is the last ```python (or plain ```) block of the response, or the whole response without one.
-Each case has `extra_info["timeout"]` seconds of wall and CPU time (default CASE_S). A case the sandbox
+Each sandbox has `extra_info["timeout"]` seconds of wall and CPU time (default CASE_S). A case the sandbox
 could not run (unreachable, refusing) raises: the sample fails and the reward service counts it failed
 (reward.on_error), never a silent 0.
 """
@@ -34,10 +36,15 @@ from meshrl.v1 import sandbox_pb2
 CASE_S = 5.0
 MOST_AT_ONCE = 8  # a sample's cases run side by side, at most this many
 FENCE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.S)
-CALL = """
+CALLS = """
 import json as _json, sys as _sys
-_args = _json.loads(_sys.stdin.read())
-print(_json.dumps({fn}(*_args)))
+_out = []
+for _args in _json.loads(_sys.stdin.read()):
+    try:
+        _out.append([True, {fn}(*_args)])
+    except Exception:
+        _out.append([False, None])
+print({mark!r} + _json.dumps(_out))
 """
 
 
@@ -72,19 +79,30 @@ def passes(code: str, kind: str, case, seconds: float) -> bool:
         given, want = case
         reply = run(code, str(given).encode(), limits)
         return reply.exit_code == 0 and lines(reply.stdout.decode(errors="replace")) == lines(str(want))
-    if kind == "call":
-        fn, args, want = case
-        reply = run(code + CALL.format(fn=fn), json.dumps(args).encode(), limits)
-        if reply.exit_code != 0:
-            return False
-        try:
-            got = json.loads(reply.stdout.decode(errors="replace").strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            return False
-        return got == want or (isinstance(want, list) and len(want) == 1 and got == want[0])
     mark = secrets.token_hex(8)
     reply = run(f"{code}\n\n{case}\nprint({mark!r})\n", b"", limits)
     return reply.exit_code == 0 and reply.stdout.decode(errors="replace").rstrip().endswith(mark)
+
+
+def calls(code: str, tests: list, seconds: float) -> int:
+    """Call cases, all in one sandbox (one program, its calls in turn, one time limit): how many passed.
+    The results come back on a line behind a mark the program cannot know before it runs."""
+    mark = secrets.token_hex(8)
+    harness = code + CALLS.format(fn=tests[0][0], mark=mark)
+    reply = run(
+        harness, json.dumps([args for _, args, _ in tests]).encode(), sandbox_pb2.Limits(wall_s=seconds, cpu_s=seconds)
+    )
+    last = reply.stdout.decode(errors="replace").rstrip().rsplit("\n", 1)[-1]
+    if reply.exit_code != 0 or not last.startswith(mark):
+        return 0
+    try:
+        results = json.loads(last[len(mark) :])
+    except ValueError:
+        return 0
+    return sum(
+        ok and (got == want or (isinstance(want, list) and len(want) == 1 and got == want[0]))
+        for (ok, got), (_, _, want) in zip(results, tests)
+    )
 
 
 def run(code: str, stdin: bytes, limits: sandbox_pb2.Limits) -> sandbox_pb2.RunResponse:
@@ -99,8 +117,11 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
         raise ValueError("ground_truth holds no test cases")
     seconds = float((extra_info or {}).get("timeout") or CASE_S)
     code = program(solution_str)
-    with concurrent.futures.ThreadPoolExecutor(min(MOST_AT_ONCE, len(tests))) as pool:
-        passed = sum(pool.map(lambda case: passes(code, kind, case, seconds), tests))
+    if kind == "call":
+        passed = calls(code, tests, seconds)
+    else:
+        with concurrent.futures.ThreadPoolExecutor(min(MOST_AT_ONCE, len(tests))) as pool:
+            passed = sum(pool.map(lambda case: passes(code, kind, case, seconds), tests))
     return {"score": passed / len(tests), "acc": passed == len(tests), "passed": passed, "total": len(tests)}
 
 
