@@ -2,8 +2,9 @@
 files, input and limits and says what it did; sessions keep files between Runs; and each way hostile code
 could do harm is tried (the network, the host's files and environment, a fork bomb, a memory bomb, endless
 output, a full disk, CPU and sleep past the limits, children left behind), after each of which the service
-answers the next Run as before."""
+answers the next Run as before; and a service killed mid-Run leaves no sandbox behind."""
 
+import concurrent.futures
 import os
 import socket
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 
 from meshrl.config.sandbox import SandboxConfig
 from meshrl.errors import ServiceError
+from meshrl.lifeline import serve_child
 from meshrl.rpc import Client, Server
 from meshrl.v1 import sandbox_pb2
 from services.sandbox.servicer import SandboxServicer
@@ -167,3 +169,27 @@ def test_bad_requests_are_refused_naming_the_field(sandbox, request_kw, says):
         sandbox.call("Run", sandbox_pb2.RunRequest(**request_kw))
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
     fine(sandbox)
+
+
+def test_a_killed_service_leaves_no_sandbox_behind():
+    """SIGKILL of the service (as of a whole run) in the middle of Runs: bubblewrap's --die-with-parent takes
+    every sandbox with it, and nothing was on the host's disk to sweep."""
+    proc, address = serve_child(["sandbox", "--concurrency", "2"])
+    client = Client(address, SERVICE, timeout=60, retries=0)
+    sleeper = "import subprocess, time\nsubprocess.Popen(['sleep', '600'], start_new_session=True)\ntime.sleep(600)\n"
+    pool = concurrent.futures.ThreadPoolExecutor(2)
+    calls = [pool.submit(run, client, sleeper, limits=sandbox_pb2.Limits(wall_s=600)) for _ in range(2)]
+    deadline = time.monotonic() + 30
+    while len(left_behind()) < 4 and time.monotonic() < deadline:  # two sandboxes, each a sleep inside
+        time.sleep(0.1)
+    assert len(left_behind()) >= 4
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while left_behind() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left_behind() == []
+    for call in calls:
+        with pytest.raises(ServiceError):
+            call.result(timeout=30)
+    pool.shutdown()
