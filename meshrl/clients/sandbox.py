@@ -10,6 +10,7 @@ from meshrl.rpc import Client
 from meshrl.v1 import sandbox_pb2
 
 VAR = "MESHRL_SANDBOX"  # set by the reward service from --sandbox; by hand for the env service
+CODE_SOURCES = ("code", "apps", "codecontests", "codeforces", "taco")  # the built-in code scorer's (verl's names)
 _client: Client | None = None
 
 

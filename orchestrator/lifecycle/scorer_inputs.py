@@ -4,7 +4,8 @@
 
 The scorer is the built-in rules (reward.function unset) or the user's function, whose signature is read
 from its file (not run: running user code is the reward service's job, in its own processes) and told
-apart by meshrl/reward_forms.py: a function of neither form stops the run here. The rules and a verl
+apart by meshrl/reward_forms.py: a function of neither form stops the run here. Rows the built-in code
+scorer grades need reward.sandbox. The rules and a verl
 function that declares ground_truth without a default take a ground truth; rows without one (a TRL
 dataset's `solution` column, say, with no data.answer_key naming it) would score 0 every time, and train on
 nothing, so that stops the run. A TRL-form function reads the dataset's columns by name: a column it
@@ -16,6 +17,7 @@ import dataclasses
 import pathlib
 
 from meshrl import reward_forms
+from meshrl.clients.sandbox import CODE_SOURCES
 from meshrl.rows import plain, read_rows
 from orchestrator.config import Config
 
@@ -73,6 +75,7 @@ def check_rows(cfg: Config, needs: Needs, key: str, path: pathlib.Path) -> None:
                 f"the dataset's columns by name; columns: {columns})"
             )
         return
+    check_sandbox(cfg, key, frame)
     if not needs.ground_truth:
         return
     answer_key = cfg.data.answer_key
@@ -86,4 +89,17 @@ def check_rows(cfg: Config, needs: Needs, key: str, path: pathlib.Path) -> None:
         raise ValueError(
             f"{key} has no ground truth in any row (reward_model.ground_truth) and {needs.what} takes one: "
             f"set data.answer_key to the column holding the answers (columns: {columns}){own or ''}"
+        )
+
+
+def check_sandbox(cfg: Config, key: str, frame) -> None:
+    """Rows the built-in code scorer grades (by data_source) need a sandbox service to run their programs in:
+    without reward.sandbox each would fail at the first step, after every service has started."""
+    if cfg.reward.function or cfg.reward.sandbox or "data_source" not in frame.columns:
+        return
+    code = sorted({str(s) for s in frame["data_source"]} & set(CODE_SOURCES))
+    if code:
+        raise ValueError(
+            f"{key} has rows of data_source {code[0]!r}, which the built-in code scorer grades by running them in "
+            "a sandbox: set reward.sandbox=auto (the reward service starts one) or HOST:PORT of `meshrl serve sandbox`"
         )

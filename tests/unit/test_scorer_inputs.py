@@ -73,6 +73,19 @@ def test_the_bundled_verl_data_passes(tiny_lm, arithmetic_data, tmp_path):
     checked(tiny_lm, arithmetic_data["train"], reward_file(tmp_path, VERL_FN, "compute_score"))
 
 
+def test_code_rows_for_the_built_in_scorer_need_a_sandbox(tiny_lm, tmp_path):
+    """Rows the built-in code scorer grades would each fail at the first step without a sandbox to run in."""
+    from meshrl.tiny.code import CodeConfig, make_data
+
+    data = make_data(tmp_path / "code", CodeConfig(num_test=10))
+    with pytest.raises(
+        ValueError, match=r"data.train_files has rows of data_source 'code', .* set reward.sandbox=auto"
+    ):
+        checked(tiny_lm, data["train"])
+    checked(tiny_lm, data["train"], "reward.sandbox=auto")
+    checked(tiny_lm, data["train"], reward_file(tmp_path, VERL_FN, "compute_score"))  # a function of the user's
+
+
 def test_a_trl_function_is_checked_against_the_columns_without_running_it(tiny_lm, trl_data, tmp_path):
     checked(tiny_lm, trl_data, reward_file(tmp_path, TRL_FN, "accuracy_reward"))  # TRL's data, TRL's function
     with pytest.raises(

@@ -16,6 +16,7 @@ explicit table (no registration at import time).
 from collections.abc import Callable
 from typing import Any
 
+from meshrl.clients.sandbox import CODE_SOURCES
 from services.reward.scorers import arithmetic, boxed_math, code, format_reward, gsm8k, visual
 
 # compute_score(data_source, solution_str, ground_truth, extra_info) of each
@@ -29,7 +30,7 @@ BY_DATA_SOURCE: dict[str, Callable[[Any, str, Any, Any], Any]] = {
     "math": boxed_math.compute_score,
     "format": format_reward.compute_score,
     "visual": visual.compute_score,  # the bundled visual task (meshrl/tiny/visual.py)
-    **dict.fromkeys(("code", "codecontests", "apps", "codeforces", "taco"), code.compute_score),  # verl's names
+    **dict.fromkeys(CODE_SOURCES, code.compute_score),  # run in the sandbox service
 }
 
 
