@@ -21,8 +21,9 @@ class SandboxConfig(Checked):
     file_mb: int = 16
     """The largest file a sandbox may write, MiB, when the request sets none."""
     disk_mb: int = 64
-    """All a sandbox may write (/work and /tmp together, each a memory-backed file system of this size),
-    MiB, when the request sets none; a session's kept files count against it."""
+    """What a sandbox may write in /work, and in /tmp and /dev/shm, each a memory-backed file system of this
+    size (MiB), when the request sets none; the rest of its file system is read-only. A session's kept files
+    count against /work's."""
     output_bytes: int = 1 << 20
     """stdout and stderr kept, each, when the request sets none; a program writing more is stopped."""
     max_wall_s: float = 600.0

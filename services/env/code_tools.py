@@ -18,7 +18,10 @@ from __future__ import annotations
 import re
 import uuid
 
+import grpc
+
 from meshrl.clients import sandbox
+from meshrl.errors import ServiceError
 from meshrl.v1 import sandbox_pb2
 
 BLOCK = re.compile(r"```(python|bash)[ \t]*\n(.*?)(?:```|$)", re.S)
@@ -63,7 +66,12 @@ class CodeTools:
         """One call in the episode's sandbox session: what it printed, and why it ended if not 0."""
         self.calls += 1
         request = sandbox_pb2.RunRequest(argv=argv, files={argv[1]: text.encode()}, session=self.session)
-        reply = sandbox.run(request)
+        try:
+            reply = sandbox.run(request)
+        except ServiceError as e:
+            if e.code not in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
+                raise  # the sandbox is not there: the episode is lost, not scored
+            return f"error: {e.details}"  # its own doing (a full /work, too many files): the policy's to read
         out = (reply.stdout + reply.stderr).decode(errors="replace")[-OUTPUT_CHARS:]
         if reply.killed:
             out += f"\n[stopped: past its {'time' if reply.killed == 'wall' else 'output'} limit]"

@@ -9,16 +9,17 @@ new sandbox:
 - namespaces of its own for users, processes, network (nothing but its own loopback: no host, no
   127.0.0.1 of the machine), IPC, host name and cgroups; no nested user namespaces; its own session (no
   terminal to type into); killed with everything in it when the service dies (--die-with-parent);
-- a file system of the system's programs and libraries (/usr, /bin, /lib, read-only), a fresh /proc and
-  /dev, and /work and /tmp as memory-backed file systems of disk_mb each: nothing of the host's files, the
-  run's folder or its token; its input files copied in (bubblewrap's --file), its files read back out
-  of /work as a tar stream written after the program ends (by the sandbox's own shell: what comes back is
-  no more than the program itself could have written);
+- a file system of the system's programs and libraries (/usr, /bin, /lib), a fresh /proc and /dev, all
+  read-only, and /work, /tmp and /dev/shm as memory-backed file systems of disk_mb each: nothing of the
+  host's files, the run's folder or its token; its input files copied in (bubblewrap's --file), its files
+  read back out of /work as a tar stream written after the program ends (by the sandbox's own shell: what
+  comes back is no more than the program itself could have written);
 - no environment but PATH, HOME=/work and LANG;
-- kernel limits set before it starts (prlimit): CPU seconds, address space and file size per process, and
-  processes per user. Run as root (as the service is in its image), each sandbox slot is its own user id,
-  so the process limit is the sandbox's own; otherwise it would count all the user's processes, and is
-  not set.
+- kernel limits set before it starts (prlimit): CPU seconds, address space, file size, open files and no
+  core files per process, and processes per user (not memory or CPU for the sandbox as a whole: that
+  would take a cgroup per sandbox, not built). Run as root (as the service is in its image), each sandbox
+  is its own user id, so the process limit is the sandbox's own; otherwise it would count all the user's
+  processes, and is not set.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from services.sandbox import reaper
 SYSTEM = ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc/alternatives")  # read-only where they exist
 PATH = "/usr/local/bin:/usr/bin:/bin"
 MAX_FILES = 1000  # files in or out of one Run
+MAX_PATH = 1024  # characters of a file's path: every path is on bubblewrap's command line
 
 
 class Refused(ValueError):
@@ -79,6 +81,8 @@ def check_path(name: str) -> str:
     parts = pathlib.PurePosixPath(name).parts
     if not name or name.startswith("/") or "\0" in name or any(p in ("..", ".") for p in parts):
         raise Refused(f"files: {name[:80]!r} must be a relative path inside /work (no '..')")
+    if len(name) > MAX_PATH or max(len(p) for p in parts) > 255:
+        raise Refused(f"files: {name[:80]!r}... is longer than {MAX_PATH} characters (or a part than 255)")
     return "/".join(parts)
 
 
@@ -91,7 +95,9 @@ def command(argv: list[str], limits: Limits, files: dict[str, int], out_fd: int 
     line = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"] if uid is not None else []
     cpu = math.ceil(limits.cpu_s)  # SIGXCPU at the soft limit, SIGKILL a second later for one that ignores it
     line += ["prlimit", f"--cpu={cpu}:{cpu + 1}", f"--as={limits.memory_mb << 20}"]
-    line += [f"--fsize={limits.file_mb << 20}", *([f"--nproc={limits.processes}"] if uid is not None else []), "--"]
+    nofile = max(256, len(files) + 64)  # the input files' descriptors come in open
+    line += [f"--fsize={limits.file_mb << 20}", f"--nofile={nofile}", "--core=0"]
+    line += [*([f"--nproc={limits.processes}"] if uid is not None else []), "--"]
     line += [
         "bwrap",
         "--unshare-all",
@@ -103,13 +109,16 @@ def command(argv: list[str], limits: Limits, files: dict[str, int], out_fd: int 
     ]
     for path in SYSTEM:
         line += ["--ro-bind-try", path, path]
-    line += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/work", "--size", size, "--tmpfs", "/tmp"]
+    line += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm"]
+    line += ["--size", size, "--tmpfs", "/work", "--size", size, "--tmpfs", "/tmp"]
     line += ["--setenv", "PATH", PATH, "--setenv", "HOME", "/work", "--setenv", "LANG", "C.UTF-8"]
     line += ["--hostname", "sandbox", "--chdir", "/work"]
     for d in sorted({str(pathlib.PurePosixPath(n).parent) for n in files} - {"."}):
         line += ["--dir", f"/work/{d}"]
     for name, fd in files.items():
         line += ["--file", str(fd), f"/work/{name}"]
+    # bubblewrap's root and /dev are memory-backed and unsized: read-only, the sized mounts above stay writable
+    line += ["--remount-ro", "/dev", "--remount-ro", "/"]
     if out_fd is None:
         return [*line, "--", *argv]  # bubblewrap runs it itself, found on PATH
     # the program gets no copy of the stream's pipe; the shell writes /work to it once the program ends
@@ -168,9 +177,10 @@ class Capped:
 def run(argv: list[str], files: dict[str, bytes], stdin: bytes, limits: Limits, uid: int | None, *, files_back: bool):
     """Run argv in a new sandbox (as user `uid` where the service is root); the Result."""
     out_r, out_w = os.pipe() if files_back else (None, None)
-    fds = memfds(files)
+    fds: dict[str, int] = {}
     start = time.monotonic()
     try:
+        fds = memfds(files)
         with reaper.lock:  # its pid is ours to wait for before the reaper looks again
             proc = subprocess.Popen(
                 command(argv, limits, fds, out_w, uid),
@@ -181,6 +191,10 @@ def run(argv: list[str], files: dict[str, bytes], stdin: bytes, limits: Limits, 
                 start_new_session=True,  # a group of its own: the kill takes bubblewrap and so the sandbox
             )
             reaper.running.add(proc.pid)
+    except BaseException:
+        if out_r is not None:
+            os.close(out_r)
+        raise
     finally:
         for fd in (*fds.values(), *([out_w] if out_w is not None else [])):
             os.close(fd)
@@ -206,7 +220,7 @@ def _finish(proc: subprocess.Popen, stdin: bytes, limits: Limits, start: float, 
     proc.stderr.close()
     threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
     # a timer rather than wait(timeout): that polls with sleeps of up to 50 ms, ~13 ms late a Run here
-    timer = threading.Timer(limits.wall_s, lambda: proc.returncode is None and stop("wall"))
+    timer = threading.Timer(limits.wall_s, lambda: None if proc.returncode is not None else stop("wall"))
     timer.start()
     proc.wait()
     timer.cancel()
@@ -236,8 +250,17 @@ def unpack(stream: bytes) -> dict[str, bytes]:
                 if member.isfile() and len(files) < MAX_FILES:
                     name = member.name.removeprefix("./")
                     reader = tar.extractfile(member)
-                    if reader is not None and name and ".." not in name.split("/"):
+                    if reader is not None and name and ".." not in name.split("/") and readable(name):
                         files[name] = reader.read()
     except tarfile.TarError:
         return {}
     return files
+
+
+def readable(name: str) -> bool:
+    """A name protobuf can carry (UTF-8): a program may write others, which are left out."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -54,6 +54,16 @@ class SandboxServicer:
         self.lock = threading.Lock()
         self.counts: collections.Counter[str] = collections.Counter()
         self.version = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.strip()
+        self.self_test()
+
+    def self_test(self) -> None:
+        """One sandbox at start: where this machine refuses them (no user namespaces: a container's seccomp
+        profile, a sysctl) every Run would fail the same way, and its programs would score 0."""
+        limits = bwrap.Limits(5.0, 5.0, 256, 16, 1, 1, 4096)
+        result = self._in_slot(["true"], {}, b"", limits, False)
+        if result.exit_code != 0:
+            why = result.stderr.decode(errors="replace").strip()
+            raise RuntimeError(f"a sandbox cannot start on this machine (exit code {result.exit_code}): {why}")
 
     def Describe(self, request, context) -> common_pb2.ServiceInfo:
         return common_pb2.ServiceInfo(

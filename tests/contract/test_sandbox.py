@@ -105,8 +105,9 @@ def test_no_host_files_and_no_environment(sandbox, tmp_path):
     assert lines[:4] == ["no"] * 4 and "run token" not in reply.stdout.decode(), lines
     assert "do-not-leak" not in reply.stdout.decode()  # pid 1 is the sandbox's own: its environ is the same few
     assert lines[-1] == "['HOME', 'LANG', 'PATH', 'PWD']"  # PWD: /work, where it starts
-    write = run(sandbox, "open('/usr/bin/evil', 'w')")
-    assert write.exit_code != 0 and b"Read-only file system" in write.stderr
+    for where in ("/usr/bin/evil", "/evil", "/dev/evil"):  # bubblewrap's own root and /dev are read-only too
+        write = run(sandbox, f"open({where!r}, 'w')")
+        assert write.exit_code != 0 and b"Read-only file system" in write.stderr, where
 
 
 def test_a_fork_bomb_is_held_to_its_processes_and_leaves_nothing(sandbox):
@@ -137,6 +138,8 @@ def test_a_full_disk_is_the_sandboxes_own(sandbox):
     many = "import os\nfor i in range(64):\n    open(f'f{i}', 'wb').write(os.urandom(1 << 20))\n"
     reply = run(sandbox, many)  # each file under file_mb, together past disk_mb 8
     assert reply.exit_code != 0 and b"No space left on device" in reply.stderr
+    shm = run(sandbox, many.replace("f'f{i}'", "f'/dev/shm/f{i}'"))  # memory-backed too, and as bounded
+    assert shm.exit_code != 0 and b"No space left on device" in shm.stderr
     fine(sandbox)
 
 

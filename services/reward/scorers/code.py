@@ -97,12 +97,12 @@ def calls(code: str, tests: list, seconds: float) -> int:
         return 0
     try:
         results = json.loads(last[len(mark) :])
-    except ValueError:
+        return sum(
+            ok is True and (got == want or (isinstance(want, list) and len(want) == 1 and got == want[0]))
+            for (ok, got), (_, _, want) in zip(results, tests)
+        )
+    except (ValueError, TypeError):  # not the harness's line: a program that printed the mark itself
         return 0
-    return sum(
-        ok and (got == want or (isinstance(want, list) and len(want) == 1 and got == want[0]))
-        for (ok, got), (_, _, want) in zip(results, tests)
-    )
 
 
 def run(code: str, stdin: bytes, limits: sandbox_pb2.Limits) -> sandbox_pb2.RunResponse:
