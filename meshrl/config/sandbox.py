@@ -30,6 +30,9 @@ class SandboxConfig(Checked):
     """The most wall_s a request may ask for; the other ceilings are 16x their defaults."""
     max_sessions: int = 4096
     """Sessions (RunRequest.session) whose files are kept at once; the least recently used goes first."""
+    session_mb: int = 2048
+    """All sessions' kept files together, MiB, in the service's memory; past it the least recently used
+    sessions are forgotten first."""
     session_idle_s: float = 3600.0
     """A session not used for this long is forgotten."""
     first_uid: int = 61000
@@ -43,7 +46,16 @@ class SandboxConfig(Checked):
         require(self.concurrency >= 1, self, "concurrency", "must be >= 1")
         for key in ("wall_s", "cpu_s", "max_wall_s", "session_idle_s"):
             require(getattr(self, key) > 0, self, key, "must be > 0")
-        positive = ("memory_mb", "process_limit", "file_mb", "disk_mb", "output_bytes", "max_sessions", "first_uid")
+        positive = (
+            "memory_mb",
+            "process_limit",
+            "file_mb",
+            "disk_mb",
+            "output_bytes",
+            "max_sessions",
+            "session_mb",
+            "first_uid",
+        )
         for key in (*positive, "uids"):
             require(getattr(self, key) >= 1, self, key, "must be >= 1")
         require(self.wall_s <= self.max_wall_s, self, "wall_s", "must be <= max_wall_s")

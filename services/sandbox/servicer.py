@@ -19,7 +19,7 @@ import threading
 import time
 
 from meshrl.config.sandbox import SandboxConfig
-from meshrl.errors import FailedPrecondition, InvalidArgument
+from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument
 from meshrl.flags import settings_json
 from meshrl.v1 import common_pb2, sandbox_pb2
 from services.sandbox import bwrap, reaper
@@ -90,9 +90,10 @@ class SandboxServicer:
         with session.lock if session is not None else contextlib.nullcontext():
             given = {**(session.files if session is not None else {}), **files}
             self.check_files(given, limits)
-            result = self._in_slot(argv, given, request.stdin, limits, request.return_files or session is not None)
+            back = request.return_files or session is not None
+            result = self._in_slot(argv, given, request.stdin, limits, back, context)
             if session is not None and result.files is not None and not result.killed:
-                session.files, session.used = result.files, time.monotonic()
+                self._keep(session, result.files)
         self.counts["runs"] += 1
         self.counts[f"killed_{result.killed}"] += bool(result.killed)
         return sandbox_pb2.RunResponse(
@@ -129,11 +130,13 @@ class SandboxServicer:
         if size > limits.disk_mb << 20:
             raise InvalidArgument(f"the files hold {size} bytes, more than limits.disk_mb={limits.disk_mb} MiB")
 
-    def _in_slot(self, argv, files, stdin: bytes, limits: bwrap.Limits, files_back: bool) -> bwrap.Result:
+    def _in_slot(self, argv, files, stdin: bytes, limits: bwrap.Limits, files_back: bool, context=None) -> bwrap.Result:
         """Run in a free slot (waiting for one), as a user id of its own where the service is root: the next
         of the ring not running, so a finished sandbox's last process has time to be waited for before its
         id comes round again."""
         with self.slots:
+            if context is not None and not context.is_active():  # its caller left while it waited
+                raise Aborted("the caller cancelled or its deadline passed before the sandbox started")
             uid = self._uid()
             try:
                 return bwrap.run(argv, files, stdin, limits, uid, files_back=files_back)
@@ -163,3 +166,17 @@ class SandboxServicer:
             while len(self.sessions) > self.cfg.max_sessions:
                 self.sessions.popitem(last=False)
             return session
+
+    def _keep(self, session: Session, files: dict[str, bytes]) -> None:
+        """A session's files after a Run, within --session-mb for all sessions (the least recently used,
+        never this one, forgotten first)."""
+        now = time.monotonic()
+        with self.lock:
+            session.files, session.used = files, now
+            budget = self.cfg.session_mb << 20
+            total = sum(sum(map(len, s.files.values())) for s in self.sessions.values())
+            for key in list(self.sessions):
+                if total <= budget:
+                    break
+                if self.sessions[key] is not session:
+                    total -= sum(map(len, self.sessions.pop(key).files.values()))

@@ -196,3 +196,13 @@ def test_a_killed_service_leaves_no_sandbox_behind():
         with pytest.raises(ServiceError):
             call.result(timeout=30)
     pool.shutdown()
+
+
+def test_sessions_are_held_to_their_memory_budget():
+    """--session-mb bounds all sessions' kept files together: the least recently used go first, never the
+    session that just ran."""
+    servicer = SandboxServicer(SandboxConfig(concurrency=1, session_mb=1))
+    write = "open('blob', 'wb').write(b'x' * 600_000)"
+    for name in ("a", "b"):
+        servicer.Run(sandbox_pb2.RunRequest(argv=["python3", "-c", write], session=name), None)
+    assert list(servicer.sessions) == ["b"] and len(servicer.sessions["b"].files["blob"]) == 600_000
