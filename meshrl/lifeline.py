@@ -51,7 +51,7 @@ def serve_child(args: list[str], timeout: float = 60.0) -> tuple[subprocess.Pope
     try:
         for line in proc.stdout:
             if "listening on" in line:
-                threading.Thread(target=_forward, args=(proc.stdout,), daemon=True).start()
+                threading.Thread(target=forward, args=(proc.stdout,), daemon=True).start()
                 return proc, line.split()[-1]
             sys.stderr.write(line)
     finally:
@@ -59,6 +59,7 @@ def serve_child(args: list[str], timeout: float = 60.0) -> tuple[subprocess.Pope
     raise RuntimeError(f"`meshrl serve {' '.join(args)}` did not start (exit code {proc.wait()})")
 
 
-def _forward(stream) -> None:
-    for line in stream:  # a pipe nobody reads would block its writer
+def forward(stream) -> None:
+    """A child's output to this process's stderr, line by line: a pipe nobody reads would block its writer."""
+    for line in stream:
         sys.stderr.write(line)

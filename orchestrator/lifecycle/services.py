@@ -13,7 +13,7 @@ import threading
 import time
 
 from meshrl import forkserver
-from meshrl.lifeline import child_env
+from meshrl.lifeline import child_env, forward
 from meshrl.rpc import Client
 from meshrl.rpc.client import NotGrpc
 from meshrl.shm import remove_segments_of
@@ -98,11 +98,6 @@ def listening(proc: Process, serve_args: list[str]) -> tuple[Process, str]:
     # what it prints from now on goes to this process's stderr: a pipe nobody reads blocks its writer
     threading.Thread(target=forward, args=(out,), daemon=True).start()
     return proc, line.split()[-1]
-
-
-def forward(stream) -> None:
-    for line in stream:
-        sys.stderr.write(line)
 
 
 class Services:

@@ -32,6 +32,7 @@ SETTING = {"processes": "process_limit"}  # the setting holding a limit's defaul
 class Session:
     files: dict[str, bytes]
     used: float
+    size: int = 0  # bytes of its files
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)  # one Run at a time
 
 
@@ -172,11 +173,11 @@ class SandboxServicer:
         never this one, forgotten first)."""
         now = time.monotonic()
         with self.lock:
-            session.files, session.used = files, now
+            session.files, session.used, session.size = files, now, sum(map(len, files.values()))
             budget = self.cfg.session_mb << 20
-            total = sum(sum(map(len, s.files.values())) for s in self.sessions.values())
+            total = sum(s.size for s in self.sessions.values())
             for key in list(self.sessions):
                 if total <= budget:
                     break
                 if self.sessions[key] is not session:
-                    total -= sum(map(len, self.sessions.pop(key).files.values()))
+                    total -= self.sessions.pop(key).size
