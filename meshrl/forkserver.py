@@ -34,6 +34,7 @@ FDS = socket.CMSG_SPACE(array.array("i", [0]).itemsize)
 
 _server: "ForkServer | None" = None
 _lock = threading.Lock()
+_kept = False  # a process that runs many runs (a test session) keeps one server for all of them
 
 
 def available() -> bool:
@@ -41,16 +42,27 @@ def available() -> bool:
 
 
 def start() -> "ForkServer | None":
-    """Start this process's fork server (once); None where it cannot run here."""
+    """Start this process's fork server (once, or again where it died); None where it cannot run here."""
     global _server
     with _lock:
-        if _server is None and available():
+        if (_server is None or _server.gone.is_set()) and available():
             _server = ForkServer()
         return _server
 
 
+def keep() -> None:
+    """From now on this process keeps one fork server for all its runs: the first service asked for starts
+    it, and a run's end (stop()) leaves it up; release() stops it. A process that runs many runs in turn (a
+    test session) imports the services' modules once instead of once a service of each run."""
+    global _kept
+    _kept = True
+
+
 def running() -> "ForkServer | None":
-    """The fork server if it is up, else None (callers then start processes themselves)."""
+    """The fork server if it is up (where this process keeps one, started now), else None (callers then
+    start processes themselves)."""
+    if _kept:
+        start()
     return _server if _server is not None and not _server.gone.is_set() else None
 
 
@@ -74,8 +86,16 @@ def kill() -> None:
 
 
 def stop() -> None:
-    """Stop the fork server; the services it forked get SIGTERM (meshrl.lifeline)."""
-    global _server
+    """Stop the fork server, unless this process keeps it (keep()); the services it forked get SIGTERM
+    (meshrl.lifeline)."""
+    if not _kept:
+        release()
+
+
+def release() -> None:
+    """Stop the fork server whoever started it, and keep none from now on."""
+    global _server, _kept
+    _kept = False
     with _lock:
         if _server is not None:
             _server.close()

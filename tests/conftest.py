@@ -9,7 +9,8 @@ skip where there is no CUDA. The actor's checkpoint key file (services/actor/int
 folder of the session's own (XDG_CONFIG_HOME), not the user's home. In one process the type check starts
 as soon as the tests are collected and runs beside them (tests/unit/test_types.py); on pytest-xdist
 workers (scripts/test.sh) it is a test of its own, among the first files (FIRST), and each worker keeps
-to its own share of the cores (pin_worker).
+to its own share of the cores (pin_worker). The services the session's runs start are forked from one
+fork server (one_fork_server), as a `meshrl <algorithm>` run's are from its own.
 """
 
 import os
@@ -84,6 +85,18 @@ def pytest_unconfigure(config):
     if early is not None and early.proc.poll() is None:  # the session stopped before the test read it
         early.proc.kill()
         early.proc.wait()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_fork_server():
+    """The session's runs fork their services from one fork server (meshrl.forkserver.keep), started by the
+    first service a test asks for: a run's services start as `meshrl <algorithm>`'s do, without importing
+    torch and transformers again for each run (~9 CPU-seconds a run on this machine)."""
+    from meshrl import forkserver
+
+    forkserver.keep()
+    yield
+    forkserver.release()
 
 
 @pytest.fixture(scope="session")

@@ -52,12 +52,13 @@ QUIET = {"VLLM_LOGGING_LEVEL": "WARNING", "VLLM_LOGGING_STREAM": "ext://sys.stde
 Process = subprocess.Popen | forkserver.Forked
 
 
-def spawn(serve_args: list[str], env: dict[str, str] | None = None) -> Process:
+def spawn(serve_args: list[str], env: dict[str, str] | None = None, forked: bool = True) -> Process:
     """`meshrl serve ...` as a child that dies with this process (meshrl.lifeline). It runs in a session of
     its own: Ctrl-C in the terminal interrupts the orchestrator alone, which then stops its services in
     order, rather than every service dying under a call in flight and the run blaming the first it called.
-    Forked from this run's fork server where it runs (meshrl.forkserver), started afresh otherwise."""
-    server = forkserver.running()
+    Forked from this run's fork server where it runs (meshrl.forkserver) and `forked`, started afresh
+    otherwise."""
+    server = forkserver.running() if forked else None
     if server is not None and env is None:
         try:
             return server.spawn(["serve", *serve_args], {**QUIET, **child_env(env)})
@@ -101,7 +102,8 @@ def listening(proc: Process, serve_args: list[str]) -> tuple[Process, str]:
 
 
 class Services:
-    def __init__(self):
+    def __init__(self, forked: bool = True):
+        self.forked = forked  # started from the fork server where one runs (trainer.fork_server)
         self.procs: list[Process] = []
         self.clients: dict[str, Client] = {}
         self.spawned: dict[str, Process] = {}  # started, not yet waited for
@@ -121,7 +123,7 @@ class Services:
         imports and model loads then overlap whatever the caller does before start_all."""
         for name, (address, args) in wanted.items():
             if not address and name not in self.spawned:
-                self.spawned[name] = spawn(args)
+                self.spawned[name] = spawn(args, forked=self.forked)
                 self.procs.append(self.spawned[name])
 
     def start_all(self, wanted: dict[str, tuple[str, list[str]]], timeout: float = 600) -> dict[str, Client]:
@@ -209,7 +211,7 @@ class Services:
 
     def spawn_one(self, name: str, args: list[str]) -> None:
         """Start `meshrl serve <args>` as `name` without waiting for it; started(name) gives its client."""
-        new = spawn(args)
+        new = spawn(args, forked=self.forked)
         self.procs.append(new)
         self.ours[name] = (new, args)
         if self.waiter is None:

@@ -264,7 +264,7 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     run_dir = pathlib.Path(cfg.trainer.run_dir)
     trace_env(cfg, run_dir)
     telemetry.setup("meshrl-orchestrator")
-    services = Services()
+    services = Services(forked=cfg.trainer.fork_server)
     token_made, state = False, None
 
     def kill() -> None:  # the stop of last resort: nothing waited for
