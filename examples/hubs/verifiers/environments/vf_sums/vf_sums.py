@@ -1,0 +1,36 @@
+"""A verifiers environment written as verifiers' own examples are (a module with `load_environment`,
+installed into the environment's venv), small enough for meshrl's tiny models: add two numbers, scored
+by a rubric that compares the reply with the answer, plus half a point for a reply of digits. meshrl trains it through
+examples/hubs/verifiers/meshrl_verifiers.py (docs/agents.md, "Environment hubs")."""
+
+import random
+
+import verifiers as vf
+from datasets import Dataset
+
+
+def problems(n: int, seed: int) -> Dataset:
+    rng = random.Random(seed)
+    pairs = [(rng.randint(0, 49), rng.randint(0, 49)) for _ in range(n)]
+    return Dataset.from_list([{"question": f"{a}+{b}=", "answer": str(a + b)} for a, b in pairs])
+
+
+def exact(completion, answer) -> float:
+    """1 when the reply is the answer (spaces aside)."""
+    return float(str(completion[-1]["content"] or "").strip() == answer)
+
+
+def digits(completion) -> float:
+    """The format reward: the share of the reply's characters that are digits."""
+    text = str(completion[-1]["content"] or "")
+    return sum(c.isdigit() for c in text) / len(text) if text else 0.0
+
+
+def load_environment(num_train: int = 64, num_eval: int = 16, seed: int = 0) -> vf.Environment:
+    rubric = vf.Rubric(funcs=[exact, digits], weights=[1.0, 0.5])
+    return vf.SingleTurnEnv(
+        dataset=problems(num_train, seed),
+        eval_dataset=problems(num_eval, seed + 1),
+        rubric=rubric,
+        pass_threshold=1.0,  # right, not only digits
+    )

@@ -1,0 +1,131 @@
+"""A verifiers environment (prime-rl's `verifiers` package, its 0.3 API) trained by meshrl as it is: this
+file runs in the environment's own venv (rollout.agent_python), where verifiers and the environment are
+installed and meshrl is not. Two uses:
+
+    PY meshrl_verifiers.py data ENV_ID OUT_DIR [--args JSON] [--n N]    # its datasets as meshrl's parquet
+    rollout.agent=examples/hubs/verifiers/meshrl_verifiers.py:agent     # each episode: its rollout and rubric
+
+`data` calls `verifiers.load_environment(ENV_ID, **args)` and writes the environment's dataset (train)
+and eval dataset (test) as rows meshrl reads: `prompt` the environment's own formatted messages (its
+system prompt and few-shot turns included), `reward_model.ground_truth` its answer, and
+`extra_info.verifiers` what the episode needs to play the row again (the environment's id and args, the
+row's prompt, example_id, answer, info and task), as JSON text.
+
+`agent` plays one episode: the environment's `run_rollout` (its turns, its tools, its parser) against the
+run's OpenAI endpoint, then its rubric's score. The endpoint records every call token for token, so the
+run trains on exactly what the environment saw; the episode's reward is the rubric's weighted sum, its
+accuracy whether that reaches the environment's pass_threshold. An environment is loaded once per worker
+process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import threading
+
+import verifiers as vf
+from openai import AsyncOpenAI
+from verifiers import errors
+
+MODEL = "policy"  # the endpoint serves the run's policy under any name
+# what the policy itself did (an empty or unreadable reply, a conversation it let outgrow the context, a
+# tool call it wrote badly): the rubric's score stands, as for any other reply; any other failure (the
+# endpoint, a tool, a sandbox) loses the episode, which the run counts instead of training on a 0
+POLICY_ERRORS = (errors.InvalidModelResponseError, errors.OverlongPromptError, errors.ToolParseError)
+_loaded: dict[str, vf.Environment] = {}
+_lock = threading.Lock()
+
+
+def environment(env_id: str, args: dict) -> vf.Environment:
+    """The environment, loaded once per worker process (episodes play on threads)."""
+    key = json.dumps([env_id, args], sort_keys=True)
+    with _lock:
+        if key not in _loaded:
+            # verifiers sets SIGINT/SIGTERM handlers as an environment is made, which Python allows the main
+            # thread alone; an episode's thread makes it here, and the run stops workers by killing them
+            real = signal.signal
+            signal.signal = lambda *_: None  # type: ignore[assignment]
+            try:
+                _loaded[key] = vf.load_environment(env_id, **args)
+            finally:
+                signal.signal = real
+        return _loaded[key]
+
+
+def agent(task: dict, base_url: str, api_key: str) -> dict:
+    extra = task.get("extra_info") or {}
+    if "verifiers" not in extra:
+        raise ValueError("the row has no extra_info.verifiers: make the data with `meshrl_verifiers.py data`")
+    row = json.loads(extra["verifiers"])
+    env = environment(row["env_id"], row["env_args"])
+    episode = row["input"]  # the environment's own prompt, as its dataset formatted it
+    client = vf.OpenAIChatCompletionsClient(AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0))
+    out = asyncio.run(env.run_rollout(episode, client, MODEL, {}))
+    if out.get("error") and not policy_made(out["error"]):
+        raise RuntimeError(f"the environment's rollout failed: {out['error']}")
+    return {"reward": float(out["reward"]), "acc": float(out["reward"]) >= env.pass_threshold}
+
+
+def policy_made(error) -> bool:
+    """Whether a rollout's error (its class's name under "error") is one of POLICY_ERRORS."""
+    kind = getattr(errors, str(error.get("error") if isinstance(error, dict) else error), None)
+    return isinstance(kind, type) and issubclass(kind, POLICY_ERRORS)
+
+
+def rows(env: vf.Environment, dataset, env_id: str, args: dict) -> list[dict]:
+    """The dataset's rows as meshrl reads them."""
+    out = []
+    for r in dataset.to_list():
+        info = r.get("info") or {}
+        played = {k: r[k] for k in ("prompt", "example_id", "answer", "task") if r.get(k) is not None}
+        played["info"] = info if isinstance(info, dict) else json.loads(info)
+        out.append(
+            {
+                "data_source": f"verifiers/{env_id}",
+                "prompt": r["prompt"],
+                "reward_model": {"ground_truth": str(r.get("answer") or "")},
+                "extra_info": {"verifiers": json.dumps({"env_id": env_id, "env_args": args, "input": played})},
+            }
+        )
+    return out
+
+
+def write(out_dir: str, env_id: str, args: dict, n: int) -> None:
+    import pathlib
+
+    import pandas as pd
+
+    env = environment(env_id, args)
+    folder = pathlib.Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, dataset in (("train", env.get_dataset(n)), ("test", env.get_eval_dataset(n))):
+        table = rows(env, dataset, env_id, args)
+        pd.DataFrame(table).to_parquet(folder / f"{split}.parquet")
+        print(f"{folder / f'{split}.parquet'}: {len(table)} rows")
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="meshrl_verifiers.py", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    data = sub.add_parser("data", help="write the environment's datasets as meshrl's train/test parquet")
+    data.add_argument("env_id", help="an installed verifiers environment (its module's name)")
+    data.add_argument("out_dir")
+    data.add_argument("--args", default="{}", help="load_environment's keyword arguments, as JSON")
+    data.add_argument("--n", type=int, default=-1, help="rows of each split (-1: all)")
+    a = p.parse_args(argv)
+    try:
+        args = json.loads(a.args)
+    except ValueError as e:
+        p.error(f"--args is not JSON: {e}")
+    if not isinstance(args, dict):
+        p.error("--args must be a JSON object")
+    write(a.out_dir, a.env_id, args, a.n)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
