@@ -12,12 +12,24 @@ pins="constraints/hub-$hub.txt"
 [ -f "$pins" ] || { echo "hub_venv: no $pins: the hubs are $(ls constraints | sed -n 's/^hub-\(.*\)\.txt$/\1/p' | xargs)" >&2; exit 2; }
 bash scripts/setup.sh >&2  # meshrl's venv, which carries uv
 venv=".venv-hubs/$hub"
-want="$(cat "$pins" | sha256sum | cut -c1-16) $*"
+# what is installed: the pins, the packages named, and what the folders among them hold
+want="$(cat "$pins" | sha256sum | cut -c1-16) $* $(for p in "$@"; do [ -d "$p" ] && find "$p" -type f -print0 | sort -z | xargs -0 cat; done | sha256sum | cut -c1-16)"
 if [ ! -f "$venv/.meshrl-installed" ] || [ "$(cat "$venv/.meshrl-installed")" != "$want" ]; then
     base="$(.venv/bin/python -c 'import sys; print(sys._base_executable)')"
     [ -x "$venv/bin/python" ] || .venv/bin/uv venv -q --python "$base" "$venv" >&2
-    # packages from folders are built, not linked: nothing is written into the checkout
-    VIRTUAL_ENV="$venv" .venv/bin/uv pip install -q --compile-bytecode -c "$pins" "$hub" "$@" >&2
+    # a package in a folder is built from a copy of it: a build writes build/ and *.egg-info beside its
+    # sources, and none of that belongs in the checkout
+    copies="$(mktemp -d)"
+    trap 'rm -rf "$copies"' EXIT
+    packages=()
+    for p in "$@"; do
+        if [ -d "$p" ]; then
+            cp -r "$p" "$copies/$(basename "$p")" && packages+=("$copies/$(basename "$p")")
+        else
+            packages+=("$p")
+        fi
+    done
+    VIRTUAL_ENV="$venv" .venv/bin/uv pip install -q --compile-bytecode -c "$pins" "$hub" ${packages[@]+"${packages[@]}"} >&2
     echo "$want" > "$venv/.meshrl-installed"
 fi
 echo "$PWD/$venv/bin/python"
