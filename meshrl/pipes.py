@@ -21,13 +21,15 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from meshrl.codec.values import from_value, to_value
 from meshrl.v1 import data_pb2 as pb
 from meshrl.worker_main import read_bytes, write_bytes
 
 log = logging.getLogger(__name__)
+W = TypeVar("W", bound="Worker")
 
 
 def write_frame(fd: int, value: Any, deadline: float | None = None) -> None:
@@ -223,3 +225,17 @@ class Worker:
             waiting, self.pending = list(self.pending.values()), {}
         for call in waiting:
             call.replies.put(Lost(self.lost))
+
+
+def start_ready(make: Callable[[], W], n: int, timeout: float) -> tuple[list[W], dict]:
+    """n workers from make(), started side by side and each ready within timeout: (the workers, what the
+    first said when ready). If one cannot start, all are discarded and its error raised (Worker.ready's)."""
+    workers = [make() for _ in range(n)]
+    deadline = time.monotonic() + timeout
+    try:
+        said = [w.ready(deadline) for w in workers][0]
+    except BaseException:
+        for w in workers:
+            w.discard()
+        raise
+    return workers, said

@@ -19,11 +19,10 @@ died is started again for the next episode.
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
-from meshrl.pipes import Lost, Worker
+from meshrl.pipes import Lost, Worker, start_ready
 from meshrl.worker_main import read_json, write_json
 from orchestrator.agents.command import CommandAgent
 from orchestrator.agents.interpreter import Process, check_python
@@ -34,16 +33,15 @@ START_TIMEOUT = 120.0  # seconds a worker may take to import the agent
 
 def start_worker(spec: str, threads: int, python: str = "") -> Worker:
     """A worker process that has loaded the agent; ValueError naming rollout.agent if it cannot."""
-    worker = Worker(Process(python, [spec, str(threads)]), "the agent's worker process", frames=(read_json, write_json))
+
+    def make() -> Worker:
+        process = Process(python, [spec, str(threads)])
+        return Worker(process, "the agent's worker process", frames=(read_json, write_json))
+
     try:
-        worker.ready(time.monotonic() + START_TIMEOUT)
+        return start_ready(make, 1, START_TIMEOUT)[0][0]
     except ValueError as e:
-        worker.discard()
         raise ValueError(f"rollout.agent={spec}: {e}") from None
-    except BaseException:
-        worker.discard()
-        raise
-    return worker
 
 
 class AgentPool:

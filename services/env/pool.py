@@ -6,12 +6,8 @@ overruns stops its worker (SIGKILL to the process group: a thread cannot be stop
 and a supervisor thread starts another in its place; the episodes that lived there are lost (ABORTED,
 saying so). A worker that dies on its own (a crash, os._exit, out of memory) is replaced the same way.
 While no worker runs and none can be started, health is NOT_SERVING; the supervisor keeps trying.
-
-A class handed in by a test (no spec to load in another process) runs in this process instead
-(LocalWorker): the same protocol, but a hung call there cannot be stopped.
 """
 
-import concurrent.futures
 import json
 import logging
 import threading
@@ -20,8 +16,7 @@ import time
 from meshrl.config.env import EnvConfig
 from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument
 from meshrl.lifeline import child_env
-from meshrl.pipes import Child, Lost, Worker
-from services.env.episodes import Episodes, describe
+from meshrl.pipes import Child, Lost, Worker, start_ready
 
 log = logging.getLogger(__name__)
 
@@ -41,61 +36,11 @@ class ProcessWorker(Worker):
         )
         self.num_episodes = 0  # pinned here (the pool places new ones by it)
 
-    def described(self, deadline: float) -> dict:
-        """What its environment class describes (episodes.describe) once it can serve; ValueError if it
-        cannot load it, RuntimeError if it did not start."""
-        msg = self.ready(deadline)
-        return {"stop": msg["stop"], "tools": json.loads(msg["tools_json"])}
-
-
-class LocalWorker(ProcessWorker):
-    """Episodes of a class object, on this process's threads (tests hand the servicer classes): the same
-    calls, but a hung one cannot be stopped."""
-
-    def __init__(self, factory, threads: int, on_exit):
-        Worker.__init__(self, None, "its worker", on_exit=on_exit)  # type: ignore[arg-type]
-        self.num_episodes = 0
-        self.factory, self.here = factory, Episodes(factory)
-        self.threads = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="meshrl-env")
-
-    def described(self, deadline: float) -> dict:
-        return describe(self.factory)
-
-    def discard(self) -> None:
-        self.threads.shutdown(wait=False)
-
-    def stop(self, why: str) -> None:
-        self.stopped = True
-        self._fail(why)
-        self.threads.shutdown(wait=False, cancel_futures=True)  # a hung call's thread runs on, unheard
-        self.on_exit(self)
-
-    def shutdown(self, deadline: float, why: str) -> None:
-        self._fail(why)
-        self.here.close_all()
-        self.threads.shutdown(wait=False, cancel_futures=True)
-
-    def join(self, deadline: float) -> None:
-        pass
-
-    def tell(self, request: dict, deadline: float | None = None) -> None:
-        def answer():
-            reply = self.here.handle(request)
-            with self.lock:
-                call = self.pending.pop(request.get("id", 0), None)
-            if call is not None:
-                call.replies.put(reply)
-
-        try:
-            self.threads.submit(answer)
-        except RuntimeError:  # shut down: stopped
-            raise Lost(self.lost or "its worker was stopped") from None
-
 
 class EnvPool:
-    def __init__(self, cfg: EnvConfig, factory=None, on_health=None):
-        self.cfg, self.factory = cfg, factory
-        self.size = 1 if factory is not None else min(cfg.processes, cfg.workers)
+    def __init__(self, cfg: EnvConfig, on_health=None):
+        self.cfg = cfg
+        self.size = min(cfg.processes, cfg.workers)
         self.on_health = on_health or (lambda serving: None)
         self.cond = threading.Condition()
         self.closed = False
@@ -160,19 +105,12 @@ class EnvPool:
     # ---- workers ----------------------------------------------------------------------------
 
     def _start(self, n: int) -> list[ProcessWorker]:
-        """n ready workers (started side by side), or the first one's error."""
-        workers: list[ProcessWorker]
-        if self.factory is not None:
-            workers = [LocalWorker(self.factory, self.cfg.workers, self._gone) for _ in range(n)]
-        else:
-            workers = [ProcessWorker(self.cfg.module, self.cfg.workers, self._gone) for _ in range(n)]
-        deadline = time.monotonic() + START_TIMEOUT
-        try:
-            self.described = [w.described(deadline) for w in workers][0]
-        except BaseException:
-            for w in workers:
-                w.discard()
-            raise
+        """n ready workers (started side by side), or the first one's error; what the class describes (its
+        STOP and TOOLS, episodes.describe) as they report it."""
+        workers, said = start_ready(
+            lambda: ProcessWorker(self.cfg.module, self.cfg.workers, self._gone), n, START_TIMEOUT
+        )
+        self.described = {"stop": said["stop"], "tools": json.loads(said["tools_json"])}
         return workers
 
     def _replace(self, worker: ProcessWorker, reason: str) -> None:

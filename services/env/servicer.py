@@ -67,11 +67,10 @@ def check_task(task_json: str) -> None:
 class EnvServicer:
     SERVICE = env_pb2.DESCRIPTOR.services_by_name["EnvService"]
 
-    def __init__(self, cfg: EnvConfig, factory=None):
-        """factory: a class to host in this process instead of cfg.module's in worker processes (tests)."""
+    def __init__(self, cfg: EnvConfig):
         self.cfg = cfg
         self.set_serving = None  # the server's health, once it watches (meshrl.rpc.server)
-        self.pool = EnvPool(cfg, factory, on_health=self._health_changed)
+        self.pool = EnvPool(cfg, on_health=self._health_changed)
         self.episodes: dict[str, Episode] = {}
         self.lock = threading.Lock()
         self.started = self.finished = 0

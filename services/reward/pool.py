@@ -13,10 +13,9 @@ import dataclasses
 import logging
 import queue
 import threading
-import time
 from typing import Any
 
-from meshrl.pipes import Child, Lost, Worker
+from meshrl.pipes import Child, Lost, Worker, start_ready
 from services.reward.functions import Args
 
 log = logging.getLogger(__name__)
@@ -46,13 +45,12 @@ class WorkerPool:
 
     def start(self, timeout: float = START_TIMEOUT) -> "WorkerPool":
         """Start the workers and wait until each has loaded the function (ValueError if it cannot)."""
-        workers = [self._spawn() for _ in range(self.num_workers)]  # side by side
-        self.workers = list(workers)
         try:
-            said = [self._ready(w, time.monotonic() + timeout) for w in workers][0]
+            workers, said = self._start(self.num_workers, timeout)
         except BaseException:
             self.close()
             raise
+        self.workers = list(workers)
         # what the worker found loading the function: a TRL-form one is batched whatever was said, and may
         # score a sample None
         self.batched, self.none_ok = said.get("batched", self.batched), said.get("none_ok", False)
@@ -85,12 +83,11 @@ class WorkerPool:
 
     # ---- internals ----------------------------------------------------------------
 
-    def _spawn(self) -> Worker:
-        return Worker(Child("services.reward.worker", [self.spec, "1" if self.batched else "0"]), "worker process")
-
-    def _ready(self, w: Worker, deadline: float) -> dict:
+    def _start(self, n: int, timeout: float = START_TIMEOUT) -> tuple[list[Worker], dict]:
+        """n workers that have loaded the function, started side by side, and what the first said."""
+        args = [self.spec, "1" if self.batched else "0"]
         try:
-            return w.ready(deadline)
+            return start_ready(lambda: Worker(Child("services.reward.worker", args), "worker process"), n, timeout)
         except ValueError as e:
             raise ValueError(f"could not load reward function {self.spec!r}: {e}") from None
         except RuntimeError as e:
@@ -101,12 +98,7 @@ class WorkerPool:
         w = self.workers[slot]
         if w is None or w.lost:
             self.workers[slot] = None
-            w = self._spawn()
-            try:
-                self._ready(w, time.monotonic() + START_TIMEOUT)
-            except BaseException:
-                w.discard()
-                raise
+            w = self._start(1)[0][0]
             self.workers[slot] = w
         return w
 

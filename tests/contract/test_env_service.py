@@ -10,7 +10,6 @@ import time
 import grpc
 import pytest
 from calls import expect
-from env_scripted import Scripted
 
 from meshrl.config.env import EnvConfig
 from meshrl.errors import ServiceError
@@ -24,8 +23,8 @@ SCRIPTED = f"{pathlib.Path(__file__).with_name('env_scripted.py')}:Scripted"  # 
 GRACE = 5.0  # seconds a stopping server gives calls in flight (meshrl.rpc.server.run_until_signal)
 
 
-def serve(factory=None, **cfg):
-    servicer = EnvServicer(EnvConfig(**cfg), factory)
+def serve(**cfg):
+    servicer = EnvServicer(EnvConfig(**cfg))
     server = Server([servicer]).start()
     return servicer, server, Client(server.address, SERVICE, timeout=60, retries=0)
 
@@ -291,18 +290,6 @@ def test_sigterm_with_hung_steps_ends_within_the_grace():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-
-
-def test_a_class_object_runs_in_this_process():
-    """Tests may hand the servicer a class (no file to load): its episodes run in this process."""
-    servicer, server, client = serve(Scripted)
-    try:
-        r = reset(client, {"n": 2})
-        assert r.observation == "task 2 seed None" and step(client, r.episode_id, "done").done
-        assert json.loads(client.call("Describe").details["stop"]) == ["</tool>"]
-    finally:
-        server.stop(0)
-        servicer.close()
 
 
 def wait_for(condition, timeout: float) -> None:

@@ -2,6 +2,7 @@
 service with a scripted environment: masks, log-probs and turn boundaries checked token by token."""
 
 import json
+import pathlib
 
 import pytest
 import torch
@@ -17,28 +18,13 @@ from orchestrator.sampling import multi_turn
 from services.env.servicer import EnvServicer
 from services.rollout.servicer import RolloutServicer
 
-
-class Scripted:
-    """Answers turn k with "result k"; done after DONE_AT turns; the task "crash" fails at its second turn."""
-
-    DONE_AT = 3
-
-    def reset(self, task, seed=None):
-        self.task, self.turns = task, 0
-        return "start" if task["extra_info"]["index"] % 2 else ""
-
-    def step(self, action):
-        self.turns += 1
-        if self.task["ground_truth"] == "crash" and self.turns == 2:
-            raise RuntimeError("the tool fell over")
-        done = self.turns >= self.DONE_AT
-        return ("" if done else f" result {self.turns}"), 0.25, done, {"tool_calls": self.turns}
+TURNS = f"{pathlib.Path(__file__).with_name('env_scripted.py')}:Turns"  # loaded in the env's worker processes
 
 
 @pytest.fixture(scope="module")
 def mesh(tiny_lm, arithmetic_data):
     rollout = RolloutServicer(RolloutConfig(model=str(tiny_lm), backend="hf", max_model_len=128))
-    env = EnvServicer(EnvConfig(step_timeout=10), Scripted)
+    env = EnvServicer(EnvConfig(module=TURNS, step_timeout=10))
     servers = [Server([rollout]).start(), Server([env]).start()]
     cfg = load_config(
         None,

@@ -337,7 +337,7 @@ def test_chunked_calls_sample_what_one_call_samples(rollout, tiny_lm, arithmetic
         reward.wait(60)
 
 
-def test_multi_turn_episodes_on_vllm(rollout, tiny_lm, arithmetic_data):
+def test_multi_turn_episodes_on_vllm(rollout, tiny_lm, arithmetic_data, tmp_path, monkeypatch):
     """orchestrator.sampling.multi_turn with vLLM: turns end at the environment's stop string, which stays in the
     turn's tokens and in the text the environment gets (as with HF), observations go in between, and
     every policy token has its log-prob."""
@@ -351,21 +351,10 @@ def test_multi_turn_episodes_on_vllm(rollout, tiny_lm, arithmetic_data):
     from orchestrator.sampling import multi_turn
     from services.env.servicer import EnvServicer
 
-    class Tagged:
-        STOP = ["3", "5", "7"]  # characters the tiny model samples: some turns end at one (with one stop
-        # string, a run whose turns the batcher grouped otherwise once had none end there)
-        actions: list[str] = []
-
-        def reset(self, task, seed=None):
-            self.turns = 0
-            return ""
-
-        def step(self, action):
-            Tagged.actions.append(action)
-            self.turns += 1
-            return " ok", 0.5, self.turns >= 3, {"tool_calls": self.turns}
-
-    env = EnvServicer(EnvConfig(), Tagged)
+    actions = tmp_path / "actions.jsonl"  # what the environment's worker processes were given
+    monkeypatch.setenv("MESHRL_TEST_TAGGED", str(actions))
+    stop = ["3", "5", "7"]  # tests/e2e/env_tagged.py's STOP
+    env = EnvServicer(EnvConfig(module=f"{pathlib.Path(__file__).with_name('env_tagged.py')}:Tagged"))
     server = Server([env]).start()
     try:
         cfg = load_config(
@@ -379,7 +368,7 @@ def test_multi_turn_episodes_on_vllm(rollout, tiny_lm, arithmetic_data):
             ],
         )
         mesh = Mesh(cfg, {"rollout": rollout, "env": Client(server.address, EnvServicer.SERVICE, timeout=60)})
-        mesh.env_stop = Tagged.STOP
+        mesh.env_stop = stop
         tok = AutoTokenizer.from_pretrained(tiny_lm)
         prompts = PromptDataset(str(arithmetic_data["train"]), tok, 64).batch(list(range(4)), list("abcd"))
         gen, scored, _ = multi_turn.sample(mesh, prompts, seed=2, tokenizer=tok)
@@ -389,11 +378,12 @@ def test_multi_turn_episodes_on_vllm(rollout, tiny_lm, arithmetic_data):
             response = gen.batch["responses"][i]
             for a, b in json.loads(gen.non_tensor_batch["turn_spans"][i]):
                 text = tok.decode(response[a:b].tolist())
-                assert not any(c in text[:-1] for c in Tagged.STOP)  # nothing generated past a stop string
-                stopped += text.endswith(tuple(Tagged.STOP))
+                assert not any(c in text[:-1] for c in stop)  # nothing generated past a stop string
+                stopped += text.endswith(tuple(stop))
                 assert (gen.batch["rollout_logprobs"][i, a:b] < 0).all()
         assert stopped > 0  # the stop string ended some turns, and stayed in their tokens
-        assert sum(a.endswith(tuple(Tagged.STOP)) for a in Tagged.actions) == stopped  # and in each turn's text
+        seen = [json.loads(line) for line in actions.read_text().splitlines()]
+        assert sum(a.endswith(tuple(stop)) for a in seen) == stopped  # and in each turn's text
     finally:
         server.stop(0)
         env.close()
