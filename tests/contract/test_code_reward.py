@@ -65,6 +65,27 @@ def test_a_program_that_cheats_or_hangs_fails_its_cases(address):
     assert hang["passed"] == 0
 
 
+ALWAYS_EQUAL = """class Answer:
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    def __bool__(self): return True
+def add(a, b):
+    return Answer()
+"""
+
+
+def test_asserts_pass_no_object_that_equals_everything_nor_a_patched_builtin(address):
+    """The best-known code-RL hack (an object whose __eq__ always says True) and a replaced builtin pass
+    no assert case; the right program passes them all, a program that rebinds `list` too
+    (services/reward/scorers/asserts.py)."""
+    asserts = ["assert add(1, 2) == 3", "assert [add(0, 0)] == [0]", "assert add(2, 2)", "assert not add(1, -1)"]
+    assert score(ALWAYS_EQUAL, asserts)["passed"] == 0
+    patched = "import builtins\nbuiltins.isinstance = lambda *a: True\ndef add(a, b):\n    return 'no'\n"
+    assert score(patched, ["assert isinstance(add(1, 2), int)"])["passed"] == 0
+    right = "list = [1]\ndef add(a, b):\n    return a + b\n"
+    assert score(right, [*asserts[:3], "assert isinstance(add(1, 2), int) and add(1, 2) in {3, 4}"])["acc"]
+
+
 def test_bad_truth_and_no_sandbox_raise_rather_than_score_zero(address, monkeypatch):
     with pytest.raises(ValueError, match="ground_truth must hold"):
         score("print(1)", {"cases": []})

@@ -10,7 +10,8 @@ explicit table (no registration at import time).
 - boxed_math: competition math, the last \\boxed{...} answer checked for equivalence with math-verify.
 - format_reward: whether the response follows a required layout (R1-style think/answer, or a row's regex).
 - visual: the bundled visual task (meshrl/tiny/visual.py), the shape named on the response's first line.
-- code: the response's program run against the row's test cases in the sandbox service (reward.sandbox).
+- code: the response's program run against the row's test cases in the sandbox service (reward.sandbox);
+  asserts: its assert-style cases made hard to pass without the answer.
 """
 
 from collections.abc import Callable

@@ -14,7 +14,9 @@ ground_truth, a JSON string or its object, in the shapes users' code data has:
 - assert-style tests (MBPP's test_list, HumanEval's checks): {"asserts": [...]} or a plain list of
   statements, each run after the program; it passes when the process ends 0 having printed a mark the
   test writes after its assert (a program that exits early does not pass; one that reads the mark from its
-  own file could, as in the peers' sandboxes: one process holds both).
+  own file could, as in the peers' sandboxes: one process holds both). The asserts compare plain values
+  only, with the builtins as they were before the program ran (scorers/asserts.py): an object whose
+  __eq__ always says True passes nothing.
 
 The program is the last ```python (or plain ```) block of the response, or the whole response without one.
 Each sandbox has `extra_info["timeout"]` seconds of wall and CPU time (default CASE_S). A case the sandbox
@@ -32,6 +34,7 @@ import secrets
 from meshrl.clients import sandbox
 from meshrl.clients.sandbox import VAR
 from meshrl.v1 import sandbox_pb2
+from services.reward.scorers import asserts
 
 CASE_S = 5.0
 MOST_AT_ONCE = 8  # a sample's cases run side by side, at most this many
@@ -80,7 +83,7 @@ def passes(code: str, kind: str, case, seconds: float) -> bool:
         reply = run(code, str(given).encode(), limits)
         return reply.exit_code == 0 and lines(reply.stdout.decode(errors="replace")) == lines(str(want))
     mark = secrets.token_hex(8)
-    reply = run(f"{code}\n\n{case}\nprint({mark!r})\n", b"", limits)
+    reply = run(asserts.script(code, case, secrets.token_hex(4), mark), b"", limits)
     return reply.exit_code == 0 and reply.stdout.decode(errors="replace").rstrip().endswith(mark)
 
 
