@@ -25,6 +25,7 @@ import pytest
 from orchestrator.config import load_config
 from orchestrator.main import run
 from testkit.tool_task import check_agent_steps
+from testkit.venvs import pinned_python
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HUBS = ROOT / "examples/hubs"
@@ -35,18 +36,6 @@ def reward(reply: str, answer: str) -> float:
     """Both example environments' score, written again: 1 when right, plus half the share of digits."""
     digits = sum(c.isdigit() for c in reply) / len(reply) if reply else 0.0
     return float(reply.strip() == answer) + 0.5 * digits
-
-
-def hub_python(hub: str, environment: str) -> str:
-    """The hub's venv (built, or found up to date) with the environment's package in it: its python."""
-    made = subprocess.run(
-        ["bash", str(ROOT / "scripts/hub_venv.sh"), hub, str(HUBS / environment)],
-        capture_output=True,
-        text=True,
-        timeout=800,
-    )
-    assert made.returncode == 0, made.stderr[-3000:]
-    return made.stdout.strip().splitlines()[-1]
 
 
 def train(tmp_path, model, config: str, python: str, data: pathlib.Path, suffix: str) -> list[dict]:
@@ -87,7 +76,7 @@ def answer(problem: str) -> str:
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # the hub's venv: ~30 s from uv's cache, longer where its packages download
 def test_a_verifiers_environment_trains_as_it_is(tmp_path, bpe_lm):
-    python = hub_python("verifiers", "verifiers/environments/vf_sums")
+    python = pinned_python("verifiers", str(HUBS / "verifiers/environments/vf_sums"))
     data = tmp_path / "data"
     bridge = HUBS / "verifiers/meshrl_verifiers.py"
     subprocess.run([python, str(bridge), "data", "vf_sums", str(data)], check=True, timeout=300)
@@ -111,7 +100,7 @@ def listening(server: subprocess.Popen, log: pathlib.Path) -> str:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_an_openenv_environment_trains_as_it_is(tmp_path, bpe_lm, monkeypatch):
-    python = hub_python("openenv-core", "openenv/environments/sums_env")
+    python = pinned_python("openenv-core", str(HUBS / "openenv/environments/sums_env"))
     log = tmp_path / "server.log"  # a file, not a pipe: uvicorn logs every connection, and a full pipe stalls it
     with log.open("w") as sink:
         server = subprocess.Popen(
