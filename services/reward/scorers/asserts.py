@@ -100,7 +100,8 @@ class Guard(ast.NodeTransformer):
         if all(op in ("Is", "IsNot") for op in ops):
             return node
         # the operands are evaluated once each, in order, all of them (a chain's short cut aside)
-        return self.helper("compare", ast.Tuple([node.left, *node.comparators], ast.Load()), ast.Constant(ops))
+        values = ast.Tuple([node.left, *node.comparators], ast.Load())
+        return self.helper("compare", values, ast.Tuple([ast.Constant(op) for op in ops], ast.Load()))
 
 
 def guard(case: str, tag: str) -> str:
