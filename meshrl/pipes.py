@@ -229,13 +229,17 @@ class Worker:
 
 def start_ready(make: Callable[[], W], n: int, timeout: float) -> tuple[list[W], dict]:
     """n workers from make(), started side by side and each ready within timeout: (the workers, what the
-    first said when ready). If one cannot start, all are discarded and its error raised (Worker.ready's)."""
-    workers = [make() for _ in range(n)]
-    deadline = time.monotonic() + timeout
+    first said when ready). If one cannot start, all are stopped and its error raised (Worker.ready's)."""
+    workers: list[W] = []
     try:
+        for _ in range(n):
+            workers.append(make())
+        deadline = time.monotonic() + timeout
         said = [w.ready(deadline) for w in workers][0]
     except BaseException:
         for w in workers:
+            if w.reading:  # ready before another failed: its reader thread owns its pipes
+                w.stop("another worker of its pool could not start")
             w.discard()
         raise
     return workers, said

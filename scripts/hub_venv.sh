@@ -13,7 +13,8 @@ pins="constraints/hub-$hub.txt"
 bash scripts/setup.sh >&2  # meshrl's venv, which carries uv
 venv=".venv-hubs/$hub"
 # what is installed: the pins, the packages named, and what the folders among them hold
-want="$(cat "$pins" | sha256sum | cut -c1-16) $* $(for p in "$@"; do [ -d "$p" ] && find "$p" -type f -print0 | sort -z | xargs -0 cat; done | sha256sum | cut -c1-16)"
+folders() { for p in "$@"; do if [ -d "$p" ]; then find "$p" -type f -print0 | sort -z | xargs -0 cat; fi; done; }
+want="$(cat "$pins" | sha256sum | cut -c1-16) $* $(folders "$@" | sha256sum | cut -c1-16)"
 if [ ! -f "$venv/.meshrl-installed" ] || [ "$(cat "$venv/.meshrl-installed")" != "$want" ]; then
     base="$(.venv/bin/python -c 'import sys; print(sys._base_executable)')"
     [ -x "$venv/bin/python" ] || .venv/bin/uv venv -q --python "$base" "$venv" >&2

@@ -1,9 +1,9 @@
 """The environment objects of one worker, by episode id, and the checks on what they return.
 
-This runs where the objects live (a worker process, services/env/worker.py, or the service's own
-process for a class handed to it in a test). Requests and replies are plain dicts of strings and
-numbers, so that they can cross a pipe as frames: a request is {"op": "reset", "episode", "task_json",
-"seed"}, {"op": "step", "episode", "action", "tool_calls"} or {"op": "close", "episode"}; a reply is
+This runs where the objects live: a worker process (services/env/worker.py). Requests and replies are
+plain dicts of strings and numbers, so that they can cross a pipe as frames: a request is {"op":
+"reset", "episode", "task_json", "seed"}, {"op": "step", "episode", "action", "tool_calls"} or {"op":
+"close", "episode"}; a reply is
 {"observation", "reward", "done", "info_json", "tool_results"}, or {"error": "invalid" | "aborted",
 "message"} for what the service answers INVALID_ARGUMENT (the environment refused: it raised
 ValueError) or ABORTED (it failed or answered nonsense). An episode that fails or is done is closed here, at once.

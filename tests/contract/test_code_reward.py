@@ -75,15 +75,21 @@ def add(a, b):
 
 
 def test_asserts_pass_no_object_that_equals_everything_nor_a_patched_builtin(address):
-    """The best-known code-RL hack (an object whose __eq__ always says True) and a replaced builtin pass
-    no assert case; the right program passes them all, a program that rebinds `list` too
-    (services/reward/scorers/asserts.py)."""
+    """The best-known code-RL hack (an object whose __eq__ always says True), a replaced builtin and
+    arithmetic that answers what it is compared with pass no assert case; the right program passes them
+    all, one that rebinds `list` or starts with a __future__ import too, and a standard library value
+    (a Counter against a dict) compares as it always does (services/reward/scorers/asserts.py)."""
     asserts = ["assert add(1, 2) == 3", "assert [add(0, 0)] == [0]", "assert add(2, 2)", "assert not add(1, -1)"]
     assert score(ALWAYS_EQUAL, asserts)["passed"] == 0
     patched = "import builtins\nbuiltins.isinstance = lambda *a: True\ndef add(a, b):\n    return 'no'\n"
     assert score(patched, ["assert isinstance(add(1, 2), int)"])["passed"] == 0
-    right = "list = [1]\ndef add(a, b):\n    return a + b\n"
+    shadowed = "def abs(x):\n    return 0\nclass Near:\n    def __sub__(self, other): return 0\n"
+    shadowed += "def add(a, b):\n    return Near()\n"
+    assert score(shadowed, ["assert abs(add(1, 2) - 3) < 1e-9"])["passed"] == 0
+    right = "from __future__ import annotations\nlist = [1]\ndef add(a: int, b: int) -> int:\n    return a + b\n"
     assert score(right, [*asserts[:3], "assert isinstance(add(1, 2), int) and add(1, 2) in {3, 4}"])["acc"]
+    counts = "from collections import Counter\ndef add(a, b):\n    return Counter([a, b])\n"  # MBPP 88's kind
+    assert score(counts, ["assert add(1, 1) == {1: 2}"])["acc"]
 
 
 def test_bad_truth_and_no_sandbox_raise_rather_than_score_zero(address, monkeypatch):

@@ -57,7 +57,7 @@ def agent(task: dict, base_url: str, api_key: str) -> dict:
             text = reply.choices[0].message.content or ""
             step = env.step({action_field: text})
             total += float(step.reward or 0.0)
-            acc = bool((step.observation.get("metadata") or {}).get("acc", acc))
+            acc = bool(step.observation.get("acc", acc))  # a field: OpenEnv sends no metadata over the wire
             if step.done:
                 break
             said = str(step.observation.get(prompt_field, ""))

@@ -71,8 +71,11 @@ def agent(task: dict, base_url: str, api_key: str) -> dict:
 
 
 def policy_made(error) -> bool:
-    """Whether a rollout's error (its class's name under "error") is one of POLICY_ERRORS."""
-    kind = getattr(errors, str(error.get("error") if isinstance(error, dict) else error), None)
+    """Whether a rollout's error is one of POLICY_ERRORS: the exception itself, or its class's name under
+    "error" where the output holds it serialized."""
+    if isinstance(error, BaseException):
+        return isinstance(error, POLICY_ERRORS)
+    kind = getattr(errors, str(error.get("error") if isinstance(error, dict) else ""), None)
     return isinstance(kind, type) and issubclass(kind, POLICY_ERRORS)
 
 

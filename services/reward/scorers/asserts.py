@@ -1,31 +1,47 @@
 """Assert-style code cases (MBPP's test_list, HumanEval's checks) made hard to pass without the right
 answer. A case runs in the program's own process, after it, so a program could otherwise pass every
 assert without solving anything: return an object whose __eq__ always says True (the best-known reward
-hack of code RL), or replace a builtin the check calls (`isinstance`, `len`, `sorted`).
+hack of code RL), make its arithmetic or indexing answer whatever it is compared with, or replace a
+builtin or a library function the check calls (`isinstance`, `abs`, `math.isclose`).
 
-So the file a case runs in (script()) is: a copy of the builtins taken before the program runs, the
-program, the builtins put back, helpers that name builtins through the builtins module (a program may
-have bound `list` or `type` to something of its own), then the case rewritten (guard()) so that every
-comparison and every truth test an assert makes goes through a helper that accepts plain values only: numbers, strings,
-bytes, None and lists, tuples, sets and dicts of them, by their real type (type(), not __class__), so a
-class the program defined never reaches ==, <, `in` or bool(); `is` and `is not` stay as written. A case
-comparing values of its own classes therefore fails; such cases are rare in the code data sets.
+So the file a case runs as (script()) is: the program's `__future__` imports, a copy of the builtins and
+of common modules' namespaces taken before the program runs, the program, those put back, helpers, then
+the case rewritten (guard()): every value an assert compares, tests for truth, computes with, indexes,
+or passes to a call goes through a helper that refuses an instance of a class the program defined (one
+with a function of the program's file in its namespace or its metaclass's, read through `type`'s own
+descriptors); lists, tuples, sets and dicts are checked element by element; and the case's builtin
+names are read from the builtins module, so a program's own `isinstance` or `list` is not the one the
+case calls. Values of the standard library's classes (Counter, OrderedDict, namedtuples, Fraction,
+Decimal) compare as they always do.
 
-What this does not stop (no same-process check can): a program that reads the file it runs from (the
-helpers' names and the mark) and tampers with them, or that ends the process itself after printing the
-mark. The peers' sandboxes share the limit.
+What this does not stop (no same-process check can): a program that finds the saved namespaces or the
+helpers among its globals, or the mark among its code's constants, and tampers with them or prints the
+mark and ends the process itself; a class whose methods it compiled under another file's name. The
+peers' sandboxes share the limit: only a comparison outside the program's process closes it (the call
+cases do that: their results cross as JSON and are compared on the host).
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 
-PRELUDE = "import builtins as _{tag}_b\n_{tag}_saved = dict(_{tag}_b.__dict__)\n"
+# the modules whose functions cases call most; their namespaces are put back after the program
+MODULES = ("math", "cmath", "re", "collections", "itertools", "functools", "operator", "heapq", "bisect", "string")
+BUILTINS = frozenset(n for n in dir(builtins) if not n.startswith("_"))
+PRELUDE = """import builtins as _{tag}_b
+_{tag}_saved = dict(_{tag}_b.__dict__)
+_{tag}_mods = [(_m, dict(_m.__dict__)) for _m in map(_{tag}_b.__import__, {modules!r})]
+"""
 HELPERS = """
 _{tag}_b.__dict__.clear()
 _{tag}_b.__dict__.update(_{tag}_saved)
-_{tag}_ATOMS = (_{tag}_b.int, _{tag}_b.float, _{tag}_b.complex, _{tag}_b.str, _{tag}_b.bytes, _{tag}_b.bool)
-_{tag}_ATOMS += (_{tag}_b.type(None),)
+for _{tag}_m, _{tag}_d in _{tag}_mods:
+    _{tag}_m.__dict__.clear()
+    _{tag}_m.__dict__.update(_{tag}_d)
+_{tag}_FILE = _{tag}_b.__import__("sys")._getframe().f_code.co_filename
+_{tag}_NS = _{tag}_b.type.__dict__["__dict__"].__get__
+_{tag}_MRO = _{tag}_b.type.__dict__["__mro__"].__get__
 _{tag}_SEQS = (_{tag}_b.list, _{tag}_b.tuple, _{tag}_b.set, _{tag}_b.frozenset)
 _{tag}_OPS = {{
     "Eq": lambda a, b: a == b, "NotEq": lambda a, b: a != b, "Lt": lambda a, b: a < b,
@@ -35,42 +51,45 @@ _{tag}_OPS = {{
 }}
 
 
-def _{tag}_plain(v):
-    t = _{tag}_b.type(v)
-    if t in _{tag}_ATOMS:
-        return True
-    if t in _{tag}_SEQS:
-        for x in v:
-            if not _{tag}_plain(x):
-                return False
-        return True
-    if t is _{tag}_b.dict:
-        for k in v:
-            if not (_{tag}_plain(k) and _{tag}_plain(v[k])):
-                return False
-        return True
+def _{tag}_made(t):
+    for c in _{tag}_MRO(t) + _{tag}_MRO(_{tag}_b.type(t)):
+        for v in _{tag}_NS(c).values():
+            for f in (v, _{tag}_b.getattr(v, "__func__", None), _{tag}_b.getattr(v, "fget", None)):
+                code = _{tag}_b.getattr(f, "__code__", None)
+                if code is not None and _{tag}_b.getattr(code, "co_filename", None) == _{tag}_FILE:
+                    return True
     return False
 
 
-def _{tag}_truth(v):
-    if not _{tag}_plain(v):
-        raise _{tag}_b.AssertionError("the value tested is not a plain value")
-    return True if v else False
+def _{tag}_value(v):
+    if _{tag}_made(_{tag}_b.type(v)):
+        raise _{tag}_b.AssertionError("a value of a class the program defined")
+    if _{tag}_b.isinstance(v, _{tag}_SEQS):
+        for x in v:
+            _{tag}_value(x)
+    elif _{tag}_b.isinstance(v, _{tag}_b.dict):
+        for k in v:
+            _{tag}_value(k)
+            _{tag}_value(v[k])
+    return v
 
 
 def _{tag}_compare(values, ops):
+    result = True
     for i, op in _{tag}_b.enumerate(ops):
         a, b = values[i], values[i + 1]
-        if op not in ("Is", "IsNot") and not (_{tag}_plain(a) and _{tag}_plain(b)):
-            raise _{tag}_b.AssertionError("a value compared is not a plain value")
-        if not _{tag}_OPS[op](a, b):
-            return False
-    return True
+        if op not in ("Is", "IsNot"):
+            _{tag}_value(a)
+            _{tag}_value(b)
+        result = _{tag}_OPS[op](a, b)
+        if _{tag}_b.len(ops) > 1 and not result:
+            return result
+    return result
 """
 
 
 class Guard(ast.NodeTransformer):
-    """Every comparison in an assert's test through _compare, every truth test through _truth."""
+    """The case's values through _value, its comparisons through _compare, its builtins from builtins."""
 
     def __init__(self, tag: str):
         self.tag = tag
@@ -78,35 +97,68 @@ class Guard(ast.NodeTransformer):
     def helper(self, name: str, *args: ast.expr) -> ast.Call:
         return ast.Call(ast.Name(f"_{self.tag}_{name}", ast.Load()), list(args), [])
 
+    def value(self, node: ast.expr) -> ast.expr:
+        return node if isinstance(node, ast.Starred) else self.helper("value", node)
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        if isinstance(node.ctx, ast.Load) and node.id in BUILTINS:
+            return ast.Attribute(ast.Name(f"_{self.tag}_b", ast.Load()), node.id, ast.Load())
+        return node
+
     def visit_Assert(self, node: ast.Assert) -> ast.Assert:
         self.generic_visit(node)
-        node.test = self.helper("truth", node.test)
+        node.test = self.value(node.test)
         return node
 
     def visit_BoolOp(self, node: ast.BoolOp) -> ast.BoolOp:
         self.generic_visit(node)
-        node.values = [self.helper("truth", v) for v in node.values]
+        node.values = [self.value(v) for v in node.values]
         return node
 
     def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.UnaryOp:
         self.generic_visit(node)
-        if isinstance(node.op, ast.Not):
-            node.operand = self.helper("truth", node.operand)
+        node.operand = self.value(node.operand)
+        return node
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.BinOp:
+        self.generic_visit(node)
+        node.left, node.right = self.value(node.left), self.value(node.right)
+        return node
+
+    def visit_IfExp(self, node: ast.IfExp) -> ast.IfExp:
+        self.generic_visit(node)
+        node.test = self.value(node.test)
+        return node
+
+    def visit_comprehension(self, node: ast.comprehension) -> ast.comprehension:
+        self.generic_visit(node)
+        node.ifs = [self.value(i) for i in node.ifs]
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.Call:
+        self.generic_visit(node)
+        node.args = [self.value(a) for a in node.args]
+        for k in node.keywords:
+            k.value = self.value(k.value)
+        return node
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.Subscript:
+        self.generic_visit(node)
+        if isinstance(node.ctx, ast.Load):
+            node.value = self.value(node.value)
         return node
 
     def visit_Compare(self, node: ast.Compare) -> ast.expr:
         self.generic_visit(node)
-        ops = tuple(type(op).__name__ for op in node.ops)
-        if all(op in ("Is", "IsNot") for op in ops):
-            return node
+        ops: list[ast.expr] = [ast.Constant(type(op).__name__) for op in node.ops]
         # the operands are evaluated once each, in order, all of them (a chain's short cut aside)
         values = ast.Tuple([node.left, *node.comparators], ast.Load())
-        return self.helper("compare", values, ast.Tuple([ast.Constant(op) for op in ops], ast.Load()))
+        return self.helper("compare", values, ast.Tuple(ops, ast.Load()))
 
 
 def guard(case: str, tag: str) -> str:
-    """The case with its asserts' comparisons and truth tests through the helpers; a case that is not
-    Python is returned as it is (it then fails as written)."""
+    """The case rewritten (the class's docstring); a case that is not Python is returned as it is (it then
+    fails as written)."""
     try:
         tree = ast.parse(case)
     except SyntaxError:
@@ -114,6 +166,22 @@ def guard(case: str, tag: str) -> str:
     return ast.unparse(ast.fix_missing_locations(Guard(tag).visit(tree)))
 
 
+def future(code: str) -> tuple[str, str]:
+    """(the program's `from __future__` imports, the program without them): they must come first."""
+    try:
+        body = ast.parse(code).body
+    except SyntaxError:
+        return "", code
+    lines = code.splitlines(keepends=True)
+    hoisted = [n for n in body if isinstance(n, ast.ImportFrom) and n.module == "__future__"]
+    for n in hoisted:
+        for i in range(n.lineno - 1, n.end_lineno or n.lineno):
+            lines[i] = "\n"  # the program's other lines keep their numbers
+    return "".join(ast.unparse(n) + "\n" for n in hoisted), "".join(lines)
+
+
 def script(code: str, case: str, tag: str, mark: str) -> str:
     """The file one assert case runs as: the program, then the guarded case, then the mark."""
-    return f"{PRELUDE.format(tag=tag)}{code}\n\n{HELPERS.format(tag=tag)}\n{guard(case, tag)}\nprint({mark!r})\n"
+    first, rest = future(code)
+    prelude = PRELUDE.format(tag=tag, modules=MODULES)
+    return f"{first}{prelude}{rest}\n\n{HELPERS.format(tag=tag)}\n{guard(case, tag)}\nprint({mark!r})\n"

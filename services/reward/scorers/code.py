@@ -14,9 +14,9 @@ ground_truth, a JSON string or its object, in the shapes users' code data has:
 - assert-style tests (MBPP's test_list, HumanEval's checks): {"asserts": [...]} or a plain list of
   statements, each run after the program; it passes when the process ends 0 having printed a mark the
   test writes after its assert (a program that exits early does not pass; one that reads the mark from its
-  own file could, as in the peers' sandboxes: one process holds both). The asserts compare plain values
-  only, with the builtins as they were before the program ran (scorers/asserts.py): an object whose
-  __eq__ always says True passes nothing.
+  own file could, as in the peers' sandboxes: one process holds both). The asserts take no value of a
+  class the program defined, and builtins as they were before it ran (scorers/asserts.py): an object
+  whose __eq__ always says True passes nothing.
 
 The program is the last ```python (or plain ```) block of the response, or the whole response without one.
 Each sandbox has `extra_info["timeout"]` seconds of wall and CPU time (default CASE_S). A case the sandbox

@@ -22,6 +22,7 @@ class SumsAction(Action):
 
 class SumsObservation(Observation):
     prompt: str = Field(default="", description="the problem, e.g. 12+7=")
+    acc: bool = Field(default=False, description="whether the reply was right")
 
 
 class SumsEnvironment(Environment):
@@ -44,7 +45,7 @@ class SumsEnvironment(Environment):
         text = action.message
         digits = sum(c.isdigit() for c in text) / len(text) if text else 0.0
         reward = float(text.strip() == self.answer) + 0.5 * digits
-        return SumsObservation(prompt="", done=True, reward=reward, metadata={"acc": text.strip() == self.answer})
+        return SumsObservation(prompt="", done=True, reward=reward, acc=text.strip() == self.answer)
 
     @property
     def state(self) -> State:
