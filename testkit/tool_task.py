@@ -152,3 +152,32 @@ def _child_of_us(pid: str) -> bool:
         if pid == str(os.getpid()):
             return True
     return False
+
+
+def agent_step(tmp: pathlib.Path, model, agent: list[str]) -> pathlib.Path:
+    """A 1-step GRPO run on the hermes calculator task whose episodes `agent` (overrides) plays, checked
+    as every agent run is (check_agent_steps); its folder."""
+    data = make_data(
+        tmp / "data",
+        ArithmeticConfig(ops="*", max_operand=99, tool=True, tool_format="hermes", num_train=32, num_test=8),
+    )
+    overrides = [
+        f"actor.model={model}",
+        f"data.train_files={data['train']}",
+        f"data.val_files={data['test']}",
+        f"trainer.run_dir={tmp / 'grpo'}",
+        "trainer.total_steps=1",
+        "trainer.val_every=1",
+        "trainer.trace=",
+        "data.train_batch_size=4",
+        "rollout.n=2",
+        "rollout.multi_turn=false",
+        "rollout.tool_parser=hermes",
+        "rollout.max_new_tokens=32",
+        "actor.engine=plain",
+        "actor.world_size=1",
+        *agent,
+    ]
+    out = run("grpo", load_config(str(ROOT / "configs/calculator_grpo.yaml"), overrides))
+    check_agent_steps(out, steps=1)
+    return out

@@ -13,38 +13,14 @@ import subprocess
 import pytest
 from node_example import needs_node
 
-from meshrl.tiny.arithmetic import ArithmeticConfig, make_data
-from orchestrator.config import load_config
-from orchestrator.main import run
-from testkit.tool_task import check_agent_steps
+from testkit.tool_task import agent_step, check_agent_steps
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def agent_run(tmp_path, bpe_lm, agent: list[str]) -> pathlib.Path:
     """A 1-step GRPO run on the hermes calculator task whose episodes `agent` (overrides) plays."""
-    data = make_data(
-        tmp_path / "data",
-        ArithmeticConfig(ops="*", max_operand=99, tool=True, tool_format="hermes", num_train=32, num_test=8),
-    )
-    overrides = [
-        f"actor.model={bpe_lm}",
-        f"data.train_files={data['train']}",
-        f"data.val_files={data['test']}",
-        f"trainer.run_dir={tmp_path / 'grpo'}",
-        "trainer.total_steps=1",
-        "trainer.val_every=1",
-        "trainer.trace=",
-        "data.train_batch_size=4",
-        "rollout.n=2",
-        "rollout.multi_turn=false",
-        "rollout.tool_parser=hermes",
-        "rollout.max_new_tokens=32",
-        "actor.engine=plain",
-        "actor.world_size=1",
-        *agent,
-    ]
-    out = run("grpo", load_config(str(ROOT / "configs/calculator_grpo.yaml"), overrides))
+    out = agent_step(tmp_path, bpe_lm, agent)
     check_trained(out)
     return out
 
