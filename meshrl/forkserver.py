@@ -46,6 +46,8 @@ def start() -> "ForkServer | None":
     global _server
     with _lock:
         if (_server is None or _server.gone.is_set()) and available():
+            if _server is not None:
+                _server.close()  # the dead one's socket and exit status
             _server = ForkServer()
         return _server
 
