@@ -88,6 +88,21 @@ def _{tag}_compare(values, ops):
 """
 
 
+# the fields, by node type, whose values go through _value: what an assert tests, truth tests, operands,
+# a call's arguments, what is indexed (compare's operands go through _compare, builtin names to builtins)
+CHECKED: dict[type, tuple[str, ...]] = {
+    ast.Assert: ("test",),
+    ast.BoolOp: ("values",),
+    ast.UnaryOp: ("operand",),
+    ast.BinOp: ("left", "right"),
+    ast.IfExp: ("test",),
+    ast.comprehension: ("ifs",),
+    ast.Call: ("args",),
+    ast.keyword: ("value",),
+    ast.Subscript: ("value",),
+}
+
+
 class Guard(ast.NodeTransformer):
     """The case's values through _value, its comparisons through _compare, its builtins from builtins."""
 
@@ -105,47 +120,14 @@ class Guard(ast.NodeTransformer):
             return ast.Attribute(ast.Name(f"_{self.tag}_b", ast.Load()), node.id, ast.Load())
         return node
 
-    def visit_Assert(self, node: ast.Assert) -> ast.Assert:
-        self.generic_visit(node)
-        node.test = self.value(node.test)
-        return node
-
-    def visit_BoolOp(self, node: ast.BoolOp) -> ast.BoolOp:
-        self.generic_visit(node)
-        node.values = [self.value(v) for v in node.values]
-        return node
-
-    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.UnaryOp:
-        self.generic_visit(node)
-        node.operand = self.value(node.operand)
-        return node
-
-    def visit_BinOp(self, node: ast.BinOp) -> ast.BinOp:
-        self.generic_visit(node)
-        node.left, node.right = self.value(node.left), self.value(node.right)
-        return node
-
-    def visit_IfExp(self, node: ast.IfExp) -> ast.IfExp:
-        self.generic_visit(node)
-        node.test = self.value(node.test)
-        return node
-
-    def visit_comprehension(self, node: ast.comprehension) -> ast.comprehension:
-        self.generic_visit(node)
-        node.ifs = [self.value(i) for i in node.ifs]
-        return node
-
-    def visit_Call(self, node: ast.Call) -> ast.Call:
-        self.generic_visit(node)
-        node.args = [self.value(a) for a in node.args]
-        for k in node.keywords:
-            k.value = self.value(k.value)
-        return node
-
-    def visit_Subscript(self, node: ast.Subscript) -> ast.Subscript:
-        self.generic_visit(node)
-        if isinstance(node.ctx, ast.Load):
-            node.value = self.value(node.value)
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        """Children first, then the fields of `node` that hold values the case uses (CHECKED)."""
+        node = super().generic_visit(node)
+        if isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load):
+            return node  # a target (x[i] = ...), not a value read
+        for field in CHECKED.get(type(node), ()):
+            held = getattr(node, field)
+            setattr(node, field, [self.value(v) for v in held] if isinstance(held, list) else self.value(held))
         return node
 
     def visit_Compare(self, node: ast.Compare) -> ast.expr:
