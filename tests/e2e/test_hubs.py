@@ -54,6 +54,7 @@ def train(tmp_path, model, config: str, python: str, data: pathlib.Path, suffix:
                 f"trainer.val_every={STEPS}",
                 "data.train_batch_size=4",
                 "rollout.n=4",
+                "trainer.samples_per_step=16",  # every sample of a step: the checks below read them all
                 "rollout.max_new_tokens=8",
                 "actor.engine=plain",
                 "actor.world_size=1",
