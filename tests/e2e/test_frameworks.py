@@ -7,6 +7,14 @@ parity level of every other path.
 
 - The OpenAI Agents SDK (`openai-agents`, examples/agents/agents_sdk.py): its default model class,
   OpenAIResponsesModel, so every call is `POST /v1/responses` with the tool as a function tool.
+- LangChain (`langchain` with `langchain-openai`, examples/agents/langchain_agent.py): `create_agent`
+  over ChatOpenAI, chat completions with the tools bound.
+- smolagents (examples/agents/smolagents_agent.py): ToolCallingAgent over OpenAIServerModel, content
+  as text parts, `tool_choice: "required"` and the `final_answer` tool on every call, stop strings, and
+  one last call without tools past max_steps. Its calls are longer than the others' (two tools' schemas
+  in the prompt): the run takes the model's 512 positions.
+- pydantic-ai (`pydantic-ai-slim[openai]`, examples/agents/pydantic_ai_agent.py): OpenAIChatModel
+  with an OpenAIProvider, as its docs write one for an OpenAI-compatible server.
 """
 
 import pathlib
@@ -27,4 +35,41 @@ def test_an_openai_agents_sdk_agent_at_its_defaults_trains(tmp_path, bpe_lm):
         tmp_path,
         bpe_lm,
         [f"rollout.agent={ROOT / 'examples/agents/agents_sdk.py'}:agent", f"rollout.agent_python={python}"],
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_langchain_agent_at_its_defaults_trains(tmp_path, bpe_lm):
+    python = pinned_python("langchain", "langchain-openai")
+    agent_step(
+        tmp_path,
+        bpe_lm,
+        [f"rollout.agent={ROOT / 'examples/agents/langchain_agent.py'}:agent", f"rollout.agent_python={python}"],
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_smolagents_agent_at_its_defaults_trains(tmp_path, bpe_lm):
+    python = pinned_python("smolagents", "openai")
+    agent_step(
+        tmp_path,
+        bpe_lm,
+        [
+            f"rollout.agent={ROOT / 'examples/agents/smolagents_agent.py'}:agent",
+            f"rollout.agent_python={python}",
+            "rollout.max_model_len=512",
+        ],
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_pydantic_ai_agent_at_its_defaults_trains(tmp_path, bpe_lm):
+    python = pinned_python("pydantic-ai-slim", "pydantic-ai-slim[openai]")
+    agent_step(
+        tmp_path,
+        bpe_lm,
+        [f"rollout.agent={ROOT / 'examples/agents/pydantic_ai_agent.py'}:agent", f"rollout.agent_python={python}"],
     )
