@@ -86,14 +86,14 @@ def step(model, tok, opt, batch: list[dict], *, optimizer_steps: int, n: int, ne
 
 def main():
     a = arguments()
-    torch.manual_seed(0)
+    torch.manual_seed(a.seed)
     tok = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32).to(a.device)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr)
     train, test = rows(a.train), rows(a.test)
     order = list(range(len(train)))
-    random.Random(0).shuffle(order)
+    random.Random(a.seed).shuffle(order)
     val, steps = {0: accuracy(model, tok, test)}, []
     phases: dict[str, list[float]] = {"gen": [], "update": []}
     first = time.perf_counter() - T0

@@ -4,7 +4,7 @@ time on this machine.
     bash scripts/prepare.sh runs/default            # the SFT warm-up and data they all start from
     python3 -m venv /tmp/trl && /tmp/trl/bin/pip install torch==2.13.0 trl==1.16.0 transformers==5.19.0 pandas
     .venv/bin/python bench/peer_bench.py --trl-python /tmp/trl/bin/python [--steps 80] [--repeats 1]
-        [--settings trl,config] [--mesh-extra KEY=VALUE ...]
+        [--seeds 0,1,2] [--settings trl,config] [--mesh-extra KEY=VALUE ...] [--out RESULTS.json]
 
 All from runs/default/sft/hf with the same data and settings (configs/arithmetic_grpo.yaml; TRL's side:
 bench/peer_trl.py; the bare loop: bench/peer_bare.py), at two settings, a table each:
@@ -13,7 +13,12 @@ bench/peer_trl.py; the bare loop: bench/peer_bare.py), at two settings, a table 
 - config: the config's own, four optimizer steps per batch (mini-batches of 64) at lr 5e-5 (TRL:
   steps_per_generation=4 and its old log-prob pass).
 --mesh-extra adds dotted overrides to every mesh run (e.g. actor.padding_free=true); --sides picks the
-sides (hf, vllm, vllm-packed: vLLM and a padding-free actor, trl, bare).
+sides (hf, vllm, vllm-packed: vLLM and a padding-free actor, trl, bare). --seeds runs every side once per
+seed (the mesh's trainer.seed, the peers' --seed: the data's order and the sampling; the model is the same
+SFT checkpoint), and a second table compares how each side learns: held-out accuracy at the last step
+(mean and standard error over the seeds), and per optimizer step the training reward, the clipped share
+of tokens and the gradient norm, from the mesh's metrics.jsonl and TRL's logs. --out keeps every run's
+figures as JSON.
 
 A bigger, real-shaped model: `--model-size 50m` starts every side from the same fresh ~50M-parameter
 qwen2 (the task's char tokenizer; its answers run to every length up to the limit, as a real model's
@@ -85,7 +90,7 @@ def mesh(data: pathlib.Path, model: pathlib.Path, steps: int, out: pathlib.Path,
     }
 
 
-def peer(
+def peer(  # limit: a command line's parts
     python: str, script: str, data: pathlib.Path, model: pathlib.Path, steps: int, out: pathlib.Path, *flags: str
 ) -> dict:
     """bench/peer_trl.py or bench/peer_bare.py under `python`: their JSON, with the whole command's time."""
@@ -134,15 +139,20 @@ def sides(a, data: pathlib.Path, model: pathlib.Path, setting: str) -> dict:
         overrides = [f"actor.mini_batch_size={a.prompts * a.samples // 4}"]
     overrides, flags = [*overrides, *mesh_keys, *a.mesh_extra], [*flags, *shape_flags]
     run = functools.partial(mesh, data, model, a.steps)
-    every = {
-        "hf": ("meshrl grpo, hf rollout (the config's)", lambda o: run(o, *overrides)),
-        "vllm": ("meshrl grpo, vLLM rollout", lambda o: run(o, *overrides, "rollout.backend=vllm")),
+    trl = functools.partial(peer, a.trl_python, "bench/peer_trl.py", data, model, a.steps)
+    bare = functools.partial(peer, sys.executable, "bench/peer_bare.py", data, model, a.steps)
+    every = {  # name: (what the table calls it, (folder, seed) -> the run's figures)
+        "hf": ("meshrl grpo, hf rollout (the config's)", lambda o, s: run(o, *overrides, f"trainer.seed={s}")),
+        "vllm": (
+            "meshrl grpo, vLLM rollout",
+            lambda o, s: run(o, *overrides, "rollout.backend=vllm", f"trainer.seed={s}"),
+        ),
         "vllm-packed": (
             "meshrl grpo, vLLM rollout, padding-free actor",
-            lambda o: run(o, *overrides, "rollout.backend=vllm", "actor.padding_free=true"),
+            lambda o, s: run(o, *overrides, "rollout.backend=vllm", "actor.padding_free=true", f"trainer.seed={s}"),
         ),
-        "trl": ("TRL GRPOTrainer", lambda o: peer(a.trl_python, "bench/peer_trl.py", data, model, a.steps, o, *flags)),
-        "bare": ("bare loop", lambda o: peer(sys.executable, "bench/peer_bare.py", data, model, a.steps, o, *flags)),
+        "trl": ("TRL GRPOTrainer", lambda o, s: trl(o, *flags, "--seed", str(s))),
+        "bare": ("bare loop", lambda o, s: bare(o, *flags, "--seed", str(s))),
     }
     chosen = a.sides.split(",") if a.sides else ["hf", *(["vllm"] if setting == "trl" else []), "trl", "bare"]
     if "trl" in chosen and not a.trl_python:
@@ -183,12 +193,48 @@ def table(setting: str, steps: int, repeats: int, a, results: dict[str, list[dic
         )
 
 
+# per optimizer step: (the mesh's metric, TRL's logged key); the mesh logs a batch's mean over its steps
+DYNAMICS = {
+    "training reward": ("critic/score/mean", "reward"),
+    "clipped share": ("actor/pg_clipfrac", "clip_ratio/region_mean"),
+    "grad norm": ("actor/grad_norm", "grad_norm"),
+}
+
+
+def dynamics(run: dict) -> dict[str, float]:
+    """A run's mean of each DYNAMICS figure over its steps; nan where the side does not log it."""
+    out = {}
+    for name, (mesh_key, trl_key) in DYNAMICS.items():
+        if "metrics" in run:
+            values = [r[mesh_key] for r in run["metrics"] if mesh_key in r]
+        else:
+            values = [r[trl_key] for r in run.get("logs", []) if trl_key in r]
+        out[name] = statistics.fmean(values) if values else float("nan")
+    return out
+
+
+def learning(results: dict[str, list[dict]]) -> None:
+    """How each side learned over its runs (seeds): the last held-out accuracy, mean and standard error,
+    each run's, and the DYNAMICS means."""
+    print("\n| | held-out at the last step, mean ± s.e. (each run) | " + " | ".join(DYNAMICS) + " |")
+    print("|---|---|" + "---|" * len(DYNAMICS))
+    for name, runs in results.items():
+        last = [r["val"][max(r["val"])] for r in runs]
+        se = statistics.stdev(last) / len(last) ** 0.5 if len(last) > 1 else float("nan")
+        means = [statistics.fmean(dynamics(r)[k] for r in runs) for k in DYNAMICS]
+        each = " ".join(f"{v:.3f}" for v in last)
+        figures = " | ".join(f"{m:.4f}" for m in means)
+        print(f"| {name} | {statistics.fmean(last):.3f} ± {se:.3f} ({each}) | {figures} |")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trl-python", default="", help="python of a venv with trl installed (for the trl side)")
     ap.add_argument("--run", default="runs/default", help="where scripts/prepare.sh put the model and data")
     ap.add_argument("--steps", type=int, default=80)
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--seeds", default="0", help="comma-separated: every side runs once per seed")
+    ap.add_argument("--out", default="", help="a JSON file for every run's figures")
     ap.add_argument("--settings", default="trl,config", help="comma-separated: trl, config")
     ap.add_argument("--mesh-extra", nargs="*", default=[], help="dotted overrides for every mesh run")
     ap.add_argument("--sides", default="", help="comma-separated of hf, vllm, vllm-packed, trl, bare (default: all)")
@@ -208,16 +254,23 @@ def main() -> int:
         sys.exit(f"no SFT checkpoint at {model}: run `bash scripts/prepare.sh {run}` first")
     if a.model_size != "sft":
         model = make_model(pathlib.Path(tempfile.mkdtemp()) / a.model_size, BIG[a.model_size]).absolute()
+    everything: dict[str, dict] = {}
     for setting in a.settings.split(","):
         if setting not in SETTINGS:
             sys.exit(f"--settings: each of {sorted(SETTINGS)}, got {setting!r}")
         runs = sides(a, data, model, setting)
         results: dict[str, list[dict]] = {name: [] for name in runs}
+        seeds = [int(s) for s in a.seeds.split(",")]
         with tempfile.TemporaryDirectory() as tmp:
             for i in range(a.repeats):
-                for j, (name, side) in enumerate(runs.items()):
-                    results[name].append(side(pathlib.Path(tmp) / f"{j}-{i}"))
-        table(setting, a.steps, a.repeats, a, results)
+                for seed in seeds:
+                    for j, (name, side) in enumerate(runs.items()):
+                        results[name].append(side(pathlib.Path(tmp) / f"{j}-{i}-{seed}", seed))
+        table(setting, a.steps, a.repeats * len(seeds), a, results)
+        learning(results)
+        everything[setting] = results
+    if a.out:
+        pathlib.Path(a.out).write_text(json.dumps(everything, indent=1))
     return 0
 
 

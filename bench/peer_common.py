@@ -42,7 +42,7 @@ def accuracy(model, tok, test: list[dict], max_new_tokens: int = 8) -> float:
 
 def arguments() -> argparse.Namespace:
     """The peers' command line: MODEL TRAIN.parquet TEST.parquet STEPS OUT.json [--val-every 20]
-    [--optimizer-steps 1] [--lr 1e-4] [--prompts 32] [--samples 8] [--max-new-tokens 8]."""
+    [--optimizer-steps 1] [--lr 1e-4] [--prompts 32] [--samples 8] [--max-new-tokens 8] [--seed 0]."""
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
     ap.add_argument("train")
@@ -58,4 +58,5 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--prompts", type=int, default=32, help="prompts per batch")
     ap.add_argument("--samples", type=int, default=8, help="samples per prompt")
     ap.add_argument("--max-new-tokens", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=0, help="the data's order and the sampling")
     return ap.parse_args()

@@ -1,7 +1,7 @@
 """TRL's GRPOTrainer on the main job's task, for bench/peer_bench.py; runs in a venv with trl installed.
 
     PYTHON bench/peer_trl.py MODEL TRAIN.parquet TEST.parquet STEPS OUT.json [--val-every 20]
-        [--optimizer-steps K] [--lr LR]
+        [--optimizer-steps K] [--lr LR] [--seed S]
 
 Same settings as configs/arithmetic_grpo.yaml: 32 prompts x 8 samples a step, up to 8 new tokens,
 temperature 1, constant lr, token-mean PPO-clip loss (TRL's "dapo"), fp32, no KL; the reward is the
@@ -10,7 +10,8 @@ arithmetic scorer's rule (first line of the answer, as an integer, equals the gr
 --optimizer-steps K: TRL's steps_per_generation=K, an optimizer step per 256/K samples (the config's
 mini-batches), with the old log-prob pass TRL then runs. A step here is one batch (K of TRL's optimizer
 steps). Writes per-step seconds (without the held-out evaluation, which runs between steps), the time
-to the first step and held-out greedy accuracy.
+to the first step, held-out greedy accuracy, and what TRL logs at every optimizer step (loss, reward,
+clip ratios, grad norm, entropy: "logs").
 """
 
 import json
@@ -38,9 +39,14 @@ class Timing(TrainerCallback):
     def __init__(self, tokenizer, test, val_every, per_batch):
         self.tok, self.test, self.val_every, self.per_batch = tokenizer, test, val_every, per_batch
         self.steps, self.val, self.first_step_at, self.batch_s = [], {}, None, 0.0
+        self.logs: list[dict] = []  # what TRL logs, every optimizer step (logging_steps=1)
 
     def on_train_begin(self, args, state, control, model=None, **kw):
         self.val[0] = accuracy(model, self.tok, self.test)
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        if logs and "loss" in logs:
+            self.logs.append({"step": state.global_step, **logs})
 
     def on_step_begin(self, args, state, control, **kw):
         self.t = time.perf_counter()
@@ -63,7 +69,7 @@ def main():
     k = a.optimizer_steps
     assert k in (1, 2, 4), "--optimizer-steps: 1, 2 or 4 (a quarter of the batch a micro-batch, 4 // K accumulated)"
     assert a.prompts * a.samples % 4 == 0, "--prompts x --samples must split into four micro-batches"
-    torch.manual_seed(0)
+    torch.manual_seed(a.seed)
     tok = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, torch_dtype=torch.float32)
     cfg = GRPOConfig(
@@ -83,13 +89,13 @@ def main():
         num_iterations=1,
         epsilon=0.2,
         max_grad_norm=1.0,
-        logging_steps=10,
+        logging_steps=1,
         report_to=[],
         save_strategy="no",
         use_cpu=True,
         bf16=False,
         fp16=False,
-        seed=0,
+        seed=a.seed,
         dataloader_num_workers=0,
         disable_tqdm=True,
     )
@@ -108,6 +114,7 @@ def main():
             "step_s": timing.steps,
             "first_step_at_s": timing.first_step_at,
             "val": timing.val,
+            "logs": timing.logs,
             "whole_s": time.perf_counter() - T0,
             "threads": torch.get_num_threads(),
         },
