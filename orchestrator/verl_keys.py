@@ -33,6 +33,7 @@ VERL_KEYS = {
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "actor.micro_batch_size",
     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "actor.micro_batch_tokens",
     "actor_rollout_ref.actor.ppo_epochs": "actor.ppo_epochs",
+    "actor_rollout_ref.actor.shuffle": "actor.shuffle",
     "actor_rollout_ref.actor.clip_ratio": "actor.clip_ratio_low (and clip_ratio_high)",
     "actor_rollout_ref.actor.clip_ratio_low": "actor.clip_ratio_low",
     "actor_rollout_ref.actor.clip_ratio_high": "actor.clip_ratio_high",

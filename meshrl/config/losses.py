@@ -54,6 +54,8 @@ class EpochSettings(Checked):
 
     ppo_epochs: int = 1  # passes over each batch
     mini_batch_size: int = 0  # rows per optimizer step over all ranks; 0: the whole batch
+    shuffle: bool = True  # each epoch's mini-batches drawn in a new seeded order (a pair or group of rows
+    #   that must stay together stays); false: in the order the batch came, a prompt's samples together
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -65,8 +67,7 @@ class EpochSettings(Checked):
 class Schedule(EpochSettings):
     """How an update walks over the batch: epochs of mini-batches, one optimizer step each."""
 
-    shuffle: bool = False
-    seed: int = 0
+    seed: int = 0  # of the shuffled orders (the run's trainer.seed; an epoch's order also follows the step)
 
 
 @dataclasses.dataclass

@@ -9,8 +9,9 @@ from orchestrator.config import Config
 
 
 def schedule(cfg: Config) -> dict:
-    """How every update walks over its batch: actor.ppo_epochs passes of actor.mini_batch_size rows."""
-    return values_of(EpochSettings, cfg.actor)
+    """How every update walks over its batch: actor.ppo_epochs passes of actor.mini_batch_size rows, in
+    the order actor.shuffle says (seeded by the run's seed)."""
+    return {**values_of(EpochSettings, cfg.actor), "seed": cfg.trainer.seed}
 
 
 def ppo_params(cfg: Config, reuse: bool = False) -> dict:

@@ -217,8 +217,10 @@ def epoch_order(part: DataProto, p, step: int, epoch: int, unit: int = 1) -> tor
 def _train(engine: Engine, job: Pass, metrics: MetricSum) -> None:
     world, p, keys = dist.get_world_size(), job.schedule, tuple(job.part.batch)
     count = num_minibatches(job.total_rows, p.mini_batch_size)
+    # one mini-batch a pass: its order changes no gradient, only how the micro-batches sum, so it is kept
+    shuffled = p.shuffle and count > 1
     for epoch in range(p.ppo_epochs):
-        data = job.part.select_idxs(epoch_order(job.part, p, job.step, epoch, job.unit)) if p.shuffle else job.part
+        data = job.part.select_idxs(epoch_order(job.part, p, job.step, epoch, job.unit)) if shuffled else job.part
         for i, mini in enumerate(minibatches(data, count, job.unit)):
             first = job.own_first and epoch == 0 and i == 0
             micros, _ = split(engine, mini, tuple(k for k in keys if k != OLD) if first else keys, job.unit)
