@@ -5,7 +5,8 @@ graded samples a second the service sustains.
 
 Measured, each in the same run: `python3 -c PROGRAM` started directly (subprocess), in a bubblewrap
 sandbox (services/sandbox/bwrap.run in a slot of the service, its own user id: every Run is a new
-sandbox, so there is no cold or warm start to tell apart), and through the SandboxService over gRPC on
+sandbox, so there is no cold or warm start to tell apart), the same without its cgroup (where the machine
+gives the service cgroups: what the group per Run costs), and through the SandboxService over gRPC on
 127.0.0.1 one call at a time (p50, p99 and the p50 over direct); then `--threads` clients calling Run at
 once: sandboxes a second.
 """
@@ -49,6 +50,9 @@ def main() -> None:
     limits = servicer.limits(sandbox_pb2.Limits())
     direct = times(lambda: subprocess.run(["/usr/bin/python3", "-c", PROGRAM], check=True), args.calls)
     boxed = times(lambda: servicer._in_slot(["python3", "-c", PROGRAM], {}, b"", limits, False), args.calls)
+    place, servicer.cgroups = servicer.cgroups, None
+    bare = times(lambda: servicer._in_slot(["python3", "-c", PROGRAM], {}, b"", limits, False), args.calls)
+    servicer.cgroups = place
     server = Server([servicer], max_workers=args.threads * 2).start()
     client = Client(server.address, SandboxServicer.SERVICE, timeout=60, retries=0)
     request = sandbox_pb2.RunRequest(argv=["python3", "main.py"], files={"main.py": PROGRAM.encode()})
@@ -68,7 +72,9 @@ def main() -> None:
     base = statistics.median(direct)
     print("| how | p50 ms | p99 ms | p50 over direct |\n|---|---|---|---|")
     print(row("direct (subprocess)", direct))
-    print(row("bubblewrap sandbox", boxed, base))
+    print(row(f"bubblewrap sandbox (cgroups: {place.kind if place else 'none'})", boxed, base))
+    if place is not None:
+        print(row("bubblewrap sandbox without its cgroup", bare, base))
     print(row("SandboxService.Run over gRPC", served, base))
     print(f"\n{rate:.0f} graded samples/s with {args.threads} clients ({args.calls} Runs, all passed)")
 

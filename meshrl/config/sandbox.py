@@ -40,6 +40,11 @@ class SandboxConfig(Checked):
     first_uid + uids - 1 (no such user needs to exist): the process-count limit is per user."""
     uids: int = 1024
     """User ids in that ring (at least concurrency)."""
+    cgroups: bool = True
+    """A cgroup per sandbox where the machine lets the service make them: its memory as a whole (memory_mb
+    plus disk_mb for each memory-backed mount) and its processes, which the per-process limits cannot
+    bound together. It adds ~7 ms to each Run on this project's machines (cgroup v1; bench/RESULTS.md
+    "Sandboxes"); false: per-process limits only."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

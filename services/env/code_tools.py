@@ -25,6 +25,7 @@ from meshrl.errors import ServiceError
 from meshrl.v1 import sandbox_pb2
 
 BLOCK = re.compile(r"```(python|bash)[ \t]*\n(.*?)(?:```|$)", re.S)
+STOPPED = {"wall": "time", "output": "output", "memory": "memory"}  # the sandbox's `killed`
 OUTPUT_CHARS = 2000  # of a call's output, what the policy sees
 TOOLS = [
     {
@@ -74,7 +75,7 @@ class CodeTools:
             return f"error: {e.details}"  # its own doing (a full /work, too many files): the policy's to read
         out = (reply.stdout + reply.stderr).decode(errors="replace")[-OUTPUT_CHARS:]
         if reply.killed:
-            out += f"\n[stopped: past its {'time' if reply.killed == 'wall' else 'output'} limit]"
+            out += f"\n[stopped: past its {STOPPED.get(reply.killed, reply.killed)} limit]"
         elif reply.exit_code:
             out += f"\n[exit code {reply.exit_code}]"
         return out

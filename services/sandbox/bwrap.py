@@ -16,10 +16,11 @@ new sandbox:
   comes back is no more than the program itself could have written);
 - no environment but PATH, HOME=/work and LANG;
 - kernel limits set before it starts (prlimit): CPU seconds, address space, file size, open files and no
-  core files per process, and processes per user (not memory or CPU for the sandbox as a whole: that
-  would take a cgroup per sandbox, not built). Run as root (as the service is in its image), each sandbox
-  is its own user id, so the process limit is the sandbox's own; otherwise it would count all the user's
-  processes, and is not set.
+  core files per process, and processes per user. Run as root (as the service is in its image), each
+  sandbox is its own user id, so the process limit is the sandbox's own; otherwise it would count all the
+  user's processes, and is not set;
+- where the machine lets the service make cgroups, a cgroup of its own (services/sandbox/cgroups.py):
+  the sandbox's memory as a whole and its processes, whoever runs the service.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import tarfile
 import threading
 import time
 
-from services.sandbox import reaper
+from services.sandbox import cgroups, reaper
 
 SYSTEM = ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc/alternatives")  # read-only where they exist
 PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -65,7 +66,7 @@ class Result:
     stdout: bytes
     stderr: bytes
     wall_s: float
-    killed: str = ""  # "wall" or "output": the sandbox stopped it
+    killed: str = ""  # "wall", "output" or "memory" (its cgroup's limit): the sandbox stopped it
     truncated: bool = False
     files: dict[str, bytes] | None = None  # /work's after the run, when asked for
 
@@ -86,13 +87,22 @@ def check_path(name: str) -> str:
     return "/".join(parts)
 
 
-def command(argv: list[str], limits: Limits, files: dict[str, int], out_fd: int | None, uid: int | None) -> list[str]:
-    """The command line: the slot's user (setpriv, where the service is root), prlimit's limits, then
-    bubblewrap's sandbox around a shell that runs argv in /work (and, with out_fd, writes /work as a tar
-    stream to it after). Tools rather than Popen's user= or a preexec_fn: those make Python fork the
-    service's process, whose gRPC threads' fork handlers can crash the child before it runs anything."""
+# joins the cgroups named before "--" (cgroup.procs files), then becomes the command after it: everything
+# the sandbox starts is in them from its first instruction
+JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+
+
+def command(  # limit: the sandbox's parts
+    argv: list[str], limits: Limits, files: dict[str, int], out_fd: int | None, uid: int | None, join: list[str]
+) -> list[str]:
+    """The command line: the sandbox's cgroups joined (join: their cgroup.procs files), the slot's user
+    (setpriv, where the service is root), prlimit's limits, then bubblewrap's sandbox around a shell that
+    runs argv in /work (and, with out_fd, writes /work as a tar stream to it after). Tools rather than
+    Popen's user= or a preexec_fn: those make Python fork the service's process, whose gRPC threads' fork
+    handlers can crash the child before it runs anything."""
     size = str(limits.disk_mb << 20)
-    line = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"] if uid is not None else []
+    line = ["/bin/sh", "-c", JOIN, "sh", *join, "--"] if join else []
+    line += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"] if uid is not None else []
     cpu = math.ceil(limits.cpu_s)  # SIGXCPU at the soft limit, SIGKILL a second later for one that ignores it
     line += ["prlimit", f"--cpu={cpu}:{cpu + 1}", f"--as={limits.memory_mb << 20}"]
     nofile = max(256, len(files) + 64)  # the input files' descriptors come in open
@@ -174,8 +184,18 @@ class Capped:
         return b"".join(self.chunks)
 
 
-def run(argv: list[str], files: dict[str, bytes], stdin: bytes, limits: Limits, uid: int | None, *, files_back: bool):
-    """Run argv in a new sandbox (as user `uid` where the service is root); the Result."""
+def run(  # limit: the sandbox's parts
+    argv: list[str],
+    files: dict[str, bytes],
+    stdin: bytes,
+    limits: Limits,
+    uid: int | None,
+    *,
+    files_back: bool,
+    group: cgroups.Group | None = None,
+) -> Result:
+    """Run argv in a new sandbox (as user `uid` where the service is root, in `group` where given: its
+    caller removes it after); the Result."""
     out_r, out_w = os.pipe() if files_back else (None, None)
     fds: dict[str, int] = {}
     start = time.monotonic()
@@ -183,7 +203,7 @@ def run(argv: list[str], files: dict[str, bytes], stdin: bytes, limits: Limits, 
         fds = memfds(files)
         with reaper.lock:  # its pid is ours to wait for before the reaper looks again
             proc = subprocess.Popen(
-                command(argv, limits, fds, out_w, uid),
+                command(argv, limits, fds, out_w, uid, group.procs if group is not None else []),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -198,7 +218,10 @@ def run(argv: list[str], files: dict[str, bytes], stdin: bytes, limits: Limits, 
     finally:
         for fd in (*fds.values(), *([out_w] if out_w is not None else [])):
             os.close(fd)
-    return _finish(proc, stdin, limits, start, out_r)
+    result = _finish(proc, stdin, limits, start, out_r)
+    if group is not None and not result.killed and group.out_of_memory():
+        result.killed, result.files = "memory", {} if result.files is not None else None
+    return result
 
 
 def _finish(proc: subprocess.Popen, stdin: bytes, limits: Limits, start: float, out_r: int | None) -> Result:

@@ -1,7 +1,9 @@
 """The SandboxService: each Run in a new bubblewrap sandbox (services/sandbox/bwrap.py), at most
-`concurrency` at once, each in a slot with its own user id; sessions keep an episode's files between its
-Runs, in this process's memory (a sandbox leaves nothing on the host: a killed service leaves no place to
-sweep, and bubblewrap's --die-with-parent takes its sandboxes with it).
+`concurrency` at once, each in a slot with its own user id and, where the machine allows, a cgroup of its
+own (services/sandbox/cgroups.py); sessions keep an episode's files between its Runs, in this process's
+memory. A sandbox leaves nothing on the host but the service's cgroups (emptied as each Run ends);
+bubblewrap's --die-with-parent takes a killed service's sandboxes with it, and the next start removes its
+groups.
 
 A request's limits default to the service's and may not pass its ceilings; a bad request is
 INVALID_ARGUMENT naming the field, and nothing a program does ends the service.
@@ -22,10 +24,11 @@ from meshrl.config.sandbox import SandboxConfig
 from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument
 from meshrl.flags import settings_json
 from meshrl.v1 import common_pb2, sandbox_pb2
-from services.sandbox import bwrap, reaper
+from services.sandbox import bwrap, cgroups, reaper
 
 CEILING = 16  # a request may ask up to this many times a default limit (max_wall_s for wall time)
 SETTING = {"processes": "process_limit"}  # the setting holding a limit's default, where named otherwise
+OWN_PROCESSES = 3  # a sandbox's own beside its program's: bubblewrap, the sandbox's init, its shell
 
 
 @dataclasses.dataclass
@@ -51,6 +54,9 @@ class SandboxServicer:
         self.turn = itertools.count()
         if self.root:
             reaper.adopt(self.uids)
+        self.cgroups, self.no_cgroups = cgroups.find() if cfg.cgroups else (None, "off (--no-cgroups)")
+        if self.cgroups is not None:
+            self.cgroups.sweep()
         self.sessions: collections.OrderedDict[str, Session] = collections.OrderedDict()
         self.lock = threading.Lock()
         self.counts: collections.Counter[str] = collections.Counter()
@@ -74,6 +80,7 @@ class SandboxServicer:
                 **{k: str(v) for k, v in sorted(self.counts.items())},
                 "sessions": str(len(self.sessions)),
                 "own_user_ids": str(self.root).lower(),
+                "cgroups": self.cgroups.kind if self.cgroups is not None else f"none: {self.no_cgroups}",
                 "settings": settings_json(self.cfg),
             },
         )
@@ -111,6 +118,11 @@ class SandboxServicer:
         with self.lock:
             return sandbox_pb2.CloseSessionResponse(closed=self.sessions.pop(request.session, None) is not None)
 
+    def close(self) -> None:
+        """The service's way out: its cgroups go (run_service calls it once serving ends)."""
+        if self.cgroups is not None:
+            self.cgroups.close()
+
     def limits(self, asked) -> bwrap.Limits:
         """The request's limits: 0 takes the service's default; past a ceiling is INVALID_ARGUMENT."""
         c = self.cfg
@@ -138,14 +150,25 @@ class SandboxServicer:
         with self.slots:
             if context is not None and not context.is_active():  # its caller left while it waited
                 raise Aborted("the caller cancelled or its deadline passed before the sandbox started")
-            uid = self._uid()
+            uid, place, group = self._uid(), self.cgroups, None
             try:
-                return bwrap.run(argv, files, stdin, limits, uid, files_back=files_back)
+                group = self._group(place, limits)
+                return bwrap.run(argv, files, stdin, limits, uid, files_back=files_back, group=group)
             except OSError as e:  # the sandbox could not start (out of file descriptors, memory)
                 raise FailedPrecondition(f"the sandbox could not start: {e}") from None
             finally:
+                if place is not None and group is not None:
+                    place.give(group)
                 with self.lock:
                     self.busy.discard(uid)
+
+    @staticmethod
+    def _group(place: cgroups.Cgroups | None, limits: bwrap.Limits) -> cgroups.Group | None:
+        """The Run's cgroup: its programs' memory and its three memory-backed mounts', and its processes."""
+        if place is None:
+            return None
+        memory = (limits.memory_mb + 3 * limits.disk_mb) << 20
+        return place.take(memory, limits.processes + OWN_PROCESSES)
 
     def _uid(self) -> int | None:
         if not self.root:

@@ -1,8 +1,9 @@
 """The sandbox service over real gRPC on 127.0.0.1, with real bubblewrap sandboxes: a program runs with its
 files, input and limits and says what it did; sessions keep files between Runs; and each way hostile code
 could do harm is tried (the network, the host's files and environment, a fork bomb, a memory bomb, endless
-output, a full disk, CPU and sleep past the limits, children left behind), after each of which the service
-answers the next Run as before; and a service killed mid-Run leaves no sandbox behind."""
+output, a full disk, CPU and sleep past the limits, children left behind, processes that each stay within
+their own memory but not together), after each of which the service answers the next Run as before; and a
+service killed mid-Run leaves no sandbox behind, and the next start removes the cgroups it left."""
 
 import concurrent.futures
 import os
@@ -18,6 +19,7 @@ from meshrl.errors import ServiceError
 from meshrl.lifeline import serve_child
 from meshrl.rpc import Client, Server
 from meshrl.v1 import sandbox_pb2
+from services.sandbox import cgroups
 from services.sandbox.servicer import SandboxServicer
 
 SERVICE = sandbox_pb2.DESCRIPTOR.services_by_name["SandboxService"]
@@ -30,9 +32,11 @@ def sandbox():
     cfg = SandboxConfig(
         concurrency=1, wall_s=5, process_limit=16, memory_mb=256, disk_mb=8, file_mb=4, output_bytes=4096
     )
-    server = Server([SandboxServicer(cfg)]).start()
+    servicer = SandboxServicer(cfg)
+    server = Server([servicer]).start()
     yield Client(server.address, SERVICE, timeout=60, retries=0)
     server.stop(0)
+    servicer.close()
     os.environ.pop("MESHRL_TEST_SECRET")
 
 
@@ -125,6 +129,22 @@ def test_a_memory_bomb_fails_in_the_sandbox(sandbox):
     fine(sandbox)
 
 
+def test_processes_within_their_own_memory_are_held_to_the_sandboxes_together(sandbox):
+    """Four processes of 150 MiB each, each within its own 256 MiB, over the sandbox's cgroup (256 MiB for
+    its programs and 8 for each memory-backed mount): the kernel ends one and the Run says why."""
+    kind = sandbox.call("Describe").details["cgroups"]
+    if kind.startswith("none"):
+        pytest.skip(f"this machine gives the service no cgroups ({kind})")
+    code = (
+        "import os, time\nkids = []\nfor _ in range(4):\n    pid = os.fork()\n    if pid == 0:\n"
+        "        block = b'x' * (150 << 20)\n        time.sleep(1)\n        os._exit(0)\n    kids.append(pid)\n"
+        "print(sorted(os.waitstatus_to_exitcode(os.waitpid(k, 0)[1]) for k in kids))\n"
+    )
+    reply = run(sandbox, code, limits=sandbox_pb2.Limits(wall_s=20))
+    assert reply.killed == "memory" and b"-9" in reply.stdout, (reply.stdout, reply.stderr)
+    fine(sandbox)
+
+
 def test_endless_output_is_cut_and_stopped(sandbox):
     reply = run(sandbox, "while True: print('y' * 100)")
     assert (reply.killed, reply.truncated, len(reply.stdout)) == ("output", True, 4096)
@@ -176,7 +196,7 @@ def test_bad_requests_are_refused_naming_the_field(sandbox, request_kw, says):
 
 def test_a_killed_service_leaves_no_sandbox_behind():
     """SIGKILL of the service (as of a whole run) in the middle of Runs: bubblewrap's --die-with-parent takes
-    every sandbox with it, and nothing was on the host's disk to sweep."""
+    every sandbox with it; the cgroups it made stay, and the next service to start removes them."""
     proc, address = serve_child(["sandbox", "--concurrency", "2"])
     client = Client(address, SERVICE, timeout=60, retries=0)
     sleeper = "import subprocess, time\nsubprocess.Popen(['sleep', '600'], start_new_session=True)\ntime.sleep(600)\n"
@@ -196,6 +216,12 @@ def test_a_killed_service_leaves_no_sandbox_behind():
         with pytest.raises(ServiceError):
             call.result(timeout=30)
     pool.shutdown()
+    place, _ = cgroups.find()
+    if place is not None:
+        left = [d for p in place.parents for d in p.glob(f"{cgroups.PREFIX}{proc.pid}-*")]
+        assert left  # its two sandboxes' groups, which it could not remove
+        SandboxServicer(SandboxConfig(concurrency=1)).close()
+        assert not any(d.exists() for d in left)
 
 
 def test_sessions_are_held_to_their_memory_budget():
@@ -206,3 +232,4 @@ def test_sessions_are_held_to_their_memory_budget():
     for name in ("a", "b"):
         servicer.Run(sandbox_pb2.RunRequest(argv=["python3", "-c", write], session=name), None)
     assert list(servicer.sessions) == ["b"] and len(servicer.sessions["b"].files["blob"]) == 600_000
+    servicer.close()
