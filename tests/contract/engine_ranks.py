@@ -21,7 +21,7 @@ adapter folder next to the HF one (HF_DIR + "_adapter").
 --load skips the update: it loads a checkpoint and writes the log-probs it gives.
 
 --cancel-at K [--rows N] [--mini M]: instead, an SFT update (the actor role's, micro-batches of one row,
-mini-batches of M rows) on the first N rows, whose caller "goes away" at the K-th between-micro-batch
+mini-batches of M rows, in order) on the first N rows, whose caller "goes away" at the K-th between-micro-batch
 check (K 0: never); only rank 0 knows, as in the service. Writes the weights before and after and
 what the stop reported.
 """
@@ -217,7 +217,12 @@ def cancelled_update(engine, full, flags, out):
     stats = {}
     try:
         ActorRole(engine).update(
-            DataProto(mine), "sft", parse_loss("actor", "sft", {"mini_batch_size": value("--mini", 2)}), rows, 1
+            DataProto(mine),
+            "sft",
+            # in the batch's order: the first optimizer step is on the first rows, as --rows 2 makes it alone
+            parse_loss("actor", "sft", {"mini_batch_size": value("--mini", 2), "shuffle": False}),
+            rows,
+            1,
         )
     except comm.Cancelled as e:
         stats = {**e.meta, "message": str(e)}
