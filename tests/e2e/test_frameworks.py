@@ -27,49 +27,22 @@ from testkit.venvs import pinned_python
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+FRAMEWORKS = {  # name: (its venv's hub and extra packages, its agent file, the run's extra settings)
+    "openai-agents": (("openai-agents",), "agents_sdk.py", ()),
+    "langchain": (("langchain", "langchain-openai"), "langchain_agent.py", ()),
+    "smolagents": (("smolagents", "openai"), "smolagents_agent.py", ("rollout.max_model_len=512",)),
+    "pydantic-ai": (("pydantic-ai-slim", "pydantic-ai-slim[openai]"), "pydantic_ai_agent.py", ()),
+}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # the framework's venv: seconds from uv's cache, longer where its packages download
-def test_an_openai_agents_sdk_agent_at_its_defaults_trains(tmp_path, bpe_lm):
-    python = pinned_python("openai-agents")
+@pytest.mark.parametrize("framework", list(FRAMEWORKS))
+def test_an_agent_written_with_a_framework_at_its_defaults_trains(tmp_path, bpe_lm, framework):
+    venv, agent, settings = FRAMEWORKS[framework]
+    python = pinned_python(*venv)
     agent_step(
         tmp_path,
         bpe_lm,
-        [f"rollout.agent={ROOT / 'examples/agents/agents_sdk.py'}:agent", f"rollout.agent_python={python}"],
-    )
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_a_langchain_agent_at_its_defaults_trains(tmp_path, bpe_lm):
-    python = pinned_python("langchain", "langchain-openai")
-    agent_step(
-        tmp_path,
-        bpe_lm,
-        [f"rollout.agent={ROOT / 'examples/agents/langchain_agent.py'}:agent", f"rollout.agent_python={python}"],
-    )
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_a_smolagents_agent_at_its_defaults_trains(tmp_path, bpe_lm):
-    python = pinned_python("smolagents", "openai")
-    agent_step(
-        tmp_path,
-        bpe_lm,
-        [
-            f"rollout.agent={ROOT / 'examples/agents/smolagents_agent.py'}:agent",
-            f"rollout.agent_python={python}",
-            "rollout.max_model_len=512",
-        ],
-    )
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_a_pydantic_ai_agent_at_its_defaults_trains(tmp_path, bpe_lm):
-    python = pinned_python("pydantic-ai-slim", "pydantic-ai-slim[openai]")
-    agent_step(
-        tmp_path,
-        bpe_lm,
-        [f"rollout.agent={ROOT / 'examples/agents/pydantic_ai_agent.py'}:agent", f"rollout.agent_python={python}"],
+        [f"rollout.agent={ROOT / 'examples/agents' / agent}:agent", f"rollout.agent_python={python}", *settings],
     )
