@@ -61,6 +61,15 @@ class Limits:
 
 
 @dataclasses.dataclass
+class Extras:
+    """What /work holds beyond its files' bytes, which a session keeps between its Runs: each file's
+    permission bits (an executable stays one) and the symbolic links (name -> target)."""
+
+    modes: dict[str, int] = dataclasses.field(default_factory=dict)
+    links: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
 class Result:
     exit_code: int  # 128 + N: signal N ended the program (as a shell says); -9: the sandbox was stopped
     stdout: bytes
@@ -69,6 +78,7 @@ class Result:
     killed: str = ""  # "wall", "output" or "memory" (its cgroup's limit): the sandbox stopped it
     truncated: bool = False
     files: dict[str, bytes] | None = None  # /work's after the run, when asked for
+    extras: Extras = dataclasses.field(default_factory=Extras)  # with files: their modes, /work's links
 
 
 def available() -> str:
@@ -80,7 +90,7 @@ def available() -> str:
 def check_path(name: str) -> str:
     """A file's path under /work: relative, no `..`, no empty parts; Refused otherwise."""
     parts = pathlib.PurePosixPath(name).parts
-    if not name or name.startswith("/") or "\0" in name or any(p in ("..", ".") for p in parts):
+    if not parts or name.startswith("/") or "\0" in name or any(p in ("..", ".") for p in parts):
         raise Refused(f"files: {name[:80]!r} must be a relative path inside /work (no '..')")
     if len(name) > MAX_PATH or max(len(p) for p in parts) > 255:
         raise Refused(f"files: {name[:80]!r}... is longer than {MAX_PATH} characters (or a part than 255)")
@@ -93,7 +103,13 @@ JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift;
 
 
 def command(  # limit: the sandbox's parts
-    argv: list[str], limits: Limits, files: dict[str, int], out_fd: int | None, uid: int | None, join: list[str]
+    argv: list[str],
+    limits: Limits,
+    files: dict[str, int],
+    out_fd: int | None,
+    uid: int | None,
+    join: list[str],
+    extras: Extras | None = None,
 ) -> list[str]:
     """The command line: the sandbox's cgroups joined (join: their cgroup.procs files), the slot's user
     (setpriv, where the service is root), prlimit's limits, then bubblewrap's sandbox around a shell that
@@ -123,10 +139,15 @@ def command(  # limit: the sandbox's parts
     line += ["--size", size, "--tmpfs", "/work", "--size", size, "--tmpfs", "/tmp"]
     line += ["--setenv", "PATH", PATH, "--setenv", "HOME", "/work", "--setenv", "LANG", "C.UTF-8"]
     line += ["--hostname", "sandbox", "--chdir", "/work"]
-    for d in sorted({str(pathlib.PurePosixPath(n).parent) for n in files} - {"."}):
+    extras = extras or Extras()
+    for d in sorted({str(pathlib.PurePosixPath(n).parent) for n in [*files, *extras.links]} - {"."}):
         line += ["--dir", f"/work/{d}"]
     for name, fd in files.items():
+        if name in extras.modes:
+            line += ["--perms", f"{extras.modes[name] & 0o777:04o}"]
         line += ["--file", str(fd), f"/work/{name}"]
+    for name, target in extras.links.items():
+        line += ["--symlink", target, f"/work/{name}"]
     # bubblewrap's root and /dev are memory-backed and unsized: read-only, the sized mounts above stay writable
     line += ["--remount-ro", "/dev", "--remount-ro", "/"]
     if out_fd is None:
@@ -193,9 +214,10 @@ def run(  # limit: the sandbox's parts
     *,
     files_back: bool,
     group: cgroups.Group | None = None,
+    extras: Extras | None = None,
 ) -> Result:
     """Run argv in a new sandbox (as user `uid` where the service is root, in `group` where given: its
-    caller removes it after); the Result."""
+    caller removes it after), /work holding `files` with `extras` (their modes, links); the Result."""
     out_r, out_w = os.pipe() if files_back else (None, None)
     fds: dict[str, int] = {}
     start = time.monotonic()
@@ -203,7 +225,7 @@ def run(  # limit: the sandbox's parts
         fds = memfds(files)
         with reaper.lock:  # its pid is ours to wait for before the reaper looks again
             proc = subprocess.Popen(
-                command(argv, limits, fds, out_w, uid, group.procs if group is not None else []),
+                command(argv, limits, fds, out_w, uid, group.procs if group is not None else [], extras),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -252,7 +274,7 @@ def _finish(proc: subprocess.Popen, stdin: bytes, limits: Limits, start: float, 
     result = Result(proc.returncode, out.value(5.0), err.value(5.0), wall, killed[0] if killed else "")
     result.truncated = out.over or err.over
     if tar is not None:
-        result.files = unpack(tar.value(5.0)) if not killed else {}
+        result.files, result.extras = unpack(tar.value(5.0)) if not killed else ({}, Extras())
     return result
 
 
@@ -264,20 +286,40 @@ def _feed(pipe, data: bytes) -> None:
         pass
 
 
-def unpack(stream: bytes) -> dict[str, bytes]:
-    """The regular files of a tar stream by relative path (at most MAX_FILES); {} for a broken stream."""
+def unpack(stream: bytes) -> tuple[dict[str, bytes], Extras]:
+    """The regular files of a tar stream by relative path, with their modes and the stream's symbolic links
+    (at most MAX_FILES of both); nothing for a broken stream. A name or link target that could not come
+    back in (not UTF-8, outside /work, too long) is left out."""
     files: dict[str, bytes] = {}
+    extras = Extras()
     try:
         with tarfile.open(fileobj=io.BytesIO(stream), mode="r:") as tar:
             for member in tar:
-                if member.isfile() and len(files) < MAX_FILES:
-                    name = member.name.removeprefix("./")
+                name = member.name.removeprefix("./")
+                if len(files) + len(extras.links) >= MAX_FILES or not (member.isfile() or member.issym()):
+                    continue  # directories come back as their files' folders
+                if not fits(name):
+                    continue
+                if member.isfile():
                     reader = tar.extractfile(member)
-                    if reader is not None and name and ".." not in name.split("/") and readable(name):
+                    if reader is not None:
                         files[name] = reader.read()
+                        extras.modes[name] = member.mode & 0o777
+                elif member.issym() and member.linkname and "\0" not in member.linkname and readable(member.linkname):
+                    if len(member.linkname) <= MAX_PATH:
+                        extras.links[name] = member.linkname
     except tarfile.TarError:
-        return {}
-    return files
+        return {}, Extras()
+    return files, extras
+
+
+def fits(name: str) -> bool:
+    """A name check_path takes and protobuf can carry."""
+    try:
+        check_path(name)
+    except Refused:
+        return False
+    return readable(name)
 
 
 def readable(name: str) -> bool:

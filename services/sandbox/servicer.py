@@ -35,6 +35,7 @@ OWN_PROCESSES = 3  # a sandbox's own beside its program's: bubblewrap, the sandb
 class Session:
     files: dict[str, bytes]
     used: float
+    extras: bwrap.Extras = dataclasses.field(default_factory=bwrap.Extras)  # its files' modes, its links
     size: int = 0  # bytes of its files
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)  # one Run at a time
 
@@ -97,11 +98,12 @@ class SandboxServicer:
         session = self._session(request.session) if request.session else None
         with session.lock if session is not None else contextlib.nullcontext():
             given = {**(session.files if session is not None else {}), **files}
+            extras = kept(session, files)
             self.check_files(given, limits)
             back = request.return_files or session is not None
-            result = self._in_slot(argv, given, request.stdin, limits, back, context)
+            result = self._in_slot(argv, given, request.stdin, limits, back, context, extras)
             if session is not None and result.files is not None and not result.killed:
-                self._keep(session, result.files)
+                self._keep(session, result.files, result.extras)
         self.counts["runs"] += 1
         self.counts[f"killed_{result.killed}"] += bool(result.killed)
         return sandbox_pb2.RunResponse(
@@ -143,7 +145,9 @@ class SandboxServicer:
         if size > limits.disk_mb << 20:
             raise InvalidArgument(f"the files hold {size} bytes, more than limits.disk_mb={limits.disk_mb} MiB")
 
-    def _in_slot(self, argv, files, stdin: bytes, limits: bwrap.Limits, files_back: bool, context=None) -> bwrap.Result:
+    def _in_slot(  # limit: a Run's parts
+        self, argv, files, stdin: bytes, limits: bwrap.Limits, files_back: bool, context=None, extras=None
+    ) -> bwrap.Result:
         """Run in a free slot (waiting for one), as a user id of its own where the service is root: the next
         of the ring not running, so a finished sandbox's last process has time to be waited for before its
         id comes round again."""
@@ -153,7 +157,7 @@ class SandboxServicer:
             uid, place, group = self._uid(), self.cgroups, None
             try:
                 group = self._group(place, limits)
-                return bwrap.run(argv, files, stdin, limits, uid, files_back=files_back, group=group)
+                return bwrap.run(argv, files, stdin, limits, uid, files_back=files_back, group=group, extras=extras)
             except OSError as e:  # the sandbox could not start (out of file descriptors, memory)
                 raise FailedPrecondition(f"the sandbox could not start: {e}") from None
             finally:
@@ -191,12 +195,13 @@ class SandboxServicer:
                 self.sessions.popitem(last=False)
             return session
 
-    def _keep(self, session: Session, files: dict[str, bytes]) -> None:
+    def _keep(self, session: Session, files: dict[str, bytes], extras: bwrap.Extras) -> None:
         """A session's files after a Run, within --session-mb for all sessions (the least recently used,
         never this one, forgotten first)."""
         now = time.monotonic()
         with self.lock:
             session.files, session.used, session.size = files, now, sum(map(len, files.values()))
+            session.extras = extras
             budget = self.cfg.session_mb << 20
             total = sum(s.size for s in self.sessions.values())
             for key in list(self.sessions):
@@ -204,3 +209,12 @@ class SandboxServicer:
                     break
                 if self.sessions[key] is not session:
                     total -= self.sessions.pop(key).size
+
+
+def kept(session: Session | None, files: dict[str, bytes]) -> bwrap.Extras | None:
+    """What a session's /work holds beyond its files' bytes, less what the request's own files replace (a
+    file sent again has the default mode; a file sent where a link was replaces the link)."""
+    if session is None:
+        return None
+    modes = {k: v for k, v in session.extras.modes.items() if k not in files}
+    return bwrap.Extras(modes, {k: v for k, v in session.extras.links.items() if k not in files})

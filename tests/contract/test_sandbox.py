@@ -75,6 +75,22 @@ def test_a_session_keeps_its_files_between_runs_until_closed(sandbox):
     assert run(sandbox, "import os; print(os.path.exists('notes'))", session="episode-1").stdout == b"False\n"
 
 
+def test_a_session_keeps_its_files_modes_and_links(sandbox):
+    """An executable stays one and a symbolic link stays a link from one Run of a session to the next, as
+    in a shell between two commands; a file the request sends again takes its default mode."""
+
+    def shell(command: str, **kw) -> sandbox_pb2.RunResponse:
+        return sandbox.call("Run", sandbox_pb2.RunRequest(argv=["bash", "-c", command], session="modes", **kw))
+
+    made = shell("mkdir bin && printf '#!/bin/sh\\necho ran\\n' > bin/tool && chmod 750 bin/tool && ln -s bin/tool go")
+    assert made.exit_code == 0, made.stderr
+    again = shell("./go && stat -c '%a %F' bin/tool go")
+    assert (again.exit_code, again.stdout) == (0, b"ran\n750 regular file\n777 symbolic link\n"), again.stderr
+    sent = shell("stat -c %a bin/tool", files={"bin/tool": b"#!/bin/sh\n"})
+    assert sent.stdout != b"750\n" and sent.exit_code == 0
+    assert sandbox.call("CloseSession", sandbox_pb2.CloseSessionRequest(session="modes")).closed
+
+
 def test_no_network_not_even_the_machines_loopback(sandbox):
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
@@ -181,11 +197,12 @@ def test_cpu_and_sleep_past_the_limits_are_stopped_and_children_go_with_them(san
         ({"argv": []}, "argv must name a program"),
         ({"argv": ["true"], "files": {"../x": b""}}, "must be a relative path"),
         ({"argv": ["true"], "files": {"/etc/x": b""}}, "must be a relative path"),
+        ({"argv": ["true"], "files": {".": b""}}, "must be a relative path"),
         ({"argv": ["true"], "limits": sandbox_pb2.Limits(wall_s=1e6)}, "limits.wall_s"),
         ({"argv": ["true"], "limits": sandbox_pb2.Limits(memory_mb=1 << 40)}, "limits.memory_mb"),
         ({"argv": ["true"], "files": {"a": b"x" * (9 << 20)}}, "more than limits.disk_mb"),
     ],
-    ids=["01-no-argv", "02-dotdot", "03-absolute", "04-wall", "05-memory", "06-files"],
+    ids=["01-no-argv", "02-dotdot", "03-absolute", "03b-dot", "04-wall", "05-memory", "06-files"],
 )
 def test_bad_requests_are_refused_naming_the_field(sandbox, request_kw, says):
     with pytest.raises(ServiceError, match=says) as e:
