@@ -5,10 +5,13 @@ The parent puts its pid in MESHRL_PARENT_PID (child_env); the child calls die_wi
 thing. On Linux the kernel then sends the child SIGTERM when the parent dies, kill -9 included (the
 services stop cleanly on SIGTERM); a parent already gone is noticed at once. Elsewhere nothing is done.
 serve_child starts a service as such a child of a service (the reward service's own sandbox service).
+running(pid) says whether a process still lives, for the sweeps of what dead processes left (shared
+memory segments, sandbox cgroups).
 """
 
 import ctypes
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -63,3 +66,17 @@ def forward(stream) -> None:
     """A child's output to this process's stderr, line by line: a pipe nobody reads would block its writer."""
     for line in stream:
         sys.stderr.write(line)
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` lives here (a zombie counts as gone: it holds no files and maps nothing)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    try:  # "PID (name) STATE ..."
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True

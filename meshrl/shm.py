@@ -46,6 +46,8 @@ import uuid
 
 import torch
 
+from meshrl import lifeline
+
 SHM_DIR = pathlib.Path("/dev/shm")
 WEIGHT_PREFIX = "meshrl-rollout"  # the weight-staging segments a rollout creates (Segment.create names them)
 WEIGHT_SEGMENT = re.compile(rf"{WEIGHT_PREFIX}-[0-9]+-[0-9a-f]{{12}}")
@@ -235,22 +237,9 @@ def sweep() -> list[str]:
     gone = []
     for path in SHM_DIR.iterdir():
         match = CREATED.fullmatch(path.name)
-        if match is not None and not _running(int(match.group(1))) and _unlink_unheld(path):
+        if match is not None and not lifeline.running(int(match.group(1))) and _unlink_unheld(path):
             gone.append(path.name)
     return gone
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    try:  # "PID (name) STATE ...": a zombie holds no files and maps nothing
-        return pathlib.Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def _unlink_unheld(path: pathlib.Path) -> bool:

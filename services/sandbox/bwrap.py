@@ -109,6 +109,7 @@ def command(  # limit: the sandbox's parts
     out_fd: int | None,
     uid: int | None,
     join: list[str],
+    *,
     extras: Extras | None = None,
 ) -> list[str]:
     """The command line: the sandbox's cgroups joined (join: their cgroup.procs files), the slot's user
@@ -225,7 +226,7 @@ def run(  # limit: the sandbox's parts
         fds = memfds(files)
         with reaper.lock:  # its pid is ours to wait for before the reaper looks again
             proc = subprocess.Popen(
-                command(argv, limits, fds, out_w, uid, group.procs if group is not None else [], extras),
+                command(argv, limits, fds, out_w, uid, group.procs if group is not None else [], extras=extras),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

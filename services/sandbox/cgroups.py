@@ -32,6 +32,8 @@ import signal
 import threading
 import time
 
+from meshrl import lifeline
+
 PREFIX = "meshrl-sandbox-"
 CONTROLLERS = ("memory", "pids")
 ROOT = pathlib.Path("/sys/fs/cgroup")
@@ -161,7 +163,7 @@ class Cgroups:
         for parent in self.parents:
             for d in parent.glob(f"{PREFIX}*"):
                 owner = d.name.removeprefix(PREFIX).split("-", 1)[0]
-                if owner.isdigit() and not _alive(int(owner)) and _remove(d, 1.0):
+                if owner.isdigit() and not lifeline.running(int(owner)) and _remove(d, 1.0):
                     removed += 1
         return removed
 
@@ -202,16 +204,6 @@ def _own_paths() -> dict[str, str]:
         for c in controllers.split(",") if controllers else [""]:
             paths[c] = path
     return paths
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _procs(d: pathlib.Path) -> list[int]:

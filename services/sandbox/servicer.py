@@ -101,7 +101,7 @@ class SandboxServicer:
             extras = kept(session, files)
             self.check_files(given, limits)
             back = request.return_files or session is not None
-            result = self._in_slot(argv, given, request.stdin, limits, back, context, extras)
+            result = self._in_slot(argv, given, request.stdin, limits, back, context=context, extras=extras)
             if session is not None and result.files is not None and not result.killed:
                 self._keep(session, result.files, result.extras)
         self.counts["runs"] += 1
@@ -146,7 +146,7 @@ class SandboxServicer:
             raise InvalidArgument(f"the files hold {size} bytes, more than limits.disk_mb={limits.disk_mb} MiB")
 
     def _in_slot(  # limit: a Run's parts
-        self, argv, files, stdin: bytes, limits: bwrap.Limits, files_back: bool, context=None, extras=None
+        self, argv, files, stdin: bytes, limits: bwrap.Limits, files_back: bool, *, context=None, extras=None
     ) -> bwrap.Result:
         """Run in a free slot (waiting for one), as a user id of its own where the service is root: the next
         of the ring not running, so a finished sandbox's last process has time to be waited for before its
