@@ -10,6 +10,10 @@ from meshrl.config.checked import Checked, require
 class SandboxConfig(Checked):
     concurrency: int = 8
     """Sandboxes running at once (each its own user id); a Run beyond them waits for one to end."""
+    warm: int = 4
+    """Sandboxes kept started and waiting for a program, so that a Run skips the sandbox's start (its
+    namespaces, mounts, user and cgroup); started one at a time, each used by one Run. They serve the Runs
+    of the default disk_mb; 0: every Run starts its own."""
     wall_s: float = 10.0
     """A Run's wall-clock limit when its request sets none (RunRequest.limits.wall_s)."""
     cpu_s: float = 10.0
@@ -39,7 +43,7 @@ class SandboxConfig(Checked):
     """Where the service is root, each sandbox runs as its own user id, the next free one of first_uid ..
     first_uid + uids - 1 (no such user needs to exist): the process-count limit is per user."""
     uids: int = 1024
-    """User ids in that ring (at least concurrency)."""
+    """User ids in that ring (at least concurrency + warm)."""
     cgroups: bool = True
     """A cgroup per sandbox where the machine lets the service make them: its memory as a whole (memory_mb
     plus disk_mb for each memory-backed mount) and its processes, which the per-process limits cannot
@@ -64,4 +68,5 @@ class SandboxConfig(Checked):
         for key in (*positive, "uids"):
             require(getattr(self, key) >= 1, self, key, "must be >= 1")
         require(self.wall_s <= self.max_wall_s, self, "wall_s", "must be <= max_wall_s")
-        require(self.uids >= self.concurrency, self, "uids", "must be >= concurrency")
+        require(self.warm >= 0, self, "warm", "must be >= 0")
+        require(self.uids >= self.concurrency + self.warm, self, "uids", "must be >= concurrency + warm")

@@ -45,6 +45,9 @@ MAX_FILES = 1000  # files in or out of one Run
 MAX_PATH = 1024  # characters of a file's path: every path is on bubblewrap's command line
 
 
+OWN_PROCESSES = 3  # a sandbox's own beside its program's: bubblewrap, the sandbox's init, its shell
+
+
 class Refused(ValueError):
     """A request the sandbox cannot take as it is (the message says which field)."""
 
@@ -79,6 +82,11 @@ class Result:
     truncated: bool = False
     files: dict[str, bytes] | None = None  # /work's after the run, when asked for
     extras: Extras = dataclasses.field(default_factory=Extras)  # with files: their modes, /work's links
+
+
+def group_limits(limits: Limits) -> tuple[int, int]:
+    """A sandbox's cgroup limits: bytes for its programs and its three memory-backed mounts, processes."""
+    return (limits.memory_mb + 3 * limits.disk_mb) << 20, limits.processes + OWN_PROCESSES
 
 
 def available() -> str:
@@ -117,12 +125,37 @@ def command(  # limit: the sandbox's parts
     runs argv in /work (and, with out_fd, writes /work as a tar stream to it after). Tools rather than
     Popen's user= or a preexec_fn: those make Python fork the service's process, whose gRPC threads' fork
     handlers can crash the child before it runs anything."""
+    line = sandbox(limits, uid, join, nofile=max(256, len(files) + 64))  # the input files come in open
+    extras = extras or Extras()
+    for d in sorted({str(pathlib.PurePosixPath(n).parent) for n in [*files, *extras.links]} - {"."}):
+        line += ["--dir", f"/work/{d}"]
+    for name, fd in files.items():
+        if name in extras.modes:
+            line += ["--perms", f"{extras.modes[name] & 0o777:04o}"]
+        line += ["--file", str(fd), f"/work/{name}"]
+    for name, target in extras.links.items():
+        line += ["--symlink", target, f"/work/{name}"]
+    # bubblewrap's root and /dev are memory-backed and unsized: read-only, the sized mounts above stay writable
+    line += READ_ONLY
+    if out_fd is None:
+        return [*line, "--", *argv]  # bubblewrap runs it itself, found on PATH
+    # the program gets no copy of the stream's pipe; the shell writes /work to it once the program ends
+    # (bash: dash takes no file descriptor past 9 in a redirection)
+    script = f'unset SHLVL; "$@" {out_fd}>&-; s=$?; tar -cf - . >&{out_fd} 2>/dev/null; exit $s'
+    return [*line, "/bin/bash", "-c", script, "bash", *argv]
+
+
+READ_ONLY = ["--remount-ro", "/dev", "--remount-ro", "/"]
+
+
+def sandbox(limits: Limits, uid: int | None, join: list[str], *, nofile: int) -> list[str]:
+    """The command line up to bubblewrap's mounts of /work (the caller adds its files and READ_ONLY): the
+    cgroups joined, the user, prlimit's limits, and bubblewrap's namespaces and file system."""
     size = str(limits.disk_mb << 20)
     line = ["/bin/sh", "-c", JOIN, "sh", *join, "--"] if join else []
     line += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"] if uid is not None else []
     cpu = math.ceil(limits.cpu_s)  # SIGXCPU at the soft limit, SIGKILL a second later for one that ignores it
     line += ["prlimit", f"--cpu={cpu}:{cpu + 1}", f"--as={limits.memory_mb << 20}"]
-    nofile = max(256, len(files) + 64)  # the input files' descriptors come in open
     line += [f"--fsize={limits.file_mb << 20}", f"--nofile={nofile}", "--core=0"]
     line += [*([f"--nproc={limits.processes}"] if uid is not None else []), "--"]
     line += [
@@ -139,24 +172,7 @@ def command(  # limit: the sandbox's parts
     line += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm"]
     line += ["--size", size, "--tmpfs", "/work", "--size", size, "--tmpfs", "/tmp"]
     line += ["--setenv", "PATH", PATH, "--setenv", "HOME", "/work", "--setenv", "LANG", "C.UTF-8"]
-    line += ["--hostname", "sandbox", "--chdir", "/work"]
-    extras = extras or Extras()
-    for d in sorted({str(pathlib.PurePosixPath(n).parent) for n in [*files, *extras.links]} - {"."}):
-        line += ["--dir", f"/work/{d}"]
-    for name, fd in files.items():
-        if name in extras.modes:
-            line += ["--perms", f"{extras.modes[name] & 0o777:04o}"]
-        line += ["--file", str(fd), f"/work/{name}"]
-    for name, target in extras.links.items():
-        line += ["--symlink", target, f"/work/{name}"]
-    # bubblewrap's root and /dev are memory-backed and unsized: read-only, the sized mounts above stay writable
-    line += ["--remount-ro", "/dev", "--remount-ro", "/"]
-    if out_fd is None:
-        return [*line, "--", *argv]  # bubblewrap runs it itself, found on PATH
-    # the program gets no copy of the stream's pipe; the shell writes /work to it once the program ends
-    # (bash: dash takes no file descriptor past 9 in a redirection)
-    script = f'"$@" {out_fd}>&-; s=$?; tar -cf - . >&{out_fd} 2>/dev/null; exit $s'
-    return [*line, "/bin/bash", "-c", script, "bash", *argv]
+    return line + ["--hostname", "sandbox", "--chdir", "/work"]
 
 
 def memfds(files: dict[str, bytes]) -> dict[str, int]:
@@ -165,7 +181,7 @@ def memfds(files: dict[str, bytes]) -> dict[str, int]:
     try:
         for name, body in files.items():
             fd = fds[name] = os.memfd_create("in", 0)
-            _write_all(fd, body)
+            write_all(fd, body)
             os.lseek(fd, 0, os.SEEK_SET)
     except BaseException:
         for fd in fds.values():
@@ -174,7 +190,7 @@ def memfds(files: dict[str, bytes]) -> dict[str, int]:
     return fds
 
 
-def _write_all(fd: int, body: bytes) -> None:
+def write_all(fd: int, body: bytes) -> None:
     view = memoryview(body)
     while view:
         view = view[os.write(fd, view) :]
@@ -224,16 +240,8 @@ def run(  # limit: the sandbox's parts
     start = time.monotonic()
     try:
         fds = memfds(files)
-        with reaper.lock:  # its pid is ours to wait for before the reaper looks again
-            proc = subprocess.Popen(
-                command(argv, limits, fds, out_w, uid, group.procs if group is not None else [], extras=extras),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=(*fds.values(), *([out_w] if out_w is not None else [])),
-                start_new_session=True,  # a group of its own: the kill takes bubblewrap and so the sandbox
-            )
-            reaper.running.add(proc.pid)
+        line = command(argv, limits, fds, out_w, uid, group.procs if group is not None else [], extras=extras)
+        proc = spawn(line, (*fds.values(), *([out_w] if out_w is not None else [])))
     except BaseException:
         if out_r is not None:
             os.close(out_r)
@@ -241,6 +249,28 @@ def run(  # limit: the sandbox's parts
     finally:
         for fd in (*fds.values(), *([out_w] if out_w is not None else [])):
             os.close(fd)
+    return finish(proc, stdin, limits, start, out_r, group)
+
+
+def spawn(line: list[str], pass_fds: tuple[int, ...]) -> subprocess.Popen:
+    """A sandbox's command line started, its pid the service's to wait for (the reaper passes over it)."""
+    with reaper.lock:  # its pid is ours to wait for before the reaper looks again
+        proc = subprocess.Popen(
+            line,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=pass_fds,
+            start_new_session=True,  # a group of its own: the kill takes bubblewrap and so the sandbox
+        )
+        reaper.running.add(proc.pid)
+    return proc
+
+
+def finish(  # limit: a sandbox's parts
+    proc: subprocess.Popen, stdin: bytes, limits: Limits, start: float, out_r: int | None, group: cgroups.Group | None
+) -> Result:
+    """The started sandbox's Result (_finish), "memory" where its cgroup's limit ended a process."""
     result = _finish(proc, stdin, limits, start, out_r)
     if group is not None and not result.killed and group.out_of_memory():
         result.killed, result.files = "memory", {} if result.files is not None else None

@@ -1,9 +1,9 @@
-"""The SandboxService: each Run in a new bubblewrap sandbox (services/sandbox/bwrap.py), at most
-`concurrency` at once, each in a slot with its own user id and, where the machine allows, a cgroup of its
-own (services/sandbox/cgroups.py); sessions keep an episode's files between its Runs, in this process's
-memory. A sandbox leaves nothing on the host but the service's cgroups (emptied as each Run ends);
-bubblewrap's --die-with-parent takes a killed service's sandboxes with it, and the next start removes its
-groups.
+"""The SandboxService: each Run in a new bubblewrap sandbox (services/sandbox/bwrap.py), started ahead of
+it where the warm pool has one ready (services/sandbox/warm.py), at most `concurrency` at once, each with
+its own user id and, where the machine allows, a cgroup of its own (services/sandbox/cgroups.py); sessions
+keep an episode's files between its Runs, in this process's memory. A sandbox leaves nothing on the host
+but the service's cgroups (emptied as each Run ends); bubblewrap's --die-with-parent takes a killed
+service's sandboxes (the warm ones too) with it, and the next start removes its groups.
 
 A request's limits default to the service's and may not pass its ceilings; a bad request is
 INVALID_ARGUMENT naming the field, and nothing a program does ends the service.
@@ -19,16 +19,16 @@ import os
 import subprocess
 import threading
 import time
+from typing import Any
 
 from meshrl.config.sandbox import SandboxConfig
 from meshrl.errors import Aborted, FailedPrecondition, InvalidArgument
 from meshrl.flags import settings_json
 from meshrl.v1 import common_pb2, sandbox_pb2
-from services.sandbox import bwrap, cgroups, reaper
+from services.sandbox import bwrap, cgroups, reaper, warm
 
 CEILING = 16  # a request may ask up to this many times a default limit (max_wall_s for wall time)
 SETTING = {"processes": "process_limit"}  # the setting holding a limit's default, where named otherwise
-OWN_PROCESSES = 3  # a sandbox's own beside its program's: bubblewrap, the sandbox's init, its shell
 
 
 @dataclasses.dataclass
@@ -62,7 +62,12 @@ class SandboxServicer:
         self.lock = threading.Lock()
         self.counts: collections.Counter[str] = collections.Counter()
         self.version = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.strip()
+        self.pool: warm.Pool | None = None
         self.self_test()
+        if cfg.warm:
+            # at the ceilings, which it lowers for each Run, but its mounts' size, which it cannot change after
+            at = dataclasses.replace(self.ceilings(), disk_mb=cfg.disk_mb)
+            self.pool = warm.Pool(cfg.warm, at, self._hold, self._free)
 
     def self_test(self) -> None:
         """One sandbox at start: where this machine refuses them (no user namespaces: a container's seccomp
@@ -82,6 +87,7 @@ class SandboxServicer:
                 "sessions": str(len(self.sessions)),
                 "own_user_ids": str(self.root).lower(),
                 "cgroups": self.cgroups.kind if self.cgroups is not None else f"none: {self.no_cgroups}",
+                "warm": f"{self.pool.count() if self.pool is not None else 0} ready of {self.cfg.warm}",
                 "settings": settings_json(self.cfg),
             },
         )
@@ -121,21 +127,30 @@ class SandboxServicer:
             return sandbox_pb2.CloseSessionResponse(closed=self.sessions.pop(request.session, None) is not None)
 
     def close(self) -> None:
-        """The service's way out: its cgroups go (run_service calls it once serving ends)."""
+        """The service's way out: its warm sandboxes and its cgroups go (run_service calls it once serving
+        ends)."""
+        if self.pool is not None:
+            self.pool.close()
         if self.cgroups is not None:
             self.cgroups.close()
 
     def limits(self, asked) -> bwrap.Limits:
         """The request's limits: 0 takes the service's default; past a ceiling is INVALID_ARGUMENT."""
-        c = self.cfg
-        out = {}
+        most, out = self.ceilings(), {}
+        for f in dataclasses.fields(bwrap.Limits):
+            default, ceiling = getattr(self.cfg, SETTING.get(f.name, f.name)), getattr(most, f.name)
+            value = getattr(asked, f.name) or default
+            if not 0 < value <= ceiling:
+                raise InvalidArgument(f"limits.{f.name}={value} must be in (0, {ceiling:g}] (the service's ceiling)")
+            out[f.name] = type(default)(value)
+        return bwrap.Limits(**out)
+
+    def ceilings(self) -> bwrap.Limits:
+        """The most a request may ask of each limit."""
+        c, out = self.cfg, dict[str, Any]()
         for f in dataclasses.fields(bwrap.Limits):
             default = getattr(c, SETTING.get(f.name, f.name))
-            most = c.max_wall_s if f.name == "wall_s" else default * CEILING
-            value = getattr(asked, f.name) or default
-            if not 0 < value <= most:
-                raise InvalidArgument(f"limits.{f.name}={value} must be in (0, {most:g}] (the service's ceiling)")
-            out[f.name] = type(default)(value)
+            out[f.name] = c.max_wall_s if f.name == "wall_s" else default * CEILING
         return bwrap.Limits(**out)
 
     def check_files(self, files: dict[str, bytes], limits: bwrap.Limits) -> None:
@@ -148,31 +163,53 @@ class SandboxServicer:
     def _in_slot(  # limit: a Run's parts
         self, argv, files, stdin: bytes, limits: bwrap.Limits, files_back: bool, *, context=None, extras=None
     ) -> bwrap.Result:
-        """Run in a free slot (waiting for one), as a user id of its own where the service is root: the next
-        of the ring not running, so a finished sandbox's last process has time to be waited for before its
-        id comes round again."""
+        """Run in a free slot (waiting for one): in a warm sandbox where one is ready for these limits, else
+        in a new one."""
         with self.slots:
             if context is not None and not context.is_active():  # its caller left while it waited
                 raise Aborted("the caller cancelled or its deadline passed before the sandbox started")
-            uid, place, group = self._uid(), self.cgroups, None
+            ready = self.pool.take(limits) if self.pool is not None else None
             try:
-                group = self._group(place, limits)
-                return bwrap.run(argv, files, stdin, limits, uid, files_back=files_back, group=group, extras=extras)
-            except OSError as e:  # the sandbox could not start (out of file descriptors, memory)
+                result = ready.run(argv, files, stdin, limits, files_back=files_back, extras=extras) if ready else None
+            except OSError as e:  # out of file descriptors, memory
                 raise FailedPrecondition(f"the sandbox could not start: {e}") from None
             finally:
-                if place is not None and group is not None:
-                    place.give(group)
-                with self.lock:
-                    self.busy.discard(uid)
+                if ready is not None and self.pool is not None:
+                    self.pool.done(ready)
+            self.counts["warm_runs"] += result is not None
+            return result if result is not None else self._cold(argv, files, stdin, limits, files_back, extras)
 
-    @staticmethod
-    def _group(place: cgroups.Cgroups | None, limits: bwrap.Limits) -> cgroups.Group | None:
-        """The Run's cgroup: its programs' memory and its three memory-backed mounts', and its processes."""
-        if place is None:
-            return None
-        memory = (limits.memory_mb + 3 * limits.disk_mb) << 20
-        return place.take(memory, limits.processes + OWN_PROCESSES)
+    def _cold(  # limit: a Run's parts
+        self, argv, files, stdin: bytes, limits: bwrap.Limits, files_back: bool, extras
+    ) -> bwrap.Result:
+        """Run in a new sandbox, as a user id of its own where the service is root."""
+        uid, group = None, None
+        try:
+            uid, group = self._hold(limits)
+            return bwrap.run(argv, files, stdin, limits, uid, files_back=files_back, group=group, extras=extras)
+        except OSError as e:  # the sandbox could not start (out of file descriptors, memory)
+            raise FailedPrecondition(f"the sandbox could not start: {e}") from None
+        finally:
+            self._free(uid, group)
+
+    def _hold(self, limits: bwrap.Limits) -> tuple[int | None, cgroups.Group | None]:
+        """A sandbox's user id (the next of the ring not running, so a finished sandbox's last process has
+        time to be waited for before its id comes round again) and cgroup (at `limits`)."""
+        uid = self._uid()
+        try:
+            place = self.cgroups
+            memory, processes = bwrap.group_limits(limits)
+            return uid, place.take(memory, processes) if place is not None else None
+        except BaseException:
+            self._free(uid, None)
+            raise
+
+    def _free(self, uid: int | None, group: cgroups.Group | None) -> None:
+        if self.cgroups is not None and group is not None:
+            self.cgroups.give(group)
+        if uid is not None:
+            with self.lock:
+                self.busy.discard(uid)
 
     def _uid(self) -> int | None:
         if not self.root:

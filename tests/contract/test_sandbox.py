@@ -6,6 +6,7 @@ their own memory but not together), after each of which the service answers the 
 service killed mid-Run leaves no sandbox behind, and the next start removes the cgroups it left."""
 
 import concurrent.futures
+import dataclasses
 import os
 import socket
 import subprocess
@@ -24,20 +25,40 @@ from services.sandbox.servicer import SandboxServicer
 
 SERVICE = sandbox_pb2.DESCRIPTOR.services_by_name["SandboxService"]
 UIDS = range(61000, 61000 + 1024)  # the sandboxes' users
+SERVED: list[SandboxServicer] = []  # the module's service: its warm sandboxes are not left behind
 
 
-@pytest.fixture(scope="module")
-def sandbox():
+@pytest.fixture(scope="module", params=[2, 0], ids=["warm", "cold"])
+def sandbox(request):
+    """The service with its warm pool (every Run in a sandbox started ahead), and without (each its own)."""
     os.environ["MESHRL_TEST_SECRET"] = "do-not-leak"  # as a run's token is in its services' environment
     cfg = SandboxConfig(
         concurrency=1, wall_s=5, process_limit=16, memory_mb=256, disk_mb=8, file_mb=4, output_bytes=4096
     )
-    servicer = SandboxServicer(cfg)
+    servicer = SandboxServicer(dataclasses.replace(cfg, warm=request.param))
+    SERVED[:] = [servicer]
     server = Server([servicer]).start()
-    yield Client(server.address, SERVICE, timeout=60, retries=0)
+    client = Ready(Client(server.address, SERVICE, timeout=60, retries=0), servicer)
+    yield client
+    runs = client.call("Describe").details
+    assert int(runs.get("warm_runs", 0)) == (int(runs["runs"]) if request.param else 0)  # each Run the way it says
     server.stop(0)
     servicer.close()
     os.environ.pop("MESHRL_TEST_SECRET")
+
+
+class Ready:
+    """A client whose every call waits for the service's warm pool to be full again first, so that with a
+    pool every Run is warm (a refill takes a few milliseconds after each Run)."""
+
+    def __init__(self, client: Client, servicer: SandboxServicer):
+        self.client, self.pool = client, servicer.pool
+
+    def call(self, method: str, request=None):
+        deadline = time.monotonic() + 10
+        while self.pool is not None and self.pool.count() < self.pool.size and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return self.client.call(method, request)
 
 
 def run(client, code: str, **kw) -> sandbox_pb2.RunResponse:
@@ -52,10 +73,11 @@ def fine(client) -> None:
 
 
 def left_behind() -> list[str]:
-    """Processes of the sandbox's user still on the machine."""
+    """Processes of the sandbox's user still on the machine, but the warm sandboxes waiting for a Run."""
+    ready = set().union(*(s.pool.uids() for s in SERVED if s.pool is not None))
     out = subprocess.run(["ps", "-e", "-o", "uid=,pid=,stat=,comm="], capture_output=True, text=True).stdout
-    out = "\n".join(line for line in out.splitlines() if int(line.split()[0]) in UIDS)
-    return [line for line in out.splitlines() if line.split()[2][0] != "Z"]  # dead, waiting to be reaped
+    mine = [line for line in out.splitlines() if int(line.split()[0]) in UIDS and int(line.split()[0]) not in ready]
+    return [line for line in mine if line.split()[2][0] != "Z"]  # dead, waiting to be reaped
 
 
 def test_a_program_runs_with_its_files_and_input_and_says_what_it_did(sandbox):
@@ -220,9 +242,10 @@ def test_a_killed_service_leaves_no_sandbox_behind():
     pool = concurrent.futures.ThreadPoolExecutor(2)
     calls = [pool.submit(run, client, sleeper, limits=sandbox_pb2.Limits(wall_s=600)) for _ in range(2)]
     deadline = time.monotonic() + 30
-    while len(left_behind()) < 4 and time.monotonic() < deadline:  # two sandboxes, each a sleep inside
+    sleeping = lambda: [p for p in left_behind() if p.endswith(" sleep")]  # noqa: E731
+    while len(sleeping()) < 2 and time.monotonic() < deadline:  # two sandboxes, each a sleep inside
         time.sleep(0.1)
-    assert len(left_behind()) >= 4
+    assert len(sleeping()) == 2 and len(left_behind()) > 4  # and the service's warm sandboxes
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 10
@@ -250,3 +273,27 @@ def test_sessions_are_held_to_their_memory_budget():
         servicer.Run(sandbox_pb2.RunRequest(argv=["python3", "-c", write], session=name), None)
     assert list(servicer.sessions) == ["b"] and len(servicer.sessions["b"].files["blob"]) == 600_000
     servicer.close()
+
+
+def test_the_warm_pool_passes_over_a_dead_sandbox_and_runs_other_mounts_cold():
+    """A ready sandbox killed from outside is never given a Run (the Run takes the next, or starts its own);
+    a Run asking for another disk size than the pool's mounts starts its own; each is as clean as the last."""
+    servicer = SandboxServicer(SandboxConfig(concurrency=1, warm=2))
+    server = Server([servicer]).start()
+    client = Ready(Client(server.address, SERVICE, timeout=60, retries=0), servicer)
+    assert client.call("Describe").details["warm"] == "2 ready of 2"
+    victim = servicer.pool.ready[0]
+    os.killpg(victim.proc.pid, 9)
+    victim.proc.wait()
+    code = "import os; print(sorted(os.listdir('.')), os.statvfs('.').f_blocks * os.statvfs('.').f_frsize >> 20)"
+    first = run(client, code)
+    assert (first.exit_code, first.stdout) == (0, b"['main.py'] 64\n"), first.stderr
+    other = run(client, code, limits=sandbox_pb2.Limits(disk_mb=96))  # past the default, within the ceiling
+    assert (other.exit_code, other.stdout) == (0, b"['main.py'] 96\n"), other.stderr
+    details = client.call("Describe").details
+    assert (details["runs"], details["warm_runs"]) == ("2", "1")  # the dead one passed over, the 96 MiB one cold
+    server.stop(0)
+    servicer.close()
+    assert servicer.pool.count() == 0
+    time.sleep(0.3)
+    assert left_behind() == []  # its ready sandboxes went with it
