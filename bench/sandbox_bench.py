@@ -14,6 +14,8 @@ refills then compete with the Runs for the CPU: the share of Runs that found one
 
 import argparse
 import concurrent.futures
+import dataclasses
+import os
 import statistics
 import subprocess
 import time
@@ -26,23 +28,37 @@ from services.sandbox.servicer import SandboxServicer
 PROGRAM = "def f(x):\n    return x * 2\nassert f(3) == 6\n"  # a trivial graded sample
 
 
-def times(call, n: int, before=lambda: None) -> list[float]:
-    out = []
+@dataclasses.dataclass
+class Calls:
+    ms: list[float]  # each call's wall time, sorted
+    cpu_ms: float  # the whole machine's busy CPU time a call, its waits included (a warm pool's refills)
+
+
+def busy_s() -> float:
+    """CPU seconds every core of the machine has spent not idle since boot (/proc/stat)."""
+    ticks = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def times(call, n: int, before=lambda: None) -> Calls:
+    out, cpu = [], busy_s()
     for _ in range(n):
         before()
         start = time.perf_counter()
         call()
         out.append((time.perf_counter() - start) * 1000)
-    return sorted(out)
+    before()
+    return Calls(sorted(out), (busy_s() - cpu) * 1000 / n)
 
 
-def row(name: str, ms: list[float], base: float | None = None) -> str:
+def row(name: str, calls: Calls, base: float | None = None) -> str:
+    ms = calls.ms
     p50, p99 = statistics.median(ms), ms[min(len(ms) - 1, int(len(ms) * 0.99))]
-    extra = f" | +{p50 - base:.1f}" if base is not None else " | -"
-    return f"| {name} | {p50:.1f} | {p99:.1f}{extra} |"
+    extra = f"+{p50 - base:.1f}" if base is not None else "-"
+    return f"| {name} | {p50:.1f} | {p99:.1f} | {extra} | {calls.cpu_ms:.1f} |"
 
 
-def sandboxed(servicer, argv: list[str], calls: int, wait_for_pool: bool = False) -> list[float]:
+def sandboxed(servicer, argv: list[str], calls: int, wait_for_pool: bool = False) -> Calls:
     limits = servicer.limits(sandbox_pb2.Limits())
 
     def call():
@@ -56,7 +72,7 @@ def sandboxed(servicer, argv: list[str], calls: int, wait_for_pool: bool = False
     return times(call, calls, full)
 
 
-def served(servicer, calls: int, threads: int, wait_for_pool: bool) -> tuple[list[float], float, float]:
+def served(servicer, calls: int, threads: int, wait_for_pool: bool) -> tuple[Calls, float, float]:
     """Run over gRPC one at a time (ms), then `threads` clients at once: Runs a second, the share warm."""
     server = Server([servicer], max_workers=threads * 2).start()
     client = Client(server.address, SandboxServicer.SERVICE, timeout=60, retries=0)
@@ -102,8 +118,8 @@ def main() -> None:
     served_warm, rate_warm, share = served(warm, args.calls, args.threads, True)
     cold.close()
     warm.close()
-    base = statistics.median(direct)
-    print("| how | p50 ms | p99 ms | p50 over direct |\n|---|---|---|---|")
+    base = statistics.median(direct.ms)
+    print("| how | p50 ms | p99 ms | p50 over direct | CPU ms a Run |\n|---|---|---|---|---|")
     print(row("direct (subprocess)", direct))
     print(row(f"cold sandbox (cgroups: {place.kind if place else 'none'})", boxed, base))
     if place is not None:
@@ -111,9 +127,8 @@ def main() -> None:
     print(row("warm sandbox (from the pool)", ready, base))
     print(row("SandboxService.Run over gRPC, cold", served_cold, base))
     print(row("SandboxService.Run over gRPC, warm", served_warm, base))
-    print("\n| a sandbox's start (`true`) | p50 ms | p99 ms |\n|---|---|---|")
-    print(row("cold", start_cold).rsplit(" | -", 1)[0] + " |")
-    print(row("warm", start_warm).rsplit(" | -", 1)[0] + " |")
+    print(row("a sandbox's start alone (`true`), cold", start_cold))
+    print(row("a sandbox's start alone (`true`), warm", start_warm))
     print(
         f"\n{rate_cold:.0f} graded samples/s with {args.threads} clients, every Run cold; {rate_warm:.0f}/s with the"
         f" pool of {warm.cfg.warm} ({share:.0%} of the Runs warm); {args.calls} Runs each, all passed"

@@ -148,16 +148,18 @@ def command(  # limit: the sandbox's parts
 READ_ONLY = ["--remount-ro", "/dev", "--remount-ro", "/"]
 
 
-def sandbox(limits: Limits, uid: int | None, join: list[str], *, nofile: int) -> list[str]:
+def sandbox(limits: Limits, uid: int | None, join: list[str], *, nofile: int | None) -> list[str]:
     """The command line up to bubblewrap's mounts of /work (the caller adds its files and READ_ONLY): the
-    cgroups joined, the user, prlimit's limits, and bubblewrap's namespaces and file system."""
+    cgroups joined, the user, prlimit's limits (none with nofile None: a warm sandbox's launcher sets the
+    Run's itself), and bubblewrap's namespaces and file system."""
     size = str(limits.disk_mb << 20)
     line = ["/bin/sh", "-c", JOIN, "sh", *join, "--"] if join else []
     line += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"] if uid is not None else []
-    cpu = math.ceil(limits.cpu_s)  # SIGXCPU at the soft limit, SIGKILL a second later for one that ignores it
-    line += ["prlimit", f"--cpu={cpu}:{cpu + 1}", f"--as={limits.memory_mb << 20}"]
-    line += [f"--fsize={limits.file_mb << 20}", f"--nofile={nofile}", "--core=0"]
-    line += [*([f"--nproc={limits.processes}"] if uid is not None else []), "--"]
+    if nofile is not None:
+        cpu = math.ceil(limits.cpu_s)  # SIGXCPU at the soft limit, SIGKILL a second later for one that ignores it
+        line += ["prlimit", f"--cpu={cpu}:{cpu + 1}", f"--as={limits.memory_mb << 20}"]
+        line += [f"--fsize={limits.file_mb << 20}", f"--nofile={nofile}", "--core=0"]
+        line += [*([f"--nproc={limits.processes}"] if uid is not None else []), "--"]
     line += [
         "bwrap",
         "--unshare-all",

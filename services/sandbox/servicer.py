@@ -51,7 +51,8 @@ class SandboxServicer:
         self.root = os.geteuid() == 0  # sandboxes of their own user ids (the process limit is per user)
         self.slots = threading.BoundedSemaphore(cfg.concurrency)
         self.uids = range(cfg.first_uid, cfg.first_uid + cfg.uids)
-        self.busy: set[int] = set()  # user ids of the sandboxes running
+        self.busy: set[int] = set()  # user ids of the sandboxes running or ready
+        self.running = 0  # Runs in a slot
         self.turn = itertools.count()
         if self.root:
             reaper.adopt(self.uids)
@@ -67,7 +68,7 @@ class SandboxServicer:
         if cfg.warm:
             # at the ceilings, which it lowers for each Run, but its mounts' size, which it cannot change after
             at = dataclasses.replace(self.ceilings(), disk_mb=cfg.disk_mb)
-            self.pool = warm.Pool(cfg.warm, at, self._hold, self._free)
+            self.pool = warm.Pool(cfg.warm, at, self._hold, self._free, idle=lambda: self.running < cfg.concurrency)
 
     def self_test(self) -> None:
         """One sandbox at start: where this machine refuses them (no user namespaces: a container's seccomp
@@ -165,7 +166,7 @@ class SandboxServicer:
     ) -> bwrap.Result:
         """Run in a free slot (waiting for one): in a warm sandbox where one is ready for these limits, else
         in a new one."""
-        with self.slots:
+        with self.slots, self._counted():
             if context is not None and not context.is_active():  # its caller left while it waited
                 raise Aborted("the caller cancelled or its deadline passed before the sandbox started")
             ready = self.pool.take(limits) if self.pool is not None else None
@@ -191,6 +192,16 @@ class SandboxServicer:
             raise FailedPrecondition(f"the sandbox could not start: {e}") from None
         finally:
             self._free(uid, group)
+
+    @contextlib.contextmanager
+    def _counted(self):
+        with self.lock:
+            self.running += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.running -= 1
 
     def _hold(self, limits: bwrap.Limits) -> tuple[int | None, cgroups.Group | None]:
         """A sandbox's user id (the next of the ring not running, so a finished sandbox's last process has

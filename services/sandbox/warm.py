@@ -1,21 +1,24 @@
 """Warm sandboxes: started ahead of their Runs, each waiting for one program, and the pool that keeps them.
 
 A cold Run starts its sandbox when it arrives (bwrap.run): its cgroup joined, its user, its limits,
-bubblewrap's namespaces and mounts, all before the program's first instruction. A warm sandbox has done
-that already and waits in a launcher (bash, in /work) reading its request from a pipe: the limits to
-lower to, whether /work comes back, the argv, then the files as a tar stream (their modes and links come
-with them). It then runs the program as a cold sandbox would. Each is used once, so a warm Run is as
-clean as a cold one: one program in a sandbox no program used before, then gone.
+bubblewrap's namespaces and mounts, all before the program's first instruction. A warm sandbox has done that
+already and waits in a launcher (bash, in /work) reading its request from a pipe: the limits to lower to,
+whether /work comes back, the argv, then the files as a tar stream (their modes and links come with them).
+It then runs the program as a cold sandbox would. Each is used once, so a warm Run is as clean as a cold
+one: one program in a sandbox no program used before, then gone.
 
-A warm sandbox starts at the ceilings a request may ask (its process limits and its cgroup's); before the
-program runs, the launcher lowers the process limits to the request's (ulimit) and the service its
-cgroup's. The memory-backed mounts' size cannot change once made, so the pool serves the Runs of the
-service's disk_mb; a Run that asks another runs cold, as does any Run while the pool is empty.
+A warm sandbox starts with its cgroup at the ceilings a request may ask and no process limits of its own
+(nothing runs in it but the launcher, which is ours); before the program runs, the launcher sets the process
+limits to the request's (ulimit) and the service lowers its cgroup's. The memory-backed mounts' size cannot
+change once made, so the pool serves the Runs of the service's disk_mb; a Run that asks another runs cold,
+as does any Run while the pool is empty.
 
 The pool keeps SandboxConfig.warm sandboxes ready and starts them one at a time on a thread of its own (a
-cap on starts: a burst of Runs competes with one refill at most). A sandbox found dead when taken, or
-gone before it read its request, is dropped and its Run goes cold (the program never started there);
-three in a row turn the pool off with a warning that says why.
+cap on starts), and only while a slot of the service is free: a sandbox's start costs as much CPU ahead of
+its Run as in it (a little more: the launcher), so when every slot runs a program, as in a burst of grading,
+the Runs start their own and the pool waits for the burst to end (bench/RESULTS.md, "Sandboxes"). A sandbox
+found dead when taken, or gone before it read its request, is dropped and its Run goes cold (the program
+never started there); three in a row turn the pool off with a warning that says why.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from services.sandbox import bwrap, cgroups, reaper
 
 log = logging.getLogger(__name__)
 FAILURES = 3  # dead warm sandboxes in a row that turn the pool off
+IDLE_S = 0.02  # how often a refill waiting for the service to have room looks again
 
 # the launcher's request, from the pipe named by $1: NUL-ended fields (FIELDS, then argc arguments), then
 # the files' tar stream where `files` is 1; /work goes back as a tar stream to $2 where `back` is 1
@@ -61,7 +65,8 @@ class Warm:
         self.uid, self.group = uid, group
         ctrl_r, self.ctrl = os.pipe()
         self.out, out_w = os.pipe()
-        line = bwrap.sandbox(limits, uid, group.procs if group is not None else [], nofile=bwrap.MAX_FILES + 64)
+        # no process limits until the launcher sets the Run's (before that nothing runs but it): prlimit spared
+        line = bwrap.sandbox(limits, uid, group.procs if group is not None else [], nofile=None)
         line += [*bwrap.READ_ONLY, "/bin/bash", "-c", LAUNCHER, "bash", str(ctrl_r), str(out_w)]
         try:
             self.proc = bwrap.spawn(line, (ctrl_r, out_w))
@@ -145,8 +150,9 @@ def tar_stream(files: dict[str, bytes], extras: bwrap.Extras) -> bytes:
 
 
 class Pool:
-    """`size` warm sandboxes at `limits` (the ceilings), refilled on a thread; acquire(limits) -> (uid, group)
-    and release(uid, group) are the service's, for the user ids and cgroups the sandboxes hold."""
+    """`size` warm sandboxes at `limits` (the ceilings), refilled on a thread while idle() says the service
+    has room; acquire(limits) -> (uid, group) and release(uid, group) are the service's, for the user ids
+    and cgroups the sandboxes hold."""
 
     def __init__(
         self,
@@ -154,8 +160,10 @@ class Pool:
         limits: bwrap.Limits,
         acquire: Callable[[bwrap.Limits], tuple[int | None, cgroups.Group | None]],
         release: Callable[[int | None, cgroups.Group | None], None],
+        idle: Callable[[], bool] = lambda: True,
     ):
         self.size, self.limits, self.acquire, self.release = size, limits, acquire, release
+        self.idle = idle
         self.ready: list[Warm] = []
         self.cond = threading.Condition()
         self.closed, self.dead = False, 0  # dead: warm sandboxes found dead in a row
@@ -212,8 +220,9 @@ class Pool:
 
     def _fill(self) -> None:
         while True:
-            with self.cond:
-                self.cond.wait_for(lambda: self.closed or len(self.ready) < self.size)
+            with self.cond:  # idle() is the service's: looked at again every IDLE_S
+                while not (self.closed or (len(self.ready) < self.size and self.idle())):
+                    self.cond.wait(IDLE_S)
                 if self.closed:
                     return
             uid, group = None, None

@@ -277,7 +277,8 @@ def test_sessions_are_held_to_their_memory_budget():
 
 def test_the_warm_pool_passes_over_a_dead_sandbox_and_runs_other_mounts_cold():
     """A ready sandbox killed from outside is never given a Run (the Run takes the next, or starts its own);
-    a Run asking for another disk size than the pool's mounts starts its own; each is as clean as the last."""
+    a Run asking for another disk size than the pool's mounts starts its own; each is as clean as the last;
+    and the pool refills only while a slot is free."""
     servicer = SandboxServicer(SandboxConfig(concurrency=1, warm=2))
     server = Server([servicer]).start()
     client = Ready(Client(server.address, SERVICE, timeout=60, retries=0), servicer)
@@ -292,6 +293,13 @@ def test_the_warm_pool_passes_over_a_dead_sandbox_and_runs_other_mounts_cold():
     assert (other.exit_code, other.stdout) == (0, b"['main.py'] 96\n"), other.stderr
     details = client.call("Describe").details
     assert (details["runs"], details["warm_runs"]) == ("2", "1")  # the dead one passed over, the 96 MiB one cold
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # its one slot busy: no refill meanwhile
+        slow = pool.submit(run, client, "import time; time.sleep(1)")
+        time.sleep(0.6)
+        assert servicer.pool.count() == 1 and not slow.done()
+        assert slow.result().exit_code == 0
+    client.call("Describe")  # waits for the refill once the slot is free
+    assert servicer.pool.count() == 2
     server.stop(0)
     servicer.close()
     assert servicer.pool.count() == 0
