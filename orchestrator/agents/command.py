@@ -101,11 +101,14 @@ class CommandAgent:
         self.lock = threading.Lock()
         self.started = False  # an episode has ended well: the command can be started
 
-    def play(
-        self, task: dict, base_url: str, key: str, on_start: Callable[[int], None] | None = None
+    def scores_groups(self) -> bool:
+        return False  # a command scores its own episode; a group's scoring is a Python agent's (pool.py)
+
+    def play(  # limit: an episode's parts
+        self, task: dict, base_url: str, key: str, on_start: Callable[[int], None] | None = None, group=None
     ) -> tuple[Any, str]:
         """(the command's result, "") or (None, why the episode is lost). ValueError if it cannot start.
-        on_start(pid): its process, once started (the run binds the episode's key to it)."""
+        on_start(pid): its process, once started (the run binds the episode's key to it); group: unused."""
         text = json.dumps(task)
         env = child_env({**os.environ, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": key, "MESHRL_TASK": text})
         out, err = LastLine(), Tail()

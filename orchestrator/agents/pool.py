@@ -31,34 +31,41 @@ log = logging.getLogger(__name__)
 START_TIMEOUT = 120.0  # seconds a worker may take to import the agent
 
 
-def start_worker(spec: str, threads: int, python: str = "") -> Worker:
-    """A worker process that has loaded the agent; ValueError naming rollout.agent if it cannot."""
+def start_worker(spec: str, threads: int, python: str = "") -> tuple[Worker, dict]:
+    """A worker process that has loaded the agent, and its ready frame; ValueError naming rollout.agent if
+    it cannot."""
 
     def make() -> Worker:
         process = Process(python, [spec, str(threads)])
         return Worker(process, "the agent's worker process", frames=(read_json, write_json))
 
     try:
-        return start_ready(make, 1, START_TIMEOUT)[0][0]
+        workers, said = start_ready(make, 1, START_TIMEOUT)
+        return workers[0], said
     except ValueError as e:
         raise ValueError(f"rollout.agent={spec}: {e}") from None
 
 
 class AgentPool:
-    """`workers` processes, each playing up to `threads` episodes at once on threads."""
+    """`workers` processes playing up to workers x threads episodes at once, on threads. Where the agent's
+    module defines score_group, a group's episodes all play on one worker (group mod workers), which then
+    scores them together: what it kept of each is in its memory."""
 
     def __init__(self, spec: str, workers: int, threads: int, timeout: float, *, python: str = ""):
         self.spec, self.threads, self.timeout, self.python = spec, threads, timeout, python
         self.checked = not python  # meshrl's own interpreter needs no check
         self.slots: list[Worker | None] = [None] * workers
         # episodes sent at once are at most the workers' threads, so that an episode's clock starts when
-        # it starts (validation and sampling ahead may play at the same time)
+        # it starts (validation and sampling ahead may play at the same time); each worker may run them
+        # all, as a group's episodes go to one worker
         self.room = threading.Semaphore(workers * threads)
         self.lock = threading.Lock()
         self.closed = False
+        self.groups: bool | None = None  # whether the agent's module scores groups (its ready frame says)
 
-    def _worker(self) -> Worker:
-        """The least loaded live worker, started (or started again) where a slot has none."""
+    def _worker(self, group: int | None = None) -> Worker:
+        """The least loaded live worker (with a group that scores groups: its own), started (or started
+        again) where a slot has none."""
         with self.lock:
             if self.closed:
                 raise RuntimeError("the agent pool is closed")
@@ -67,23 +74,39 @@ class AgentPool:
                 self.checked = True
             for i, w in enumerate(self.slots):
                 if w is None or w.lost:
-                    self.slots[i] = w = start_worker(self.spec, self.threads, self.python)
+                    w, said = start_worker(self.spec, self.threads * len(self.slots), self.python)
+                    self.slots[i], self.groups = w, bool(said.get("score_group"))
+            if group is not None and self.groups:
+                return self.slots[group % len(self.slots)]  # type: ignore[return-value]
             return min((w for w in self.slots if w is not None), key=lambda w: w.load)
 
-    def play(
-        self, task: dict, base_url: str, key: str, on_start: Callable[[int], None] | None = None
+    def scores_groups(self) -> bool:
+        """Whether the agent's module defines score_group (a worker started to learn it)."""
+        if self.groups is None:
+            self._worker()
+        return bool(self.groups)
+
+    def play(  # limit: an episode's parts
+        self, task: dict, base_url: str, key: str, on_start: Callable[[int], None] | None = None, group=None
     ) -> tuple[Any, str]:
         """(the agent's result, "") or (None, why the episode is lost). ValueError if the agent cannot load.
-        on_start(pid): the worker process that plays it (the run binds the episode's key to it)."""
+        on_start(pid): the worker process that plays it (the run binds the episode's key to it); group: the
+        episode's group in the step (its prompt's), which score_group scores together."""
         with self.room:
-            return self._play(task, base_url, key, on_start)
+            worker = self._worker(group)
+            if on_start is not None:
+                on_start(worker.child.proc.pid)
+            return self._call(worker, {"task_json": json.dumps(task), "base_url": base_url, "api_key": key})
 
-    def _play(self, task: dict, base_url: str, key: str, on_start: Callable[[int], None] | None) -> tuple[Any, str]:
-        worker = self._worker()
-        if on_start is not None:
-            on_start(worker.child.proc.pid)
+    def score_group(self, group: int, keys: list[str], tasks: list[dict], results: list) -> tuple[Any, str]:
+        """The module's score_group(keys, tasks, results) on the worker that played the group: (its answer,
+        "") or (None, why the group is lost); results[i] None where episode i was lost."""
+        request = {"op": "score_group", "keys": keys, "tasks_json": json.dumps(tasks)}
+        return self._call(self._worker(group), {**request, "results_json": json.dumps(results)})
+
+    def _call(self, worker: Worker, request: dict) -> tuple[Any, str]:
         try:
-            call = worker.call({"task_json": json.dumps(task), "base_url": base_url, "api_key": key})
+            call = worker.call(request)
             reply = call.reply(self.timeout)
         except TimeoutError:
             why = f"the agent did not finish within rollout.agent_timeout={self.timeout:g} s"
@@ -124,4 +147,4 @@ def check_agent_python(r) -> None:
     and imports the agent there (a worker started and stopped); ValueError in one line otherwise."""
     if r.agent and r.agent_python:
         check_python(r.agent_python)
-        start_worker(r.agent, 1, r.agent_python).stop("checked")
+        start_worker(r.agent, 1, r.agent_python)[0].stop("checked")

@@ -35,8 +35,9 @@ from meshrl.gateway.sessions import BINDING, Session
 from meshrl.trajectory import Trajectory
 from meshrl.vocab import model_vocab_size
 from orchestrator.agents.pool import AgentPool, CommandAgent, agent_runner
+from orchestrator.agents.scores import Played, reward_error, reward_of, score_groups, settle
 from orchestrator.sampling import episodes
-from orchestrator.sampling.sampled import Sampled
+from orchestrator.sampling.sampled import Sampled, per_prompt
 
 log = logging.getLogger(__name__)
 # calls' seeds are seeds.AGENT_CALL_SPACING apart: a group's episodes call at different times, and row i of a
@@ -133,15 +134,7 @@ def agent_task(columns: dict, row: int) -> dict:
     return json.loads(json.dumps(task, default=episodes.jsonable))  # parquet's arrays as lists
 
 
-def reward_error(reward, needed: bool) -> str:
-    if reward is None:
-        return "the agent returned no reward (env.reward=service scores its final answer instead)" if needed else ""
-    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
-        return f"the agent's reward must be a number, got {reward!r:.60}"
-    return ""
-
-
-def play(
+def play(  # limit: an episode's parts
     gateway: Gateway,
     engine: FleetEngine,
     runner,
@@ -150,29 +143,25 @@ def play(
     *,
     fallback: list[int],
     needs_reward: bool,
-):
-    """One episode: the agent's run against its own key, then its recording as a Trajectory."""
+    group: int,
+) -> Played:
+    """One episode (of `group`, its prompt's in the step): the agent's run against its own key, then its
+    recording as a Trajectory."""
     engine.begin(session)
     session.owner = BINDING  # the key is its agent's alone: bound to its process once that starts
     gateway.open(session)
     try:
         result, error = runner.play(
-            task, gateway.base_url, session.key, on_start=lambda pid: gateway.bind(session.key, pid)
+            task, gateway.base_url, session.key, on_start=lambda pid: gateway.bind(session.key, pid), group=group
         )
     finally:
         gateway.close(session.key)
         engine.end(session)
     traj = session.final() or Trajectory(fallback)
-    traj.task, traj.finish, traj.done = task, "stop", True
-    reward = result.get("reward") if isinstance(result, dict) else result
-    if isinstance(result, dict):
-        traj.info = {k: v for k, v in result.items() if k != "reward"}
+    traj.task = task
     made_no_call = "" if session.final() is not None else "the agent made no call to the model"
-    error = error or reward_error(reward, needs_reward) or made_no_call
-    traj.env_reward, traj.error = 0.0 if error else float(reward or 0.0), error
-    if error:
-        traj.done, traj.finish = False, "length"
-    return traj, session.calls, len(session.samples)
+    settle(traj, result, error or reward_error(reward_of(result), needs_reward) or made_no_call)
+    return Played(traj, session.calls, len(session.samples), session.key, result)
 
 
 def sample(
@@ -188,12 +177,14 @@ def sample(
     gateway = Gateway(engine, tokenizer, MODEL, ends, tool_parser=r.tool_parser, limits=limits)
     runner, needs_reward = runner_for(mesh), mesh.cfg.env.reward in ("env", "sum")
     at = functools.partial(play, gateway, engine, runner, needs_reward=needs_reward)
+    size = per_prompt(mesh.cfg, n, greedy)  # a group: a prompt's episodes, next to each other
     jobs = [
         functools.partial(
             at,
             agent_task(rows.non_tensor_batch, i),
             Session(budget=r.response_budget, max_calls=r.max_turns),
             fallback=episodes.prompt_ids(rows, i),
+            group=i // size,
         )
         for i in range(len(rows))
     ]
@@ -205,13 +196,15 @@ def sample(
         engine.close()
     if engine.failure is not None:  # as on the multi-turn path: a rollout failure fails the step (recovery)
         raise engine.failure
-    trajectories = [t for t, _, _ in played]
+    if runner.scores_groups():
+        score_groups(runner, played, size, needs_reward)
+    trajectories = [p.traj for p in played]
     got = episodes.finished(mesh, rows, trajectories, tokenizer, start, judged=judged, on_generated=on_generated)
     got.scored.metrics.update(
         {
             "agent/episodes_lost": float(sum(bool(t.error) for t in trajectories)),
-            "agent/calls/mean": sum(c for _, c, _ in played) / len(played),
-            "agent/samples/mean": sum(s for _, _, s in played) / len(played),  # > 1: the agent branched
+            "agent/calls/mean": sum(p.calls for p in played) / len(played),
+            "agent/samples/mean": sum(p.samples for p in played) / len(played),  # > 1: the agent branched
         }
     )
     return got

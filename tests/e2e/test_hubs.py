@@ -4,8 +4,8 @@ as the hub's users install theirs, its problems written as meshrl's data by the 
 (examples/hubs/HUB/meshrl_HUB.py `data`), then GRPO whose every episode the bridge plays in that venv
 against the run's endpoint, with a Qwen2.5-shaped tiny model and its ChatML template:
 
-- verifiers (configs/verifiers_grpo.yaml): the environment's own `run_rollout` and rubric
-  (examples/hubs/verifiers/environments/vf_sums);
+- verifiers (configs/verifiers_grpo.yaml): the environment's own rollout and rubric
+  (examples/hubs/verifiers/environments/vf_sums), with a group reward: each group scored together;
 - OpenEnv (configs/openenv_grpo.yaml): the environment's server (examples/hubs/openenv/environments/
   sums_env, served by uvicorn as OpenEnv serves its environments), reset and stepped through OpenEnv's
   own client.
@@ -30,6 +30,8 @@ from testkit.venvs import pinned_python
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HUBS = ROOT / "examples/hubs"
 STEPS = 3
+GROUP = 4  # rollout.n
+UNIQUE = 0.25  # the weight of vf_sums' group reward: a reply no other reply of its group gave
 
 
 def reward(reply: str, answer: str) -> float:
@@ -53,7 +55,7 @@ def train(tmp_path, model, config: str, python: str, data: pathlib.Path, suffix:
                 f"trainer.total_steps={STEPS}",
                 f"trainer.val_every={STEPS}",
                 "data.train_batch_size=4",
-                "rollout.n=4",
+                f"rollout.n={GROUP}",
                 "trainer.samples_per_step=16",  # every sample of a step: the checks below read them all
                 "rollout.max_new_tokens=8",
                 "actor.engine=plain",
@@ -80,10 +82,17 @@ def test_a_verifiers_environment_trains_as_it_is(tmp_path, bpe_lm):
     python = pinned_python("verifiers", str(HUBS / "verifiers/environments/vf_sums"))
     data = tmp_path / "data"
     bridge = HUBS / "verifiers/meshrl_verifiers.py"
-    subprocess.run([python, str(bridge), "data", "vf_sums", str(data)], check=True, timeout=300)
-    for s in train(tmp_path, bpe_lm, "verifiers_grpo.yaml", python, data, "parquet"):
-        # the rubric scored what was recorded and trained on
-        assert s["score"] == pytest.approx(reward(s["response"], s["ground_truth"]), abs=1e-6), s
+    args = json.dumps({"unique_weight": UNIQUE})  # with a group reward: each group scored together
+    subprocess.run([python, str(bridge), "data", "vf_sums", str(data), "--args", args], check=True, timeout=300)
+    samples = train(tmp_path, bpe_lm, "verifiers_grpo.yaml", python, data, "parquet")
+    for at in range(0, len(samples), GROUP):  # a step's samples in order: its groups, each rollout.n long
+        group = samples[at : at + GROUP]
+        assert len({s["messages"][-1]["content"] for s in group}) == 1  # one prompt's
+        replies = [s["response"].strip() for s in group]
+        for s, reply in zip(group, replies):
+            # the rubric scored what was recorded and trained on, the group reward over the whole group
+            want = reward(s["response"], s["ground_truth"]) + UNIQUE * (replies.count(reply) == 1)
+            assert s["score"] == pytest.approx(want, abs=1e-6), (s, replies)
 
 
 def listening(server: subprocess.Popen, log: pathlib.Path) -> str:

@@ -113,3 +113,52 @@ def test_closing_the_pool_ends_the_episodes_in_flight_at_once(agents):
         result, error = hung.result(timeout=30)
     assert result is None and "the run is stopping" in error
     assert worker.child.proc.wait(10) is not None
+
+
+GROUPED = """
+import os
+
+KEPT = {}  # what each episode left for its group's scoring, in this worker's memory
+
+def agent(task, base_url, api_key):
+    KEPT[api_key] = (task["x"], os.getpid())
+    return {"reward": 0.0}
+
+def score_group(keys, tasks, results):
+    if any(t["x"] < 0 for t in tasks):
+        raise RuntimeError("cannot rank that")
+    kept = [KEPT.pop(k) for k, r in zip(keys, results) if r is not None]
+    if len({pid for _, pid in kept}) != 1:
+        raise RuntimeError("the group was played on more than one worker")
+    best = max(x for x, _ in kept)
+    rank = lambda t: {"reward": float(t["x"] == best), "group_size": len(kept)}
+    return [None if r is None else rank(t) for t, r in zip(tasks, results)]
+"""
+
+
+def test_a_group_plays_on_one_worker_and_is_scored_there_together(tmp_path, agents):
+    """An agent module with score_group: every episode of a group goes to the same worker (the episodes'
+    memory is there), and the group's scores come back in its order; a lost episode is None to it."""
+    path = tmp_path / "grouped.py"
+    path.write_text(GROUPED)
+    pool = AgentPool(f"{path}:agent", workers=2, threads=2, timeout=30)
+    try:
+        assert pool.scores_groups()
+        tasks = {g: [{"x": x} for x in (3, 7, 5)] for g in (0, 1)}
+        with concurrent.futures.ThreadPoolExecutor(6) as threads:
+            for g in (0, 1):
+                plays = [threads.submit(pool.play, t, "u", f"k{g}{i}", group=g) for i, t in enumerate(tasks[g])]
+                assert [p.result() for p in plays] == [({"reward": 0.0}, "")] * 3
+        scores, error = pool.score_group(0, ["k00", "k01", "k02"], tasks[0], [{}, {}, {}])
+        assert error == "" and [s["reward"] for s in scores] == [0.0, 1.0, 0.0]
+        scores, error = pool.score_group(1, ["k10", "k11", "k12"], tasks[1], [{}, None, {}])  # k11 was lost
+        assert error == "" and scores[1] is None and [scores[0]["reward"], scores[2]["reward"]] == [0.0, 1.0]
+        failed, why = pool.score_group(0, ["k0"], [{"x": -1}], [{}])
+        assert failed is None and "cannot rank that" in why  # its failure is the group's
+    finally:
+        pool.close()
+    plain = AgentPool(f"{agents}:good", workers=1, threads=1, timeout=30)
+    try:
+        assert not plain.scores_groups()  # its episodes' own rewards stand
+    finally:
+        plain.close()

@@ -11,11 +11,14 @@ system prompt and few-shot turns included), `reward_model.ground_truth` its answ
 `extra_info.verifiers` what the episode needs to play the row again (the environment's id and args, the
 row's prompt, example_id, answer, info and task), as JSON text.
 
-`agent` plays one episode: the environment's `run_rollout` (its turns, its tools, its parser) against the
-run's OpenAI endpoint, then its rubric's score. The endpoint records every call token for token, so the
-run trains on exactly what the environment saw; the episode's reward is the rubric's weighted sum, its
-accuracy whether that reaches the environment's pass_threshold. An environment is loaded once per worker
-process.
+`agent` plays one episode: the environment's own `rollout` (its turns, its tools, its parser) against the
+run's OpenAI endpoint. The endpoint records every call token for token, so the run trains on exactly what
+the environment saw. `score_group` then scores each group (a prompt's rollout.n episodes) as verifiers'
+own `run_group` does: its rubric's `score_group`, so group reward functions (which compare a group's
+replies) see every reply. The episode's reward is the rubric's weighted sum, its accuracy whether that
+reaches the environment's pass_threshold. The run plays a group's episodes on one worker process
+(orchestrator/agents/pool.py), where their states wait for the scoring; an environment is loaded once per
+worker process.
 """
 
 from __future__ import annotations
@@ -36,7 +39,9 @@ MODEL = "policy"  # the endpoint serves the run's policy under any name
 # tool call it wrote badly): the rubric's score stands, as for any other reply; any other failure (the
 # endpoint, a tool, a sandbox) loses the episode, which the run counts instead of training on a 0
 POLICY_ERRORS = (errors.InvalidModelResponseError, errors.OverlongPromptError, errors.ToolParseError)
+MAX_KEPT = 10_000  # played states waiting for their group's scoring (a failed step's never come)
 _loaded: dict[str, vf.Environment] = {}
+_played: dict[str, tuple[vf.Environment, vf.State]] = {}  # an episode's key -> its state, until scored
 _lock = threading.Lock()
 
 
@@ -64,10 +69,38 @@ def agent(task: dict, base_url: str, api_key: str) -> dict:
     env = environment(row["env_id"], row["env_args"])
     episode = row["input"]  # the environment's own prompt, as its dataset formatted it
     client = vf.OpenAIChatCompletionsClient(AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0))
-    out = asyncio.run(env.run_rollout(episode, client, MODEL, {}))
-    if out.get("error") and not policy_made(out["error"]):
-        raise RuntimeError(f"the environment's rollout failed: {out['error']}")
-    return {"reward": float(out["reward"]), "acc": float(out["reward"]) >= env.pass_threshold}
+    state = asyncio.run(env.rollout(episode, client, MODEL, {}))
+    error = state.get("error")
+    if error and not policy_made(error):
+        raise RuntimeError(f"the environment's rollout failed: {error}")
+    with _lock:
+        _played[api_key] = (env, state)
+        while len(_played) > MAX_KEPT:
+            _played.pop(next(iter(_played)))
+    return {"reward": 0.0}  # its group's score (score_group) takes its place
+
+
+def score_group(keys: list[str], tasks: list[dict], results: list) -> list:
+    """The group's episodes (by their keys; results[i] None where the run lost episode i) scored together by
+    the environment's rubric; a group missing an episode is lost whole where its rubric compares replies."""
+    with _lock:
+        played = [_played.pop(k, None) if r is not None else None for k, r in zip(keys, results)]
+    kept = [p for p in played if p is not None]
+    if not kept:
+        return [None] * len(keys)
+    env, states = kept[0][0], [state for _, state in kept]
+    if len(kept) < len(keys) and env.requires_group_rollouts:
+        lost = len(keys) - len(kept)
+        raise RuntimeError(f"{lost} of its {len(keys)} episodes were lost, and its rubric compares them")
+
+    async def score() -> None:
+        await env.rubric.score_group(states)
+        for state in states:
+            await env.rubric.cleanup(state)
+
+    asyncio.run(score())
+    reward = lambda s: {"reward": float(s["reward"]), "acc": float(s["reward"]) >= env.pass_threshold}  # noqa: E731
+    return [None if p is None else reward(p[1]) for p in played]
 
 
 def policy_made(error) -> bool:
