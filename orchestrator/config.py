@@ -194,6 +194,9 @@ class RolloutSection(RolloutSettings):
     agent_timeout: float = 300.0  # seconds an agent episode may take; past it, it is killed and lost
     agent_python: str = ""  # rollout.agent: the Python (>= 3.9) its workers run in, e.g. a venv's bin/python
     #   with the agent's framework (meshrl need not be installed there); empty: meshrl's own
+    agent_sandbox: str = ""  # rollout.agent / agent_command: where an episode's agent runs programs with POST
+    #   {base_url}/sandbox/run, in a sandbox session that lives as long as its episode (docs/agents.md): "auto"
+    #   a sandbox service the run starts (bubblewrap), HOST:PORT one already running; "": none (a 404)
     merge_lora: bool = False  # an actor training a LoRA adapter (actor.lora_rank) pushes the base weights with
     #   the adapter merged in, for a rollout without LoRA support; false: the adapter alone (megabytes), which
     #   a rollout the run starts takes (its max_lora_rank is raised to actor.lora_rank)
@@ -251,6 +254,7 @@ class RolloutSection(RolloutSettings):
             require(self.agent_workers >= 1, self, "agent_workers", "must be >= 1")
             require(self.agent_timeout > 0, self, "agent_timeout", "must be > 0 seconds")
         require(not self.agent_python or bool(self.agent), self, "agent_python", "is read with {agent}")
+        require(not self.agent_sandbox or self.episodes and not self.multi_turn, self, "agent_sandbox", "is for agents")
         require(self.weight_bucket_mb >= 1, self, "weight_bucket_mb", "must be >= 1")
         require(self.partial_tokens >= 0, self, "partial_tokens", "must be >= 0 (0: max_new_tokens // 4)")
         require(self.partial or not self.partial_tokens, self, "partial_tokens", "is read with {partial}=true")

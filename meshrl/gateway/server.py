@@ -3,6 +3,7 @@
     POST /v1/chat/completions   messages (+ tools) rendered with the model's chat template
     POST /v1/completions        a prompt as text or token ids
     POST /v1/responses          the Responses API on the chat path (meshrl/gateway/responses.py)
+    POST /v1/sandbox/run        a program run in the sandbox service, in the key's session (gateway/sandbox.py)
     GET  /v1/models             the one model it serves
     GET  /health                200 while it serves
 
@@ -46,6 +47,7 @@ from meshrl.gateway.protocol import (
     read_request,
     reply,
 )
+from meshrl.gateway.sandbox import Sandboxes
 from meshrl.gateway.sessions import BINDING, Session
 from meshrl.tool_calls import parser_for
 
@@ -70,16 +72,18 @@ class Gateway:
         *,
         tool_parser: str = "",
         limits: Limits | None = None,
-        host: str = "127.0.0.1",
-        port: int = 0,
+        address: tuple[str, int] = ("127.0.0.1", 0),
+        sandbox: Sandboxes | None = None,
     ):
         self.engine, self.tokenizer, self.model, self.ends = engine, tokenizer, model, ends
+        self.sandbox = sandbox  # where /v1/sandbox/run runs programs (None: nowhere, a 404)
+        self.sandboxed: set[str] = set()  # keys with a sandbox session, forgotten as each closes
         self.parser = parser_for(tool_parser, tokenizer)
         limits = limits or Limits()
         self.limits = dataclasses.replace(limits, vocab_size=limits.vocab_size or len(tokenizer))
         self.sessions: dict[str, Session] = {}
         self.lock = threading.Lock()
-        self.http = Listener((host, port), Handler)
+        self.http = Listener(address, Handler)
         self.http.gateway = self  # type: ignore[attr-defined]
         self.thread: threading.Thread | None = None
 
@@ -112,10 +116,27 @@ class Gateway:
         """End a key: its calls from now on are refused; its recording is returned."""
         with self.lock:
             session = self.sessions.pop(key, None)
+            sandboxed = key in self.sandboxed
+            self.sandboxed.discard(key)
         if session is not None:
             with session.lock:
                 session.closed = True
+        if sandboxed and self.sandbox is not None:
+            self.sandbox.close(key)
         return session
+
+    def run_program(self, session: Session, body: Any) -> dict:
+        """POST /v1/sandbox/run for the key's session (meshrl/gateway/sandbox.py)."""
+        if self.sandbox is None:
+            raise RequestError(
+                "no sandbox behind this endpoint (a run's rollout.agent_sandbox; meshrl serve gateway --sandbox)",
+                status=404,
+            )
+        with self.lock:
+            if session.key not in self.sessions:  # closed while the call waited
+                raise RequestError("the API key's episode has ended", status=401, code="invalid_api_key")
+            self.sandboxed.add(session.key)
+        return self.sandbox.run(session.key, body)
 
     def session(self, authorization: str | None, ends: tuple | None = None) -> Session:
         """The key's session; a key bound to a process (Session.owner) only from that process's tree, by the
@@ -241,9 +262,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         path = self.path.split("?")[0].rstrip("/")
         try:
             body = self._body()
-            if path not in ("/v1/chat/completions", "/v1/completions", "/v1/responses"):
+            if path not in ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/sandbox/run"):
                 raise RequestError(f"no route POST {path}", status=404)
             session = self.gateway.session(self.headers.get("Authorization"), self._ends())
+            if path == "/v1/sandbox/run":
+                return self._json(200, self.gateway.run_program(session, body))
             if path == "/v1/responses":  # the chat path's, asked and answered in the Responses API's shapes
                 _, whole = self.gateway.complete(session, responses.chat_body(body), True)
                 return self._response(body, responses.response(body, whole))

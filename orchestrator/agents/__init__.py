@@ -4,5 +4,6 @@
 - worker: an agent worker process (standard library only, run by path): plays episodes, each on a thread.
 - interpreter: the interpreter the workers run in, meshrl's own or the one rollout.agent_python names.
 - command: rollout.agent_command, an agent in any language, one process per episode, killed at its timeout.
+- sandbox: the sandbox behind a run's endpoint (rollout.agent_sandbox), for the agents' programs.
 - scores: what an episode scores from its agent's result, and a group scored together (score_group).
 """

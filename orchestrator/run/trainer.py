@@ -22,6 +22,7 @@ from tqdm import tqdm
 from meshrl import forkserver, modalities, telemetry
 from meshrl.errors import ServiceError
 from meshrl.rpc.token import PEER_VAR, forget_run_token, run_token
+from orchestrator.agents.sandbox import close_sandboxes
 from orchestrator.config import Config, save_config
 from orchestrator.data import dataset, prepare_run
 from orchestrator.lifecycle import preflight
@@ -246,6 +247,7 @@ def stop_all(state: RunState | None, services: Services) -> None:
     if producer is not None:
         producer.stop(wait=0)
     agents.close_runners()  # agent workers first: their calls would only wait on stopping services
+    close_sandboxes()
     services.stop()
     if producer is not None:
         producer.stop(wait=5)
@@ -270,6 +272,7 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
     def kill() -> None:  # the stop of last resort: nothing waited for
         services.kill_all()
         agents.close_runners(kill=True)
+        close_sandboxes(kill=True)
         forkserver.kill()
 
     stop = Interrupts(

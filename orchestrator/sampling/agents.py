@@ -35,6 +35,7 @@ from meshrl.gateway.sessions import BINDING, Session
 from meshrl.trajectory import Trajectory
 from meshrl.vocab import model_vocab_size
 from orchestrator.agents.pool import AgentPool, CommandAgent, agent_runner
+from orchestrator.agents.sandbox import sandbox_for
 from orchestrator.agents.scores import Played, reward_error, reward_of, score_groups, settle
 from orchestrator.sampling import episodes
 from orchestrator.sampling.sampled import Sampled, per_prompt
@@ -174,7 +175,8 @@ def sample(
     model = mesh.cfg.actor.model
     limits = Limits(max_tokens=r.max_new_tokens, max_model_len=r.max_model_len, vocab_size=model_vocab_size(model))
     ends = episodes.turn_ends(model, tokenizer)
-    gateway = Gateway(engine, tokenizer, MODEL, ends, tool_parser=r.tool_parser, limits=limits)
+    sandbox = sandbox_for(mesh)  # rollout.agent_sandbox: POST /v1/sandbox/run
+    gateway = Gateway(engine, tokenizer, MODEL, ends, tool_parser=r.tool_parser, limits=limits, sandbox=sandbox)
     runner, needs_reward = runner_for(mesh), mesh.cfg.env.reward in ("env", "sum")
     at = functools.partial(play, gateway, engine, runner, needs_reward=needs_reward)
     size = per_prompt(mesh.cfg, n, greedy)  # a group: a prompt's episodes, next to each other

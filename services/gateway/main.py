@@ -2,6 +2,7 @@
 evaluation and agent development (a training run starts its own, rollout.agent).
 
     meshrl serve gateway --rollout 127.0.0.1:50051[,...] --model models/tiny-lm --tool-parser hermes --port 8000
+    meshrl serve gateway ... --sandbox 127.0.0.1:50060     # POST /v1/sandbox/run in a sandbox service
 
 Every call needs one of the keys given (MESHRL_GATEWAY_KEYS, comma-separated, or --api-key); each key
 is a session of its own, whose calls stay on one replica. Beyond loopback it needs --insecure-bind
@@ -16,6 +17,7 @@ import threading
 
 from meshrl import hosts
 from meshrl.gateway.protocol import Limits
+from meshrl.gateway.sandbox import Sandboxes
 from meshrl.gateway.server import Gateway
 from meshrl.gateway.sessions import Session
 from meshrl.models import end_ids, generation_config
@@ -42,6 +44,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--insecure-bind", action="store_true", help="serve beyond loopback (plain HTTP)")
     p.add_argument("--max-tokens", type=int, default=0, help="new tokens per choice at most (0: the room left)")
     p.add_argument("--max-model-len", type=int, default=0, help="prompt and new tokens together (0: the rollout's own)")
+    p.add_argument("--sandbox", default="", help="a sandbox service (HOST:PORT) for POST /v1/sandbox/run")
     args = p.parse_args(argv)
     keys = [k for k in (os.environ.get("MESHRL_GATEWAY_KEYS", "") or args.api_key).split(",") if k.strip()]
     if not keys:
@@ -57,7 +60,14 @@ def main(argv: list[str]) -> int:
     name = args.name or os.path.basename(os.path.normpath(args.model))
     try:
         gateway = Gateway(
-            engine, tokenizer, name, ends, tool_parser=args.tool_parser, limits=limits, host=args.host, port=args.port
+            engine,
+            tokenizer,
+            name,
+            ends,
+            tool_parser=args.tool_parser,
+            limits=limits,
+            address=(args.host, args.port),
+            sandbox=Sandboxes(args.sandbox) if args.sandbox else None,
         )
     except ValueError as e:  # a parser that is not one, or not for this model's vocabulary
         engine.close()

@@ -39,3 +39,37 @@ def test_an_agent_in_node_with_the_openai_npm_package_trains_too(tmp_path, bpe_l
     folder = ROOT / "examples/node-agent"
     subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=folder, check=True, timeout=300)
     agent_run(tmp_path, bpe_lm, [f"rollout.agent_command=node {folder / 'agent.js'}", "rollout.concurrency=4"])
+
+
+SANDBOXED = """
+import json, urllib.request
+from openai import OpenAI
+
+
+def sandbox(base_url, api_key, body):
+    request = urllib.request.Request(
+        base_url + "/sandbox/run", data=json.dumps(body).encode(), headers={"Authorization": "Bearer " + api_key}
+    )
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        return json.load(reply)
+
+
+def agent(task, base_url, api_key):
+    client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+    reply = client.chat.completions.create(model="policy", messages=task["prompt"]).choices[0].message.content or ""
+    save = f"open('reply', 'w').write({reply!r})"
+    sandbox(base_url, api_key, {"argv": ["python3", "save.py"], "files": {"save.py": save}})
+    counted = sandbox(base_url, api_key, {"argv": ["wc", "-c", "reply"]})  # the file the last call left
+    return {"reward": float(counted["stdout"].split()[0] == str(len(reply.encode()))), "acc": True}
+"""
+
+
+@pytest.mark.slow
+def test_an_agents_programs_run_in_its_episodes_sandbox(tmp_path, bpe_lm):
+    """rollout.agent_sandbox=auto: the run starts a sandbox service, and each episode's agent runs programs
+    there through the endpoint, in a session its next call finds again (every sample scores 1 only so)."""
+    path = tmp_path / "sandboxed.py"
+    path.write_text(SANDBOXED)
+    out = agent_run(tmp_path, bpe_lm, [f"rollout.agent={path}:agent", "rollout.agent_sandbox=auto"])
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert [s["score"] for s in samples] == [1.0] * len(samples)
