@@ -24,7 +24,11 @@ from services.sandbox import cgroups
 from services.sandbox.servicer import SandboxServicer
 
 SERVICE = sandbox_pb2.DESCRIPTOR.services_by_name["SandboxService"]
-UIDS = range(61000, 61000 + 1024)  # the sandboxes' users
+# the sandboxes' users: a range of this module's own on each pytest-xdist worker, so that the sandboxes other
+# services hold at the same time (warm pools wait in theirs) are not taken for ones left behind here
+WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+UIDS = range(64000 + 512 * WORKER, 64000 + 512 * WORKER + 256)
+OWN_UIDS = {"first_uid": UIDS.start, "uids": len(UIDS)}
 SERVED: list[SandboxServicer] = []  # the module's service: its warm sandboxes are not left behind
 
 
@@ -33,7 +37,7 @@ def sandbox(request):
     """The service with its warm pool (every Run in a sandbox started ahead), and without (each its own)."""
     os.environ["MESHRL_TEST_SECRET"] = "do-not-leak"  # as a run's token is in its services' environment
     cfg = SandboxConfig(
-        concurrency=1, wall_s=5, process_limit=16, memory_mb=256, disk_mb=8, file_mb=4, output_bytes=4096
+        concurrency=1, wall_s=5, process_limit=16, memory_mb=256, disk_mb=8, file_mb=4, output_bytes=4096, **OWN_UIDS
     )
     servicer = SandboxServicer(dataclasses.replace(cfg, warm=request.param))
     SERVED[:] = [servicer]
@@ -236,7 +240,7 @@ def test_bad_requests_are_refused_naming_the_field(sandbox, request_kw, says):
 def test_a_killed_service_leaves_no_sandbox_behind():
     """SIGKILL of the service (as of a whole run) in the middle of Runs: bubblewrap's --die-with-parent takes
     every sandbox with it; the cgroups it made stay, and the next service to start removes them."""
-    proc, address = serve_child(["sandbox", "--concurrency", "2"])
+    proc, address = serve_child(["sandbox", "--concurrency", "2", "--first-uid", str(UIDS.start), "--uids", "256"])
     client = Client(address, SERVICE, timeout=60, retries=0)
     sleeper = "import subprocess, time\nsubprocess.Popen(['sleep', '600'], start_new_session=True)\ntime.sleep(600)\n"
     pool = concurrent.futures.ThreadPoolExecutor(2)
@@ -246,6 +250,8 @@ def test_a_killed_service_leaves_no_sandbox_behind():
     while len(sleeping()) < 2 and time.monotonic() < deadline:  # two sandboxes, each a sleep inside
         time.sleep(0.1)
     assert len(sleeping()) == 2 and len(left_behind()) > 4  # and the service's warm sandboxes
+    place, _ = cgroups.find()
+    groups = [d for p in place.parents for d in p.glob(f"{cgroups.PREFIX}{proc.pid}-*")] if place else []
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 10
@@ -256,18 +262,16 @@ def test_a_killed_service_leaves_no_sandbox_behind():
         with pytest.raises(ServiceError):
             call.result(timeout=30)
     pool.shutdown()
-    place, _ = cgroups.find()
-    if place is not None:
-        left = [d for p in place.parents for d in p.glob(f"{cgroups.PREFIX}{proc.pid}-*")]
-        assert left  # its two sandboxes' groups, which it could not remove
-        SandboxServicer(SandboxConfig(concurrency=1)).close()
-        assert not any(d.exists() for d in left)
+    if place is not None:  # its sandboxes' groups, which it could not remove: the next start does
+        assert groups
+        SandboxServicer(SandboxConfig(concurrency=1, warm=0, **OWN_UIDS)).close()
+        assert not any(d.exists() for d in groups)
 
 
 def test_sessions_are_held_to_their_memory_budget():
     """--session-mb bounds all sessions' kept files together: the least recently used go first, never the
     session that just ran."""
-    servicer = SandboxServicer(SandboxConfig(concurrency=1, session_mb=1))
+    servicer = SandboxServicer(SandboxConfig(concurrency=1, session_mb=1, **OWN_UIDS))
     write = "open('blob', 'wb').write(b'x' * 600_000)"
     for name in ("a", "b"):
         servicer.Run(sandbox_pb2.RunRequest(argv=["python3", "-c", write], session=name), None)
@@ -279,7 +283,7 @@ def test_the_warm_pool_passes_over_a_dead_sandbox_and_runs_other_mounts_cold():
     """A ready sandbox killed from outside is never given a Run (the Run takes the next, or starts its own);
     a Run asking for another disk size than the pool's mounts starts its own; each is as clean as the last;
     and the pool refills only while a slot is free."""
-    servicer = SandboxServicer(SandboxConfig(concurrency=1, warm=2))
+    servicer = SandboxServicer(SandboxConfig(concurrency=1, warm=2, **OWN_UIDS))
     server = Server([servicer]).start()
     client = Ready(Client(server.address, SERVICE, timeout=60, retries=0), servicer)
     assert client.call("Describe").details["warm"] == "2 ready of 2"
