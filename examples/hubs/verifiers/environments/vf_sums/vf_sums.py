@@ -16,21 +16,26 @@ def problems(n: int, seed: int) -> Dataset:
     return Dataset.from_list([{"question": f"{a}+{b}=", "answer": str(a + b)} for a, b in pairs])
 
 
+def said(completion) -> str:
+    """The reply's text: "" where the policy said nothing (verifiers then records no message)."""
+    return str(completion[-1]["content"] or "") if completion else ""
+
+
 def exact(completion, answer) -> float:
     """1 when the reply is the answer (spaces aside)."""
-    return float(str(completion[-1]["content"] or "").strip() == answer)
+    return float(said(completion).strip() == answer)
 
 
 def digits(completion) -> float:
     """The format reward: the share of the reply's characters that are digits."""
-    text = str(completion[-1]["content"] or "")
+    text = said(completion)
     return sum(c.isdigit() for c in text) / len(text) if text else 0.0
 
 
 def unique(completions) -> list[float]:
     """A group reward (verifiers calls it with the whole group's replies): 1 for a reply no other reply of
     its group gave, 0 for one another gave too."""
-    texts = [str(c[-1]["content"] or "").strip() for c in completions]
+    texts = [said(c).strip() for c in completions]  # one that raised would zero the whole group (verifiers)
     return [float(texts.count(t) == 1) for t in texts]
 
 
