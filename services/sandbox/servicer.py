@@ -202,6 +202,8 @@ class SandboxServicer:
         finally:
             with self.lock:
                 self.running -= 1
+            if self.pool is not None:
+                self.pool.wake()
 
     def _hold(self, limits: bwrap.Limits) -> tuple[int | None, cgroups.Group | None]:
         """A sandbox's user id (the next of the ring not running, so a finished sandbox's last process has

@@ -38,7 +38,6 @@ from services.sandbox import bwrap, cgroups, reaper
 
 log = logging.getLogger(__name__)
 FAILURES = 3  # dead warm sandboxes in a row that turn the pool off
-IDLE_S = 0.02  # how often a refill waiting for the service to have room looks again
 
 # the launcher's request, from the pipe named by $1: NUL-ended fields (FIELDS, then argc arguments), then
 # the files' tar stream where `files` is 1; /work goes back as a tar stream to $2 where `back` is 1
@@ -189,6 +188,11 @@ class Pool:
     def done(self, warm: Warm) -> None:
         self.release(warm.uid, warm.group)
 
+    def wake(self) -> None:
+        """The service may have room now (a Run left its slot): a refill waiting for it looks again."""
+        with self.cond:
+            self.cond.notify_all()
+
     def count(self) -> int:
         with self.cond:
             return len(self.ready)
@@ -220,9 +224,9 @@ class Pool:
 
     def _fill(self) -> None:
         while True:
-            with self.cond:  # idle() is the service's: looked at again every IDLE_S
+            with self.cond:  # woken by take(), close() and the service's wake() as a Run leaves its slot
                 while not (self.closed or (len(self.ready) < self.size and self.idle())):
-                    self.cond.wait(IDLE_S)
+                    self.cond.wait()
                 if self.closed:
                     return
             uid, group = None, None
