@@ -15,8 +15,8 @@ as does any Run while the pool is empty.
 
 The pool keeps SandboxConfig.warm sandboxes ready and starts them one at a time on a thread of its own (a
 cap on starts), and only while a slot of the service is free: a sandbox's start costs as much CPU ahead of
-its Run as in it (a little more: the launcher), so when every slot runs a program, as in a burst of grading,
-the Runs start their own and the pool waits for the burst to end (bench/RESULTS.md, "Sandboxes"). A sandbox
+its Run as in it (a little more: the launcher), so it never starts one beside a full set of running
+programs; in a burst it refills between Runs (bench/RESULTS.md, "Sandboxes": ~6% under cold). A sandbox
 found dead when taken, or gone before it read its request, is dropped and its Run goes cold (the program
 never started there); three in a row turn the pool off with a warning that says why.
 """
