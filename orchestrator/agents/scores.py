@@ -48,10 +48,11 @@ def score_groups(runner, played: list[Played], size: int, needs_reward: bool) ->
         scores, error = runner.score_group(start // size, [p.key for p in part], [p.traj.task for p in part], results)
         if not error and scores is not None and not (isinstance(scores, list) and len(scores) == len(part)):
             error = f"score_group returned {scores!r:.60} for a group of {len(part)}"
-        for p, score in zip(part, scores if isinstance(scores, list) and not error else [None] * len(part)):
-            if p.traj.error:
-                continue
-            if error:
-                settle(p.traj, None, f"its group could not be scored: {error}")
-            elif scores is not None:
-                settle(p.traj, score, reward_error(reward_of(score), needs_reward))
+        if error:
+            scores = [None] * len(part)
+        elif scores is None:  # the episodes' own stand
+            continue
+        for p, score in zip(part, scores):
+            if not p.traj.error:  # a lost episode stays lost, with its own reason
+                why = reward_error(reward_of(score), needs_reward)
+                settle(p.traj, score, f"its group could not be scored: {error}" if error else why)

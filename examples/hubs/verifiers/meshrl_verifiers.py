@@ -83,8 +83,9 @@ def agent(task: dict, base_url: str, api_key: str) -> dict:
 def score_group(keys: list[str], tasks: list[dict], results: list) -> list:
     """The group's episodes (by their keys; results[i] None where the run lost episode i) scored together by
     the environment's rubric; a group missing an episode is lost whole where its rubric compares replies."""
-    with _lock:
-        played = [_played.pop(k, None) if r is not None else None for k, r in zip(keys, results)]
+    with _lock:  # every key's state goes, a lost episode's too (one the run gave up on after it played)
+        played = [_played.pop(k, None) for k in keys]
+    played = [p if r is not None else None for p, r in zip(played, results)]
     kept = [p for p in played if p is not None]
     if not kept:
         return [None] * len(keys)
