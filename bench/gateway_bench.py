@@ -44,6 +44,7 @@ from meshrl.rpc import Client, Server  # noqa: E402
 from meshrl.tiny.arithmetic import CALCULATOR, ArithmeticConfig, make_data  # noqa: E402
 from meshrl.tiny.models import TinyModelConfig, make_model  # noqa: E402
 from meshrl.v1 import rollout_pb2  # noqa: E402
+from orchestrator.agents import episode  # noqa: E402
 from orchestrator.config import load_config  # noqa: E402
 from orchestrator.lifecycle.mesh import Mesh  # noqa: E402
 from orchestrator.sampling import agents, multi_turn  # noqa: E402
@@ -176,7 +177,7 @@ def episodes_per_second(tmp: pathlib.Path, episodes: int) -> None:
         rates[name] = episodes / statistics.median(times)
         print(f"  {name}: {rates[name]:.0f} episodes/s (median of 3 rounds of {episodes} at once)")
     print(f"  agent / environment: {rates['OpenAI agent'] / rates['environment service']:.2f}x")
-    agents.close_runners()
+    episode.close_runners()
     for s in servers:
         s.stop(0)
     rollout.close()

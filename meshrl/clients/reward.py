@@ -5,6 +5,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from meshrl.algos import masked
 from meshrl.codec import Payload
@@ -22,6 +23,35 @@ class Scores:
     #   scores, on each row's last response token, when the server sends none)
     columns: dict[str, np.ndarray]  # per-sample extras: acc, format_ok, reward_status, ...
     metrics: dict[str, float]  # the server's batch metrics: reward/num_failed, reward/<extra>/mean, ...
+
+    def select(self, rows: list[int]) -> "Scores":
+        """The scores of `rows`, in that order (the batch metrics as they were)."""
+        idx = torch.tensor(rows, dtype=torch.long)
+        token_level = self.token_level_scores[idx] if self.token_level_scores is not None else None
+        columns = {k: np.asarray(v, dtype=object)[rows] for k, v in self.columns.items()}
+        return Scores(self.scores[idx], token_level, columns, dict(self.metrics))
+
+    @staticmethod
+    def join(parts: list["Scores"], width: int) -> "Scores":
+        """Scores of consecutive samples as one, token-level scores padded to `width`. Batch metrics: counts
+        (reward/num_*) add up, the others are averaged with each part's samples as weights; a column some
+        parts lack is None in their rows."""
+        if len(parts) == 1:
+            return parts[0]
+        sizes = [len(s.scores) for s in parts]
+        levels = [s.token_level_scores for s in parts if s.token_level_scores is not None]
+        token_level = None
+        if len(levels) == len(parts):
+            token_level = torch.cat([F.pad(t, (0, width - t.shape[1])) for t in levels])
+        names = dict.fromkeys(k for s in parts for k in s.columns)
+        missing = lambda n: np.full(n, None, dtype=object)  # noqa: E731
+        columns = {k: np.concatenate([s.columns.get(k, missing(n)) for s, n in zip(parts, sizes)]) for k in names}
+        metrics = {}
+        for k in dict.fromkeys(k for s in parts for k in s.metrics):
+            have = [(s.metrics[k], n) for s, n in zip(parts, sizes) if k in s.metrics]
+            counted = k.startswith("reward/num_")
+            metrics[k] = sum(v for v, _ in have) if counted else sum(v * n for v, n in have) / sum(n for _, n in have)
+        return Scores(torch.cat([s.scores for s in parts]), token_level, columns, metrics)
 
 
 class RewardClient:

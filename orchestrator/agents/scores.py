@@ -1,6 +1,7 @@
 """What an agent's episode scores: its reward and info from what the agent returned (or why it is lost),
 and, where the agent's module defines score_group, its group's scores in place of its own (docs/agents.md,
-"Scoring a group together"). orchestrator/sampling/agents.py plays the episodes and applies these."""
+"Scoring a group together"). orchestrator/agents/episode.py plays the episodes and
+orchestrator/sampling/agents.py applies these to a step's."""
 
 from __future__ import annotations
 

@@ -13,9 +13,9 @@ from meshrl.algos.pairs import best_worst_pairs
 from orchestrator.config import Config
 from orchestrator.lifecycle.mesh import POLICY_TENSORS, Mesh
 from orchestrator.loops.params import dpo_params
+from orchestrator.output.readings import score_metrics
 from orchestrator.sampling import combinations
 from orchestrator.sampling.rollouts import Rollouts
-from orchestrator.sampling.samples import score_metrics
 from orchestrator.timer import Timer
 
 

@@ -30,9 +30,9 @@ from meshrl.layout import VERSIONS
 from orchestrator.config import Config
 from orchestrator.lifecycle.mesh import POLICY_TENSORS, Mesh
 from orchestrator.loops.params import ppo_params, value_params
+from orchestrator.output.readings import score_metrics
 from orchestrator.sampling import combinations
 from orchestrator.sampling.rollouts import Rollouts
-from orchestrator.sampling.samples import score_metrics
 from orchestrator.timer import Timer
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from orchestrator.run.parity import Parity
 from orchestrator.sampling import pipeline
 from orchestrator.sampling.dynamic import Dynamic
 from orchestrator.sampling.partial import Partial
-from orchestrator.sampling.rollouts import Ahead, Now, Rollouts, StepSampler
+from orchestrator.sampling.rollouts import Now, Rollouts, StepSampler
 
 
 @dataclasses.dataclass
@@ -78,7 +78,7 @@ class RunState:
         if self.partial is not None:  # rollout.partial: rounds from the run's carry
             return self.partial
         if self.producer is not None:  # trainer.max_staleness: sampled ahead
-            return Ahead(self.producer)
+            return pipeline.Ahead(self.producer)
         now = Now(self.tokenizer, self.data)
         return Dynamic(now) if self.cfg.algorithm.dynamic_sampling else now
 

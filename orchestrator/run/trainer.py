@@ -22,6 +22,7 @@ from tqdm import tqdm
 from meshrl import forkserver, modalities, telemetry
 from meshrl.errors import ServiceError
 from meshrl.rpc.token import PEER_VAR, forget_run_token, run_token
+from orchestrator.agents.episode import close_runners
 from orchestrator.agents.sandbox import close_sandboxes
 from orchestrator.config import Config, save_config
 from orchestrator.data import dataset, prepare_run
@@ -32,6 +33,7 @@ from orchestrator.lifecycle.roles import wanted
 from orchestrator.lifecycle.services import Services
 from orchestrator.loops.algorithm import Algorithm
 from orchestrator.output.loggers import RunLog
+from orchestrator.output.readings import sample_rows
 from orchestrator.output.report import finish_report
 from orchestrator.run import fleet, parity
 from orchestrator.run.checkpoints import DiskFull, link_final_model, resume, save
@@ -39,9 +41,7 @@ from orchestrator.run.interrupt import Interrupts
 from orchestrator.run.recovery import StepFailed, check_not_ahead, recover, snapshot
 from orchestrator.run.state import RunState
 from orchestrator.run.validation import validate
-from orchestrator.sampling import agents
 from orchestrator.sampling.partial import Partial
-from orchestrator.sampling.samples import sample_rows
 
 __all__ = ["RunInterrupted", "StepFailed", "run"]
 
@@ -246,7 +246,7 @@ def stop_all(state: RunState | None, services: Services) -> None:
     producer = state.producer if state is not None else None
     if producer is not None:
         producer.stop(wait=0)
-    agents.close_runners()  # agent workers first: their calls would only wait on stopping services
+    close_runners()  # agent workers first: their calls would only wait on stopping services
     close_sandboxes()
     services.stop()
     if producer is not None:
@@ -271,7 +271,7 @@ def run(cfg: Config, algorithm: Algorithm) -> pathlib.Path:
 
     def kill() -> None:  # the stop of last resort: nothing waited for
         services.kill_all()
-        agents.close_runners(kill=True)
+        close_runners(kill=True)
         close_sandboxes(kill=True)
         forkserver.kill()
 

@@ -12,7 +12,13 @@ from orchestrator.config import Config
 from orchestrator.data import PromptDataset
 from orchestrator.lifecycle.mesh import Mesh
 from orchestrator.output.report import standard_error
-from orchestrator.sampling.samples import answers
+from orchestrator.sampling.rollouts import batch_sampler
+
+
+def answers(mesh: Mesh, tokenizer, prompts, seed: int = 0, n: int | None = None, greedy: bool = False):
+    """Scores of n answers to each prompt (greedy: one), graded by the reward service alone (not a judge)."""
+    sample = batch_sampler(mesh.cfg, validating=True)
+    return sample(mesh, prompts, seed, tokenizer, n=n, greedy=greedy, judged=False).scored
 
 
 def validate(

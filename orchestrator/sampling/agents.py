@@ -22,21 +22,18 @@ path's batchers, one per replica; an episode stays on one replica.
 import functools
 import json
 import logging
-import threading
 import time
 
 from meshrl import seeds
 from meshrl.chat import as_tools
 from meshrl.dataproto import DataProto
-from meshrl.errors import ServiceError
-from meshrl.gateway.protocol import Limits, Request
+from meshrl.gateway.protocol import Limits
 from meshrl.gateway.server import Gateway
-from meshrl.gateway.sessions import BINDING, Session
-from meshrl.trajectory import Trajectory
+from meshrl.gateway.sessions import Session
 from meshrl.vocab import model_vocab_size
-from orchestrator.agents.pool import AgentPool, CommandAgent, agent_runner
+from orchestrator.agents.episode import FleetEngine, close_runners, play, runner_for
 from orchestrator.agents.sandbox import sandbox_for
-from orchestrator.agents.scores import Played, reward_error, reward_of, score_groups, settle
+from orchestrator.agents.scores import score_groups
 from orchestrator.sampling import episodes
 from orchestrator.sampling.sampled import Sampled, per_prompt
 
@@ -44,83 +41,6 @@ log = logging.getLogger(__name__)
 # calls' seeds are seeds.AGENT_CALL_SPACING apart: a group's episodes call at different times, and row i of a
 #   call samples with its seed + i, so calls one apart would give two of them the same seed
 MODEL = "policy"  # the model's name on the endpoint (any name an agent sends is served by the policy)
-RUNNERS: dict[int, AgentPool | CommandAgent] = {}  # per run (its mesh): workers live for the whole run
-_lock = threading.Lock()
-
-
-def runner_for(mesh) -> AgentPool | CommandAgent:
-    with _lock:
-        if id(mesh) not in RUNNERS:
-            RUNNERS[id(mesh)] = agent_runner(mesh.cfg.rollout)
-        return RUNNERS[id(mesh)]
-
-
-def close_runners(kill: bool = False) -> None:
-    """Stop every agent worker (a run's way out); kill: SIGKILL, waiting for nothing."""
-    with _lock:
-        runners = list(RUNNERS.values())
-        if not kill:
-            RUNNERS.clear()
-    for r in runners:
-        r.kill() if kill else r.close()
-
-
-class FleetEngine:
-    """The gateway's engine in a run: a session's calls go to a batcher on its replica (one per replica
-    and stop list), sampled with the run's settings. An episode counts as playing on its replica's batcher
-    from its start to its end, so that a batcher holds a call while other episodes' turns keep joining it
-    (GATHER_S apart at most): one Generate for many turns, as on the multi-turn path. (An agent is never
-    counted as in a tool: what it does between calls is its own, and a pause longer than GATHER_S sends
-    the call anyway.)"""
-
-    def __init__(self, mesh, seed: int, greedy: bool):
-        self.mesh, self.seed, self.greedy = mesh, seed, greedy
-        self.batchers: dict[tuple[str, tuple[str, ...]], episodes.Batcher] = {}
-        self.started = 0
-        self.failure: BaseException | None = None  # the rollout's first failure: the step fails with it
-        self.lock = threading.Lock()
-
-    def _batcher(self, replica: str, stop: tuple[str, ...]) -> episodes.Batcher:
-        with self.lock:
-            if (replica, stop) not in self.batchers:
-                seed = self.seed + seeds.BATCHER * len(self.batchers)
-                self.batchers[replica, stop] = episodes.Batcher(
-                    self.mesh, list(stop), seed, self.greedy, replica, seeds.AGENT_CALL_SPACING
-                )
-            return self.batchers[replica, stop]
-
-    def begin(self, session: Session) -> None:
-        """An episode starts: episode i on replica i mod R for all its calls (its prefix is there)."""
-        with self.lock:
-            session.replica = self.mesh.replicas[self.started % len(self.mesh.replicas)]
-            self.started += 1
-        self._batcher(session.replica, ()).count(active=1)
-
-    def end(self, session: Session) -> None:
-        self._batcher(session.replica or "", ()).count(active=-1)
-
-    def generate(self, session: Session, ids: list[int], n: int, max_new: int, request: Request) -> list:
-        if session.replica is None:
-            raise RuntimeError("a call outside an episode")  # begin() gives every run session its replica
-        stop = tuple(request.stop)
-        batcher = self._batcher(session.replica, stop)
-        # n turns wait where the episode counted one; a call with its own stop strings counts on its own
-        change = n - 1 if not stop else n
-        batcher.count(active=change)
-        try:
-            return batcher.generate(ids, max_new, n)
-        except Exception as e:  # the agent gets a 503 and the step fails with it once its episodes end; the
-            #   request's own refusal (INVALID_ARGUMENT) is the agent's 400 alone
-            if not (isinstance(e, ServiceError) and e.code.name == "INVALID_ARGUMENT"):
-                with self.lock:
-                    self.failure = self.failure or e
-            raise
-        finally:
-            batcher.count(active=-change)
-
-    def close(self) -> None:
-        for batcher in self.batchers.values():
-            batcher.close()
 
 
 def agent_task(columns: dict, row: int) -> dict:
@@ -135,43 +55,17 @@ def agent_task(columns: dict, row: int) -> dict:
     return json.loads(json.dumps(task, default=episodes.jsonable))  # parquet's arrays as lists
 
 
-def play(  # limit: an episode's parts
-    gateway: Gateway,
-    engine: FleetEngine,
-    runner,
-    task: dict,
-    session: Session,
-    *,
-    fallback: list[int],
-    needs_reward: bool,
-    group: int,
-) -> Played:
-    """One episode (of `group`, its prompt's in the step): the agent's run against its own key, then its
-    recording as a Trajectory."""
-    engine.begin(session)
-    session.owner = BINDING  # the key is its agent's alone: bound to its process once that starts
-    gateway.open(session)
-    try:
-        result, error = runner.play(
-            task, gateway.base_url, session.key, on_start=lambda pid: gateway.bind(session.key, pid), group=group
-        )
-    finally:
-        gateway.close(session.key)
-        engine.end(session)
-    traj = session.final() or Trajectory(fallback)
-    traj.task = task
-    made_no_call = "" if session.final() is not None else "the agent made no call to the model"
-    settle(traj, result, error or reward_error(reward_of(result), needs_reward) or made_no_call)
-    return Played(traj, session.calls, len(session.samples), session.key, result)
-
-
 def sample(
     mesh, prompts: DataProto, seed: int, tokenizer=None, *, n=None, greedy=False, judged=True, on_generated=None
 ) -> Sampled:
     """n (default rollout.n; greedy: 1) agent episodes per prompt (sampling.sampled's form)."""
     r, start = mesh.cfg.rollout, time.perf_counter()
     rows = episodes.episode_rows(mesh, prompts, n, greedy)
-    engine = FleetEngine(mesh, seed, greedy)
+
+    def batcher(replica: str, stop: list[str], k: int) -> episodes.Batcher:
+        return episodes.Batcher(mesh, stop, seed + seeds.BATCHER * k, greedy, replica, seeds.AGENT_CALL_SPACING)
+
+    engine = FleetEngine(mesh.replicas, batcher)
     model = mesh.cfg.actor.model
     limits = Limits(max_tokens=r.max_new_tokens, max_model_len=r.max_model_len, vocab_size=model_vocab_size(model))
     ends = episodes.turn_ends(model, tokenizer)

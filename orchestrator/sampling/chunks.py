@@ -15,10 +15,6 @@ from __future__ import annotations
 import concurrent.futures
 import time
 
-import numpy as np
-import torch
-import torch.nn.functional as F
-
 from meshrl.clients.reward import Scores
 from meshrl.dataproto import DataProto
 from orchestrator.lifecycle.fleet import join_generations, starts
@@ -61,34 +57,6 @@ def sample(
     gen = join_generations([gens[i] for i in order])
     return Sampled(
         gen,
-        join_scores([scores[i] for i in order], gen.batch["responses"].shape[1]),
+        Scores.join([scores[i] for i in order], gen.batch["responses"].shape[1]),
         {"timing_s/gen": generated - start, "timing_s/reward": time.perf_counter() - generated},
     )
-
-
-def join_scores(parts: list[Scores], width: int) -> Scores:
-    """Scores of consecutive samples as one. Batch metrics: counts (reward/num_*) add up, the others are
-    averaged with each part's samples as weights; a column some parts lack is None in their rows."""
-    if len(parts) == 1:
-        return parts[0]
-    sizes = [len(s.scores) for s in parts]
-    token_level = None
-    levels = [s.token_level_scores for s in parts if s.token_level_scores is not None]
-    if len(levels) == len(parts):
-        token_level = torch.cat([F.pad(t, (0, width - t.shape[1])) for t in levels])
-    names = dict.fromkeys(k for s in parts for k in s.columns)
-    columns = {
-        k: np.concatenate(
-            [s.columns[k] if k in s.columns else np.full(n, None, dtype=object) for s, n in zip(parts, sizes)]
-        )
-        for k in names
-    }
-    metrics = {}
-    for k in dict.fromkeys(k for s in parts for k in s.metrics):
-        have = [(s.metrics[k], n) for s, n in zip(parts, sizes) if k in s.metrics]
-        metrics[k] = (
-            sum(v for v, _ in have)
-            if k.startswith("reward/num_")
-            else sum(v * n for v, n in have) / sum(n for _, n in have)
-        )
-    return Scores(torch.cat([s.scores for s in parts]), token_level, columns, metrics)

@@ -14,7 +14,7 @@ from orchestrator.config import Config
 from orchestrator.sampling import episodes
 from orchestrator.sampling.dynamic import Dynamic
 from orchestrator.sampling.partial import Partial
-from orchestrator.sampling.rollouts import Ahead
+from orchestrator.sampling.pipeline import Ahead
 
 SAMPLING_LOOPS = ("ppo", "grpo", "rloo", "reinforce", "opd")  # the loops that sample steps ahead or in rounds
 

@@ -15,14 +15,10 @@ dynamic_sampling/{rounds, kept_groups, dropped_groups, samples_per_kept}.
 import dataclasses
 import logging
 
-import numpy as np
-import torch
-
 from meshrl.algos.filtering import rows_of, varied_groups
 from meshrl.clients.reward import Scores
 from meshrl.dataproto import DataProto
 from orchestrator.lifecycle.fleet import join_generations
-from orchestrator.sampling.chunks import join_scores
 from orchestrator.sampling.rollouts import Now, StepSampler, StepSamples
 
 log = logging.getLogger(__name__)
@@ -36,13 +32,6 @@ def values(scored: Scores, metric: str) -> list[float]:
     if "acc" not in scored.columns:
         raise ValueError("algorithm.dynamic_sampling_metric=acc, but the scorer reports no acc: set it to score")
     return [float(bool(a)) for a in scored.columns["acc"]]
-
-
-def select_scores(scored: Scores, rows: list[int]) -> Scores:
-    idx = torch.tensor(rows, dtype=torch.long)
-    token_level = scored.token_level_scores[idx] if scored.token_level_scores is not None else None
-    columns = {k: np.asarray(v, dtype=object)[rows] for k, v in scored.columns.items()}
-    return Scores(scored.scores[idx], token_level, columns, dict(scored.metrics))
 
 
 @dataclasses.dataclass
@@ -67,7 +56,7 @@ class Dynamic(StepSampler):
             if take:
                 rows = rows_of(uids, take)
                 gens.append(gen.select_idxs(rows))
-                scores.append(select_scores(scored, rows))
+                scores.append(scored.select(rows))
             further = (
                 None if kept >= groups or rounds >= a.max_sample_rounds else self.now.again(mesh, number, rounds, more)
             )
@@ -89,7 +78,7 @@ class Dynamic(StepSampler):
             )
         if gens:
             gen = join_generations(gens)
-            scored = join_scores(scores, gen.batch["responses"].shape[1])
+            scored = Scores.join(scores, gen.batch["responses"].shape[1])
         metrics = {
             "dynamic_sampling/rounds": float(rounds),
             "dynamic_sampling/kept_groups": float(kept),

@@ -48,7 +48,7 @@ import torch
 from meshrl.dataproto import DataProto, object_array
 from meshrl.layout import VERSIONS, prompt_tensors, rollout_tensors
 from orchestrator.sampling.rollouts import StepSampler, StepSamples
-from orchestrator.sampling.samples import sampling_seed, staleness_metrics
+from orchestrator.sampling.sampled import sampling_seed, staleness_metrics
 
 log = logging.getLogger(__name__)
 

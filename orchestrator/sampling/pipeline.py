@@ -22,21 +22,25 @@ version is its oldest, which staleness counts from).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import time
 from collections.abc import Callable
+from typing import ClassVar
 
 from meshrl.clients import Scores
 from meshrl.dataproto import DataProto
-from orchestrator.sampling.samples import batch_sampler, sampling_seed
+from orchestrator.sampling.rollouts import StepSampler, StepSamples, batch_sampler
+from orchestrator.sampling.sampled import sampling_seed, staleness_metrics
+from orchestrator.timer import Timer
 
 Sampled = tuple[DataProto, Scores, dict[str, float], int]  # a step's (gen, scored, seconds by phase, version)
 
 
 def start(cfg, mesh, tokenizer, data, sampler, first: int) -> Producer:
     """A producer for trainer.max_staleness from step `first` on: it draws the batches from `sampler`
-    and samples them through `mesh` (samples.batch_sampler)."""
+    and samples them through `mesh` (rollouts.batch_sampler)."""
 
     def draw() -> tuple:
         indices, uids = sampler.next()
@@ -182,3 +186,36 @@ class Producer:
         with self.cond:
             self.generated = max(self.generated, step)
             self.cond.notify_all()
+
+
+SYNCHRONOUS = "{key}={cfg.trainer.max_staleness} samples ahead for {loops}; {algorithm} runs synchronously: set it to 0"
+
+
+@dataclasses.dataclass
+class Ahead(StepSampler):
+    """trainer.max_staleness >= 1: the run's producer (pipeline) sampled the step ahead; the step waits for
+    it (timing_s/wait_batch), and its times and staleness are metrics."""
+
+    producer: Producer
+    refuses: ClassVar[dict[str, str]] = {
+        "dpo": SYNCHRONOUS,
+        "sft": SYNCHRONOUS,
+        "dynamic sampling": (
+            "algorithm.dynamic_sampling samples further rounds inside a step, and {key} samples whole steps "
+            "ahead: set one of them off"
+        ),
+        "colocate": "rollout.colocate gives the GPU to generation and training in turn, and {key} runs them at once: "
+        "set one of them off",
+    }
+
+    def sample(self, mesh, number, indices, uids, more) -> StepSamples:
+        t = Timer()
+        with t("wait_batch"):
+            gen, scored, seconds, version = self.producer.take(number)
+        return gen, scored, dict(t), {**seconds, **staleness_metrics(number, version)}
+
+    def before_push(self, version: int) -> None:
+        self.producer.before_push(version)
+
+    def after_push(self, version: int) -> None:
+        self.producer.after_push(version)

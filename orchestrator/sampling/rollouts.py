@@ -1,4 +1,5 @@
-"""How a step gets its samples (one protocol, StepSampler) and one step's traffic with the rollout.
+"""How a step gets its samples: when (one protocol, StepSampler), how a batch is sampled (batch_sampler,
+one dispatch), and one step's traffic with the rollout (Rollouts).
 
     rollouts = Rollouts(mesh, tokenizer, sampler, more)     # the run loop makes one per step
     gen, scored = rollouts.sample_and_score(t, number, indices, uids)
@@ -7,12 +8,12 @@
     metrics.update(rollouts.metrics)                        # the run loop, after the step
     log the samples in rollouts.sampled
 
-A step sampler says when a step's batch is sampled: Now (when the step is done), Ahead (trainer.max_staleness
->= 1: a producer sampled it ahead, and holds a push back until the steps due the older weights are
-generated), partial.Partial (rollout.partial: rounds that carry unfinished samples into the next step);
-dynamic.Dynamic (DAPO's dynamic sampling) wraps Now. The run state picks one (run.state.RunState.step_sampler),
-and each declares what it cannot be combined with (`refuses`, read by sampling.combinations). How a batch
-is sampled (one call, chunks, episodes) is samples.batch_sampler's. Either way the step reads the same.
+A step sampler says when a step's batch is sampled: Now (when the step is done), pipeline.Ahead
+(trainer.max_staleness >= 1: a producer sampled it ahead, and holds a push back until the steps due the
+older weights are generated), partial.Partial (rollout.partial: rounds that carry unfinished samples into
+the next step); dynamic.Dynamic (DAPO's dynamic sampling) wraps Now. The run state picks one
+(run.state.RunState.step_sampler), and each declares what it cannot be combined with (`refuses`, read by
+sampling.combinations). Either way the step reads the same.
 """
 
 import dataclasses
@@ -23,13 +24,25 @@ from meshrl.clients import Scores
 from meshrl.dataproto import DataProto
 from orchestrator.data import PromptDataset
 from orchestrator.lifecycle.mesh import Mesh
-from orchestrator.sampling.pipeline import Producer
-from orchestrator.sampling.samples import batch_sampler, sampling_seed, staleness_metrics
+from orchestrator.sampling import agents, chunks, multi_turn
+from orchestrator.sampling.sampled import Sampled, one_call, sampling_seed
 from orchestrator.timer import Timer
 
 # a step's (gen, scored, timing_s/* spent in the step, the sampler's own metrics)
 StepSamples = tuple[DataProto, Scores, dict[str, float], dict[str, float]]
 Draw = Callable[[], tuple]  # the run's sampler: the next batch's (indices, uids)
+
+
+def batch_sampler(cfg, validating: bool = False) -> Callable[..., Sampled]:
+    """The way the run samples a batch (sampling.sampled's form): one Generate call, rollout.chunks
+    concurrent calls, the environment service's episodes or an agent's. Validation sends its batches in
+    one call each, as it always has: its greedy answers then never depend on how rollout.chunks cut them."""
+    r = cfg.rollout
+    if r.multi_turn:  # episodes in the environment service
+        return multi_turn.sample
+    if r.agent or r.agent_command:  # an agent's episodes through the endpoint
+        return agents.sample
+    return chunks.sample if r.chunks > 1 and not validating else one_call
 
 
 class StepSampler:
@@ -71,39 +84,6 @@ class Now(StepSampler):
             return None
         indices, uids = more()
         return self.sample(mesh, number, indices, uids, more, round=round)
-
-
-SYNCHRONOUS = "{key}={cfg.trainer.max_staleness} samples ahead for {loops}; {algorithm} runs synchronously: set it to 0"
-
-
-@dataclasses.dataclass
-class Ahead(StepSampler):
-    """trainer.max_staleness >= 1: the run's producer (pipeline) sampled the step ahead; the step waits for
-    it (timing_s/wait_batch), and its times and staleness are metrics."""
-
-    producer: Producer
-    refuses: ClassVar[dict[str, str]] = {
-        "dpo": SYNCHRONOUS,
-        "sft": SYNCHRONOUS,
-        "dynamic sampling": (
-            "algorithm.dynamic_sampling samples further rounds inside a step, and {key} samples whole steps "
-            "ahead: set one of them off"
-        ),
-        "colocate": "rollout.colocate gives the GPU to generation and training in turn, and {key} runs them at once: "
-        "set one of them off",
-    }
-
-    def sample(self, mesh, number, indices, uids, more) -> StepSamples:
-        t = Timer()
-        with t("wait_batch"):
-            gen, scored, seconds, version = self.producer.take(number)
-        return gen, scored, dict(t), {**seconds, **staleness_metrics(number, version)}
-
-    def before_push(self, version: int) -> None:
-        self.producer.before_push(version)
-
-    def after_push(self, version: int) -> None:
-        self.producer.after_push(version)
 
 
 @dataclasses.dataclass

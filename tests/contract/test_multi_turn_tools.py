@@ -20,6 +20,7 @@ from meshrl.rpc import Client, Server
 from meshrl.tiny.arithmetic import CALCULATOR, conversation
 from meshrl.tiny.models import TinyModelConfig, make_model
 from meshrl.vocab import model_vocab_size
+from orchestrator.agents import episode
 from orchestrator.config import load_config
 from orchestrator.lifecycle.mesh import Mesh
 from orchestrator.sampling import agents, multi_turn
@@ -136,7 +137,7 @@ def test_an_openai_agent_plays_the_same_episode_token_for_token(mesh):
     try:
         gen, scored, _ = agents.sample(agent_mesh, data, seed=4, tokenizer=tok)
     finally:
-        agents.close_runners()
+        episode.close_runners()
     for key in ("prompts", "responses", "response_mask", "rollout_logprobs", "attention_mask"):
         assert torch.equal(gen.batch[key], env_gen.batch[key]), key
     assert scored.scores.tolist() == env_scored.scores.tolist() == [1.0, 1.0, 1.0]
@@ -164,7 +165,7 @@ def test_one_agents_refused_call_stays_its_own(mesh):
     try:
         gen, scored, _ = agents.sample(agent_mesh, data, seed=5, tokenizer=tok)
     finally:
-        agents.close_runners()
+        episode.close_runners()
     # 0.5: the long call answered with the 3 tokens of room; the bad id's episode recorded no call: lost
     assert scored.scores.tolist() == [1.0, 0.5, 1.0, 0.0, 1.0]
     assert scored.metrics["agent/episodes_lost"] == 1

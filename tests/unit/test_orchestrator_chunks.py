@@ -12,7 +12,6 @@ from meshrl.clients.reward import Scores
 from meshrl.dataproto import DataProto
 from meshrl.layout import VERSIONS
 from orchestrator.lifecycle.fleet import join_generations, starts
-from orchestrator.sampling.chunks import join_scores
 from services.rollout import layout
 from services.rollout.sampling import Completion
 
@@ -95,7 +94,7 @@ def test_joined_scores():
         {"acc": np.array([True] * 3 + [False], dtype=object)},
         {"reward/num_failed": 0.0, "reward/score/mean": 0.75},
     )
-    s = join_scores([a, b], width=3)
+    s = Scores.join([a, b], width=3)
     assert torch.equal(s.scores, torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0, 0.0]))
     assert torch.equal(
         s.token_level_scores, torch.tensor([[0.0, 1.0, 0], [0, 0, 0], [1, 0, 0], [1, 0, 0], [1, 0, 0], [0, 0, 0]])

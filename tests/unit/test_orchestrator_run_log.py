@@ -11,8 +11,8 @@ from meshrl.clients.reward import check_reply
 from meshrl.dataproto import DataProto
 from orchestrator.lifecycle.mesh import reward_request
 from orchestrator.output.loggers import RunLog, samples_markdown
+from orchestrator.output.readings import sample_rows, score_metrics
 from orchestrator.run.trainer import every
-from orchestrator.sampling.samples import sample_rows, score_metrics
 
 
 def generated(n=4, T=3) -> DataProto:
