@@ -3,10 +3,16 @@ in order, the policy's own (with the log-probs they were sampled with) and the c
 turns (tool results, a user's reply, the template's text), masked apart.
 
 The orchestrator's multi-turn episodes (orchestrator/sampling/multi_turn.py) and the OpenAI-compatible
-gateway's sessions (meshrl/gateway) record into it, and the run lays it out in verl's rows.
+gateway's sessions (meshrl/gateway) record into it, and the run lays it out in verl's rows (verl_rows).
 """
 
 import dataclasses
+import json
+
+import numpy as np
+
+from meshrl.dataproto import DataProto
+from meshrl.layout import rollout_tensors
 
 
 @dataclasses.dataclass
@@ -43,3 +49,37 @@ class Trajectory:
             versions=self.versions[: sum(s[1] <= length for s in self.spans)],
             info={},
         )
+
+
+def verl_rows(rows: DataProto, trajectories: list[Trajectory], tokenizer) -> DataProto:
+    """The trajectories in verl's layout, one row each, after `rows` (their prompts' rows, whose columns they
+    keep): `responses` holds every turn and observation, `response_mask` is 1 on the policy's tokens and 0
+    on observations, `rollout_logprobs` is 0 on observations; columns `turns`, `turn_spans` ([start, end)
+    of each policy turn in the response), `env_reward`, `env_error` and `tool_calls`. The batch's weight
+    version is the oldest any turn used."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    tensors = rollout_tensors(
+        [t.prompt for t in trajectories],
+        [t.tokens for t in trajectories],
+        pad,
+        [t.mask for t in trajectories],
+        [t.logprobs for t in trajectories],
+    )
+    columns: dict[str, np.ndarray | list] = dict(rows.non_tensor_batch)
+    columns.update(
+        {
+            "response_text": [tokenizer.decode(t.tokens, skip_special_tokens=True) for t in trajectories],
+            "finish_reason": [t.finish for t in trajectories],
+            "turns": [len(t.spans) for t in trajectories],
+            "turn_spans": [json.dumps(t.spans) for t in trajectories],
+            "env_reward": [t.env_reward for t in trajectories],
+            "env_error": [t.error for t in trajectories],
+            "tool_calls": [int(t.info.get("tool_calls", 0)) for t in trajectories],
+        }
+    )
+    versions = [v for t in trajectories for v in t.versions]
+    return DataProto(
+        tensors,
+        {k: np.array(v, dtype=object) for k, v in columns.items()},
+        {"weight_version": min(versions) if versions else 0, "pad_token_id": pad},
+    )

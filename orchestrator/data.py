@@ -12,10 +12,12 @@ sampler walks the rows in a seeded order, epoch after epoch, and its position
 is part of a checkpoint, so a resumed run sees the same batches. With a reward
 function of TRL's form each row also carries its other dataset columns as they
 are (`dataset_columns`, the prompt under "prompt"): TRL passes them to the
-function by name, and the reward service does too.
+function by name, and the reward service does too. An episode's task is read from its row here too
+(task_of, agent_task).
 """
 
 import dataclasses
+import json
 import logging
 import pathlib
 
@@ -302,3 +304,36 @@ def prepare_run(cfg) -> tuple[pathlib.Path, object, PromptDataset, Sampler]:
     tokenizer = AutoTokenizer.from_pretrained(cfg.actor.model)
     data = dataset(cfg, "train_files", tokenizer)
     return run_dir, tokenizer, data, Sampler(len(data), cfg.data.train_batch_size, cfg.trainer.seed, cfg.data.shuffle)
+
+
+# ---- what an episode is given from its row (multi-turn and agent episodes) -----------------------------
+
+
+def cell(columns: dict, name: str, row: int):
+    return columns[name][row] if name in columns else None
+
+
+def task_of(columns: dict, row: int) -> dict:
+    """The episode's task from the row's verl columns."""
+    rm = cell(columns, "reward_model", row)
+    return {
+        "data_source": cell(columns, "data_source", row) or "",
+        "ground_truth": rm.get("ground_truth") if isinstance(rm, dict) else None,
+        "extra_info": cell(columns, "extra_info", row),
+    }
+
+
+def jsonable(value):
+    return value.tolist() if hasattr(value, "tolist") else str(value)
+
+
+def agent_task(columns: dict, row: int) -> dict:
+    """What the agent is given: the row's prompt as chat messages, its tools, and its verl columns."""
+    prompt = cell(columns, "prompt", row)
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    task = {
+        **task_of(columns, row),
+        "prompt": messages,
+        "tools": as_tools(cell(columns, "tools", row), f"row {row}"),
+    }
+    return json.loads(json.dumps(task, default=jsonable))  # parquet's arrays as lists

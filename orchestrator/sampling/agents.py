@@ -1,31 +1,21 @@
 """rollout.agent / rollout.agent_command: every sample is an episode of an agent program that talks to the
-policy through an OpenAI-compatible endpoint (meshrl/gateway), as it would talk to any model server.
+policy through an OpenAI-compatible endpoint (meshrl/gateway), as it would talk to any model server;
+docs/agents.md says what a run does with them.
 
 For each step an endpoint starts on 127.0.0.1 in this process, in front of the run's rollout fleet. Each
-episode gets a key of its own (a gateway Session, valid for that episode only) and is played by the
-agent (orchestrator/agents/pool.py) with the task: the row's `prompt` (chat messages), its `tools`, its
-data_source, ground_truth and extra_info. Every call is recorded token for token; the episode's sample
-is the recording its last call extended (meshrl/gateway/sessions.py), trained on the model's tokens only.
-
-The score is the agent's: the number it returns, or the "reward" of the mapping it returns (whose other
-keys, e.g. "acc", are kept as the environment's info), as env.reward=env reads it; env.reward=service
-scores the final text with the reward service instead, sum adds both. An episode whose agent fails,
-hangs past rollout.agent_timeout or returns no reward where one is needed is lost: it scores
-env.error_score and counts in agent/episodes_lost, and the step goes on.
-
-Sampling settings are the run's (rollout.temperature, top_p, top_k): the log-probs the loss uses assume
-them, so an agent's own temperature is not honoured during training; its max_tokens (capped at
-rollout.max_new_tokens), stop strings and n are. Calls of concurrent episodes meet in the multi-turn
-path's batchers, one per replica; an episode stays on one replica.
+episode gets a key of its own, valid for that episode only, and is played by the agent
+(orchestrator/agents/episode.py) with the row's task. Every call is recorded token for token; the
+episode's sample is the recording its last call extended (meshrl/gateway/sessions.py). The score is the
+agent's, the reward service's or both (env.reward); an episode that fails is lost (env.error_score,
+agent/episodes_lost), and the step goes on. Calls of concurrent episodes meet in the episode samplers'
+batchers, one per replica; an episode stays on one replica.
 """
 
 import functools
-import json
 import logging
 import time
 
 from meshrl import seeds
-from meshrl.chat import as_tools
 from meshrl.dataproto import DataProto
 from meshrl.gateway.protocol import Limits
 from meshrl.gateway.server import Gateway
@@ -34,6 +24,7 @@ from meshrl.vocab import model_vocab_size
 from orchestrator.agents.episode import FleetEngine, close_runners, play, runner_for
 from orchestrator.agents.sandbox import sandbox_for
 from orchestrator.agents.scores import score_groups
+from orchestrator.data import agent_task
 from orchestrator.sampling import episodes
 from orchestrator.sampling.sampled import Sampled, per_prompt
 
@@ -41,18 +32,6 @@ log = logging.getLogger(__name__)
 # calls' seeds are seeds.AGENT_CALL_SPACING apart: a group's episodes call at different times, and row i of a
 #   call samples with its seed + i, so calls one apart would give two of them the same seed
 MODEL = "policy"  # the model's name on the endpoint (any name an agent sends is served by the policy)
-
-
-def agent_task(columns: dict, row: int) -> dict:
-    """What the agent is given: the row's prompt as chat messages, its tools, and its verl columns."""
-    prompt = episodes.cell(columns, "prompt", row)
-    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-    task = {
-        **episodes.task_of(columns, row),
-        "prompt": messages,
-        "tools": as_tools(episodes.cell(columns, "tools", row), f"row {row}"),
-    }
-    return json.loads(json.dumps(task, default=episodes.jsonable))  # parquet's arrays as lists
 
 
 def sample(

@@ -1,13 +1,11 @@
 """rollout.chunks=C > 1: a step's prompts go to the rollout as C concurrent Generate calls, each prompt's
 group of samples whole in one call, and each call's samples are scored as soon as it returns, so scoring
-overlaps the generation still running. vLLM runs the calls in the same engine steps (continuous
-batching), so the generation takes as long as one call; the HF backend takes them in turn.
-
-Prompt i of the step samples with seed + i whichever call carries it, and from random streams of its
-own on both backends, so it samples what it would in one call. With a rollout fleet each call goes to
-the replica with the fewest samples in flight (lifecycle.fleet). The calls' replies
-are joined into one batch in verl's layout: prompts left padded and responses right padded to the
-widest call's. timing_s/gen is until the last call returns, timing_s/reward what scoring took after it.
+overlaps the generation still running (vLLM runs the calls in the same engine steps; the HF backend takes
+them in turn). Prompt i of the step samples with seed + i whichever call carries it, and from random
+streams of its own on both backends, so it samples what it would in one call. With a rollout fleet each
+call goes to the replica with the fewest samples in flight (lifecycle.fleet); the replies are joined into
+one batch (lifecycle.fleet.join_generations). timing_s/gen is until the last call returns,
+timing_s/reward what scoring took after it.
 """
 
 from __future__ import annotations

@@ -23,19 +23,14 @@ SAMPLING_LOOPS = ("ppo", "grpo", "rloo", "reinforce", "opd")  # the loops that s
 class Way:
     name: str
     key: str  # the setting that turns it on, as a refusal names it
-    on: Callable[[Config, str], bool]  # (the run's config, its loop)
+    on: Callable[[Config, str], object]  # (the run's config, its loop) -> on when true
     refuses: dict[str, str] = dataclasses.field(default_factory=dict)  # way -> why, as its sampler declares
 
 
 WAYS = (
     Way("chunks", "rollout.chunks", lambda c, _: c.rollout.chunks > 1),
     Way("environment episodes", "rollout.multi_turn", lambda c, _: c.rollout.multi_turn, episodes.REFUSES),
-    Way(
-        "agent episodes",
-        "rollout.agent",
-        lambda c, _: bool(c.rollout.agent or c.rollout.agent_command),
-        episodes.REFUSES,
-    ),
+    Way("agent episodes", "rollout.agent", lambda c, _: c.rollout.agent or c.rollout.agent_command, episodes.REFUSES),
     Way(
         "sampling ahead",
         "trainer.max_staleness",

@@ -3,17 +3,13 @@ through the OpenAI-compatible endpoint): the rows, a thread per episode, the bat
 many episodes to the rollout as few Generate calls, the episodes' batch in verl's layout and their scores,
 and what an episode sampler cannot be combined with (sampling.combinations reads it).
 
-The layout is one row per trajectory: `responses` holds every turn and observation, `response_mask` is 1
-on the policy's tokens and 0 on observations, `rollout_logprobs` is 0 on observations; columns `turns`,
-`turn_spans` ([start, end) of each policy turn in the response), `env_reward`, `env_error` and
-`tool_calls`. The batch's weight version is the oldest any turn used.
+The layout is one row per trajectory (meshrl.trajectory.verl_rows).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import functools
-import json
 import logging
 import threading
 import time
@@ -29,9 +25,9 @@ from meshrl.algos import masked
 from meshrl.clients.reward import Scores
 from meshrl.dataproto import DataProto
 from meshrl.errors import ServiceError
-from meshrl.layout import prompt_tensors, rollout_tensors
+from meshrl.layout import prompt_tensors
 from meshrl.models import end_ids, generation_config
-from meshrl.trajectory import Trajectory
+from meshrl.trajectory import Trajectory, verl_rows
 from orchestrator.sampling.sampled import Sampled, per_prompt
 
 log = logging.getLogger(__name__)
@@ -190,53 +186,6 @@ def turn_ends(model: str, tokenizer) -> frozenset[int]:
     return frozenset(end_ids(tokenizer, generation_config(model)))
 
 
-def cell(columns: dict, name: str, row: int):
-    return columns[name][row] if name in columns else None
-
-
-def task_of(columns: dict, row: int) -> dict:
-    """The episode's task from the row's verl columns."""
-    rm = cell(columns, "reward_model", row)
-    return {
-        "data_source": cell(columns, "data_source", row) or "",
-        "ground_truth": rm.get("ground_truth") if isinstance(rm, dict) else None,
-        "extra_info": cell(columns, "extra_info", row),
-    }
-
-
-def jsonable(value):
-    return value.tolist() if hasattr(value, "tolist") else str(value)
-
-
-def layout(rows: DataProto, trajectories: list[Trajectory], tokenizer) -> DataProto:
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    tensors = rollout_tensors(
-        [t.prompt for t in trajectories],
-        [t.tokens for t in trajectories],
-        pad,
-        [t.mask for t in trajectories],
-        [t.logprobs for t in trajectories],
-    )
-    columns: dict[str, np.ndarray | list] = dict(rows.non_tensor_batch)
-    columns.update(
-        {
-            "response_text": [tokenizer.decode(t.tokens, skip_special_tokens=True) for t in trajectories],
-            "finish_reason": [t.finish for t in trajectories],
-            "turns": [len(t.spans) for t in trajectories],
-            "turn_spans": [json.dumps(t.spans) for t in trajectories],
-            "env_reward": [t.env_reward for t in trajectories],
-            "env_error": [t.error for t in trajectories],
-            "tool_calls": [int(t.info.get("tool_calls", 0)) for t in trajectories],
-        }
-    )
-    versions = [v for t in trajectories for v in t.versions]
-    return DataProto(
-        tensors,
-        {k: np.array(v, dtype=object) for k, v in columns.items()},
-        {"weight_version": min(versions) if versions else 0, "pad_token_id": pad},
-    )
-
-
 def scores(mesh, gen: DataProto, trajectories: list[Trajectory], judged: bool = True) -> Scores:
     """The environment's rewards (env.reward=env), the reward service's (service; judged: and the judge's),
     or their sum (sum); a trajectory the environment failed gets env.error_score. Metrics: multi_turn/*."""
@@ -277,13 +226,16 @@ def prompt_ids(rows: DataProto, i: int) -> list[int]:
     return rows.batch["input_ids"][i][rows.batch["attention_mask"][i].bool()].tolist()
 
 
-def play_all(mesh, jobs: Sequence[Callable[[], T]], name: str, on_failure: Callable[[], None] | None = None) -> list[T]:
-    """Every episode on a thread, rollout.concurrency at once, the device the rollout's for all of them
-    (rollout.colocate). A failure (the rollout's, or Ctrl-C) cancels the episodes not started, and
-    on_failure() ends those in flight before the threads are waited for; then it is raised."""
+def play_all(
+    mesh, jobs: Sequence[Callable[[], T]], name: str, on_failure: Callable[[], None] | None = None, workers: int = 0
+) -> list[T]:
+    """Every job (an episode, or a Generate call) on a thread, `workers` (0: rollout.concurrency) at once,
+    the device the rollout's for all of them (rollout.colocate). A failure (the rollout's, or Ctrl-C)
+    cancels the jobs not started, and on_failure() ends those in flight before the threads are waited for;
+    then it is raised."""
     with (
         mesh.colocated_generation(),
-        concurrent.futures.ThreadPoolExecutor(mesh.cfg.rollout.concurrency, thread_name_prefix=name) as pool,
+        concurrent.futures.ThreadPoolExecutor(workers or mesh.cfg.rollout.concurrency, thread_name_prefix=name) as pool,
     ):
         futures = [pool.submit(job) for job in jobs]
         try:
@@ -300,7 +252,7 @@ def finished(
     mesh, rows: DataProto, trajectories: list[Trajectory], tokenizer, start: float, *, judged: bool, on_generated
 ) -> Sampled:
     """The episodes in verl's layout and scored; timing_s/gen since `start`, then timing_s/reward."""
-    gen = layout(rows, trajectories, tokenizer)
+    gen = verl_rows(rows, trajectories, tokenizer)
     generated = time.perf_counter()
     if on_generated is not None:
         on_generated()

@@ -1,28 +1,15 @@
-"""rollout.multi_turn=true: every sample is an episode in the environment service (env.*).
+"""rollout.multi_turn=true: every sample is an episode in the environment service (env.*). What a run does
+with them is docs/services.md's "Multi-turn rollouts and the environment service", and
+rollout.tool_parser's way its "Tools in the model's own format".
 
-For each sample: Reset the episode with the row's task, then turn by turn generate (stopping at the
-environment's stop strings, e.g. the calculator's "</calc>"), send the turn's text to Step, and append
-the observation it returns as tokens, until the episode is done, rollout.max_turns turns have been
-taken, or the response holds rollout.max_response_tokens tokens. The policy's tokens keep the ids and
-log-probs they were sampled with (never decoded and encoded again); observations are the tokenizer's
-encoding of their text.
-
-With rollout.tool_parser (e.g. "hermes") the episode speaks the model's own tool format instead: the
-prompt is rendered with the tools' schemas (the row's `tools`, else the environment's), a turn ends at
-an end token, the tool calls parsed from it go to the environment in one Step, and their results come
-back as `tool` messages rendered by the chat template after the closed turn (meshrl.chat.after_turn); a
-turn without calls is the final answer. Preflight has checked that the template renders all of this and
-that the parser reads back the calls it writes (orchestrator/lifecycle/tool_template.py).
-
-The result is verl's layout, one row per trajectory (sampling.episodes).
-
-Trajectories run side by side (rollout.concurrency at once), so a slow tool holds back only its own
-trajectory; their turns meet in a Batcher, which sends the turns waiting at the same moment to the
-rollout as one Generate call (a few calls in flight). A failing environment call (a crash, a timeout,
-a refused action) ends that trajectory with `env_error` set and reward env.error_score, never the run.
-Which turns share a call depends on the tools' timing, so multi-turn samples are not bit-reproducible.
-With a rollout fleet each replica has a batcher of its own, and an episode stays on one replica for all
-its turns (the prefix it has computed is there).
+An episode Resets the environment with the row's task, then turn by turn generates and Steps it with the
+turn's text (or, with a tool-call parser, with the calls parsed from the turn, whose results come back
+as `tool` messages rendered by the chat template: meshrl.chat.after_turn), appending what it observes as
+tokens. The policy's tokens keep the ids and log-probs they were sampled with (never decoded and encoded
+again); observations are the tokenizer's encoding of their text. Episodes run side by side
+(rollout.concurrency); their turns meet in a batcher per replica (sampling.episodes), and an episode stays
+on one replica for all its turns (the prefix it has computed is there). A failing environment call ends
+that trajectory with `env_error` set, never the run.
 """
 
 from __future__ import annotations
@@ -43,15 +30,13 @@ from meshrl.errors import ServiceError
 from meshrl.tool_calls import Call, parser_for
 from meshrl.trajectory import Trajectory
 from meshrl.v1 import env_pb2
+from orchestrator.data import cell, jsonable, task_of
 from orchestrator.sampling.episodes import (
     Batcher,
-    cell,
     episode_rows,
     finished,
-    jsonable,
     play_all,
     prompt_ids,
-    task_of,
     turn_ends,
 )
 from orchestrator.sampling.sampled import Sampled
@@ -59,36 +44,13 @@ from orchestrator.sampling.sampled import Sampled
 log = logging.getLogger(__name__)
 
 
-def play(traj: Trajectory, batcher: Batcher, seed: int, *, mesh, tokenizer, parser, ends: frozenset[int]) -> None:
-    """One episode, filling `traj`. Environment failures end it with traj.error; a rollout failure raises.
-    With a tool-call parser (rollout.tool_parser), a turn's calls go to the environment and their results
-    come back through the chat template (tool_results); without one, the turn's text is the action. `ends`:
-    the tokens that end a turn (the model's end tokens: Qwen's <|im_end|> and <|endoftext|>)."""
-    episode = Episode(traj, mesh.cfg.rollout, mesh["env"], batcher, tokenizer, parser, ends)
-    batcher.count(active=1)
-    try:
-        first = episode.call(
-            "Reset", env_pb2.ResetRequest(task_json=json.dumps(traj.task, default=jsonable), seed=seed)
-        )
-        episode.id = first.episode_id
-        episode.observe(first.observation)
-        for _ in range(episode.cfg.max_turns):
-            if not episode.turn():
-                break
-    except ServiceError as e:
-        method = e.method.replace("/", ".").rsplit(".", 1)[-1]
-        if method not in ("Reset", "Step"):
-            raise
-        traj.error = f"{method}: {e.code.name}: {e.details}"
-    finally:
-        batcher.count(active=-1)
-        episode.close()
-
-
 @dataclasses.dataclass
 class Episode:
-    """play()'s episode: its trajectory, the run's rollout settings, the environment's client and the id of
-    the episode there (None once it is done or closed)."""
+    """One episode (play), filling `traj`: the run's rollout settings, the environment's client, the batcher
+    of its replica, and the id of the episode there (None once it is done or closed). With a tool-call
+    parser (rollout.tool_parser) a turn's calls go to the environment and their results come back through
+    the chat template (tool_results); without one, the turn's text is the action. `ends`: the tokens that
+    end a turn (the model's end tokens: Qwen's <|im_end|> and <|endoftext|>)."""
 
     traj: Trajectory
     cfg: Any  # the run's rollout section
@@ -102,6 +64,26 @@ class Episode:
     @property
     def budget(self) -> int:
         return self.cfg.max_response_tokens or self.cfg.max_turns * self.cfg.max_new_tokens
+
+    def play(self, seed: int) -> None:
+        """The episode. Environment failures end it with traj.error; a rollout failure raises."""
+        self.batcher.count(active=1)
+        try:
+            task = json.dumps(self.traj.task, default=jsonable)
+            first = self.call("Reset", env_pb2.ResetRequest(task_json=task, seed=seed))
+            self.id = first.episode_id
+            self.observe(first.observation)
+            for _ in range(self.cfg.max_turns):
+                if not self.turn():
+                    break
+        except ServiceError as e:
+            method = e.method.replace("/", ".").rsplit(".", 1)[-1]
+            if method not in ("Reset", "Step"):
+                raise
+            self.traj.error = f"{method}: {e.code.name}: {e.details}"
+        finally:
+            self.batcher.count(active=-1)
+            self.close()
 
     def observe(self, text: str) -> None:
         if text:
@@ -190,10 +172,12 @@ def sample(
     batchers = [Batcher(mesh, stop, seed + seeds.BATCHER * k, greedy, name) for k, name in enumerate(mesh.replicas)]
     # every token the engines end a turn at, as they read them (the tokenizer's eos and the generation config's)
     ends = turn_ends(mesh.cfg.actor.model, tokenizer)
-    at = functools.partial(play, mesh=mesh, tokenizer=tokenizer, parser=parser, ends=ends)
+    env = mesh["env"]
     try:
         jobs = [
-            functools.partial(at, t, batchers[i % len(batchers)], seed * seeds.EPISODE + i)
+            functools.partial(
+                Episode(t, r, env, batchers[i % len(batchers)], tokenizer, parser, ends).play, seed * seeds.EPISODE + i
+            )
             for i, t in enumerate(trajectories)
         ]
         play_all(mesh, jobs, "meshrl-episode")

@@ -1,42 +1,31 @@
 """rollout.partial: partial rollouts. A step no longer waits for its longest sample; unfinished samples are
-carried into the next step and go on there, on the newer weights, from the tokens they have.
+carried into the next step and go on there, on the newer weights, from the tokens they have. What a run
+does with them, and what they cannot be combined with, is docs/training.md's "Partial rollouts".
 
     carry = Partial(cfg, data, tokenizer)                          # the run's (run.state.RunState)
     gen, scored, seconds, metrics = carry.sample(mesh, number, indices, uids, more)
     carry.state_dict() / load_state_dict(...)                      # a checkpoint's (after the step sampled)
     carry.commit()                                                 # the step is done and saved: it stands
 
-A step samples in rounds. Before each round the pool of started groups is topped up to
-data.train_batch_size unfinished groups from the step's batch (then from `more`, the run's sampler),
-and every unfinished sample generates at most rollout.partial_tokens more tokens: a new group's
-rollout.n samples from its prompt, a carried sample from its prompt and its tokens so far (a prompt the
-rollout prefills again; within a step vLLM's prefix cache keeps its full KV blocks). A sample is finished when it ends
-(finish_reason other than "length") or reaches rollout.max_new_tokens. The step ends after the first
-round that leaves data.train_batch_size whole groups finished; it trains on that many, the oldest
-first, and carries the rest, finished or not. Groups stay whole: a group trains when all its samples
-are done, so its baseline compares answers to the same prompt.
-
-Each token keeps the version that produced it and its log-prob under those weights (rollout_versions,
-rollout_logprobs: the behaviour policy the off-policy correction, algorithm.rollout_is, compares with).
-A sample's staleness counts from its oldest token: at step s a group whose oldest token is older than
-s - 1 - trainer.max_staleness can no longer be trained and is dropped (partial/dropped_groups), so the
-bound holds for every trained sample. Nothing samples ahead in this mode (the staleness budget is the
-carry's).
+A step samples in rounds (fill, round) until data.train_batch_size whole groups are finished, trains on
+that many, the oldest first, and carries the rest. A sample is finished when it ends (finish_reason other
+than "length") or reaches rollout.max_new_tokens; a carried one is sent again as its prompt and its tokens
+so far. Each token keeps the version that produced it and its log-prob under those weights, and a group
+whose oldest token is older than s - 1 - trainer.max_staleness is dropped at step s (drop_stale).
 
 Determinism: the rounds' calls carry seeds of the step and the round (a new group's prompt i with
 seed + i; carried sample j with seed + j where seed is a hash of the run's seed, the step and the round,
 so a sample's pieces never share a random stream), the pool's order is the order groups started, and the
-carry is part of each checkpoint (orchestrator.json, its tokens in partial.safetensors), so a resumed
-run samples what an uninterrupted one does. A step that fails is done again from the carry it started
-from, with the prompts it drew from the sampler (replayed), and with its samples if it had them all
-(commit() is the run loop's, after the step's checkpoint).
+carry is part of each checkpoint, so a resumed run samples what an uninterrupted one does. A step that
+fails is done again from the carry it started from, with the prompts it drew from the sampler (replayed),
+and with its samples if it had them all (commit() is the run loop's, after the step's checkpoint).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import copy
 import dataclasses
+import functools
 import hashlib
 import logging
 import time
@@ -47,6 +36,7 @@ import torch
 
 from meshrl.dataproto import DataProto, object_array
 from meshrl.layout import VERSIONS, prompt_tensors, rollout_tensors
+from orchestrator.sampling.episodes import play_all
 from orchestrator.sampling.rollouts import StepSampler, StepSamples
 from orchestrator.sampling.sampled import sampling_seed, staleness_metrics
 
@@ -303,15 +293,11 @@ class Partial(StepSampler):
             ids = [self.data.prompt_ids[owner[id(s)].index] + s.tokens for s in part]
             calls.append((part, DataProto(prompt_tensors(ids, self.data.pad)), 1, budget, seed))
             seed += len(part)
-        with (
-            mesh.colocated_generation(),
-            concurrent.futures.ThreadPoolExecutor(len(calls), thread_name_prefix="meshrl-partial") as pool,
-        ):
-            futures = [
-                pool.submit(mesh.generate, prompts, seed=s, n=n, max_new_tokens=b, colocated=False)
-                for _, prompts, n, b, s in calls
-            ]
-            replies = [f.result() for f in futures]
+        jobs = [
+            functools.partial(mesh.generate, prompts, seed=s, n=n, max_new_tokens=b, colocated=False)
+            for _, prompts, n, b, s in calls
+        ]
+        replies = play_all(mesh, jobs, "meshrl-partial", workers=len(calls))  # all at once
         for (samples, _, _, budget, _), reply in zip(calls, replies):
             self.extend(samples, reply, budget)
 

@@ -93,8 +93,7 @@ class Rollouts:
     sampler: StepSampler  # when the step samples (run.state.RunState.step_sampler)
     more: Draw | None = None  # the run's sampler, for a step that samples further batches (dynamic
     #   sampling, partial rollouts); None while a producer draws the batches
-    # (Generate reply, Scores, the tokenizer that reads its prompts back) of the step's training samples:
-    #   sample_rows' first arguments, for the sample log
+    # (gen, scored, tokenizer) of the step's training samples: the sample log's (output.readings.sample_rows)
     sampled: tuple[DataProto, Scores, object] | None = None
     metrics: dict = dataclasses.field(default_factory=dict)  # the sampler's figures for the step
 
