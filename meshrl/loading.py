@@ -1,5 +1,6 @@
 """User code named by a spec: "package.module:name" or "path/to/file.py:name" (a reward function, an
-environment class). Shared by the services that run it, which never import each other."""
+environment class, an agent). Shared by the services that run it, which never import each other, and by
+the agent worker, which loads this file by path in any interpreter: standard library only, Python >= 3.9."""
 
 import importlib
 import importlib.util
@@ -11,13 +12,15 @@ from collections.abc import Callable
 def load_named(spec: str, kind: str) -> Callable:
     """The callable `name` of spec "package.module:name" or "path/to/file.py:name"; ValueError naming
     what is wrong otherwise (`kind` says what it is, for the message)."""
-    path, _, name = spec.rpartition(":")
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path or not name:
+        raise ValueError(f"{kind} spec {spec!r} must look like path/to/file.py:name or package.module:name")
     if path.endswith(".py"):
         return from_file(spec, kind)
     try:
         obj = getattr(importlib.import_module(path), name)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ValueError(f"{kind} {spec!r} cannot be loaded: {type(e).__name__}: {e}") from e
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - said in one line: user code may raise anything
+        raise ValueError(f"{kind} {spec!r} cannot be loaded with {interpreter()}: {type(e).__name__}: {e}") from e
     if not callable(obj):
         raise ValueError(f"{kind} {spec!r} is not callable")
     return obj
@@ -39,9 +42,14 @@ def from_file(spec: str, kind: str = "reward function") -> Callable:
     sys.modules[module_name] = module  # dataclasses and pickling-free helpers in user code need it
     try:
         module_spec.loader.exec_module(module)
-    except Exception as e:
-        raise ValueError(f"could not import {file}: {type(e).__name__}: {e}") from e
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - said in one line: user code may raise anything
+        raise ValueError(f"could not import {file} with {interpreter()}: {type(e).__name__}: {e}") from e
     fn = getattr(module, name, None)
     if not callable(fn):
         raise ValueError(f"{file} has no {kind.split()[-1]} {name!r}")
     return fn
+
+
+def interpreter() -> str:
+    """This interpreter, as a load error names it (an agent's may be another venv's)."""
+    return f"Python {sys.version.split()[0]} ({sys.executable})"

@@ -19,7 +19,6 @@ included: the kernel closes it); a hung agent is killed by the pool, not asked.
 
 from __future__ import annotations  # annotations stay text: this file runs on Python 3.9
 
-import importlib
 import importlib.util
 import inspect
 import json
@@ -29,48 +28,18 @@ import sys
 import traceback
 
 
-def _kit():
-    """meshrl/worker_main.py, by path: meshrl need not be installed in the interpreter this runs in."""
-    path = pathlib.Path(__file__).resolve().parents[2] / "meshrl" / "worker_main.py"
-    module_spec = importlib.util.spec_from_file_location("meshrl_worker_main", path)
+def by_path(name: str):
+    """meshrl/NAME.py, loaded by path: meshrl need not be installed in the interpreter this runs in."""
+    path = pathlib.Path(__file__).resolve().parents[2] / "meshrl" / f"{name}.py"
+    module_spec = importlib.util.spec_from_file_location(f"meshrl_{name}", path)
     module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
     module_spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 
 
-def load(spec: str):
-    """The callable `name` of spec "path/to/file.py:name" or "package.module:name"; ValueError saying why
-    not (the module imported in this interpreter, with its packages)."""
-    path, sep, name = spec.rpartition(":")
-    if not sep or not path or not name:
-        raise ValueError("must look like path/to/file.py:function or module:function")
-    module_spec = None
-    if path.endswith(".py"):
-        file = pathlib.Path(path).expanduser().resolve()
-        if not file.is_file():
-            raise ValueError(f"file {file} does not exist")
-        module_spec = importlib.util.spec_from_file_location(f"meshrl_agent_{abs(hash(str(file)))}", file)
-        if module_spec is None or module_spec.loader is None:
-            raise ValueError(f"{file} is not a Python module")
-    try:
-        if module_spec is None:
-            module = importlib.import_module(path)
-        else:
-            module = importlib.util.module_from_spec(module_spec)
-            sys.modules[module_spec.name] = module  # dataclasses in user code look their module up
-            module_spec.loader.exec_module(module)  # type: ignore[union-attr]
-    except (Exception, SystemExit) as e:  # noqa: BLE001 - the run says why, in one line
-        where = f"Python {sys.version.split()[0]} ({sys.executable})"
-        raise ValueError(f"could not import {path} with {where}: {type(e).__name__}: {e}") from None
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        raise ValueError(f"{path} has no function {name!r}")
-    return fn
-
-
 def loaded(spec: str):
     """(the agent, its module's score_group or None) and what the ready frame says of them."""
-    agent = load(spec)
+    agent = LOADING.load_named(spec, "agent function")
     group = getattr(inspect.getmodule(agent), "score_group", None)
     group = group if callable(group) else None
     return (agent, group), {"score_group": group is not None}
@@ -99,7 +68,7 @@ def main(argv: list[str]) -> None:
     KIT.main(lambda: loaded(spec), play, rfd, wfd, threads=threads)
 
 
-KIT = _kit()
+KIT, LOADING = by_path("worker_main"), by_path("loading")
 
 if __name__ == "__main__":
     KIT.run(main, sys.argv[1:])
