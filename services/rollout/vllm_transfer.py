@@ -64,12 +64,14 @@ class MeshrlEngine(WeightTransferEngine[InitInfo, UpdateInfo]):
     def start_weight_update(self) -> None:
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
 
+        self.sent: dict = {}  # the push's first experts (vllm_ext.first_experts), until the finish
+        self.fused: list = []  # the push's fused expert tensors on CPU (vllm_ext.fused_experts_on_cpu)
         initialize_layerwise_reload(self.model)
 
     def receive_weights(self, update_info: UpdateInfo) -> None:
         from vllm.model_executor.model_loader.mtp_validation import disable_mtp_completeness_check
 
-        from services.rollout.vllm_ext import repack_cpu_experts
+        from services.rollout.vllm_ext import first_experts, fused_experts_on_cpu, repack_cpu_experts
 
         refs = update_info.refs
         if update_info.cuda_ipc is not None:
@@ -81,14 +83,16 @@ class MeshrlEngine(WeightTransferEngine[InitInfo, UpdateInfo]):
             weights = [(name, t.clone()) for name, t in weights]
         with disable_mtp_completeness_check():
             self.model.load_weights(weights)  # type: ignore[operator]  # a vLLM model's, not nn.Module's
-        repack_cpu_experts(self.model, weights)
+        self.sent.update(first_experts(weights))
+        self.fused += fused_experts_on_cpu(weights)
+        repack_cpu_experts(self.model, self.sent)  # the layers this bucket completed
         if update_info.cuda_ipc is not None:
             torch.cuda.synchronize()  # done with the sender's bucket: it refills it with the next
 
     def finish_weight_update(self) -> None:
         from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
 
-        from services.rollout.vllm_ext import refresh_shared_layers
+        from services.rollout.vllm_ext import refresh_shared_layers, reload_fused_experts, repack_cpu_experts
 
         # a tied head loads nothing by its own name, so its layer warns at every finish: expected here
         quiet = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
@@ -97,6 +101,9 @@ class MeshrlEngine(WeightTransferEngine[InitInfo, UpdateInfo]):
             finalize_layerwise_reload(self.model, self.model_config)
         finally:
             quiet.level = level
+        repack_cpu_experts(self.model, getattr(self, "sent", {}))  # the layers the finish completed
+        reload_fused_experts(self.model, getattr(self, "fused", []))
+        self.sent, self.fused = {}, []
         refresh_shared_layers(self.model)
 
     def shutdown(self) -> None:
