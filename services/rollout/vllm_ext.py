@@ -113,30 +113,45 @@ def first_experts(weights: list) -> dict[str, torch.Tensor]:
 
 # what a loader may copy into its parameters directly, unseen by vLLM's layerwise reload (vLLM 0.32's gpt-oss:
 # its fused experts and its attention sinks)
-FUSED_EXPERTS = re.compile(r"\.experts\.(gate_up_proj|down_proj)(_bias)?$|\.self_attn\.sinks$")
+DIRECT_COPIES = re.compile(r"\.experts\.(gate_up_proj|down_proj)(_bias)?$|\.self_attn\.sinks$")
 
 
-def fused_experts_on_cpu(weights: list) -> list:
-    """The fused expert tensors among a bucket's weights (copies), where the engine runs on CPU: what
-    reload_fused_experts loads again at the finish."""
+def direct_copies_on_cpu(weights: list) -> list:
+    """The tensors among a bucket's weights that a loader may copy in directly (copies), where the engine
+    runs on CPU: what reload_direct_copies loads again at the finish if the reload missed them."""
     if torch.cuda.is_available():
         return []
-    return [(n, t.clone()) for n, t in weights if FUSED_EXPERTS.search(n)]
+    return [(n, t.clone()) for n, t in weights if DIRECT_COPIES.search(n)]
 
 
-def reload_fused_experts(model: torch.nn.Module, fused: list) -> int:
-    """Load a push's fused expert tensors again once vLLM's layerwise reload is finished, and pack them.
+def missed_layers(model: torch.nn.Module, copies: list) -> list[str]:
+    """Before the finish: the layers under the direct copies' owners (direct_copies_on_cpu) that vLLM's
+    layerwise reload will put back as they were, since nothing reached them through the loaders it watches
+    (vLLM 0.32's gpt-oss experts; Llama-4's, whose loader it sees, are not among them)."""
+    from vllm.model_executor.model_loader.reload.layerwise import get_layerwise_info
 
-    vLLM 0.32's gpt-oss loader copies its experts into their parameters directly, where the layerwise
-    reload (which holds a layer's parameters on the meta device until its loaders have seen all of it)
-    never sees them: the finish puts the old experts back (kl_to_actor 0.05 after a push, 1e-7 before).
-    Loaded again here, through the model's own load_weights, they land in the real parameters, raw, and
-    repack_cpu_experts packs them as the first load did. A family whose loader the reload sees gets its
-    experts loaded twice, the same values. Returns how many layers were packed."""
-    if not fused:
+    owners = {n.rsplit(".", 1)[0] for n, _ in copies}
+    missed = []
+    for name, layer in model.named_modules():
+        info = get_layerwise_info(layer)
+        if info.can_load() and info.load_numel <= 0 and (info.load_numel_total or 0) > 0:
+            missed.append(name)
+    return [n for n in missed if any(n.startswith(o + ".") for o in owners)]
+
+
+def reload_direct_copies(model: torch.nn.Module, copies: list) -> int:
+    """After the finish: load a push's direct copies (direct_copies_on_cpu) again, and pack the experts.
+
+    vLLM 0.32's gpt-oss loader copies its experts and sinks into their parameters directly, where the
+    layerwise reload (which holds a layer's parameters on the meta device until its loaders have seen all
+    of it) never sees them: the finish puts the old ones back (kl_to_actor 0.05 after a push, 1e-7
+    before). Loaded again here, through the model's own load_weights, they land in the real parameters,
+    raw, and repack_cpu_experts packs the experts as the first load did. Returns how many layers were
+    packed."""
+    if not copies:
         return 0
-    model.load_weights(fused)  # type: ignore[operator]  # a vLLM model's, not nn.Module's
-    return repack_cpu_experts(model, first_experts(fused))
+    model.load_weights(copies)  # type: ignore[operator]  # a vLLM model's, not nn.Module's
+    return repack_cpu_experts(model, first_experts(copies))
 
 
 def repack_cpu_experts(model: torch.nn.Module, sent: dict[str, torch.Tensor]) -> int:

@@ -65,13 +65,13 @@ class MeshrlEngine(WeightTransferEngine[InitInfo, UpdateInfo]):
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
 
         self.sent: dict = {}  # the push's first experts (vllm_ext.first_experts), until the finish
-        self.fused: list = []  # the push's fused expert tensors on CPU (vllm_ext.fused_experts_on_cpu)
+        self.copies: list = []  # what a loader may copy in unseen, on CPU (vllm_ext.direct_copies_on_cpu)
         initialize_layerwise_reload(self.model)
 
     def receive_weights(self, update_info: UpdateInfo) -> None:
         from vllm.model_executor.model_loader.mtp_validation import disable_mtp_completeness_check
 
-        from services.rollout.vllm_ext import first_experts, fused_experts_on_cpu, repack_cpu_experts
+        from services.rollout.vllm_ext import direct_copies_on_cpu, first_experts, repack_cpu_experts
 
         refs = update_info.refs
         if update_info.cuda_ipc is not None:
@@ -84,7 +84,7 @@ class MeshrlEngine(WeightTransferEngine[InitInfo, UpdateInfo]):
         with disable_mtp_completeness_check():
             self.model.load_weights(weights)  # type: ignore[operator]  # a vLLM model's, not nn.Module's
         self.sent.update(first_experts(weights))
-        self.fused += fused_experts_on_cpu(weights)
+        self.copies += direct_copies_on_cpu(weights)
         repack_cpu_experts(self.model, self.sent)  # the layers this bucket completed
         if update_info.cuda_ipc is not None:
             torch.cuda.synchronize()  # done with the sender's bucket: it refills it with the next
@@ -92,18 +92,25 @@ class MeshrlEngine(WeightTransferEngine[InitInfo, UpdateInfo]):
     def finish_weight_update(self) -> None:
         from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
 
-        from services.rollout.vllm_ext import refresh_shared_layers, reload_fused_experts, repack_cpu_experts
+        from services.rollout.vllm_ext import (
+            missed_layers,
+            refresh_shared_layers,
+            reload_direct_copies,
+            repack_cpu_experts,
+        )
 
         # a tied head loads nothing by its own name, so its layer warns at every finish: expected here
+        missed = missed_layers(self.model, self.copies) if self.copies else []
         quiet = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
         level, quiet.level = quiet.level, logging.ERROR
         try:
             finalize_layerwise_reload(self.model, self.model_config)
         finally:
             quiet.level = level
-        repack_cpu_experts(self.model, getattr(self, "sent", {}))  # the layers the finish completed
-        reload_fused_experts(self.model, getattr(self, "fused", []))
-        self.sent, self.fused = {}, []
+        repack_cpu_experts(self.model, self.sent)  # the layers the finish completed
+        if missed:  # put back as they were: what their loader copied in went unseen
+            reload_direct_copies(self.model, self.copies)
+        self.sent, self.copies = {}, []
         refresh_shared_layers(self.model)
 
     def shutdown(self) -> None:

